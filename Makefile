@@ -1,0 +1,44 @@
+# Two commands for a user: `make demo` and `make test`. Both set the environment up on first use
+# (virtual environment, pinned dependencies, ROS 2 interface build) and reuse it afterwards.
+PYTHON ?= python3.11
+VENV ?= .venv
+PY := $(VENV)/bin/python
+DURATION ?= 30
+PYTEST_ARGS ?=
+
+DEPS_STAMP := $(VENV)/.deps-installed
+PKG_STAMP := $(VENV)/.package-installed
+IFACE_STAMP := $(VENV)/.interfaces-built
+INTERFACE_SOURCES := $(wildcard msg/*.msg srv/*.srv) interfaces/CMakeLists.txt interfaces/package.xml
+
+.PHONY: setup demo test bench clean distclean
+
+setup: $(DEPS_STAMP) $(IFACE_STAMP) $(PKG_STAMP)
+
+$(PY):
+	$(PYTHON) -m venv $(VENV)
+	$(PY) -m pip install -q --upgrade "pip>=24" "setuptools>=70" wheel
+
+$(DEPS_STAMP): requirements.txt constraints.txt | $(PY)
+	$(PY) -m pip install -q -c constraints.txt -r requirements.txt
+	touch $@
+
+$(IFACE_STAMP): $(INTERFACE_SOURCES) scripts/build_interfaces.py $(DEPS_STAMP)
+	$(PY) scripts/build_interfaces.py
+	touch $@
+
+$(PKG_STAMP): setup.py setup.cfg $(DEPS_STAMP)
+	$(PY) -m pip install -q -c constraints.txt --no-deps --no-build-isolation -e .
+	touch $@
+
+demo: setup
+	$(VENV)/bin/physai-fleet --duration $(DURATION)
+
+test: setup
+	$(PY) scripts/run_tests.py $(PYTEST_ARGS)
+
+clean:
+	rm -rf build .pytest_cache
+
+distclean: clean
+	rm -rf $(VENV)

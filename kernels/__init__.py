@@ -1,0 +1,1 @@
+"""Triton kernels for the pi0 engine (installed as physai_ros.kernels)."""
