@@ -6,12 +6,15 @@ PY := $(VENV)/bin/python
 DURATION ?= 30
 PYTEST_ARGS ?=
 
+LEROBOT_VENV ?= .venv-lerobot
+LEROBOT_STAMP := $(LEROBOT_VENV)/.ready
+
 DEPS_STAMP := $(VENV)/.deps-installed
 PKG_STAMP := $(VENV)/.package-installed
 IFACE_STAMP := $(VENV)/.interfaces-built
 INTERFACE_SOURCES := $(wildcard msg/*.msg srv/*.srv) interfaces/CMakeLists.txt interfaces/package.xml
 
-.PHONY: setup demo test bench clean distclean
+.PHONY: setup demo test bench clean distclean lerobot-reference
 
 setup: $(DEPS_STAMP) $(IFACE_STAMP) $(PKG_STAMP)
 
@@ -31,14 +34,21 @@ $(PKG_STAMP): setup.py setup.cfg $(DEPS_STAMP)
 	$(PY) -m pip install -q -c constraints.txt --no-deps --no-build-isolation -e .
 	touch $@
 
+# The LeRobot reference (lerobot 0.3.2) lives in its own venv so its pins never touch ours;
+# the engine's equivalence tests run it live (docs/lerobot_reference.md).
+$(LEROBOT_STAMP): scripts/lerobot_reference/requirements.txt scripts/lerobot_reference/setup_venv.sh constraints.txt
+	LEROBOT_VENV=$(LEROBOT_VENV) PYTHON=$(PYTHON) bash scripts/lerobot_reference/setup_venv.sh
+
+lerobot-reference: $(LEROBOT_STAMP)
+
 demo: setup
 	$(VENV)/bin/physai-fleet --duration $(DURATION)
 
-test: setup
+test: setup $(LEROBOT_STAMP)
 	$(PY) scripts/run_tests.py $(PYTEST_ARGS)
 
 clean:
 	rm -rf build .pytest_cache
 
 distclean: clean
-	rm -rf $(VENV)
+	rm -rf $(VENV) $(LEROBOT_VENV)

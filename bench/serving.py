@@ -1,0 +1,199 @@
+"""Serving overhead over real DDS: observation -> chunk latency minus engine time.
+
+A real policy_server process (tiny model, FIFO) serves N load-generating robots that live in
+this process: each registers through the real service, publishes an Observation with V images
+of HxW (rgb8, the real message types), waits for its chunk and sends the next one at once
+(closed loop). Per chunk: overhead = (receive - send) - inference_ms reported by the server;
+the server's queue wait is part of the overhead (with many robots it is batching delay).
+CPU per observation: the server process's CPU time (/proc, engine included, and with the engine
+time subtracted) and this process's, each divided by the observations served.
+
+  python bench/serving.py --json                 # all cases (1/2/3 views, 224 and 480x640,
+                                                  # 1/4/16 robots)
+  python bench/serving.py --json --cases 1robot_2views_224,4robot_2views_224 --rounds 20
+"""
+from __future__ import annotations
+
+import argparse
+import array
+import json
+import os
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+import numpy as np
+
+ROOT = Path(__file__).resolve().parents[1]
+SIZES = {"224": (224, 224), "480x640": (480, 640)}
+
+
+def case_names():
+    return [f"{n}robot_{v}views_{s}" for s in SIZES for v in (1, 2, 3) for n in (1, 4, 16)]
+
+
+def parse_case(name):
+    robots, views, size = name.split("_")
+    return int(robots.removesuffix("robot")), int(views.removesuffix("views")), SIZES[size]
+
+
+def proc_cpu_s(pid):
+    with open(f"/proc/{pid}/stat") as f:
+        parts = f.read().rsplit(")", 1)[1].split()
+    return (int(parts[11]) + int(parts[12])) / os.sysconf("SC_CLK_TCK")
+
+
+def run_case(node, pid, n_robots, views, hw, rounds, timeout_s):
+    import rclpy
+    from physai_ros_interfaces.msg import ActionChunk, Observation
+    from physai_ros_interfaces.srv import RegisterRobot
+    from sensor_msgs.msg import Image
+
+    from physai_ros.ros.qos import reliable_qos
+    from physai_ros.ros.time_conv import time_from_sec
+
+    h, w = hw
+    tag = f"b{n_robots}_{views}_{h}_{int(time.time() * 1000) % 100000}"
+    ids = [f"{tag}_{k}" for k in range(n_robots)]
+    cli = node.create_client(RegisterRobot, "/policy_server/register_robot")
+    end = time.monotonic() + timeout_s
+    while not cli.wait_for_service(timeout_sec=0.5):
+        if time.monotonic() > end:
+            raise RuntimeError("policy_server did not come up")
+    rng = np.random.default_rng(0)
+    frame = array.array("B", rng.integers(0, 256, h * w * 3, dtype=np.uint8).tobytes())
+    imgs = []
+    for v in range(views):
+        im = Image(height=h, width=w, encoding="rgb8", step=w * 3)
+        im.data = frame
+        imgs.append(im)
+    pubs, state = {}, {}
+    results = []
+
+    def on_chunk(msg, rid):
+        t = time.perf_counter()
+        st = state[rid]
+        if msg.round_id != st["round"]:
+            return
+        results.append(((t - st["sent"]) * 1e3, msg.inference_ms, msg.queue_ms, msg.status))
+        st["done"] += 1
+        if st["done"] < rounds:
+            send(rid)
+
+    def send(rid):
+        st = state[rid]
+        st["round"] += 1
+        o = Observation(robot_id=rid, task_id="bench", round_id=st["round"], prompt="pick up the cube")
+        o.header.stamp = time_from_sec(time.time())
+        o.images = imgs
+        o.state = array.array("f", [0.0] * 5)
+        o.control_period = 0.02
+        o.horizon_policy = "static"
+        o.horizon_params = array.array("f", [8.0])
+        st["sent"] = time.perf_counter()
+        pubs[rid].publish(o)
+
+    for rid in ids:
+        req = RegisterRobot.Request(robot_id=rid, task_id="bench", robot_namespace=rid,
+                                    prompt="pick up the cube", num_views=views, image_height=h,
+                                    image_width=w, joint_names=[f"j{i}" for i in range(5)],
+                                    state_dim=5, action_dim=5, control_period=0.02)
+        fut = cli.call_async(req)
+        rclpy.spin_until_future_complete(node, fut, timeout_sec=timeout_s)
+        if fut.result() is None or not fut.result().accepted:
+            raise RuntimeError(f"registration failed: {fut.result()}")
+        pubs[rid] = node.create_publisher(Observation, f"/{rid}/observation", reliable_qos())
+        node.create_subscription(ActionChunk, f"/{rid}/action_chunk", lambda m, r=rid: on_chunk(m, r),
+                                 reliable_qos())
+        state[rid] = {"round": 0, "sent": 0.0, "done": 0}
+    # Wait until every link matched both ways (a volatile reliable message sent earlier is lost).
+    while any(p.get_subscription_count() == 0 for p in pubs.values()):
+        rclpy.spin_once(node, timeout_sec=0.05)
+        if time.monotonic() > end:
+            raise RuntimeError("observation topics never matched")
+    for _ in range(20):
+        rclpy.spin_once(node, timeout_sec=0.01)
+    cpu0_srv, cpu0_me, t0 = proc_cpu_s(pid), time.process_time(), time.perf_counter()
+    for rid in ids:
+        send(rid)
+    end = time.monotonic() + timeout_s
+    while sum(s["done"] for s in state.values()) < rounds * n_robots and time.monotonic() < end:
+        rclpy.spin_once(node, timeout_sec=0.05)
+    wall = time.perf_counter() - t0
+    cpu_srv, cpu_me = proc_cpu_s(pid) - cpu0_srv, time.process_time() - cpu0_me
+    ok = [r for r in results if r[3] == 0]
+    if not ok:
+        raise RuntimeError(f"no chunks came back ({len(results)} replies)")
+    lat = np.array([r[0] for r in ok])
+    inf = np.array([r[1] for r in ok])
+    over = lat - inf
+    n = len(ok)
+    queue = np.array([r[2] for r in ok])
+    return {
+        "served": n, "lost": rounds * n_robots - n, "wall_s": wall,
+        "latency_ms_p50": float(np.percentile(lat, 50)), "latency_ms_p99": float(np.percentile(lat, 99)),
+        "engine_ms_p50": float(np.percentile(inf, 50)),
+        "queue_ms_p50": float(np.percentile(queue, 50)),
+        "overhead_ms_p50": float(np.percentile(over, 50)), "overhead_ms_p99": float(np.percentile(over, 99)),
+        # Transport + serialisation + pre/post-processing, without waiting for a busy engine.
+        "overhead_excl_queue_ms_p50": float(np.percentile(over - queue, 50)),
+        "overhead_excl_queue_ms_p99": float(np.percentile(over - queue, 99)),
+        # Server CPU includes the engine (one batch serves several robots).
+        "server_cpu_ms_per_obs": cpu_srv * 1e3 / n,
+        "client_cpu_ms_per_obs": cpu_me * 1e3 / n,
+    }
+
+
+def main(argv=None):
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--json", action="store_true", help="print one JSON object")
+    ap.add_argument("--cases", default=",".join(case_names()))
+    ap.add_argument("--rounds", type=int, default=30, help="observations per robot per case")
+    ap.add_argument("--timeout", type=float, default=120.0)
+    args = ap.parse_args(argv)
+    env = dict(os.environ)
+    env.setdefault("ROS_AUTOMATIC_DISCOVERY_RANGE", "LOCALHOST")
+    env.setdefault("ROS_DOMAIN_ID", str(100 + os.getpid() % 100))
+    shm = ROOT / "config" / "fastdds_shm.xml"
+    if shm.exists():
+        env.setdefault("FASTDDS_DEFAULT_PROFILES_FILE", str(shm))
+    os.environ.update(env)
+    log = tempfile.NamedTemporaryFile(prefix="bench_serving_server_", suffix=".log", delete=False)
+    srv = subprocess.Popen([sys.executable, "-m", "physai_ros.nodes.policy_server"], env=env,
+                           stdout=log, stderr=subprocess.STDOUT)
+    import rclpy
+
+    rclpy.init()
+    node = rclpy.create_node("bench_serving")
+    out = {"overhead_ms_p50": {}, "overhead_ms_p99": {}, "cases": {}, "server_log": log.name,
+           "load_average": os.getloadavg()}
+    try:
+        for name in [c for c in args.cases.split(",") if c]:
+            n, v, hw = parse_case(name)
+            r = run_case(node, srv.pid, n, v, hw, args.rounds, args.timeout)
+            out["cases"][name] = r
+            out["overhead_ms_p50"][name] = r["overhead_ms_p50"]
+            out["overhead_ms_p99"][name] = r["overhead_ms_p99"]
+            if not args.json:
+                print(f"{name}: overhead p50 {r['overhead_ms_p50']:.2f} ms p99 {r['overhead_ms_p99']:.2f} ms "
+                      f"(latency p50 {r['latency_ms_p50']:.1f}, engine p50 {r['engine_ms_p50']:.1f}, "
+                      f"server CPU/obs {r['server_cpu_ms_per_obs']:.2f} ms, client {r['client_cpu_ms_per_obs']:.2f} ms)",
+                      flush=True)
+    finally:
+        out["load_average_end"] = os.getloadavg()
+        srv.terminate()
+        try:
+            srv.wait(timeout=10)
+        except subprocess.TimeoutExpired:
+            srv.kill()
+        node.destroy_node()
+        rclpy.try_shutdown()
+    if args.json:
+        print(json.dumps(out, indent=2))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,53 @@
+"""The whole fleet from one fleet.yaml: the policy server, and per robot a namespaced group with
+sim_robot (simulated robots only), robot_client and trajectory_controller.
+
+  ros2 launch physai_ros fleet.launch.py fleet_file:=/path/fleet.yaml num_robots:=8 duration:=60
+
+Launch arguments: fleet_file (default: the package's config/fleet.yaml), num_robots (0: the
+robots listed; more: the last entry is cloned as robot_<k>), duration (seconds; 0: until Ctrl-C).
+The process plan is physai_ros.serving.fleet_plan, the same one `physai-fleet` runs.
+"""
+from launch import LaunchDescription
+from launch.actions import DeclareLaunchArgument, GroupAction, OpaqueFunction, Shutdown, TimerAction
+from launch.substitutions import LaunchConfiguration
+from launch_ros.actions import Node, PushROSNamespace
+
+from physai_ros.serving.config import default_fleet_path, load_fleet
+from physai_ros.serving.fleet_plan import robot_specs, server_spec
+
+PACKAGE = "physai_ros"
+
+
+def _node(spec, name):
+    return Node(package=PACKAGE, executable=spec.executable, name=name,
+                parameters=[dict(spec.parameters)], output="screen", emulate_tty=True)
+
+
+def _setup(context, *args, **kwargs):
+    fleet_file = LaunchConfiguration("fleet_file").perform(context)
+    num_robots = int(LaunchConfiguration("num_robots").perform(context) or 0)
+    duration = float(LaunchConfiguration("duration").perform(context) or 0)
+    cfg = load_fleet(fleet_file)  # FleetConfigError names the bad key: fail before starting anything
+    if num_robots > 0:
+        cfg = cfg.with_num_robots(num_robots)
+    actions = [_node(server_spec(cfg), cfg.server.node_name)]
+    for robot in cfg.robots:
+        group = [PushROSNamespace(robot.namespace)]
+        group += [_node(spec, spec.executable) for spec in robot_specs(cfg, robot)]
+        actions.append(GroupAction(actions=group))
+    if duration > 0:
+        actions.append(TimerAction(period=duration, actions=[Shutdown(reason="duration elapsed")]))
+    return actions
+
+
+def generate_launch_description():
+    return LaunchDescription([
+        DeclareLaunchArgument("fleet_file", default_value=str(default_fleet_path()),
+                              description="fleet description (server, tasks, robots)"),
+        DeclareLaunchArgument("num_robots", default_value="0",
+                              description="0: the robots listed in the fleet file; N: the first N "
+                                          "(cloning the last entry beyond the list)"),
+        DeclareLaunchArgument("duration", default_value="0",
+                              description="seconds until shutdown; 0 runs until Ctrl-C"),
+        OpaqueFunction(function=_setup),
+    ])

@@ -1,0 +1,159 @@
+"""Pi0Engine: batched pi0 inference for many robots over the plain or the prepared fast path."""
+from __future__ import annotations
+
+import time
+from dataclasses import dataclass, field
+from typing import Callable, Dict, List, Optional, Tuple
+
+import torch
+
+from .batching import Batch, collate
+from .fast import FastPi0
+from .model import PlainPi0
+from .params import Weights, param_shapes, random_weights
+from .types import EngineInput, EngineInputError, EngineOutput, Pi0Config, PrefixCache
+
+
+@dataclass
+class EngineStats:
+    calls: int = 0
+    robots: int = 0
+    rejected: int = 0
+    last_error: str = ""
+    errors_by_field: Dict[str, int] = field(default_factory=dict)
+
+
+def check_weight_shapes(config: Pi0Config, weights: Weights) -> None:
+    """Every tensor the config needs is present with the right shape; names the first offender."""
+    for name, shape in param_shapes(config).items():
+        if name not in weights:
+            raise KeyError(f"weights: missing tensor {name!r} (expected shape {list(shape)})")
+        if tuple(weights[name].shape) != tuple(shape):
+            raise ValueError(f"weights: {name!r} has shape {list(weights[name].shape)}, expected {list(shape)}")
+
+
+class Pi0Engine:
+    """Batched pi0 sampler.
+
+    weights=None draws seeded random weights (tests, benchmarks). fast=True prepares the folded
+    fast path and frees the plain weights as it goes (the engine then holds one copy); fast=False
+    keeps the literal reference path. On CUDA (only when torch.cuda.is_available()), the fast
+    path can be captured in CUDA graphs per batch size (`cuda_graphs=True`, see cuda_graphs.py).
+    """
+
+    def __init__(
+        self,
+        config: Pi0Config,
+        weights: Optional[Weights] = None,
+        device="cpu",
+        dtype: torch.dtype = torch.float32,
+        fast: bool = True,
+        backend: str = "torch",
+        seed: int = 0,
+        cuda_graphs: bool = False,
+    ):
+        config.validate()
+        self.config = config
+        self.device = torch.device(device)
+        self.dtype = dtype
+        self.fast = fast
+        self.backend = backend
+        self.stats = EngineStats()
+        self._gen = torch.Generator().manual_seed(seed)
+        if weights is None:
+            weights = random_weights(config, seed=seed)
+        check_weight_shapes(config, weights)
+        # Move tensor by tensor (pop + reinsert) so a full model is never on two devices at once.
+        for name in list(weights):
+            weights[name] = weights.pop(name).to(self.device, dtype)
+        if fast:
+            self.model = FastPi0(config, weights, backend=backend, consume=True, dtype=dtype)
+        else:
+            self.model = PlainPi0(config, weights)
+        self._graphs = None
+        if cuda_graphs:
+            if not (fast and self.device.type == "cuda" and torch.cuda.is_available()):
+                raise ValueError("cuda_graphs needs fast=True and a CUDA device")
+            from .cuda_graphs import GraphCache
+
+            self._graphs = GraphCache(self.model, config, self.device, dtype)
+
+    @classmethod
+    def from_lerobot_checkpoint(cls, path, device="cpu", dtype=torch.float32, fast: bool = True,
+                                backend: str = "torch", progress: Optional[Callable[[str], None]] = None,
+                                head_dim: Optional[int] = None, vision_heads: int = 16,
+                                cuda_graphs: bool = False, **config_overrides) -> "Pi0Engine":
+        """Load a LeRobot PI0 checkpoint directory (see weights.load_lerobot_checkpoint for
+        head_dim / vision_heads and the config overrides such as time_schedule)."""
+        from .weights import load_lerobot_checkpoint
+
+        config, weights = load_lerobot_checkpoint(path, dtype=dtype, head_dim=head_dim, vision_heads=vision_heads,
+                                                  progress=progress, **config_overrides)
+        return cls(config, weights, device=device, dtype=dtype, fast=fast, backend=backend, cuda_graphs=cuda_graphs)
+
+    # ------------------------------------------------------------------ input checking
+    def check(self, inp: EngineInput) -> Optional[str]:
+        """None when the input can run, else the reason (also counted in .stats)."""
+        try:
+            if not isinstance(inp, EngineInput):
+                raise EngineInputError(f"expected EngineInput, got {type(inp).__name__}")
+            inp.validate(self.config)
+            return None
+        except EngineInputError as e:
+            self.stats.rejected += 1
+            self.stats.last_error = str(e)
+            key = str(e).split(":", 1)[0]
+            self.stats.errors_by_field[key] = self.stats.errors_by_field.get(key, 0) + 1
+            return str(e)
+
+    def _collate(self, batch: List[EngineInput], for_graphs: bool = False) -> Batch:
+        if not isinstance(batch, (list, tuple)) or not batch:
+            raise EngineInputError("empty batch: expected a non-empty list of EngineInput")
+        for i, inp in enumerate(batch):
+            err = self.check(inp)
+            if err is not None:
+                raise EngineInputError(f"robot {i}: {err}")
+        if for_graphs:
+            from .cuda_graphs import static_collate_kwargs
+
+            # Stays on the CPU: GraphCache stages it through pinned buffers.
+            return collate(batch, self.config, "cpu", self.dtype, generator=self._gen,
+                           **static_collate_kwargs(self.config))
+        return collate(batch, self.config, self.device, self.dtype, generator=self._gen)
+
+    # ------------------------------------------------------------------ inference
+    def prefix(self, batch: List[EngineInput]) -> PrefixCache:
+        """Vision + VLM for a batch of observations into a KV cache (streaming: 30 Hz side)."""
+        b = self._collate(batch)
+        return self.model.prefix(b.images, b.image_masks, b.tokens, b.token_mask)
+
+    def denoise(self, cache: PrefixCache, state: torch.Tensor, noise: torch.Tensor) -> Tuple[torch.Tensor, torch.Tensor]:
+        """Action expert against a cache: state [B, max_state_dim], noise [B, chunk, max_action_dim]
+        -> (actions [B, chunk, A], updates [num_steps, B, chunk, A])."""
+        cfg = self.config
+        bsz = cache.batch_size
+        if tuple(state.shape) != (bsz, cfg.max_state_dim):
+            raise EngineInputError(f"state: expected [{bsz}, {cfg.max_state_dim}], got {list(state.shape)}")
+        if tuple(noise.shape) != (bsz, cfg.chunk_size, cfg.max_action_dim):
+            raise EngineInputError(f"noise: expected [{bsz}, {cfg.chunk_size}, {cfg.max_action_dim}], got {list(noise.shape)}")
+        return self.model.denoise(cache, state.to(self.device), noise.to(self.device, torch.float32))
+
+    def infer(self, batch: List[EngineInput]) -> List[EngineOutput]:
+        """Sample one chunk per robot. Raises EngineInputError naming the robot and field when an
+        input is malformed (nothing runs then; the rejection is counted in .stats)."""
+        b = self._collate(batch, for_graphs=self._graphs is not None)
+        t0 = time.perf_counter()
+        if self._graphs is not None:
+            actions, updates, t_prefix = self._graphs.run(b)
+        else:
+            cache = self.model.prefix(b.images, b.image_masks, b.tokens, b.token_mask)
+            if self.device.type == "cuda":
+                torch.cuda.synchronize(self.device)
+            t_prefix = (time.perf_counter() - t0) * 1e3
+            actions, updates = self.model.denoise(cache, b.state, b.noise)
+        actions, updates = actions.float().cpu(), updates.float().cpu()
+        total = (time.perf_counter() - t0) * 1e3
+        self.stats.calls += 1
+        self.stats.robots += b.size
+        timings = {"prefix_ms": t_prefix, "denoise_ms": total - t_prefix, "total_ms": total, "batch": b.size}
+        return [EngineOutput(actions=actions[i], updates=updates[:, i], timings_ms=dict(timings)) for i in range(b.size)]

@@ -1,0 +1,314 @@
+"""The prepared fast path (realtime-vla sections 3.2 and 4), built once from the plain weights.
+
+Rewrites, each checked against the plain path in test/engine/test_fast_equivalence.py:
+- norm affines folded into the next linear: Gemma RMSNorm's (1 + w) into the input columns of
+  QKV / gate-up / action_out, applied with the per-row rsqrt scale in the GEMM epilogue;
+  SigLIP LayerNorm's (g, b) into the next weight and bias (the mean/variance part stays);
+- Q, K, V fused into one matmul, gate and up into one; the attention scale folded into Q;
+- SigLIP patch conv as one GEMM over patches, position embedding as the epilogue residual;
+- RoPE cos/sin tabulated once for every position the engine can see;
+- action-time MLP folded: action_time_in(cat(action_in(x), temb(t))) =
+  (W_a W_in) x + [W_a b_in + W_t temb(t_s) + b], the bracket tabulated for the num_steps times;
+- dt folded into action_out, so the GEMM yields the Euler update dt * v directly;
+- the VLM's last layer computes only K and V (nothing reads its output);
+- the state token does not see the action tokens (block-causal), so its K/V per expert layer
+  are computed once per denoise call instead of once per step; the prefix KV cache is computed
+  once and read by all steps from static buffers that the action tokens' K/V are written into.
+
+All GEMMs and gated FFNs go through physai_ros.kernels.ops with `backend=` passed through.
+"""
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+from typing import List, Optional, Tuple
+
+import torch
+import torch.nn.functional as F
+
+from physai_ros.kernels import ops
+
+from .model import MASK_VALUE, rope_angles, sincos_time_embedding
+from .params import Weights
+from .types import GemmaSpec, Pi0Config, PrefixCache
+
+
+@dataclass
+class VisionLayer:
+    w_qkv: torch.Tensor
+    b_qkv: torch.Tensor
+    w_o: torch.Tensor
+    b_o: torch.Tensor
+    w_fc1: torch.Tensor
+    b_fc1: torch.Tensor
+    w_fc2: torch.Tensor
+    b_fc2: torch.Tensor
+
+
+@dataclass
+class GemmaLayer:
+    w_qkv: torch.Tensor  # [(H + 2 KV) hd, D], (1 + ln_attn) folded, Q rows pre-scaled
+    w_o: Optional[torch.Tensor]  # None: the layer only produces K/V
+    w_gate_up: Optional[torch.Tensor]  # [2 F, D], (1 + ln_mlp) folded
+    w_down: Optional[torch.Tensor]
+
+
+def _take(w: Weights, name: str, consume: bool) -> torch.Tensor:
+    return w.pop(name) if consume else w[name]
+
+
+def _fold_rms(weight: torch.Tensor, norm_w: torch.Tensor) -> torch.Tensor:
+    return weight.float() * (1.0 + norm_w.float())[None, :]
+
+
+def _fold_ln(weight: torch.Tensor, bias: Optional[torch.Tensor], g: torch.Tensor, b: torch.Tensor):
+    """W (xhat * g + b) + c = (W * g) xhat + (W b + c)."""
+    w32 = weight.float()
+    new_b = w32 @ b.float() + (bias.float() if bias is not None else 0.0)
+    return w32 * g.float()[None, :], new_b
+
+
+class FastPi0:
+    def __init__(self, config: Pi0Config, weights: Weights, backend: str = "torch", consume: bool = False,
+                 dtype: Optional[torch.dtype] = None):
+        """Prepare from plain weights. consume=True pops every folded tensor from `weights` as it
+        goes, so a full-size model never exists twice in memory."""
+        config.validate()
+        self.cfg = cfg = config
+        self.backend = backend
+        first = next(iter(weights.values()))
+        self.dtype = dtype or first.dtype
+        self.device = first.device
+        dt = self.dtype
+        c = consume
+
+        # --- SigLIP ---
+        v = cfg.vision
+        self.v_heads, self.v_hd = v.num_heads, v.width // v.num_heads
+        self.patch_w = _take(weights, "vision.patch.weight", c).reshape(v.width, -1).to(dt)
+        self.patch_b = _take(weights, "vision.patch.bias", c).to(dt)
+        self.pos = _take(weights, "vision.pos", c).to(dt)
+        self.vision_layers: List[VisionLayer] = []
+        vscale = self.v_hd**-0.5
+        for i in range(v.depth):
+            p = f"vision.layers.{i}."
+            g1, b1 = _take(weights, p + "ln1.weight", c), _take(weights, p + "ln1.bias", c)
+            ws, bs = [], []
+            for n, s in (("q", vscale), ("k", 1.0), ("v", 1.0)):
+                wf, bf = _fold_ln(_take(weights, p + n + ".weight", c), _take(weights, p + n + ".bias", c), g1, b1)
+                ws.append(wf * s)
+                bs.append(bf * s)
+            g2, b2 = _take(weights, p + "ln2.weight", c), _take(weights, p + "ln2.bias", c)
+            w1, bb1 = _fold_ln(_take(weights, p + "fc1.weight", c), _take(weights, p + "fc1.bias", c), g2, b2)
+            self.vision_layers.append(VisionLayer(
+                w_qkv=torch.cat(ws).to(dt), b_qkv=torch.cat(bs).to(dt),
+                w_o=_take(weights, p + "o.weight", c).to(dt), b_o=_take(weights, p + "o.bias", c).to(dt),
+                w_fc1=w1.to(dt), b_fc1=bb1.to(dt),
+                w_fc2=_take(weights, p + "fc2.weight", c).to(dt), b_fc2=_take(weights, p + "fc2.bias", c).to(dt),
+            ))
+        wp, bp = _fold_ln(_take(weights, "projector.weight", c), _take(weights, "projector.bias", c),
+                          _take(weights, "vision.post_ln.weight", c), _take(weights, "vision.post_ln.bias", c))
+        self.proj_w, self.proj_b = wp.to(dt), bp.to(dt)
+
+        # --- Gemma towers ---
+        self.embed = _take(weights, "vlm.embed", c).to(dt)
+        self.embed_scale = torch.tensor(math.sqrt(cfg.vlm.width), dtype=dt)
+        if c:
+            weights.pop("vlm.norm", None)  # feeds only the VLM's token head, never run by pi0
+        self.vlm_layers = self._gemma_layers(weights, "vlm", cfg.vlm, c, kv_only_last=True)
+        self.expert_layers = self._gemma_layers(weights, "expert", cfg.expert, c, kv_only_last=False)
+
+        # --- action expert head and tail ---
+        e = cfg.expert.width
+        self.state_w = _take(weights, "state_proj.weight", c).to(dt)
+        self.state_b = _take(weights, "state_proj.bias", c).to(dt)
+        w_ai = _take(weights, "action_in.weight", c).double()
+        b_ai = _take(weights, "action_in.bias", c).double()
+        w_in = _take(weights, "action_time_in.weight", c).double()
+        b_in = _take(weights, "action_time_in.bias", c).double()
+        w_a, w_t = w_in[:, :e], w_in[:, e:]
+        times = torch.tensor(cfg.step_times(), dtype=torch.float32)
+        temb = sincos_time_embedding(times, e, cfg.min_period, cfg.max_period).float().double()
+        self.act_w = (w_a @ w_ai).to(dt)
+        self.act_b_table = (w_a @ b_ai + temb @ w_t.T + b_in).to(dt)  # [num_steps, E]
+        self.act_out_w = _take(weights, "action_time_out.weight", c).to(dt)
+        self.act_out_b = _take(weights, "action_time_out.bias", c).to(dt)
+        norm = _take(weights, "expert.norm", c)
+        self.out_w = (_fold_rms(_take(weights, "action_out.weight", c), norm) * cfg.dt).to(dt)
+        self.out_b = (_take(weights, "action_out.bias", c).float() * cfg.dt).to(dt)
+
+        # RoPE tables for every position a prefix + state + chunk can reach.
+        npos = cfg.max_prefix_len + 1 + cfg.chunk_size
+        ang = rope_angles(torch.arange(npos), cfg.vlm.head_dim, cfg.rope_theta, cfg.rope_style)
+        emb = torch.cat([ang, ang], dim=-1)
+        self.rope_cos = emb.cos().to(dt).to(self.device)
+        self.rope_sin = emb.sin().to(dt).to(self.device)
+
+    def _gemma_layers(self, w, prefix: str, spec: GemmaSpec, c: bool, kv_only_last: bool) -> List[GemmaLayer]:
+        dt = self.dtype
+        scale = spec.head_dim**-0.5
+        layers = []
+        for i in range(spec.depth):
+            p = f"{prefix}.layers.{i}."
+            ln_a, ln_m = _take(w, p + "ln_attn", c), _take(w, p + "ln_mlp", c)
+            last_kv = kv_only_last and i == spec.depth - 1
+            q = _take(w, p + "q", c)
+            parts = [] if last_kv else [q.float() * scale]
+            parts += [_take(w, p + "k", c).float(), _take(w, p + "v", c).float()]
+            w_qkv = _fold_rms(torch.cat(parts), ln_a).to(dt)
+            del q
+            o, gate, up, down = (_take(w, p + n, c) for n in ("o", "gate", "up", "down"))
+            if last_kv:
+                layers.append(GemmaLayer(w_qkv=w_qkv, w_o=None, w_gate_up=None, w_down=None))
+                continue
+            gu = _fold_rms(torch.cat([gate, up]), ln_m).to(dt)
+            del gate, up
+            layers.append(GemmaLayer(w_qkv=w_qkv, w_o=o.to(dt), w_gate_up=gu, w_down=down.to(dt)))
+        return layers
+
+    # ------------------------------------------------------------------ helpers
+    @staticmethod
+    def _rope(x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor) -> torch.Tensor:
+        """x [B, T, H, hd]; cos/sin [B, T, hd]."""
+        half = x.shape[-1] // 2
+        rot = torch.cat([-x[..., half:], x[..., :half]], dim=-1)
+        return x * cos[:, :, None] + rot * sin[:, :, None]
+
+    def _attention(self, q, k, v, mask):
+        """q [B, Tq, H, D] (scale folded into W_q), k/v [B, Tk, KV, D], mask bool [B, Tq, Tk].
+        The torch backend uses a lean grouped matmul (no K/V repeat, no fp32 round trip): on the
+        CPU the reference op's validation and upcasts cost more than the tiny attention itself."""
+        if self.backend != "torch":
+            return ops.attention(q, k, v, mask, 1.0, backend=self.backend)
+        b, tq, h, d = q.shape
+        kv = k.shape[2]
+        r = h // kv
+        qg = q.permute(0, 2, 1, 3).reshape(b, kv, r * tq, d)
+        s = torch.matmul(qg, k.permute(0, 2, 3, 1)).view(b, kv, r, tq, -1)
+        s = s.masked_fill(~mask[:, None, None], MASK_VALUE)
+        p = torch.softmax(s, dim=-1, dtype=torch.float32).to(q.dtype)
+        o = torch.matmul(p.view(b, kv, r * tq, -1), v.permute(0, 2, 1, 3))
+        return o.view(b, kv, r, tq, d).permute(0, 3, 1, 2, 4).reshape(b, tq, h, d)
+
+    def _kv_only(self, w_kv, spec: GemmaSpec, x, cos, sin):
+        """K (with RoPE) and V of a layer whose outputs nobody reads."""
+        b, t, _ = x.shape
+        rs = ops.rms_row_scale(x, self.cfg.rms_eps, backend=self.backend)
+        kv = ops.linear(x, w_kv, row_scale=rs, backend=self.backend).view(b, t, 2 * spec.num_kv_heads, spec.head_dim)
+        return self._rope(kv[:, :, : spec.num_kv_heads], cos, sin), kv[:, :, spec.num_kv_heads:]
+
+    def _gemma_block(self, layer: GemmaLayer, spec: GemmaSpec, x, cos, sin, kv_sink):
+        """One decoder layer over x [B, T, D]. kv_sink(k, v) stores this layer's K/V
+        [B, T, KV, hd] and returns (keys, values, mask) to attend over."""
+        be = self.backend
+        rs = ops.rms_row_scale(x, self.cfg.rms_eps, backend=be)
+        q, k, v = ops.qkv_rope(x, layer.w_qkv, cos, sin, spec.num_heads, spec.num_kv_heads, spec.head_dim,
+                               row_scale=rs, backend=be)
+        k_all, v_all, mask = kv_sink(k, v)
+        a = self._attention(q, k_all, v_all, mask)
+        x = ops.linear(a.reshape(x.shape[0], x.shape[1], -1), layer.w_o, residual=x, backend=be)
+        rs = ops.rms_row_scale(x, self.cfg.rms_eps, backend=be)
+        f = ops.gated_ffn(x, layer.w_gate_up, row_scale=rs, activation="gelu_tanh", backend=be)
+        return ops.linear(f, layer.w_down, residual=x, backend=be)
+
+    # ------------------------------------------------------------------ prefix
+    def vision(self, images: torch.Tensor) -> torch.Tensor:
+        """images [N, 3, S, S] -> image tokens [N, P, vlm_width]."""
+        cfg, be = self.cfg, self.backend
+        p, n = cfg.vision.patch_size, images.shape[0]
+        g = cfg.vision.image_size // p
+        patches = images.to(self.dtype).reshape(n, 3, g, p, g, p).permute(0, 2, 4, 1, 3, 5).reshape(n, g * g, 3 * p * p)
+        x = ops.linear(patches, self.patch_w, self.patch_b, residual=self.pos.expand(n, -1, -1), backend=be)
+        d, t = x.shape[-1], x.shape[1]
+        hh, hd = self.v_heads, self.v_hd
+        everything = torch.ones(n, t, t, dtype=torch.bool, device=x.device)
+        for L in self.vision_layers:
+            h = F.layer_norm(x, (d,), eps=cfg.layer_norm_eps)
+            qkv = ops.linear(h, L.w_qkv, L.b_qkv, backend=be).view(n, t, 3, hh, hd)
+            a = self._attention(qkv[:, :, 0], qkv[:, :, 1], qkv[:, :, 2], everything)
+            x = ops.linear(a.reshape(n, t, d), L.w_o, L.b_o, residual=x, backend=be)
+            h = F.layer_norm(x, (d,), eps=cfg.layer_norm_eps)
+            h = ops.linear(h, L.w_fc1, L.b_fc1, activation="gelu_tanh", backend=be)
+            x = ops.linear(h, L.w_fc2, L.b_fc2, residual=x, backend=be)
+        x = F.layer_norm(x, (d,), eps=cfg.layer_norm_eps)
+        return ops.linear(x, self.proj_w, self.proj_b, backend=be)
+
+    @torch.no_grad()
+    def prefix(self, images, image_masks, tokens, token_mask) -> PrefixCache:
+        spec = self.cfg.vlm
+        b, nv = images.shape[:2]
+        img = self.vision(images.flatten(0, 1))
+        npatch = img.shape[1]
+        lang = self.embed[tokens] * self.embed_scale
+        x = torch.cat([img.reshape(b, nv * npatch, -1), lang], dim=1)
+        pad = torch.cat([image_masks[:, :, None].expand(b, nv, npatch).reshape(b, -1), token_mask], dim=1)
+        pos = (torch.cumsum(pad.long(), dim=1) - 1).clamp(min=0)
+        cos, sin = self.rope_cos[pos], self.rope_sin[pos]
+        mask = pad[:, None, :] & pad[:, :, None]
+        keys, values = [], []
+
+        def sink(k, v):
+            keys.append(k)
+            values.append(v)
+            return k, v, mask
+
+        for layer in self.vlm_layers:
+            if layer.w_o is None:
+                sink(*self._kv_only(layer.w_qkv, spec, x, cos, sin))
+            else:
+                x = self._gemma_block(layer, spec, x, cos, sin, sink)
+        return PrefixCache(keys=keys, values=values, pad=pad, next_pos=pad.long().sum(1))
+
+    # ------------------------------------------------------------------ denoise
+    @torch.no_grad()
+    def denoise(self, cache: PrefixCache, state, noise) -> Tuple[torch.Tensor, torch.Tensor]:
+        cfg, spec, be = self.cfg, self.cfg.expert, self.backend
+        b, chunk, _ = noise.shape
+        t_pre = cache.pad.shape[1]
+        total = t_pre + 1 + chunk
+        dev, dt = noise.device, self.dtype
+        hkv, hd = spec.num_kv_heads, spec.head_dim
+        # Static K/V buffers per layer: [prefix | state | actions]; every step overwrites the tail.
+        kbuf = [torch.empty(b, total, hkv, hd, dtype=dt, device=dev) for _ in self.expert_layers]
+        vbuf = [torch.empty(b, total, hkv, hd, dtype=dt, device=dev) for _ in self.expert_layers]
+        for i in range(len(self.expert_layers)):
+            kbuf[i][:, :t_pre] = cache.keys[i]
+            vbuf[i][:, :t_pre] = cache.values[i]
+        valid = torch.cat([cache.pad, torch.ones(b, 1 + chunk, dtype=torch.bool, device=dev)], dim=1)
+        mask_state = valid[:, None, : t_pre + 1]
+        mask_act = valid[:, None, :].expand(b, chunk, total)
+
+        # 1) the state token, once: it sees the prefix and itself, never the actions.
+        spos = cache.next_pos[:, None]
+        scos, ssin = self.rope_cos[spos], self.rope_sin[spos]
+        x = ops.linear(state.to(dt)[:, None], self.state_w, self.state_b, backend=be)
+        last = len(self.expert_layers) - 1
+        for i, layer in enumerate(self.expert_layers):
+            def sink(k, v, i=i):
+                kbuf[i][:, t_pre: t_pre + 1] = k
+                vbuf[i][:, t_pre: t_pre + 1] = v
+                return kbuf[i][:, : t_pre + 1], vbuf[i][:, : t_pre + 1], mask_state
+            if i == last:  # its last-layer output is never read: K/V only
+                sink(*self._kv_only(layer.w_qkv[spec.num_heads * hd:], spec, x, scos, ssin))
+            else:
+                x = self._gemma_block(layer, spec, x, scos, ssin, sink)
+
+        # 2) the Euler steps over the action tokens only.
+        apos = cache.next_pos[:, None] + 1 + torch.arange(chunk, device=dev)[None]
+        acos, asin = self.rope_cos[apos], self.rope_sin[apos]
+        xt = noise.to(torch.float32)
+        updates = torch.empty(cfg.num_steps, b, chunk, noise.shape[2], dtype=torch.float32, device=dev)
+        for s in range(cfg.num_steps):
+            h = ops.linear(xt.to(dt), self.act_w, self.act_b_table[s], activation="silu", backend=be)
+            h = ops.linear(h, self.act_out_w, self.act_out_b, backend=be)
+            for i, layer in enumerate(self.expert_layers):
+                def sink(k, v, i=i):
+                    kbuf[i][:, t_pre + 1:] = k
+                    vbuf[i][:, t_pre + 1:] = v
+                    return kbuf[i], vbuf[i], mask_act
+                h = self._gemma_block(layer, spec, h, acos, asin, sink)
+            rs = ops.rms_row_scale(h, cfg.rms_eps, backend=be)
+            u = ops.linear(h, self.out_w, self.out_b, row_scale=rs, backend=be).float()
+            updates[s] = u
+            xt = xt + u
+        return xt, updates

@@ -1,0 +1,364 @@
+"""Load a LeRobot PI0 checkpoint directory (config.json + model.safetensors, as
+`PI0Policy.save_pretrained` writes it) into our weight dict.
+
+- Every LeRobot key is either mapped onto one of our names, or skipped on purpose (listed in
+  SKIPPED: the expert's lm_head, the VLM's tied lm_head when embed_tokens is present); any other
+  key is an error naming it. Every tensor our config needs must be found, with the shape the
+  config implies.
+- Sizes come from the tensors (LeRobot's config.json only names variants like "gemma_2b"), so
+  any pi0-family size loads. Head counts cannot be read from projection shapes: the Gemma head
+  dim and the SigLIP head count are parameters (LeRobot's values by default).
+- Memory-frugal: the safetensors file is read tensor by tensor with plain file reads into the
+  final tensors (no mmap, no second copy), with progress reports for a full-size model.
+"""
+from __future__ import annotations
+
+import json
+import logging
+import re
+import struct
+import time
+from pathlib import Path
+from typing import Callable, Dict, List, Optional, Tuple
+
+import torch
+
+from .params import Weights, infer_config, param_shapes
+from .types import Pi0Config
+
+log = logging.getLogger(__name__)
+
+
+# Report loading progress only for checkpoints at least this big (a full-size pi0 is ~14 GB).
+PROGRESS_MIN_BYTES = 1 << 30
+
+
+class CheckpointError(ValueError):
+    """A checkpoint that does not fit pi0; the message names the offending key or file."""
+
+
+_DTYPES = {
+    "F32": torch.float32, "F16": torch.float16, "BF16": torch.bfloat16, "F64": torch.float64,
+    "I64": torch.int64, "I32": torch.int32, "I16": torch.int16, "I8": torch.int8, "U8": torch.uint8,
+    "BOOL": torch.bool,
+}
+
+_PG = r"paligemma_with_expert\.paligemma\."
+_VIS = _PG + r"(?:model\.)?vision_tower\.vision_model\."
+_LM = _PG + r"(?:model\.language_model\.|language_model\.(?:model\.)?)"
+_EX = r"paligemma_with_expert\.gemma_expert\.model\."
+
+# (LeRobot key regex, our name template); first match wins.
+_RULES: List[Tuple[re.Pattern, str]] = [(re.compile(p + r"$"), t) for p, t in [
+    (_VIS + r"embeddings\.patch_embedding\.(weight|bias)", r"vision.patch.\1"),
+    (_VIS + r"embeddings\.position_embedding\.weight", "vision.pos"),
+    (_VIS + r"encoder\.layers\.(\d+)\.layer_norm([12])\.(weight|bias)", r"vision.layers.\1.ln\2.\3"),
+    (_VIS + r"encoder\.layers\.(\d+)\.self_attn\.(q|k|v)_proj\.(weight|bias)", r"vision.layers.\1.\2.\3"),
+    (_VIS + r"encoder\.layers\.(\d+)\.self_attn\.out_proj\.(weight|bias)", r"vision.layers.\1.o.\2"),
+    (_VIS + r"encoder\.layers\.(\d+)\.mlp\.(fc1|fc2)\.(weight|bias)", r"vision.layers.\1.\2.\3"),
+    (_VIS + r"post_layernorm\.(weight|bias)", r"vision.post_ln.\1"),
+    (_PG + r"(?:model\.)?multi_modal_projector\.linear\.(weight|bias)", r"projector.\1"),
+    (_LM + r"embed_tokens\.weight", "vlm.embed"),
+    (_LM + r"layers\.(\d+)\.self_attn\.(q|k|v|o)_proj\.weight", r"vlm.layers.\1.\2"),
+    (_LM + r"layers\.(\d+)\.mlp\.(gate|up|down)_proj\.weight", r"vlm.layers.\1.\2"),
+    (_LM + r"layers\.(\d+)\.input_layernorm\.weight", r"vlm.layers.\1.ln_attn"),
+    (_LM + r"layers\.(\d+)\.post_attention_layernorm\.weight", r"vlm.layers.\1.ln_mlp"),
+    (_LM + r"norm\.weight", "vlm.norm"),
+    (_EX + r"layers\.(\d+)\.self_attn\.(q|k|v|o)_proj\.weight", r"expert.layers.\1.\2"),
+    (_EX + r"layers\.(\d+)\.mlp\.(gate|up|down)_proj\.weight", r"expert.layers.\1.\2"),
+    (_EX + r"layers\.(\d+)\.input_layernorm\.weight", r"expert.layers.\1.ln_attn"),
+    (_EX + r"layers\.(\d+)\.post_attention_layernorm\.weight", r"expert.layers.\1.ln_mlp"),
+    (_EX + r"norm\.weight", "expert.norm"),
+    (r"state_proj\.(weight|bias)", r"state_proj.\1"),
+    (r"action_in_proj\.(weight|bias)", r"action_in.\1"),
+    (r"(?:action_)?time_mlp_in\.(weight|bias)", r"action_time_in.\1"),
+    (r"(?:action_)?time_mlp_out\.(weight|bias)", r"action_time_out.\1"),
+    (r"action_out_proj\.(weight|bias)", r"action_out.\1"),
+]]
+
+# Keys present in LeRobot checkpoints that pi0 inference does not read, skipped on purpose.
+SKIPPED = [re.compile(p + r"$") for p in (
+    r"paligemma_with_expert\.gemma_expert\.lm_head\.weight",  # the expert never emits tokens
+    _PG + r"lm_head\.weight",  # tied to embed_tokens; used only when embed_tokens is absent
+    r"(?:normalize_inputs|normalize_targets|unnormalize_outputs)\..*",  # stats: see normalization_stats
+)]
+_LM_HEAD = re.compile(_PG + r"lm_head\.weight$")
+_NORM_STATS = re.compile(r"(?:normalize_inputs|normalize_targets|unnormalize_outputs)\.buffer_(.+)\.(mean|std|min|max)$")
+
+
+def _normalise_key(key: str) -> str:
+    # PI0Policy.state_dict() prefixes the core model with "model."; older exports do not.
+    return key[len("model."):] if key.startswith("model.") else key
+
+
+def map_key(key: str) -> Optional[str]:
+    """Our name for a LeRobot key, or None when it is skipped on purpose. Raises for unknown keys."""
+    k = _normalise_key(key)
+    for pat, tmpl in _RULES:
+        m = pat.match(k)
+        if m:
+            return m.expand(tmpl)
+    if any(p.match(k) for p in SKIPPED):
+        return None
+    hint = " (adaRMS: a pi0.5 checkpoint, which this engine does not implement)" if ".dense." in k else ""
+    raise CheckpointError(f"unexpected tensor {key!r} in checkpoint{hint}")
+
+
+class SafetensorsFile:
+    """Minimal safetensors reader: header parse plus readinto, so tensors land directly in
+    their final buffers and the file is never memory-mapped."""
+
+    def __init__(self, path: Path):
+        self.path = Path(path)
+        with open(self.path, "rb") as f:
+            (n,) = struct.unpack("<Q", f.read(8))
+            header = json.loads(f.read(n))
+        self.metadata = header.pop("__metadata__", {})
+        self.entries = header
+        self.data_start = 8 + n
+
+    def shape(self, key: str) -> Tuple[int, ...]:
+        return tuple(self.entries[key]["shape"])
+
+    def nbytes(self, key: str) -> int:
+        a, b = self.entries[key]["data_offsets"]
+        return b - a
+
+    def read(self, key: str, f, dtype: Optional[torch.dtype] = None) -> torch.Tensor:
+        e = self.entries[key]
+        if e["dtype"] not in _DTYPES:
+            raise CheckpointError(f"{self.path.name}: tensor {key!r} has unsupported dtype {e['dtype']}")
+        t = torch.empty(e["shape"], dtype=_DTYPES[e["dtype"]])
+        a, b = e["data_offsets"]
+        if t.numel() * t.element_size() != b - a:
+            raise CheckpointError(f"{self.path.name}: tensor {key!r} byte size does not match its shape {e['shape']}")
+        f.seek(self.data_start + a)
+        buf = t.view(-1).view(torch.uint8).numpy() if t.numel() else None
+        if buf is not None and f.readinto(memoryview(buf)) != b - a:
+            raise CheckpointError(f"{self.path.name}: truncated data for tensor {key!r}")
+        return t if dtype is None or t.dtype == dtype else t.to(dtype)
+
+
+def _safetensors_files(path: Path) -> List[Path]:
+    index = path / "model.safetensors.index.json"
+    if index.exists():
+        shards = sorted(set(json.loads(index.read_text())["weight_map"].values()))
+        return [path / s for s in shards]
+    single = path / "model.safetensors"
+    if single.exists():
+        return [single]
+    raise CheckpointError(f"{path}: no model.safetensors (or model.safetensors.index.json) found")
+
+
+def read_lerobot_config(path) -> dict:
+    cfg_path = Path(path) / "config.json"
+    if not cfg_path.exists():
+        raise CheckpointError(f"{path}: no config.json")
+    cfg = json.loads(cfg_path.read_text())
+    if cfg.get("type", "pi0") != "pi0":
+        raise CheckpointError(f"{cfg_path}: policy type {cfg.get('type')!r}, expected 'pi0'")
+    return cfg
+
+
+def _config_fields(lr: dict) -> dict:
+    out = {}
+    for ours, theirs in (("chunk_size", "chunk_size"), ("num_steps", "num_steps"), ("num_steps", "num_inference_steps"),
+                         ("min_period", "min_period"), ("max_period", "max_period")):
+        if theirs in lr:
+            out[ours] = lr[theirs]
+    if "tokenizer_max_length" in lr:
+        out["max_tokens"] = max(int(lr["tokenizer_max_length"]), 1)
+    return out
+
+
+def load_lerobot_checkpoint(
+    path,
+    dtype: Optional[torch.dtype] = torch.float32,
+    head_dim: Optional[int] = None,
+    vision_heads: int = 16,
+    progress: Optional[Callable[[str], None]] = None,
+    **config_overrides,
+) -> Tuple[Pi0Config, Weights]:
+    """(config, weights) from a LeRobot PI0 checkpoint directory.
+
+    head_dim: Gemma head dim; default 256 (LeRobot's gemma_2b / gemma_300m), or the K
+    projection's rows when 256 does not divide them (a single KV head, as in every pi0 variant).
+    vision_heads: SigLIP head count (16 for So400m).
+    """
+    path = Path(path)
+    lr_cfg = read_lerobot_config(path)
+    files = [SafetensorsFile(f) for f in _safetensors_files(path)]
+    report = progress or (lambda msg: log.info(msg))
+
+    # Pass 1: map names and collect shapes (header only).
+    plan: Dict[str, Tuple[SafetensorsFile, str]] = {}
+    lm_head: Optional[Tuple[SafetensorsFile, str]] = None
+    for sf in files:
+        for key in sf.entries:
+            name = map_key(key)
+            if name is None:
+                if _LM_HEAD.match(_normalise_key(key)):
+                    lm_head = (sf, key)
+                continue
+            if name in plan:
+                raise CheckpointError(f"tensor {key!r} maps onto {name!r}, which {plan[name][1]!r} already provides")
+            plan[name] = (sf, key)
+    if "vlm.embed" not in plan and lm_head is not None:
+        plan["vlm.embed"] = lm_head  # tied weights saved under the head's name only
+    shapes = {name: sf.shape(key) for name, (sf, key) in plan.items()}
+    for needed in ("vision.patch.weight", "vision.pos", "vlm.layers.0.q", "vlm.layers.0.k", "expert.layers.0.q",
+                   "vlm.embed", "state_proj.weight", "action_in.weight"):
+        if needed not in shapes:
+            raise CheckpointError(f"{path}: missing tensor for {needed!r}; is this a LeRobot PI0 checkpoint?")
+    if head_dim is None:
+        k_rows = shapes["vlm.layers.0.k"][0]
+        head_dim = 256 if k_rows % 256 == 0 and shapes["vlm.layers.0.q"][0] % 256 == 0 else k_rows
+    try:
+        config = infer_config(shapes, head_dim=head_dim, vision_heads=vision_heads,
+                              **{**_config_fields(lr_cfg), **config_overrides})
+        config.validate()
+    except (ValueError, KeyError) as e:
+        raise CheckpointError(f"{path}: tensor shapes do not form a pi0 model: {e}") from e
+
+    expected = param_shapes(config)
+    for name, shape in expected.items():
+        if name not in plan:
+            raise CheckpointError(f"{path}: missing tensor for {name!r} (shape {list(shape)})")
+        sf, key = plan[name]
+        if sf.shape(key) != tuple(shape):
+            raise CheckpointError(f"tensor {key!r} ({name}) has shape {list(sf.shape(key))}, expected {list(shape)}")
+    extra = sorted(set(plan) - set(expected))
+    if extra:
+        sf, key = plan[extra[0]]
+        raise CheckpointError(f"tensor {key!r} ({extra[0]}) is not part of a {config.vlm.depth}-layer model")
+
+    # Pass 2: read, one tensor at a time.
+    total = sum(sf.nbytes(key) for sf, key in plan.values())
+    done, t0, last = 0, time.monotonic(), 0.0
+    weights: Weights = {}
+    by_file: Dict[Path, List[Tuple[str, str]]] = {}
+    for name, (sf, key) in plan.items():
+        by_file.setdefault(sf.path, []).append((name, key))
+    sf_of = {sf.path: sf for sf in files}
+    for fpath, items in by_file.items():
+        sf = sf_of[fpath]
+        items.sort(key=lambda nk: sf.entries[nk[1]]["data_offsets"][0])  # sequential reads
+        with open(fpath, "rb", buffering=0) as f:
+            for name, key in items:
+                weights[name] = sf.read(key, f, dtype)
+                done += sf.nbytes(key)
+                now = time.monotonic()
+                if total >= PROGRESS_MIN_BYTES and (now - last > 2.0 or done == total):
+                    last = now
+                    report(f"loading {path.name}: {done / 2**30:.1f}/{total / 2**30:.1f} GiB ({now - t0:.0f} s)")
+    return config, weights
+
+
+def normalization_stats(path, feature_names: Optional[List[str]] = None) -> Dict[str, Dict[str, torch.Tensor]]:
+    """Normalisation statistics stored with a checkpoint, {feature: {mean|std|min|max: tensor}}:
+    LeRobot's normalize_* buffers in model.safetensors (buffer_<feature with . as _>) and processor
+    state files (other *.safetensors with keys "<feature>.<stat>"). Empty when absent.
+    feature_names (from config.json) resolve the buffer names back to dotted feature names."""
+    path = Path(path)
+    by_buffer = {f.replace(".", "_"): f for f in (feature_names or [])}
+    stats: Dict[str, Dict[str, torch.Tensor]] = {}
+    for fpath in sorted(path.glob("*.safetensors")):
+        sf = SafetensorsFile(fpath)
+        is_model = fpath.name.startswith("model")
+        with open(fpath, "rb") as f:
+            for key in sf.entries:
+                if is_model:
+                    m = _NORM_STATS.match(_normalise_key(key))
+                    if not m:
+                        continue
+                    feat, stat = by_buffer.get(m.group(1), m.group(1)), m.group(2)
+                else:
+                    feat, _, stat = key.rpartition(".")
+                    if stat not in ("mean", "std", "min", "max") or not feat:
+                        continue
+                stats.setdefault(feat, {})[stat] = sf.read(key, f, torch.float32)
+    return stats
+
+
+def lerobot_key(name: str) -> str:
+    """LeRobot 0.6.1 key for one of our names (the layout PI0Policy.save_pretrained writes)."""
+    pg = "model.paligemma_with_expert.paligemma.model."
+    vis = pg + "vision_tower.vision_model."
+    m = re.match(r"vision\.layers\.(\d+)\.(.+)$", name)
+    if m:
+        i, rest = m.groups()
+        sub = {"ln1": "layer_norm1", "ln2": "layer_norm2", "q": "self_attn.q_proj", "k": "self_attn.k_proj",
+               "v": "self_attn.v_proj", "o": "self_attn.out_proj", "fc1": "mlp.fc1", "fc2": "mlp.fc2"}
+        part, kind = rest.split(".")
+        return f"{vis}encoder.layers.{i}.{sub[part]}.{kind}"
+    m = re.match(r"(vlm|expert)\.layers\.(\d+)\.(.+)$", name)
+    if m:
+        tower, i, part = m.groups()
+        base = pg + "language_model." if tower == "vlm" else "model.paligemma_with_expert.gemma_expert.model."
+        sub = {"ln_attn": "input_layernorm", "ln_mlp": "post_attention_layernorm", "q": "self_attn.q_proj",
+               "k": "self_attn.k_proj", "v": "self_attn.v_proj", "o": "self_attn.o_proj", "gate": "mlp.gate_proj",
+               "up": "mlp.up_proj", "down": "mlp.down_proj"}
+        return f"{base}layers.{i}.{sub[part]}.weight"
+    fixed = {
+        "vision.patch.weight": vis + "embeddings.patch_embedding.weight",
+        "vision.patch.bias": vis + "embeddings.patch_embedding.bias",
+        "vision.pos": vis + "embeddings.position_embedding.weight",
+        "vision.post_ln.weight": vis + "post_layernorm.weight",
+        "vision.post_ln.bias": vis + "post_layernorm.bias",
+        "projector.weight": pg + "multi_modal_projector.linear.weight",
+        "projector.bias": pg + "multi_modal_projector.linear.bias",
+        "vlm.embed": pg + "language_model.embed_tokens.weight",
+        "vlm.norm": pg + "language_model.norm.weight",
+        "expert.norm": "model.paligemma_with_expert.gemma_expert.model.norm.weight",
+    }
+    if name in fixed:
+        return fixed[name]
+    head, _, kind = name.rpartition(".")
+    sub = {"state_proj": "state_proj", "action_in": "action_in_proj", "action_time_in": "action_time_mlp_in",
+           "action_time_out": "action_time_mlp_out", "action_out": "action_out_proj"}
+    if head in sub:
+        return f"model.{sub[head]}.{kind}"
+    raise KeyError(name)
+
+
+_DTYPE_NAMES = {v: k for k, v in _DTYPES.items()}
+
+
+def save_lerobot_checkpoint(path, config: Pi0Config, tensor_for: Callable[[str, Tuple[int, ...]], torch.Tensor],
+                            dtype: torch.dtype = torch.float32, extra: Optional[Dict[str, torch.Tensor]] = None) -> Path:
+    """Write a checkpoint directory in LeRobot's layout, streaming: `tensor_for(name, shape)` is
+    called once per tensor and the result written immediately, so a full-size random model can
+    be produced without holding it. `extra` adds tensors under raw LeRobot keys (e.g. the
+    expert's lm_head, to check that the loader skips it)."""
+    path = Path(path)
+    path.mkdir(parents=True, exist_ok=True)
+    shapes = param_shapes(config)
+    items = [(lerobot_key(n), n, s, dtype) for n, s in shapes.items()]
+    for key, t in (extra or {}).items():
+        items.append((key, None, tuple(t.shape), t.dtype))
+    header, off = {}, 0
+    for key, _, shape, dt in items:
+        nbytes = int(torch.Size(shape).numel()) * torch.empty(0, dtype=dt).element_size()
+        header[key] = {"dtype": _DTYPE_NAMES[dt], "shape": list(shape), "data_offsets": [off, off + nbytes]}
+        off += nbytes
+    header["__metadata__"] = {"format": "pt"}
+    blob = json.dumps(header, separators=(",", ":")).encode()
+    blob += b" " * (-len(blob) % 8)
+    with open(path / "model.safetensors", "wb") as f:
+        f.write(struct.pack("<Q", len(blob)))
+        f.write(blob)
+        for key, name, shape, dt in items:
+            t = (extra[key] if name is None else tensor_for(name, shape)).to(dt).contiguous()
+            if tuple(t.shape) != tuple(shape):
+                raise ValueError(f"tensor_for({name!r}) returned shape {list(t.shape)}, expected {list(shape)}")
+            f.write(t.view(-1).view(torch.uint8).numpy().tobytes() if t.numel() else b"")
+    lr_cfg = {
+        "type": "pi0", "paligemma_variant": "gemma_2b", "action_expert_variant": "gemma_300m",
+        "chunk_size": config.chunk_size, "n_action_steps": config.chunk_size,
+        "max_state_dim": config.max_state_dim, "max_action_dim": config.max_action_dim,
+        "num_inference_steps": config.num_steps, "min_period": config.min_period, "max_period": config.max_period,
+        "tokenizer_max_length": config.max_tokens,
+        "image_resolution": [config.vision.image_size, config.vision.image_size],
+    }
+    (path / "config.json").write_text(json.dumps(lr_cfg, indent=2))
+    return path

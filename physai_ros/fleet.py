@@ -1,0 +1,255 @@
+"""physai-fleet: the fleet of config/fleet.yaml (or --fleet FILE): the policy server and, per robot,
+a simulated robot, its robot client and trajectory controller, observed by a monitor that prints a
+summary and saves a contact sheet of the camera views. --scripted runs the robots with the
+scripted expert instead of the policy server.
+
+The fleet is a list of ProcessSpec (see fleet_processes.py): build_fleet() returns it, and later
+issues add the policy server and robot clients to it.
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import signal
+import sys
+import time
+from pathlib import Path
+
+from physai_ros.fleet_processes import ProcessGroup, ProcessSpec
+
+SHM_PROFILE_BYTES = 300_000  # frames above this need the 16 MB shared-memory profile
+SERVER_START_TIMEOUT_S = 180.0
+REGISTER_SERVICE = "/policy_server/register_robot"
+
+
+def fastdds_profile_path() -> Path | None:
+    """config/fastdds_shm.xml from the source tree, or from the installed share directory."""
+    here = Path(__file__).resolve().parent
+    for candidate in (here.parent / "config" / "fastdds_shm.xml",
+                      Path(sys.prefix) / "share" / "physai_ros" / "config" / "fastdds_shm.xml"):
+        if candidate.exists():
+            return candidate
+    return None
+
+
+def parse_args(argv: list[str] | None) -> argparse.Namespace:
+    ap = argparse.ArgumentParser(prog="physai-fleet", description=__doc__.split("\n\n")[0])
+    ap.add_argument("--fleet", default=None, help="fleet.yaml (default: the embedded config/fleet.yaml)")
+    ap.add_argument("--scripted", action="store_true",
+                    help="drive the robots with the scripted expert instead of the policy server")
+    ap.add_argument("--robots", type=int, default=None,
+                    help="number of robots (default: as listed in the fleet file; 2 with --scripted)")
+    ap.add_argument("--duration", type=float, default=30.0, help="seconds to run (default 30)")
+    ap.add_argument("--tasks", default="pick_and_place,reach", help="comma list, assigned round robin")
+    ap.add_argument("--views", type=int, default=1, help="camera views per robot, 1..3")
+    ap.add_argument("--width", type=int, default=224)
+    ap.add_argument("--height", type=int, default=224)
+    ap.add_argument("--num-joints", type=int, default=4)
+    ap.add_argument("--seed", type=int, default=0, help="robot k uses seed+k")
+    ap.add_argument("--control-rate", type=float, default=480.0, help="trajectory controller rate, Hz")
+    ap.add_argument("--merge", default="replace", help="chunk merge rule: replace, crossfade, weighted_average")
+    ap.add_argument("--contact-sheet", default="out/demo_contact_sheet.png")
+    ap.add_argument("--summary-json", default=None)
+    ap.add_argument("--report", default=None, metavar="PATH",
+                    help="render the PNG run dashboard (physai_ros.monitoring.report) to PATH")
+    ap.add_argument("--log-dir", default="out/fleet_logs")
+    ap.add_argument("--probe-all-streams", action="store_true",
+                    help="also subscribe to the 480 Hz wrench and joint_trajectory streams (costly)")
+    ap.add_argument("--snapshot-period", type=float, default=None,
+                    help="seconds between contact-sheet frames (default duration/6)")
+    args = ap.parse_args(argv)
+    if args.robots is None:
+        args.robots = 2 if args.scripted else len(_fleet_config(args.fleet).robots)
+    if args.robots < 1:
+        ap.error("--robots must be >= 1")
+    if args.duration <= 0:
+        ap.error("--duration must be positive")
+    return args
+
+
+def robot_specs(k: int, args: argparse.Namespace) -> list[ProcessSpec]:
+    tasks = [t.strip() for t in args.tasks.split(",") if t.strip()]
+    task = tasks[k % len(tasks)]
+    ns = f"robot_{k}"
+    common = {"robot_id": ns, "num_joints": args.num_joints}
+    return [
+        ProcessSpec(f"{ns}/sim_robot", "physai_ros.nodes.sim_robot", ns,
+                    {**common, "task": task, "seed": args.seed + k, "num_views": args.views,
+                     "image_width": args.width, "image_height": args.height}),
+        ProcessSpec(f"{ns}/trajectory_controller", "physai_ros.nodes.trajectory_controller", ns,
+                    {**common, "control_rate_hz": args.control_rate, "merge": args.merge}),
+        ProcessSpec(f"{ns}/scripted_planner", "physai_ros.nodes.scripted_planner", ns, {**common, "task": task}),
+    ]
+
+
+def _fleet_config(path, robots=None):
+    from physai_ros.serving.config import load_fleet
+
+    cfg = load_fleet(path)
+    return cfg.with_num_robots(robots) if robots else cfg
+
+
+def build_fleet(args: argparse.Namespace) -> list[ProcessSpec]:
+    if args.scripted:
+        return [spec for k in range(args.robots) for spec in robot_specs(k, args)]
+    from physai_ros.serving.fleet_plan import as_fleet_processes, fleet_plan
+
+    return as_fleet_processes(fleet_plan(_fleet_config(args.fleet, args.robots)))
+
+
+def monitored_robots(args: argparse.Namespace) -> dict[str, int]:
+    """namespace -> camera views, for the monitor."""
+    if args.scripted:
+        return {f"robot_{k}": args.views for k in range(args.robots)}
+    return {r.namespace: r.num_views for r in _fleet_config(args.fleet, args.robots).robots}
+
+
+def fleet_env(args: argparse.Namespace) -> dict[str, str]:
+    env = dict(os.environ)
+    env.setdefault("ROS_AUTOMATIC_DISCOVERY_RANGE", "LOCALHOST")
+    frame = args.width * args.height * 3
+    if not args.scripted:
+        frame = max(r.image_width * r.image_height * 3 for r in _fleet_config(args.fleet, args.robots).robots)
+    if frame > SHM_PROFILE_BYTES and "FASTDDS_DEFAULT_PROFILES_FILE" not in env:
+        profile = fastdds_profile_path()
+        if profile is not None:
+            env["FASTDDS_DEFAULT_PROFILES_FILE"] = str(profile)
+    return env
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = parse_args(argv)
+    env = fleet_env(args)
+    os.environ.update({k: env[k] for k in ("ROS_AUTOMATIC_DISCOVERY_RANGE", "FASTDDS_DEFAULT_PROFILES_FILE")
+                       if k in env})
+    import rclpy
+    from rclpy.signals import SignalHandlerOptions
+
+    from physai_ros.fleet_monitor import FleetMonitor
+    from physai_ros.fleet_report import contact_sheet, format_summary, summary_doc
+
+    stop = False
+
+    def request_stop(signum, frame) -> None:
+        nonlocal stop
+        stop = True
+
+    signal.signal(signal.SIGINT, request_stop)
+    signal.signal(signal.SIGTERM, request_stop)
+    specs = build_fleet(args)
+    group = ProcessGroup(args.log_dir, env)
+    rclpy.init(signal_handler_options=SignalHandlerOptions.NO)
+    monitor = None
+    exit_code = 0
+    started = time.monotonic()
+    try:
+        group.start_all(specs)
+        print(f"physai-fleet: started {len(specs)} processes for {args.robots} robot(s); "
+              f"running {args.duration:g} s (logs in {args.log_dir})", flush=True)
+        monitor = FleetMonitor(monitored_robots(args),
+                               snapshot_period_s=args.snapshot_period or max(0.5, args.duration / 6),
+                               probe_all=args.probe_all_streams)
+        from rclpy.executors import SingleThreadedExecutor
+
+        executor = SingleThreadedExecutor()
+        executor.add_node(monitor)
+        client_status = watch_clients(monitor, monitored_robots(args)) if not args.scripted else {}
+        if not args.scripted:
+            # The policy server imports torch and warms its engine up: the run's --duration
+            # counts from when it serves, so a slow start does not eat the demo.
+            ready_by = time.monotonic() + SERVER_START_TIMEOUT_S
+            while not stop and time.monotonic() < ready_by and not group.exited() and not any(
+                    name == REGISTER_SERVICE for name, _ in monitor.get_service_names_and_types()):
+                executor.spin_once(timeout_sec=0.2)
+            print(f"physai-fleet: policy server up after {time.monotonic() - started:.1f} s", flush=True)
+            started = time.monotonic()
+        while not stop and time.monotonic() - started < args.duration:
+            executor.spin_once(timeout_sec=0.05)
+            dead = group.exited()
+            if dead:
+                for name, rc in dead:
+                    print(f"physai-fleet: {name} exited with {rc}:\n{group.log_tail(name)}", file=sys.stderr)
+                exit_code = 1
+                break
+        elapsed = time.monotonic() - started
+        cpu = {name: round(sec / elapsed, 3) for name, sec in group.cpu_seconds().items()}
+        summaries = monitor.summaries()
+        print(format_summary(summaries, elapsed), flush=True)
+        serving = [] if args.scripted else serving_summary(summaries, client_status)
+        for r in serving:
+            print(f"  {r['id']} serving: rounds {r['rounds']}, chunks executed {r['chunks_executed']}, "
+                  f"latency p50 {_ms(r['latency_ms_p50'])} p99 {_ms(r['latency_ms_p99'])}, "
+                  f"SLO misses {r['slo_misses']}, refused inputs {r['refused_inputs']}, "
+                  f"tasks completed {r['tasks_completed']}, client {r['client_state']}", flush=True)
+        frames = [(ns, monitor.frames[ns]) for ns in monitor.frames]
+        if any(cells for _, cells in frames):
+            import cv2
+
+            path = Path(args.contact_sheet)
+            path.parent.mkdir(parents=True, exist_ok=True)
+            cv2.imwrite(str(path), contact_sheet(frames))
+            print(f"physai-fleet: contact sheet {path}", flush=True)
+        else:
+            print("physai-fleet: no camera frames arrived; no contact sheet", file=sys.stderr)
+            exit_code = 1
+        extra = {"interrupted": stop, "cpu_fraction": cpu, "series": monitor.series()}
+        if serving:
+            extra["robots"] = serving  # the base summary plus the serving fields, per robot
+        doc = summary_doc(summaries, elapsed, extra)
+        if args.summary_json:
+            Path(args.summary_json).parent.mkdir(parents=True, exist_ok=True)
+            Path(args.summary_json).write_text(json.dumps(doc, indent=2))
+        if args.report:
+            from physai_ros.monitoring.report import parse_summary, render_dashboard
+
+            try:
+                print(f"physai-fleet: report {render_dashboard(parse_summary(doc), args.report)}", flush=True)
+            except (ValueError, OSError) as exc:
+                print(f"physai-fleet: no report: {exc}", file=sys.stderr)
+                exit_code = 1
+    finally:
+        codes = group.stop()
+        if monitor is not None:
+            monitor.destroy_node()
+        rclpy.try_shutdown()
+    bad = {n: c for n, c in codes.items() if c not in (0, -signal.SIGTERM)}
+    if bad and exit_code == 0:
+        print(f"physai-fleet: processes ended abnormally: {bad}", file=sys.stderr)
+    return exit_code
+
+
+def watch_clients(monitor, robots: dict[str, int]) -> dict[str, dict]:
+    """Newest client_status JSON per robot (robot_client publishes it at 1 Hz)."""
+    import json
+
+    from std_msgs.msg import String
+
+    from physai_ros.ros import qos
+    from physai_ros.serving.topics import CLIENT_STATUS_TOPIC
+
+    status: dict[str, dict] = {}
+    for ns in robots:
+        monitor.create_subscription(String, f"/{ns}/{CLIENT_STATUS_TOPIC}",
+                                    lambda m, ns=ns: status.__setitem__(ns, json.loads(m.data)),
+                                    qos.reliable_qos())
+    return status
+
+
+def serving_summary(summaries, client_status: dict[str, dict]) -> list[dict]:
+    from dataclasses import asdict
+
+    from physai_ros.serving.fleet_plan import summary_fields
+
+    out = []
+    for s in summaries:
+        out.append({"id": s.robot_id, **asdict(s), **summary_fields(client_status.get(s.robot_id))})
+    return out
+
+
+def _ms(v) -> str:
+    return "-" if v is None else f"{v:.1f} ms"
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,145 @@
+"""The fleet's observer node: counts every robot stream, keeps the newest status and execution
+info, samples camera frames for the contact sheet, and reads the nodes' /diagnostics (publisher
+side stream rates from their FrequencyStatus tasks, refusals by reason, holds). Runs inside the
+physai-fleet process."""
+from __future__ import annotations
+
+import numpy as np
+from diagnostic_msgs.msg import DiagnosticArray
+from geometry_msgs.msg import WrenchStamped
+from rclpy.node import Node
+from sensor_msgs.msg import Image, JointState
+from std_msgs.msg import String
+from trajectory_msgs.msg import JointTrajectory
+from physai_ros_interfaces.msg import ExecutionInfo
+
+from physai_ros.fleet_report import PublishedRate, RateCounter, RobotSummary
+from physai_ros.ros import qos
+from physai_ros.ros.image import ImageBridge
+from physai_ros.ros.time_conv import now_sec, to_sec
+from physai_ros.sim.runtime import TaskStatus
+
+
+class FleetMonitor(Node):
+    def __init__(self, robots: dict[str, int], snapshot_period_s: float = 5.0, probe_all: bool = False):
+        """robots: namespace (without slash) -> number of camera views. The 480 Hz streams
+        (wrench, joint_trajectory) are measured at their publishers (task_status, diagnostics);
+        probe_all also subscribes to them, which costs the monitor a lot of CPU per robot."""
+        super().__init__("fleet_monitor")
+        self.bridge = ImageBridge()
+        self.rates: dict[str, dict[str, RateCounter]] = {}
+        self.status: dict[str, TaskStatus] = {}
+        self.info: dict[str, ExecutionInfo] = {}
+        self.frames: dict[str, list[tuple[float, np.ndarray]]] = {}
+        self.published: dict[str, dict[str, PublishedRate]] = {}
+        # "<ns>/<stream>" -> (t since start, Hz) from each diagnostics update
+        self.rate_series: dict[str, tuple[list[float], list[float]]] = {}
+        self.refused: dict[str, dict[str, int]] = {}
+        self.holds: dict[str, int] = {}
+        self._newest: dict[str, list[np.ndarray | None]] = {}
+        self.t0 = now_sec(self)
+        for ns, views in robots.items():
+            self.rates[ns] = {}
+            self.published[ns] = {}
+            self.frames[ns] = []
+            self._newest[ns] = [None] * views
+            sd, rel = qos.sensor_data_qos(), qos.reliable_qos()
+            if probe_all:
+                self._count(ns, WrenchStamped, qos.WRENCH_TOPIC, sd)
+                self._count(ns, JointTrajectory, qos.JOINT_TRAJECTORY_TOPIC, rel)
+            self._count(ns, JointState, qos.JOINT_STATES_TOPIC, rel)
+            self._count(ns, ExecutionInfo, qos.EXECUTION_INFO_TOPIC, rel, self._on_info)
+            for i in range(views):
+                self._count(ns, Image, qos.camera_topic(i), sd, self._image_cb(i))
+            self.create_subscription(String, f"/{ns}/{qos.TASK_STATUS_TOPIC}", self._status_cb(ns), qos.latched_qos())
+        self.create_subscription(DiagnosticArray, "/diagnostics", self._on_diagnostics, qos.reliable_qos(50))
+        self.create_timer(snapshot_period_s, self._snapshot)
+
+    def _pub_rate(self, ns: str, stream: str) -> PublishedRate:
+        return self.published[ns].setdefault(stream, PublishedRate())
+
+    def _on_diagnostics(self, msg: DiagnosticArray) -> None:
+        stamp = to_sec(msg.header.stamp)
+        t = now_sec(self) - self.t0
+        for st in msg.status:
+            ns = st.hardware_id
+            if ns not in self.published or ": " not in st.name:
+                continue
+            node, task = st.name.rsplit(": ", 1)
+            values = {kv.key: kv.value for kv in st.values}
+            try:
+                if task.endswith(" rate"):  # a FrequencyStatus: "<stream> rate"
+                    stream = task[:-len(" rate")]
+                    self._pub_rate(ns, stream).add(stamp, int(values["Events since startup"]))
+                    ts, vs = self.rate_series.setdefault(f"{ns}/{stream}", ([], []))
+                    ts.append(round(t, 3))
+                    vs.append(round(float(values["Actual frequency (Hz)"]), 2))
+                elif node.endswith("trajectory_controller") and task == "rejections":
+                    self.refused[ns] = {k.split(".", 1)[1]: int(v) for k, v in values.items()
+                                        if k.startswith("rejected.")}
+                elif node.endswith("trajectory_controller") and task == "buffer":
+                    self.holds[ns] = int(values["holds_applied"])
+            except (KeyError, ValueError):
+                self.get_logger().warning(f"unreadable diagnostics status {st.name!r}", throttle_duration_sec=5.0)
+
+    def _count(self, ns: str, msg_type, topic: str, profile, then=None) -> None:
+        counter = self.rates[ns].setdefault(topic, RateCounter())
+
+        def cb(msg) -> None:
+            counter.add(now_sec(self))
+            if then is not None:
+                then(ns, msg)
+
+        self.create_subscription(msg_type, f"/{ns}/{topic}", cb, profile)
+
+    def _on_info(self, ns: str, msg: ExecutionInfo) -> None:
+        self.info[ns] = msg
+
+    def _image_cb(self, i: int):
+        def cb(ns: str, msg: Image) -> None:
+            # The message buffer is reused by rclpy for the next message: keep a copy.
+            self._newest[ns][i] = np.array(self.bridge.imgmsg_to_cv2(msg, "rgb8"))
+        return cb
+
+    def _status_cb(self, ns: str):
+        def cb(msg: String) -> None:
+            try:
+                st = TaskStatus.from_json(msg.data)
+            except (ValueError, TypeError) as exc:
+                self.get_logger().warning(f"{ns}: unreadable task_status: {exc}", throttle_duration_sec=5.0)
+                return
+            self.status[ns] = st
+        return cb
+
+    def _snapshot(self) -> None:
+        t = now_sec(self) - self.t0
+        for ns, views in self._newest.items():
+            if all(v is not None for v in views):
+                self.frames[ns].append((t, np.concatenate(views, axis=0)))
+
+    def summaries(self) -> list[RobotSummary]:
+        out = []
+        for ns in self.rates:
+            s = RobotSummary(robot_id=ns)
+            st = self.status.get(ns)
+            if st is not None:
+                s.task, s.episodes_finished, s.tasks_completed, s.timeouts = (
+                    st.task, st.episodes_finished, st.successes, st.timeouts)
+            info = self.info.get(ns)
+            if info is not None:
+                s.chunks_executed, s.chunks_rejected, s.underruns = (
+                    int(info.chunks_accepted), int(info.chunks_rejected), int(info.underruns))
+                s.last_reject_reason = info.last_reject_reason
+            s.refused_inputs = dict(self.refused.get(ns, {}))
+            if not s.refused_inputs and s.chunks_rejected:  # no diagnostics yet: reasons unknown
+                s.refused_inputs = {"unknown": s.chunks_rejected}
+            s.holds_applied = self.holds.get(ns, 0)
+            s.rates_hz = {k: round(c.rate_hz, 2) for k, c in self.rates[ns].items()}
+            s.published_hz = {k: round(c.rate_hz, 2) for k, c in self.published[ns].items()}
+            s.counts = {k: c.count for k, c in self.rates[ns].items()}
+            out.append(s)
+        return out
+
+    def series(self) -> dict[str, dict[str, dict[str, list[float]]]]:
+        """The run report's `series` block: publisher-side stream rates over time."""
+        return {"stream_rates_hz": {label: {"t": ts, "v": vs} for label, (ts, vs) in self.rate_series.items()}}

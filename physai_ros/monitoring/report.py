@@ -1,0 +1,349 @@
+"""Run report: a one-page PNG dashboard from a physai-fleet summary JSON.
+
+    .venv/bin/python -m physai_ros.monitoring.report out/summary.json -o out/report.png
+
+Input: the `physai-fleet --summary-json` document. Used fields (all but `id` optional):
+  robots: [{id (or robot_id), rounds, chunks_executed, latency_ms_p50, latency_ms_p99,
+            slo_misses, refused_inputs (a count, or {reason: count}), tasks_completed, slo_ms,
+            latency_samples_ms: [...], rates_hz: {stream: Hz}}]
+  duration_s
+  series: {wait_ratio: {label: {t: [...], v: [...]}},      # per robot, t in s from start
+           queue_depth: {label: {t: [...], v: [...]}},     # per engine instance
+           stream_rates_hz: {label: {t: [...], v: [...]}}} # per robot stream
+Panels: latency CDF per robot (p50/p99 markers when no samples), wait ratio and queue depth
+over time, stream rates over time (final rates as bars when no series), and a per-robot table.
+Malformed input raises ValueError naming the offending field.
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import math
+import re
+import sys
+from dataclasses import dataclass, field
+from pathlib import Path
+
+SERIES_KINDS = ("wait_ratio", "queue_depth", "stream_rates_hz")
+MAX_LEGEND = 10
+
+
+@dataclass
+class Series:
+    t: list[float]
+    v: list[float]
+
+
+@dataclass
+class RobotRun:
+    robot_id: str
+    rounds: int | None = None
+    chunks_executed: int | None = None
+    latency_ms_p50: float | None = None
+    latency_ms_p99: float | None = None
+    slo_misses: int | None = None
+    refused_inputs: int | None = None
+    tasks_completed: int | None = None
+    slo_ms: float | None = None
+    latency_samples_ms: list[float] = field(default_factory=list)
+    rates_hz: dict[str, float] = field(default_factory=dict)
+
+
+@dataclass
+class RunSummary:
+    robots: list[RobotRun]
+    duration_s: float | None = None
+    series: dict[str, dict[str, Series]] = field(default_factory=dict)
+
+
+def _num(x, where: str, integer: bool = False):
+    if x is None:
+        return None
+    if isinstance(x, bool) or not isinstance(x, (int, float)) or not math.isfinite(x):
+        raise ValueError(f"{where} must be a finite number, got {x!r}")
+    if integer:
+        if x != int(x):
+            raise ValueError(f"{where} must be an integer, got {x!r}")
+        return int(x)
+    return float(x)
+
+
+def _num_list(xs, where: str) -> list[float]:
+    if not isinstance(xs, list):
+        raise ValueError(f"{where} must be a list of numbers, got {type(xs).__name__}")
+    return [_num(x, f"{where}[{i}]") for i, x in enumerate(xs)]
+
+
+def _series(doc, where: str) -> Series:
+    if not isinstance(doc, dict) or "t" not in doc or "v" not in doc:
+        raise ValueError(f"{where} must be an object with lists 't' and 'v'")
+    t, v = _num_list(doc["t"], f"{where}.t"), _num_list(doc["v"], f"{where}.v")
+    if len(t) != len(v):
+        raise ValueError(f"{where}: 't' has {len(t)} points, 'v' has {len(v)}")
+    return Series(t, v)
+
+
+def parse_summary(doc) -> RunSummary:
+    if not isinstance(doc, dict):
+        raise ValueError(f"a run summary is a JSON object, got {type(doc).__name__}")
+    robots_doc = doc.get("robots")
+    if not isinstance(robots_doc, list):
+        raise ValueError("summary.robots must be a list")
+    robots = []
+    for i, r in enumerate(robots_doc):
+        where = f"robots[{i}]"
+        if not isinstance(r, dict):
+            raise ValueError(f"{where} must be an object")
+        rid = r.get("id", r.get("robot_id"))
+        if not isinstance(rid, str) or not rid:
+            raise ValueError(f"{where} needs a non-empty string 'id'")
+        refused = r.get("refused_inputs")
+        if isinstance(refused, dict):
+            refused = sum(_num(c, f"{where}.refused_inputs[{k!r}]", True) for k, c in refused.items())
+        rates = r.get("rates_hz") or {}
+        if not isinstance(rates, dict):
+            raise ValueError(f"{where}.rates_hz must be an object of stream -> Hz")
+        robots.append(RobotRun(
+            robot_id=rid,
+            rounds=_num(r.get("rounds"), f"{where}.rounds", True),
+            chunks_executed=_num(r.get("chunks_executed"), f"{where}.chunks_executed", True),
+            latency_ms_p50=_num(r.get("latency_ms_p50"), f"{where}.latency_ms_p50"),
+            latency_ms_p99=_num(r.get("latency_ms_p99"), f"{where}.latency_ms_p99"),
+            slo_misses=_num(r.get("slo_misses"), f"{where}.slo_misses", True),
+            refused_inputs=_num(refused, f"{where}.refused_inputs", True),
+            tasks_completed=_num(r.get("tasks_completed"), f"{where}.tasks_completed", True),
+            slo_ms=_num(r.get("slo_ms"), f"{where}.slo_ms"),
+            latency_samples_ms=_num_list(r.get("latency_samples_ms", []), f"{where}.latency_samples_ms"),
+            rates_hz={str(k): _num(v, f"{where}.rates_hz[{k!r}]") for k, v in rates.items()}))
+    series_doc = doc.get("series") or {}
+    if not isinstance(series_doc, dict):
+        raise ValueError("summary.series must be an object")
+    unknown = set(series_doc) - set(SERIES_KINDS)
+    if unknown:
+        raise ValueError(f"summary.series: unknown kinds {sorted(unknown)}; known {SERIES_KINDS}")
+    series = {}
+    for kind, per_label in series_doc.items():
+        if not isinstance(per_label, dict):
+            raise ValueError(f"series.{kind} must be an object of label -> {{t, v}}")
+        series[kind] = {str(k): _series(s, f"series.{kind}[{k!r}]") for k, s in per_label.items()}
+    return RunSummary(robots, _num(doc.get("duration_s"), "duration_s"), series)
+
+
+def load_summary(path: str | Path) -> RunSummary:
+    try:
+        doc = json.loads(Path(path).read_text())
+    except json.JSONDecodeError as exc:
+        raise ValueError(f"{path}: not JSON: {exc}") from exc
+    return parse_summary(doc)
+
+
+def _natural(label: str):
+    """robot_2 before robot_10."""
+    return [int(p) if p.isdigit() else p for p in re.split(r"(\d+)", label)]
+
+
+def _no_data(ax, what: str) -> None:
+    ax.text(0.5, 0.5, f"no {what} in this summary", ha="center", va="center", color="0.45",
+            fontsize=11, transform=ax.transAxes)
+    ax.set_xticks([])
+    ax.set_yticks([])
+
+
+def _legend(ax) -> None:
+    handles, labels = ax.get_legend_handles_labels()
+    if not handles:
+        return
+    if len(handles) > MAX_LEGEND:
+        extra = len(handles) - MAX_LEGEND + 1
+        handles, labels = handles[:MAX_LEGEND - 1], labels[:MAX_LEGEND - 1]
+        from matplotlib.lines import Line2D
+
+        handles.append(Line2D([], [], color="none"))
+        labels.append(f"+{extra} more")
+    ax.legend(handles, labels, fontsize=8, loc="best", framealpha=0.85)
+
+
+def _color_for(label: str, i: int, robot_ids: list[str], colors):
+    """A series about a robot ("robot_3" or "robot_3/camera_0") wears that robot's colour."""
+    for k, rid in enumerate(robot_ids):
+        if label == rid or label.startswith(rid + "/"):
+            return colors(k)
+    return colors(i)
+
+
+def _plot_series(ax, series: dict[str, Series], colors, ylabel: str, title: str, what: str, step=False,
+                 robot_ids: list[str] = ()):
+    ax.set_title(title, fontsize=12, loc="left", fontweight="bold")
+    if not series:
+        _no_data(ax, what)
+        return
+    for i, (label, s) in enumerate(sorted(series.items(), key=lambda kv: _natural(kv[0]))):
+        c = _color_for(label, i, list(robot_ids), colors)
+        if step:
+            ax.step(s.t, s.v, where="post", label=label, color=c, lw=1.5)
+        else:
+            ax.plot(s.t, s.v, label=label, color=c, lw=1.5)
+    ax.set_xlabel("time since start (s)")
+    ax.set_ylabel(ylabel)
+    ax.grid(alpha=0.3)
+    _legend(ax)
+
+
+def _plot_latency(ax, robots: list[RobotRun], colors) -> None:
+    ax.set_title("Observation -> chunk latency (CDF)", fontsize=12, loc="left", fontweight="bold")
+    drawn = False
+    slos = set()
+    for i, r in enumerate(robots):
+        c = colors(i)
+        if r.latency_samples_ms:
+            xs = sorted(r.latency_samples_ms)
+            ys = [(k + 1) / len(xs) for k in range(len(xs))]
+            ax.step(xs, ys, where="post", color=c, lw=1.6, label=f"{r.robot_id} (n={len(xs)})")
+            drawn = True
+        elif r.latency_ms_p50 is not None or r.latency_ms_p99 is not None:
+            pts = [(x, y) for x, y in ((r.latency_ms_p50, 0.5), (r.latency_ms_p99, 0.99)) if x is not None]
+            ax.plot([p[0] for p in pts], [p[1] for p in pts], "o--", color=c, label=f"{r.robot_id} p50/p99")
+            drawn = True
+        if r.slo_ms is not None:
+            slos.add(r.slo_ms)
+    if not drawn:
+        _no_data(ax, "latency")
+        return
+    for slo in sorted(slos):
+        ax.axvline(slo, color="crimson", ls=":", lw=1.5)
+        ax.text(slo, 0.02, f" SLO {slo:g} ms", color="crimson", fontsize=8, rotation=90, va="bottom")
+    for q in (0.5, 0.99):
+        ax.axhline(q, color="0.6", lw=0.8, ls="--")
+    ax.set_xlabel("latency (ms)")
+    ax.set_ylabel("fraction of rounds <= x")
+    ax.set_ylim(0, 1.02)
+    ax.grid(alpha=0.3)
+    _legend(ax)
+
+
+def _plot_rates(ax, run: RunSummary, colors) -> None:
+    series = run.series.get("stream_rates_hz", {})
+    if series:
+        _plot_series(ax, series, colors, "Hz", "Stream rates", "stream rates",
+                     robot_ids=[r.robot_id for r in run.robots])
+        return
+    ax.set_title("Stream rates (whole run)", fontsize=12, loc="left", fontweight="bold")
+    bars = [(f"{r.robot_id}/{k}", v, i) for i, r in enumerate(run.robots) for k, v in sorted(r.rates_hz.items())]
+    if not bars:
+        _no_data(ax, "stream rates")
+        return
+    ax.barh(range(len(bars)), [max(v, 1e-3) for _, v, _ in bars], color=[colors(i) for _, _, i in bars])
+    ax.set_yticks(range(len(bars)), [k for k, _, _ in bars], fontsize=6 if len(bars) > 16 else 9)
+    ax.invert_yaxis()
+    lo, hi = max(min(v for _, v, _ in bars), 1e-3), max(v for _, v, _ in bars)
+    if hi > 10 * lo:
+        from matplotlib.ticker import NullFormatter, ScalarFormatter
+
+        ax.set_xscale("log")  # 30 Hz cameras and 480 Hz wrench streams on one readable axis
+        ax.xaxis.set_major_formatter(ScalarFormatter())
+        ax.xaxis.set_minor_formatter(NullFormatter())
+        ax.set_xticks([t for t in (1, 3, 10, 30, 100, 300, 1000, 3000, 10000) if lo / 3 <= t <= hi * 3])
+    ax.set_xlabel("Hz")
+    ax.grid(alpha=0.3, axis="x")
+
+
+def _cell(x, fmt="{:d}") -> str:
+    return "-" if x is None else fmt.format(x)
+
+
+def _total(xs):
+    xs = [x for x in xs if x is not None]
+    return sum(xs) if xs else None
+
+
+def _plot_table(ax, robots: list[RobotRun], colors) -> None:
+    ax.set_title("Per robot", fontsize=12, loc="left", fontweight="bold")
+    ax.axis("off")
+    if not robots:
+        _no_data(ax, "robots")
+        return
+    cols = ["robot", "rounds", "chunks", "p50 ms", "p99 ms", "SLO miss", "refused", "tasks"]
+    rows = [[r.robot_id, _cell(r.rounds), _cell(r.chunks_executed), _cell(r.latency_ms_p50, "{:.0f}"),
+             _cell(r.latency_ms_p99, "{:.0f}"), _cell(r.slo_misses), _cell(r.refused_inputs),
+             _cell(r.tasks_completed)] for r in robots]
+    if len(robots) > 1:
+        rows.append(["fleet total"] + [_cell(_total(getattr(r, f) for r in robots)) for f in
+                                        ("rounds", "chunks_executed")] + ["", ""] +
+                    [_cell(_total(getattr(r, f) for r in robots)) for f in
+                     ("slo_misses", "refused_inputs", "tasks_completed")])
+    table = ax.table(cellText=rows, colLabels=cols, loc="upper center", cellLoc="center")
+    table.auto_set_font_size(False)
+    table.set_fontsize(9 if len(rows) <= 12 else 7)
+    table.scale(1.0, 1.3 if len(rows) <= 12 else 1.0)
+    for (row, col), cell in table.get_celld().items():
+        if row == 0:
+            cell.set_facecolor("#dde3ea")
+            cell.set_text_props(fontweight="bold")
+            continue
+        if col in (5, 6) and rows[row - 1][col] not in ("-", "0"):
+            cell.set_facecolor("#f8d7d4")  # any SLO miss or refusal stands out
+        if col == 0 and row <= len(robots):
+            r, g, b, _ = colors(row - 1)
+            cell.set_facecolor((r, g, b, 0.45))  # same colour as the robot's curves
+            cell.set_text_props(fontweight="bold")
+        if row == len(robots) + 1:
+            cell.set_text_props(fontweight="bold")
+
+
+def render_dashboard(run: RunSummary, path: str | Path, title: str = "physai-fleet run report",
+                     dpi: int = 80, palette: int | None = None) -> Path:
+    """Write the dashboard PNG. `palette`: quantize to that many colours (64 makes a ~40 KB file
+    for docs, about a third of the full-colour one, with no visible change)."""
+    import matplotlib
+
+    matplotlib.use("Agg")  # no display on servers and CI
+    import matplotlib.pyplot as plt
+
+    cmap = plt.get_cmap("tab10" if len(run.robots) <= 10 else "tab20")
+    colors = lambda i: cmap(i % cmap.N)  # noqa: E731
+    fig, axes = plt.subplots(2, 3, figsize=(16, 9.5))
+    try:
+        _plot_latency(axes[0, 0], run.robots, colors)
+        _plot_series(axes[0, 1], run.series.get("wait_ratio", {}), colors, "wait ratio (sum W / lifetime)",
+                     "Wait ratio", "wait ratio series", robot_ids=[r.robot_id for r in run.robots])
+        _plot_series(axes[0, 2], run.series.get("queue_depth", {}), colors, "pending requests",
+                     "Scheduler queue depth", "queue depth series", step=True)
+        _plot_rates(axes[1, 0], run, colors)
+        axes[1, 2].remove()
+        axes[1, 1].remove()
+        _plot_table(fig.add_subplot(2, 3, (5, 6)), run.robots, colors)
+        dur = f", {run.duration_s:.0f} s" if run.duration_s is not None else ""
+        fig.suptitle(f"{title}: {len(run.robots)} robot(s){dur}", fontsize=15, fontweight="bold")
+        fig.tight_layout(rect=(0, 0, 1, 0.96))
+        path = Path(path)
+        path.parent.mkdir(parents=True, exist_ok=True)
+        fig.savefig(path, dpi=dpi)
+    finally:
+        plt.close(fig)
+    if palette:
+        from PIL import Image  # matplotlib's own dependency
+
+        with Image.open(path) as im:
+            small = im.convert("RGB").quantize(colors=int(palette), method=Image.Quantize.MEDIANCUT)
+        small.save(path, optimize=True)
+    return path
+
+
+def main(argv: list[str] | None = None) -> int:
+    ap = argparse.ArgumentParser(prog="python -m physai_ros.monitoring.report", description=__doc__.split("\n\n")[0])
+    ap.add_argument("summary", help="summary JSON written by physai-fleet --summary-json")
+    ap.add_argument("-o", "--out", default="out/report.png")
+    ap.add_argument("--dpi", type=int, default=80)
+    ap.add_argument("--palette", type=int, default=None, help="quantize to N colours (smaller file)")
+    args = ap.parse_args(argv)
+    try:
+        run = load_summary(args.summary)
+    except (OSError, ValueError) as exc:
+        print(f"report: {exc}", file=sys.stderr)
+        return 2
+    print(render_dashboard(run, args.out, dpi=args.dpi, palette=args.palette))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,126 @@
+"""engine_worker: one pi0 engine instance serving a policy server over ROS 2.
+
+ROS I/O only; the logic is physai_ros.workers.core.WorkerCore.
+  sub  /engine_workers/<instance_id>/batch_request  (EngineBatchRequest, reliable)
+  pub  /engine_workers/<instance_id>/batch_result   (EngineBatchResult, reliable)
+  pub  /engine_workers/<instance_id>/status         (EngineWorkerStatus, latched, every
+                                                     heartbeat_period_s: the heartbeat)
+Parameters: instance_id (worker_0), tier (edge|cloud), preset (tiny) or checkpoint (a LeRobot
+checkpoint directory; wins when set), seed (0: random weights for a preset), device (cpu|cuda),
+max_batch (8), heartbeat_period_s (0.5), profile_reps (3), profile_views (2), profile_tokens (32),
+queue_limit (16), torch_threads (0: torch's default).
+At start-up the worker measures its latency-vs-batch profile (batch 1..max_batch) and
+advertises it; requests that arrive meanwhile wait in the queue. Inference runs in its own
+thread so heartbeats keep flowing during a long batch.
+"""
+from __future__ import annotations
+
+import queue
+import sys
+import threading
+import time
+
+from physai_ros_interfaces.msg import EngineBatchRequest, EngineBatchResult, EngineWorkerStatus
+from rclpy.node import Node
+
+from physai_ros.ros.qos import latched_qos, reliable_qos
+from physai_ros.ros.spin import run_node
+from physai_ros.workers.codec import encode_status
+from physai_ros.workers.core import WorkerCore
+from physai_ros.workers.topics import request_topic, result_topic, status_topic
+
+
+def build_engine(preset: str, checkpoint: str, seed: int, device: str):
+    from physai_ros.engine.engine import Pi0Engine
+    from physai_ros.engine.types import Pi0Config
+
+    if checkpoint:
+        return Pi0Engine.from_lerobot_checkpoint(checkpoint, device=device), checkpoint
+    return Pi0Engine(Pi0Config.preset(preset), device=device, seed=seed), f"{preset} (seed {seed})"
+
+
+class EngineWorkerNode(Node):
+    def __init__(self):
+        super().__init__("engine_worker")
+        p = {name: self.declare_parameter(name, default).value for name, default in (
+            ("instance_id", "worker_0"), ("tier", "edge"), ("preset", "tiny"), ("checkpoint", ""),
+            ("seed", 0), ("device", "cpu"), ("max_batch", 8), ("heartbeat_period_s", 0.5),
+            ("profile_reps", 3), ("profile_views", 2), ("profile_tokens", 32), ("queue_limit", 16),
+            ("torch_threads", 0))}
+        if p["torch_threads"] > 0:
+            import torch
+
+            torch.set_num_threads(int(p["torch_threads"]))
+        engine, model = build_engine(p["preset"], p["checkpoint"], int(p["seed"]), p["device"])
+        self.core = WorkerCore(engine, p["instance_id"], p["tier"], int(p["max_batch"]), model,
+                               float(p["heartbeat_period_s"]))
+        self._profile_args = (int(p["profile_reps"]), int(p["profile_views"]), int(p["profile_tokens"]))
+        iid = self.core.instance_id
+        self._queue: queue.Queue = queue.Queue(maxsize=int(p["queue_limit"]))
+        self._result_pub = self.create_publisher(EngineBatchResult, result_topic(iid), reliable_qos())
+        self._status_pub = self.create_publisher(EngineWorkerStatus, status_topic(iid), latched_qos())
+        self.create_subscription(EngineBatchRequest, request_topic(iid), self._on_request, reliable_qos(50))
+        self.create_timer(self.core.heartbeat_period_s, self._publish_status)
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._work, name="engine_worker_infer", daemon=True)
+        self._thread.start()
+        self._publish_status()
+        self.get_logger().info(f"engine worker {iid} ({p['tier']}, {model}, max_batch "
+                               f"{p['max_batch']}): measuring the latency profile")
+
+    def _on_request(self, msg: EngineBatchRequest) -> None:
+        try:
+            self._queue.put_nowait((msg, time.monotonic()))
+        except queue.Full:
+            self._publish(self.core.refuse(msg.batch_id, f"worker queue full ({self._queue.maxsize} batches)"))
+        self.core.queue_depth = self._queue.qsize()
+
+    def _work(self) -> None:
+        try:
+            prof = self.core.measure(*self._profile_args)
+            self.get_logger().info("profile (batch, ms): " + ", ".join(
+                f"{b}:{t * 1e3:.1f}" for b, t in zip(prof.batch_sizes, prof.latencies_s)))
+        except Exception as e:  # no profile: stay STARTING (not alive for the server) and say why
+            self.core.last_error = f"profile measurement failed: {type(e).__name__}: {e}"
+            self.get_logger().error(self.core.last_error)
+            return
+        self._publish_status()
+        while not self._stop.is_set():
+            try:
+                msg, received = self._queue.get(timeout=0.1)
+            except queue.Empty:
+                continue
+            res = self.core.serve(msg, received)
+            self.core.queue_depth = self._queue.qsize()
+            if res.status != EngineBatchResult.STATUS_OK:
+                self.get_logger().warning(f"batch {res.batch_id!r}: {res.error}")
+            self._publish(res)
+
+    def _publish(self, res: EngineBatchResult) -> None:
+        try:
+            res.header.stamp = self.get_clock().now().to_msg()
+            self._result_pub.publish(res)
+        except Exception as e:  # context shutting down
+            if not self._stop.is_set():
+                self.get_logger().error(f"publishing result {res.batch_id!r} failed: {e}")
+
+    def _publish_status(self) -> None:
+        try:
+            msg = encode_status(self.core.status())
+            msg.header.stamp = self.get_clock().now().to_msg()
+            self._status_pub.publish(msg)
+        except Exception as e:
+            if not self._stop.is_set():
+                self.get_logger().error(f"publishing status failed: {e}")
+
+    def close(self) -> None:
+        self._stop.set()
+        self._thread.join(timeout=5.0)
+
+
+def main(args: list[str] | None = None) -> int:
+    return run_node(EngineWorkerNode, args)
+
+
+if __name__ == "__main__":
+    sys.exit(main())

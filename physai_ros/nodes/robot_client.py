@@ -1,0 +1,168 @@
+"""robot_client: the robot side of the serving path, in the robot's namespace.
+
+ROS I/O only; the logic is physai_ros.serving.client_core.RobotClientCore.
+  sub  camera_<i>/image_raw (Image, best effort), wrench (WrenchStamped, best effort),
+       joint_states (JointState, best effort: matches reliable publishers too),
+       execution_info (ExecutionInfo), action_chunk (ActionChunk, reliable),
+       observation_refresh (std_msgs/UInt64), operator_resume (std_msgs/Empty)
+  pub  observation (Observation, reliable) -> policy_server
+       action_chunk (ActionChunk, reliable): hold chunks for SLO fallbacks
+       client_status (std_msgs/String JSON, 1 Hz): counters, state, latency percentiles
+  call /policy_server/register_robot (RegisterRobot), async, again after a server restart
+Parameters: fleet_file, robot_id (selects the robot entry in fleet.yaml), tick_rate_hz.
+"""
+from __future__ import annotations
+
+import json
+
+import numpy as np
+from geometry_msgs.msg import WrenchStamped
+from physai_ros_interfaces.msg import ActionChunk, ExecutionInfo, Observation
+from physai_ros_interfaces.srv import RegisterRobot
+from rclpy.node import Node
+from sensor_msgs.msg import Image, JointState
+from std_msgs.msg import Empty, String, UInt64
+
+from physai_ros.ros.spin import run_node
+from physai_ros.ros.qos import ACTION_CHUNK_TOPIC, EXECUTION_INFO_TOPIC, reliable_qos, sensor_data_qos
+from physai_ros.ros.time_conv import now_sec, to_sec
+from physai_ros.serving.client_core import RobotClientCore
+from physai_ros.serving.config import load_fleet
+from physai_ros.serving.ros_msgs import (chunk_from_msg, hold_chunk_msg, image_data,
+                                         observation_to_msg, registration_to_request,
+                                         result_from_response)
+
+from physai_ros.serving.topics import (CLIENT_STATUS_TOPIC, OBSERVATION_TOPIC,
+                                       OPERATOR_RESUME_TOPIC, REFRESH_TOPIC, REGISTER_SERVICE)
+
+
+class RobotClientNode(Node):
+    def __init__(self):
+        super().__init__("robot_client")
+        fleet_file = self.declare_parameter("fleet_file", "").value or None
+        robot_id = self.declare_parameter("robot_id", "").value or self.get_namespace().strip("/")
+        tick_hz = float(self.declare_parameter("tick_rate_hz", 100.0).value)
+        self.robot = load_fleet(fleet_file).resolve_robot(robot_id)
+        self.core = RobotClientCore(self.robot)
+        sensor = sensor_data_qos()
+        for i, topic in enumerate(self.robot.camera_topics):
+            self.create_subscription(Image, topic, lambda m, i=i: self._on_image(i, m), sensor)
+        self.create_subscription(WrenchStamped, self.robot.wrench_topic, self._on_wrench, sensor)
+        self.create_subscription(JointState, self.robot.joint_states_topic, self._on_joints, sensor_data_qos(10))
+        self.create_subscription(ExecutionInfo, EXECUTION_INFO_TOPIC, self._on_exec, sensor_data_qos(10))
+        self.create_subscription(ActionChunk, ACTION_CHUNK_TOPIC, self._on_chunk, reliable_qos(50))
+        self.create_subscription(UInt64, REFRESH_TOPIC, self._on_refresh, reliable_qos())
+        self.create_subscription(Empty, OPERATOR_RESUME_TOPIC, lambda _m: self.core.resume(), reliable_qos())
+        self.obs_pub = self.create_publisher(Observation, OBSERVATION_TOPIC, reliable_qos())
+        self.hold_pub = self.create_publisher(ActionChunk, ACTION_CHUNK_TOPIC, reliable_qos())
+        self.status_pub = self.create_publisher(String, CLIENT_STATUS_TOPIC, reliable_qos())
+        self.register_client = self.create_client(RegisterRobot, REGISTER_SERVICE)
+        self._register_future = None
+        self._unreadable = 0
+        self._escalations_logged = 0
+        self.create_timer(1.0 / tick_hz, self._tick)
+        self.create_timer(1.0, self._publish_status)
+        self.get_logger().info(f"robot client {self.robot.id}: task {self.robot.task.name}, "
+                               f"{self.robot.num_views} view(s), SLO {self.robot.task.slo_ms} ms, "
+                               f"fallback {self.robot.task.fallback}")
+
+    # ---- inputs -------------------------------------------------------------------------
+
+    def _on_image(self, view: int, msg: Image) -> None:
+        self.core.on_image(view, image_data(msg), to_sec(msg.header.stamp) or now_sec(self))
+
+    def _on_wrench(self, msg: WrenchStamped) -> None:
+        f, t = msg.wrench.force, msg.wrench.torque
+        self.core.on_wrench(np.array([f.x, f.y, f.z, t.x, t.y, t.z], np.float32), to_sec(msg.header.stamp))
+
+    def _on_joints(self, msg: JointState) -> None:
+        self.core.on_joint_state(list(msg.name), list(msg.position))
+
+    def _on_exec(self, msg: ExecutionInfo) -> None:
+        self.core.on_exec_info(now_sec(self), msg.actions_remaining, msg.control_period,
+                               to_sec(msg.exec_phase_start))
+
+    def _on_chunk(self, msg: ActionChunk) -> None:
+        if msg.engine_instance == "robot_client":
+            return  # our own hold chunk
+        try:
+            chunk = chunk_from_msg(msg)
+        except Exception:
+            self._unreadable += 1
+            return
+        self.core.on_chunk(chunk, now_sec(self))
+
+    def _on_refresh(self, msg: UInt64) -> None:
+        obs = self.core.refresh(int(msg.data), now_sec(self))
+        if obs is not None:
+            self.obs_pub.publish(observation_to_msg(obs))
+
+    # ---- periodic work ------------------------------------------------------------------
+
+    def _tick(self) -> None:
+        now = now_sec(self)
+        # Until the server's observation subscription has matched, a published observation
+        # would be dropped (reliable but volatile), so the client does not send yet.
+        out = self.core.tick(now, link_up=self.obs_pub.get_subscription_count() > 0)
+        if out.register:
+            self._register()
+        if out.hold is not None:
+            h = out.hold
+            self.hold_pub.publish(hold_chunk_msg(self.robot.id, self.robot.task.name, h,
+                                                 self.robot.joints))
+            self.get_logger().warning(f"SLO fallback: hold (round {h.round_id}): {h.reason}",
+                                      throttle_duration_sec=1.0)
+        if out.observation is not None:
+            self.obs_pub.publish(observation_to_msg(out.observation))
+        while self._escalations_logged < len(self.core.escalations):
+            self.get_logger().error(self.core.escalations[self._escalations_logged])
+            self._escalations_logged += 1
+
+    def _register(self) -> None:
+        if self._register_future is not None and not self._register_future.done():
+            return
+        if not self.register_client.service_is_ready():
+            self.core.on_register_failed()
+            return
+        fut = self.register_client.call_async(registration_to_request(self.core.registration()))
+        fut.add_done_callback(self._on_register_done)
+        self._register_future = fut
+
+    def _on_register_done(self, fut) -> None:
+        try:
+            resp = fut.result()
+        except Exception:
+            resp = None
+        if resp is None:
+            self.core.on_register_failed()
+            return
+        before = self.core.server_instance
+        self.core.on_registered(result_from_response(resp))
+        if before != self.core.server_instance:
+            self.get_logger().info(f"registered with policy server {self.core.server_instance}")
+
+    def status(self) -> dict:
+        c = self.core.counters
+        lat = np.array(c.latencies_s[-2000:]) * 1e3
+        return {
+            "robot_id": self.robot.id, "state": self.core.state.value,
+            "server_instance": self.core.server_instance, "round_id": self.core.round_id,
+            "sent": c.sent, "chunks_ok": c.chunks_ok, "refused": c.refused, "errors": c.errors,
+            "slo_misses": c.slo_misses, "fallbacks": dict(c.fallbacks),
+            "registrations": c.registrations, "server_restarts": c.server_restarts,
+            "latency_ms_p50": float(np.percentile(lat, 50)) if lat.size else None,
+            "latency_ms_p99": float(np.percentile(lat, 99)) if lat.size else None,
+            "unreadable_chunks": self._unreadable,
+        }
+
+    def _publish_status(self) -> None:
+        self.status_pub.publish(String(data=json.dumps(self.status())))
+
+
+def main(argv: list[str] | None = None) -> int:
+    # run_node: clean exit on SIGINT and SIGTERM (spin_once loop; see physai_ros.ros.spin).
+    return run_node(RobotClientNode, argv)
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

@@ -1,0 +1,197 @@
+"""trajectory_controller: executes action chunks through the trajectory buffer (physai_ros.control).
+
+Subscribes action_chunk (ActionChunk, reliable), trajectory_segment (TrajectorySegment, reliable;
+streaming mode) and joint_states (the position to hold before the
+first chunk); publishes joint_trajectory (JointTrajectory, reliable) at control_rate_hz,
+execution_info (ExecutionInfo, reliable) and /diagnostics through the monitoring Updater
+("<ns>/trajectory_controller: buffer", ": rejections", ": joint_trajectory rate"). A robot
+client's hold chunk (physai_ros.ros.hold) stops the buffer instead of being inserted. Run:
+  python -m physai_ros.nodes.trajectory_controller --ros-args -r __ns:=/robot_0 -p num_joints:=4
+"""
+from __future__ import annotations
+
+import sys
+from collections import Counter
+
+import numpy as np
+from rclpy.node import Node
+from sensor_msgs.msg import JointState
+from trajectory_msgs.msg import JointTrajectory
+from physai_ros_interfaces.msg import ActionChunk, ExecutionInfo, TrajectorySegment
+
+from physai_ros.control.joint_trajectory import hold_plan, to_joint_trajectory
+from physai_ros.control.trajectory_buffer import TrajectoryBuffer
+from physai_ros.monitoring.updater import FrequencyStatus, FrequencyStatusParam, Updater
+from physai_ros.ros import qos
+from physai_ros.ros.chunks import ChunkMessageError, chunk_from_msg
+from physai_ros.ros.health import BufferHealth, RejectionHealth
+from physai_ros.ros.hold import apply_hold, is_hold_chunk
+from physai_ros.ros.spin import run_node
+from physai_ros.ros.time_conv import now_sec, time_from_sec, to_sec
+from physai_ros.ros.trajectory import plan_to_msg
+from physai_ros.sim.robot import ArmConfig
+
+
+class TrajectoryControllerNode(Node):
+    def __init__(self) -> None:
+        super().__init__("trajectory_controller")
+        p = self.declare_parameter
+        ns = self.get_namespace().strip("/")
+        self.robot_id = p("robot_id", ns or "robot_0").value
+        names = list(p("joint_names", [""]).value)
+        if not any(names):
+            names = list(ArmConfig(num_joints=p("num_joints", 4).value).joint_names)
+        self.joint_names = tuple(names)
+        self.control_rate = float(p("control_rate_hz", 480.0).value)
+        self.lookahead_points = int(p("lookahead_points", 6).value)
+        self.lookahead_stride = int(p("lookahead_stride", 8).value)
+        self.buffer = TrajectoryBuffer(self.joint_names, rate_hz=float(p("buffer_rate_hz", 480.0).value),
+                                       merge=p("merge", "replace").value,
+                                       crossfade_s=float(p("crossfade_s", 0.05).value))
+        self.message_rejections: Counter = Counter()
+        self.last_message_reject = ""
+        self._have_hold = False
+        self._seen_chunk = False
+        self.holds: Counter = Counter()
+        self._holding_round: int | None = None  # a robot_client hold in effect (until the next chunk)
+
+        self.traj_pub = self.create_publisher(JointTrajectory, qos.JOINT_TRAJECTORY_TOPIC, qos.reliable_qos())
+        self.info_pub = self.create_publisher(ExecutionInfo, qos.EXECUTION_INFO_TOPIC, qos.reliable_qos())
+        self.create_subscription(ActionChunk, qos.ACTION_CHUNK_TOPIC, self._on_chunk, qos.reliable_qos())
+        self.create_subscription(TrajectorySegment, qos.TRAJECTORY_SEGMENT_TOPIC, self._on_segment,
+                                 qos.reliable_qos(depth=50))
+        self.create_subscription(JointState, qos.JOINT_STATES_TOPIC, self._on_joint_state, qos.reliable_qos())
+        self.create_timer(1.0 / self.control_rate, self._tick)
+        self.create_timer(1.0 / float(p("execution_info_rate_hz", 50.0).value), self._publish_info)
+        self.updater = Updater(self, period=1.0 / float(p("diagnostics_rate_hz", 1.0).value))
+        self.updater.setHardwareID(self.robot_id)
+        self._buffer_health = BufferHealth(self.buffer.rate_hz, dry_error_s=float(p("dry_error_s", 2.0).value))
+        self._rejection_health = RejectionHealth()
+        self.updater.add("buffer", self._diagnose_buffer)
+        self.updater.add("rejections", lambda stat: self._rejection_health.run(stat, self.rejections()))
+        self.cmd_rate = FrequencyStatus(FrequencyStatusParam({"min": self.control_rate, "max": self.control_rate},
+                                                             0.1, 5), "joint_trajectory rate")
+        self.updater.add(self.cmd_rate)
+        self.get_logger().info(f"trajectory controller {self.robot_id}: joints {self.joint_names}, "
+                               f"{self.control_rate:g} Hz, merge {self.buffer.merge.value}")
+
+    def _on_joint_state(self, msg: JointState) -> None:
+        if self._have_hold:
+            return
+        index = {n: i for i, n in enumerate(msg.name)}
+        if all(n in index for n in self.joint_names) and len(msg.position) == len(msg.name):
+            self.buffer.set_hold_position([msg.position[index[n]] for n in self.joint_names])
+            self._have_hold = True
+
+    def _reject_message(self, reason: str, detail: str) -> None:
+        self.message_rejections[reason] += 1
+        self.last_message_reject = reason  # a code, like the buffer's reasons; the detail goes to the log
+        self.get_logger().warning(f"rejected input ({self.rejected_total} rejected): {reason}: {detail}",
+                                  throttle_duration_sec=1.0)
+
+    @property
+    def rejected_total(self) -> int:
+        return self.buffer.chunks_rejected + self.buffer.segments_rejected + sum(self.message_rejections.values())
+
+    def rejections(self) -> Counter:
+        return Counter(self.buffer.rejections) + self.message_rejections
+
+    def _accepted(self) -> None:
+        self._seen_chunk = True
+        self._holding_round = None
+
+    def _on_chunk(self, msg: ActionChunk) -> None:
+        if msg.robot_id and msg.robot_id != self.robot_id:
+            self._reject_message("wrong_robot", f"chunk for robot {msg.robot_id!r} reached {self.robot_id!r}")
+            return
+        if is_hold_chunk(msg.status, msg.error, msg.engine_instance):
+            self._on_hold(int(msg.round_id))
+            return
+        try:
+            chunk = chunk_from_msg(msg)
+        except ChunkMessageError as exc:
+            self._reject_message("malformed_message", str(exc))
+            return
+        out = self.buffer.insert(chunk, now_sec(self))
+        if out.accepted:
+            self._accepted()
+        else:
+            self.last_message_reject = ""
+            self.get_logger().warning(
+                f"rejected chunk round {chunk.round_id} ({self.rejected_total} rejected): {out.reason} {out.detail}",
+                throttle_duration_sec=1.0)
+
+    def _on_hold(self, round_id: int) -> None:
+        out = apply_hold(self.buffer, round_id, now_sec(self))
+        self.holds["applied" if out.applied else "ignored"] += 1
+        if out.applied:
+            self._holding_round = round_id
+        self.get_logger().info(f"robot_client hold round {round_id}: {out.detail}", throttle_duration_sec=1.0)
+
+    def _on_segment(self, msg: TrajectorySegment) -> None:
+        """Streaming mode: dense nodes the buffer commits as their time comes."""
+        if msg.robot_id and msg.robot_id != self.robot_id:
+            self._reject_message("wrong_robot", f"segment for robot {msg.robot_id!r} reached {self.robot_id!r}")
+            return
+        n, d = int(msg.num_nodes), int(msg.dim)
+        if n * d != len(msg.positions) or len(msg.committed) not in (0, n) or n == 0:
+            self._reject_message("malformed_segment", f"{len(msg.positions)} positions, {len(msg.committed)} flags "
+                                                      f"for {n}x{d}")
+            return
+        out = self.buffer.insert_segment(
+            to_sec(msg.start_time), float(msg.dt), np.asarray(msg.positions, dtype=float).reshape(n, d),
+            list(msg.committed) if len(msg.committed) else [False] * n, int(msg.round_id), now_sec(self),
+            joint_names=tuple(msg.joint_names))
+        if out.accepted:
+            self._accepted()
+        else:
+            self.last_message_reject = ""
+            self.get_logger().warning(f"rejected segment {msg.segment_id}: {out.reason} {out.detail}",
+                                      throttle_duration_sec=1.0)
+
+    def _tick(self) -> None:
+        now = now_sec(self)
+        cmd = self.buffer.advance(now)
+        if cmd is None:  # no chunk and no joint state yet: nothing safe to command
+            return
+        plan = to_joint_trajectory(self.buffer.tentative_nodes(), now, self.joint_names,
+                                   stride=self.lookahead_stride, max_points=self.lookahead_points)
+        if not plan.points:
+            plan = hold_plan(cmd, now, self.joint_names, settle_s=1.0 / self.control_rate)
+        self.traj_pub.publish(plan_to_msg(plan))
+        self.cmd_rate.tick()
+
+    def _last_reason(self) -> str:
+        return self.last_message_reject or self.buffer.last_reject_reason
+
+    def _publish_info(self) -> None:
+        now = now_sec(self)
+        st = self.buffer.execution_state(now)
+        msg = ExecutionInfo()
+        msg.header.stamp = time_from_sec(now)
+        msg.robot_id = self.robot_id
+        msg.executing_round_id = st.executing_round_id
+        msg.exec_phase_start = time_from_sec(max(st.exec_phase_start, 0.0))
+        msg.actions_remaining = st.actions_remaining
+        msg.control_period = st.control_period
+        msg.buffer_nodes = st.buffer_nodes
+        msg.buffer_dry = st.buffer_dry
+        msg.underruns = st.underruns
+        msg.chunks_accepted = st.chunks_accepted
+        msg.chunks_rejected = self.rejected_total
+        msg.last_reject_reason = str(self._last_reason() or "")
+        self.info_pub.publish(msg)
+
+    def _diagnose_buffer(self, stat):
+        now = now_sec(self)
+        return self._buffer_health.run(stat, now, self.buffer.execution_state(now), have_start=self._have_hold,
+                                       seen_chunk=self._seen_chunk, holding_round=self._holding_round,
+                                       holds=self.holds)
+
+
+def main(args: list[str] | None = None) -> int:
+    return run_node(TrajectoryControllerNode, args)
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,51 @@
+"""Hold chunks: how the robot client stops the trajectory controller on an SLO miss.
+
+The client (physai_ros/serving/client_core.py, ros_msgs.hold_chunk_msg) sends an ordinary
+ActionChunk repeating the current position, ``error == "hold"`` and
+``engine_instance == "robot_client"``. Its round id carries the decision (observations use even
+ids r):
+  - r-1: keep waiting for round r (fallback ``hold``): the late answer must still be executed;
+  - r+1: give round r up (``stop_and_resend``, escalation): r must be refused, the resend
+    (r+2, whatever its capture time) taken.
+Inserted like a chunk, its stamp would become the newest capture time, and any answer captured
+before it would be refused as ``time_backwards``. So the controller never inserts it: it stops
+the buffer (holding the last commanded position) and only raises the stale-round bar to the
+hold's own id. That single rule serves both variants, whatever the hold's stamp.
+
+No rclpy here: the node calls these with the message fields.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from physai_ros.control.trajectory_buffer import TrajectoryBuffer
+
+HOLD_ERROR = "hold"
+HOLD_SOURCE = "robot_client"
+
+
+def is_hold_chunk(status: int, error: str, engine_instance: str) -> bool:
+    """Both markers, so a server chunk whose error text happens to be "hold" is not a hold."""
+    return status == 0 and error == HOLD_ERROR and engine_instance == HOLD_SOURCE
+
+
+@dataclass(frozen=True)
+class HoldOutcome:
+    applied: bool
+    dropped_nodes: int
+    detail: str
+
+
+def apply_hold(buffer: TrajectoryBuffer, round_id: int, now: float) -> HoldOutcome:
+    """Stop the buffer and refuse every round up to ``round_id`` from now on.
+
+    A hold older than the newest accepted round is ignored: it is a keep-waiting hold that
+    crossed the answer it was waiting for (the answer is executing; stopping would throw it
+    away). Never touches the newest capture time, so answers stamped before the hold are taken.
+    """
+    rid = int(round_id)
+    last = buffer.last_round_id
+    if rid < last:
+        return HoldOutcome(False, 0, f"hold round {rid} is older than accepted round {last}: answer already here")
+    dropped = buffer.stop(now, refuse_through_round=rid)
+    return HoldOutcome(True, dropped, f"holding; rounds <= {rid} refused from now on ({dropped} nodes dropped)")

@@ -1,0 +1,357 @@
+"""Machinery shared by every policy: validation, the pending table, task books, skip counters,
+stale-observation refresh, placement and counters. A policy only supplies `order_slots()`."""
+from __future__ import annotations
+
+import math
+from collections import Counter
+from typing import Any, Optional, Sequence
+
+import numpy as np
+
+from physai_ros.scheduler.bookkeeping import TaskBook
+from physai_ros.scheduler.placement import place
+from physai_ros.scheduler.table import OrderedView, PendingTable
+from physai_ros.scheduler.types import (
+    Batch,
+    EngineInstanceInfo,
+    Request,
+    SchedulerDecision,
+    SubmitResult,
+)
+
+
+class PendingEntry:
+    """A queued request plus what the policies need to rank it in O(1)."""
+
+    __slots__ = ("request", "book", "seq", "skip_base", "wait_sum", "anchor", "t_start",
+                 "ratio_floor", "exec_est", "refresh_asked_at", "refreshed", "priority", "slot")
+
+    def __init__(self, request: Request, book: TaskBook, seq: int, cycle: int, now: float,
+                 default_exec_s: float) -> None:
+        self.request = request
+        self.book = book
+        self.seq = seq                     # submission order (FIFO and tie-breaks)
+        self.skip_base = cycle             # skipped = scheduler cycle - skip_base
+        self.refresh_asked_at: Optional[float] = None
+        self.refreshed = False             # a refresh was done (or timed out): never ask twice
+        self.priority = False              # selected before but held for a refresh: serve first
+        self.slot = -1                     # row in the PendingTable
+        self.rebind(now, default_exec_s)
+
+    def rebind(self, now: float, default_exec_s: float) -> None:
+        """Freeze the task's wait-ratio parameters for this round (they are constant while the
+        request is queued) and the ratio floor that keeps skipping from lowering priority."""
+        book, req = self.book, self.request
+        self.wait_sum = book.wait_sum
+        self.anchor = book.wait_anchor(req.round_id)
+        self.t_start = book.t_start
+        self.ratio_floor = 0.0
+        self.ratio_floor = self.wait_ratio(now)
+        last = book.last_exec_s if book.last_exec_s is not None else req.last_exec_duration
+        # Floor at one control period: an estimate of 0 could never age (0 x (1 + skipped)).
+        self.exec_est = max(last if last is not None else default_exec_s, req.control_period)
+
+    def wait_ratio(self, now: float) -> float:
+        """Reference (scalar) form of the ratio the policies compute vectorised."""
+        w = self.wait_sum + (now - self.anchor if now > self.anchor else 0.0)
+        life = now - self.t_start
+        r = (1.0 if w > 0.0 else 0.0) if life <= 0.0 else w / life
+        if r > 1.0:
+            r = 1.0
+        return r if r > self.ratio_floor else self.ratio_floor
+
+
+def _finite(x: Any) -> bool:
+    return isinstance(x, (int, float)) and not isinstance(x, bool) and math.isfinite(x)
+
+
+def validate(req: Any) -> str:
+    """Empty string when the request is well formed, else the reason it is not."""
+    if not isinstance(req, Request):
+        return f"not a Request: {type(req).__name__}"
+    if not isinstance(req.request_id, str) or not req.request_id:
+        return "request_id must be a non-empty string"
+    if not isinstance(req.task_id, str) or not req.task_id:
+        return "task_id must be a non-empty string"
+    if not isinstance(req.round_id, int) or isinstance(req.round_id, bool) or req.round_id < 0:
+        return f"round_id must be an int >= 0, got {req.round_id!r}"
+    for name in ("arrival_time", "obs_capture_time"):
+        if not _finite(getattr(req, name)):
+            return f"{name} must be a finite number, got {getattr(req, name)!r}"
+    if req.exec_phase_start is not None and not _finite(req.exec_phase_start):
+        return f"exec_phase_start must be None or finite, got {req.exec_phase_start!r}"
+    if not isinstance(req.actions_remaining, int) or isinstance(req.actions_remaining, bool) \
+            or req.actions_remaining < 0:
+        return f"actions_remaining must be an int >= 0, got {req.actions_remaining!r}"
+    if not _finite(req.control_period) or req.control_period <= 0:
+        return f"control_period must be > 0, got {req.control_period!r}"
+    if req.last_exec_duration is not None and (not _finite(req.last_exec_duration)
+                                               or req.last_exec_duration < 0):
+        return f"last_exec_duration must be None or >= 0, got {req.last_exec_duration!r}"
+    return ""
+
+
+class QueueScheduler:
+    """Base class: everything except the order in which pending requests are considered."""
+
+    name = "base"
+
+    def __init__(self, *, stale_after_s: Optional[float] = None, refresh_timeout_s: float = 0.25,
+                 saturation_tolerance: float = 0.05, default_exec_s: float = 0.0,
+                 count_first_wait: bool = False, task_ttl_s: float = 600.0) -> None:
+        if stale_after_s is not None and not (stale_after_s > 0):
+            raise ValueError("stale_after_s must be > 0 or None")
+        if not (refresh_timeout_s >= 0) or not (0 <= saturation_tolerance < 1) or default_exec_s < 0:
+            raise ValueError("refresh_timeout_s >= 0, 0 <= saturation_tolerance < 1, default_exec_s >= 0")
+        self.stale_after_s = stale_after_s
+        self.refresh_timeout_s = refresh_timeout_s
+        self.saturation_tolerance = saturation_tolerance
+        self.default_exec_s = default_exec_s
+        self.count_first_wait = count_first_wait
+        # A server that never calls on_task_finished (robot vanished, task id changed) must not
+        # grow without bound: histories idle this long with nothing queued or running are dropped.
+        self.task_ttl_s = task_ttl_s
+        self._pending: dict[str, PendingEntry] = {}
+        self._table = PendingTable()
+        self._held: dict[int, PendingEntry] = {}     # awaiting a refresh (by id(entry))
+        self._first: dict[int, PendingEntry] = {}    # selected before, served ahead of all
+        self._by_task: dict[str, str] = {}         # task_id -> pending request_id
+        self._inflight: dict[str, tuple[Request, float]] = {}
+        self._books: dict[str, TaskBook] = {}
+        self._cycle = 0                             # cycles that dispatched something
+        self._seq = 0
+        self._counts: Counter[str] = Counter()
+        self._rejects: Counter[str] = Counter()
+
+    # ---- Scheduler protocol -----------------------------------------------------------
+    def submit(self, request: Request, now: float) -> SubmitResult:
+        self._counts["submitted"] += 1
+        reason = validate(request)
+        if not reason and not _finite(now):
+            reason = f"now must be finite, got {now!r}"
+        if not reason and request.request_id in self._inflight:
+            reason = f"request_id {request.request_id!r} is already in flight"
+        if reason:
+            return self._reject(reason)
+        book = self._books.get(request.task_id)
+        if book is not None and book.last_dispatched_round is not None \
+                and request.round_id <= book.last_dispatched_round:
+            return self._reject(f"task {request.task_id!r} round {request.round_id} already served "
+                                f"(last dispatched round {book.last_dispatched_round})")
+        clash = self._pending.get(request.request_id)
+        if clash is not None and clash.request.task_id != request.task_id:
+            return self._reject(f"duplicate request_id {request.request_id!r} (queued for task "
+                                f"{clash.request.task_id!r})")
+        superseded: tuple[str, ...] = ()
+        old_id = self._by_task.get(request.task_id)
+        if old_id is not None:
+            old = self._pending[old_id]
+            if request.round_id < old.request.round_id:
+                return self._reject(f"task {request.task_id!r} round {request.round_id} is older "
+                                    f"than its queued round {old.request.round_id}")
+            if request.round_id == old.request.round_id:
+                return self._refresh(old, request, now)
+            self._drop(old_id)
+            superseded = (old_id,) if old_id != request.request_id else ()
+            self._counts["superseded"] += 1
+        if book is None:
+            book = self._books[request.task_id] = TaskBook(request.task_id, request.arrival_time,
+                                                            self.count_first_wait)
+        book.on_request(request.round_id, request.arrival_time, request.exec_phase_start,
+                        request.actions_remaining, request.control_period)
+        self._seq += 1
+        entry = PendingEntry(request, book, self._seq, self._cycle, now, self.default_exec_s)
+        entry.slot = self._table.add(entry)
+        self._pending[request.request_id] = entry
+        self._by_task[request.task_id] = request.request_id
+        self._counts["accepted"] += 1
+        return SubmitResult(True, "", superseded)
+
+    def on_dispatched(self, batch: Batch, now: float) -> None:
+        for rid in batch.request_ids:
+            item = self._inflight.get(rid)
+            if item is None:
+                self._counts["unknown_dispatch"] += 1
+                continue
+            req, _ = item
+            self._inflight[rid] = (req, now)
+            book = self._books.get(req.task_id)
+            if book is not None:
+                book.on_dispatch(req.round_id, now)
+
+    def on_completed(self, request_id: str, now: float, generation_s: float) -> None:
+        item = self._inflight.pop(request_id, None)
+        if item is None or not _finite(now):
+            self._counts["unknown_completion"] += 1
+            return
+        req, _ = item
+        self._counts["completed"] += 1
+        book = self._books.get(req.task_id)
+        if book is not None:
+            book.on_complete(req.round_id, now, generation_s if _finite(generation_s) else 0.0)
+
+    def on_task_finished(self, task_id: str) -> None:
+        rid = self._by_task.get(task_id)
+        if rid is not None:
+            self._drop(rid)
+        self._books.pop(task_id, None)
+        self._counts["tasks_finished"] += 1
+
+    def pending(self) -> int:
+        return len(self._pending)
+
+    def request(self, request_id: str) -> Request | None:
+        e = self._pending.get(request_id)
+        if e is not None:
+            return e.request
+        item = self._inflight.get(request_id)
+        return item[0] if item else None
+
+    def skipped(self, request_id: str) -> int:
+        return self._cycle - self._pending[request_id].skip_base
+
+    def wait_ratio(self, request_id: str, now: float) -> float:
+        return self._pending[request_id].wait_ratio(now)
+
+    def stats(self) -> dict[str, Any]:
+        return {"scheduler": self.name, "pending": len(self._pending),
+                "in_flight": len(self._inflight), "tasks": len(self._books), "cycles": self._cycle,
+                **dict(self._counts), "rejected_by_reason": dict(self._rejects)}
+
+    def schedule(self, now: float, instances: Sequence[EngineInstanceInfo]) -> SchedulerDecision:
+        self._counts["decisions"] += 1
+        if self._counts["decisions"] % 1024 == 0:
+            self._forget_idle_tasks(now)
+        if not self._pending or not instances:
+            return SchedulerDecision([], [], now)
+        for e in list(self._held.values()):
+            if now - e.refresh_asked_at >= self.refresh_timeout_s:
+                # No fresh observation came: serve the one we have rather than starve it.
+                self._counts["refresh_timeouts"] += 1
+                self._promote(e)
+        first = sorted(self._first.values(), key=lambda e: e.seq)
+        slots = self._table.ready_slots()
+        ordered = OrderedView(first, self.order_slots(slots, now) if len(slots) else slots,
+                              self._table.entries)
+
+        refresh: list[str] = []
+        while True:
+            placed = place(ordered, instances, now, self.saturation_tolerance)
+            stale = [e for _, items in placed for e in items if self._is_stale(e, now)]
+            if not stale:
+                break
+            for e in stale:
+                e.refresh_asked_at = now
+                e.refreshed = True
+                self._first.pop(id(e), None)
+                self._held[id(e)] = e
+                self._table.ready[e.slot] = False
+                refresh.append(e.request.request_id)
+            ordered = ordered.without(stale)
+        self._counts["refreshes_requested"] += len(refresh)
+
+        batches = []
+        for inst, items in placed:
+            ids = tuple(e.request.request_id for e in items)
+            batches.append(Batch(inst.instance_id, ids, inst.service_time(len(ids))))
+            for e in items:
+                self._dispatch(e, now)
+        if batches:
+            # Alg. 1 l.23-25: everyone not selected was skipped once more. Selected requests
+            # leave the table, so one global counter does it in O(1).
+            self._cycle += 1
+            self._counts["dispatched"] += sum(len(b.request_ids) for b in batches)
+        for rid in refresh:
+            # Held for a refresh counts as selected: reset its skip counter.
+            self._set_skip_base(self._pending[rid], self._cycle)
+        return SchedulerDecision(batches, refresh, now)
+
+    # ---- for subclasses ---------------------------------------------------------------
+    def order_slots(self, slots: np.ndarray, now: float) -> np.ndarray:
+        """The PendingTable slots of rankable requests, best first (ties: oldest first)."""
+        raise NotImplementedError
+
+    def order(self, now: float) -> list[PendingEntry]:
+        """The full order a decision at `now` would consider (for tests and diagnostics)."""
+        first = sorted(self._first.values(), key=lambda e: e.seq)
+        slots = self._table.ready_slots()
+        return list(OrderedView(first, self.order_slots(slots, now) if len(slots) else slots,
+                                self._table.entries))
+
+    # ---- internals --------------------------------------------------------------------
+    def _is_stale(self, e: PendingEntry, now: float) -> bool:
+        return (self.stale_after_s is not None and not e.refreshed
+                and now - e.request.obs_capture_time > self.stale_after_s)
+
+    def _promote(self, e: PendingEntry) -> None:
+        e.refresh_asked_at = None
+        e.priority = True
+        self._held.pop(id(e), None)
+        self._first[id(e)] = e
+        self._table.ready[e.slot] = False
+
+    def _set_skip_base(self, e: PendingEntry, cycle: int) -> None:
+        e.skip_base = cycle
+        self._table.skip_base[e.slot] = cycle
+
+    def _unlist(self, e: PendingEntry) -> None:
+        self._held.pop(id(e), None)
+        self._first.pop(id(e), None)
+        if e.slot >= 0:
+            self._table.remove(e.slot)
+            e.slot = -1
+
+    def _dispatch(self, e: PendingEntry, now: float) -> None:
+        req = e.request
+        self._unlist(e)
+        del self._pending[req.request_id]
+        if self._by_task.get(req.task_id) == req.request_id:
+            del self._by_task[req.task_id]
+        self._inflight[req.request_id] = (req, now)
+        e.book.on_dispatch(req.round_id, now)
+
+    def _forget_idle_tasks(self, now: float) -> None:
+        busy = set(self._by_task) | {req.task_id for req, _ in self._inflight.values()}
+        stale = [t for t, b in self._books.items()
+                 if t not in busy and now - b.last_seen > self.task_ttl_s]
+        for t in stale:
+            del self._books[t]
+        self._counts["tasks_forgotten"] += len(stale)
+
+    def _drop(self, request_id: str) -> None:
+        e = self._pending.pop(request_id, None)
+        if e is None:
+            return
+        self._unlist(e)
+        if self._by_task.get(e.request.task_id) == request_id:
+            del self._by_task[e.request.task_id]
+
+    def _refresh(self, old: PendingEntry, request: Request, now: float) -> SubmitResult:
+        """A newer observation for a queued round: keep its place, age and priority."""
+        old_id = old.request.request_id
+        if request.request_id != old_id:
+            if request.request_id in self._pending:
+                return self._reject(f"duplicate request_id {request.request_id!r}")
+            del self._pending[old_id]
+            self._pending[request.request_id] = old
+            self._by_task[request.task_id] = request.request_id
+        old.request = request
+        if old.refresh_asked_at is not None:
+            self._promote(old)
+            self._set_skip_base(old, self._cycle)
+        self._counts["refreshed"] += 1
+        return SubmitResult(True, "refreshed", (old_id,) if request.request_id != old_id else ())
+
+    def _reject(self, reason: str) -> SubmitResult:
+        self._counts["rejected"] += 1
+        self._rejects[_reason_key(reason)] += 1
+        return SubmitResult(False, reason)
+
+
+def _reason_key(reason: str) -> str:
+    """Group rejection reasons by kind for counters (strip ids and numbers)."""
+    for key in ("duplicate", "already served", "older than", "already in flight", "must be", "not a Request",
+                "now must"):
+        if key in reason:
+            return key
+    return reason[:40]

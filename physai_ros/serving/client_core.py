@@ -1,0 +1,315 @@
+"""The robot client's logic without ROS: newest inputs, when to send (control.async_trigger),
+round ids, registration, and SLO handling (control.deadline, ROSA section 3.3).
+
+The node calls the on_* methods from its callbacks and `tick(now)` from a timer; tick returns
+what to publish. Chunks travel from the server straight to the trajectory controller, so the
+client acts on the controller through an ordinary ActionChunk: a *hold chunk* (the current joint
+positions, one action). Its round id is chosen so the controller keeps or refuses the awaited
+answer as the fallback requires: observations use every second round id (2, 4, 6, ...);
+a hold that keeps waiting for round r uses r-1 (r stays newer and is executed when it comes), a
+hold that gives round r up uses r+1 (the controller then refuses r as a stale round).
+"""
+from __future__ import annotations
+
+import dataclasses
+import enum
+import math
+from dataclasses import dataclass, field
+
+import numpy as np
+
+from physai_ros.control.async_trigger import AsyncTrigger
+from physai_ros.control.deadline import (ActionKind, DeadlineConfig, DeadlineMonitor,
+                                         DeadlineState)
+from physai_ros.control.latency import LatencyEstimator
+
+from .config import RobotConfig
+from .types import (STATUS_OK, STATUS_REFUSED, ChunkResult, ImageData, ObservationData,
+                    RegistrationResult, RobotRegistration)
+
+
+class ClientState(str, enum.Enum):
+    UNREGISTERED = "unregistered"
+    RUNNING = "running"
+    STOPPED = "stopped"  # escalated: needs an operator
+
+
+@dataclass(frozen=True)
+class HoldCommand:
+    """Publish a hold chunk: `num_actions` copies of `positions`, `dt` apart from `capture_time`.
+
+    The controller refuses a chunk whose capture time is older than the last one it accepted, so
+    a hold that keeps waiting for round r carries r's capture time (r is then still taken), and
+    the hold spans until one SLO past now (the buffer drops the part already due)."""
+
+    round_id: int
+    positions: np.ndarray
+    reason: str
+    capture_time: float
+    dt: float
+    num_actions: int
+
+
+@dataclass
+class TickOutput:
+    observation: ObservationData | None = None
+    hold: HoldCommand | None = None
+    register: bool = False
+
+
+@dataclass
+class ClientCounters:
+    sent: int = 0
+    chunks_ok: int = 0
+    refused: int = 0
+    errors: int = 0
+    slo_misses: int = 0
+    fallbacks: dict[str, int] = field(default_factory=dict)
+    registrations: int = 0
+    server_restarts: int = 0
+    latencies_s: list[float] = field(default_factory=list)
+
+
+@dataclass(frozen=True)
+class _Exec:
+    received: float
+    actions_remaining: int
+    control_period: float
+    exec_phase_start: float
+
+
+class RobotClientCore:
+    ROUND_STRIDE = 2  # leaves room for a hold chunk on either side of every observation
+
+    def __init__(self, robot: RobotConfig, reregister_period_s: float = 2.0):
+        self.robot = robot
+        self.task = robot.task
+        self.state = ClientState.UNREGISTERED
+        self.server_instance = ""
+        self.round_id = 0  # highest round id used (observations and hold chunks)
+        slo_s = self.task.slo_ms / 1e3
+        self.latency = LatencyEstimator(prior_s=min(0.2, slo_s))
+        # The deadline monitor decides about late answers; the trigger's timeout is only a
+        # backstop so a lost reply can never block sending for good.
+        self.trigger = AsyncTrigger(margin_s=self.task.trigger_margin_s,
+                                    request_timeout_s=max(4 * slo_s, 1.0))
+        self.deadline = DeadlineMonitor(DeadlineConfig.from_task(self.task))
+        self.counters = ClientCounters()
+        self.reregister_period_s = reregister_period_s
+        self._images: list[ImageData | None] = [None] * robot.num_views
+        self._image_stamps = [0.0] * robot.num_views
+        self._joint_index = {n: i for i, n in enumerate(robot.joints)}
+        self._positions: np.ndarray | None = None
+        self._wrench = np.zeros(6, dtype=np.float32)
+        self._wrench_stamp = 0.0
+        self._exec: _Exec | None = None
+        self._held_round: int | None = None
+        self._last_sent_stamp = -math.inf
+        self._sent_stamps: dict[int, float] = {}
+        self._last_register_at = -math.inf
+        self._want_register = True
+        self.escalations: list[str] = []
+
+    # ---- inputs (keep only the newest sample; images are held as the message's buffer) ----
+
+    def on_image(self, view: int, image: ImageData, stamp: float) -> None:
+        if 0 <= view < len(self._images):
+            self._images[view] = image
+            self._image_stamps[view] = stamp
+
+    def on_joint_state(self, names: list[str], positions: list[float]) -> None:
+        pos = np.full(len(self.robot.joints), np.nan, dtype=np.float32)
+        for n, p in zip(names, positions):
+            i = self._joint_index.get(n)
+            if i is not None:
+                pos[i] = p
+        if np.all(np.isfinite(pos)):
+            self._positions = pos
+
+    def on_wrench(self, wrench6: np.ndarray, stamp: float) -> None:
+        self._wrench = np.asarray(wrench6, dtype=np.float32)
+        self._wrench_stamp = stamp
+
+    def on_exec_info(self, now: float, actions_remaining: int, control_period: float,
+                     exec_phase_start: float) -> None:
+        self._exec = _Exec(now, int(actions_remaining), float(control_period), float(exec_phase_start))
+
+    def ready(self) -> bool:
+        return self._positions is not None and all(im is not None for im in self._images)
+
+    @property
+    def stopped(self) -> bool:
+        return self.state == ClientState.STOPPED
+
+    # ---- registration -----------------------------------------------------------------------
+
+    def registration(self) -> RobotRegistration:
+        r = self.robot
+        return RobotRegistration(
+            robot_id=r.id, task_id=self.task.name, robot_namespace="/" + r.namespace,
+            prompt=self.task.prompt, camera_topics=r.camera_topics, num_views=r.num_views,
+            image_height=r.image_height, image_width=r.image_width, joint_names=r.joints,
+            state_dim=len(r.joints), action_dim=len(r.joints),
+            control_period=self.task.action_period_s, last_round_id=self.round_id)
+
+    def on_registered(self, result: RegistrationResult) -> None:
+        self._want_register = False
+        if not result.accepted:
+            if self.state != ClientState.STOPPED:
+                self.state = ClientState.UNREGISTERED
+            self.counters.refused += 1
+            self.escalations.append(f"registration refused: {result.reason}")
+            return
+        self.counters.registrations += 1
+        if self.server_instance and result.server_instance != self.server_instance:
+            # A new server never saw our request: stop waiting for it and ask again.
+            self.counters.server_restarts += 1
+            self.trigger.abandon()
+        self.server_instance = result.server_instance
+        if self.state != ClientState.STOPPED:
+            self.state = ClientState.RUNNING
+
+    def on_register_failed(self) -> None:
+        self._want_register = True
+
+    # ---- replies ----------------------------------------------------------------------------
+
+    def on_chunk(self, chunk: ChunkResult, now: float) -> str:
+        """A chunk on our action_chunk topic (the controller got it too). Returns the match:
+        "answered", "late", "unmatched" or "foreign"."""
+        if chunk.robot_id != self.robot.id:
+            return "foreign"
+        match = self.trigger.on_reply(chunk.round_id, now)
+        if match == "unmatched":
+            return match
+        if chunk.status == STATUS_REFUSED:
+            self.counters.refused += 1
+            self.deadline.on_chunk(chunk.round_id, now)
+            if chunk.error.startswith("unknown_robot"):
+                self._want_register = True
+                if self.state != ClientState.STOPPED:
+                    self.state = ClientState.UNREGISTERED
+            return match
+        if chunk.status != STATUS_OK:
+            self.counters.errors += 1
+            self.deadline.on_chunk(chunk.round_id, now)
+            return match
+        verdict = self.deadline.on_chunk(chunk.round_id, now)
+        self._apply(verdict.actions, now)
+        lat = now - chunk.stamp
+        self.latency.add(lat)
+        self.counters.chunks_ok += 1
+        self.counters.latencies_s.append(lat)
+        del self.counters.latencies_s[:-5000]
+        return match
+
+    def resume(self) -> None:
+        """Operator acknowledgement after an escalation."""
+        self.deadline.operator_reset()
+        self.trigger.abandon()
+        if self.state == ClientState.STOPPED:
+            self.state = ClientState.RUNNING if self.server_instance else ClientState.UNREGISTERED
+
+    # ---- the periodic decision --------------------------------------------------------------
+
+    def _actions_remaining(self, now: float) -> tuple[int, float]:
+        if self._exec is None:
+            return 0, self.task.action_period_s
+        period = self._exec.control_period if self._exec.control_period > 0 else self.task.action_period_s
+        elapsed = max(0.0, now - self._exec.received)
+        left = self._exec.actions_remaining - int(elapsed / period)
+        return max(0, left), period
+
+    def tick(self, now: float, link_up: bool = True) -> TickOutput:
+        out = TickOutput()
+        if self._want_register or now - self._last_register_at >= self.reregister_period_s:
+            self._last_register_at = now
+            out.register = True
+        if not self.ready():
+            return out
+        resend = self._apply(self.deadline.check(now), now, out)
+        if self.state != ClientState.RUNNING or not link_up:
+            return out
+        if max(self._image_stamps) <= self._last_sent_stamp:
+            return out  # no frame since the last observation: resending it would be stale
+        remaining, period = self._actions_remaining(now)
+        decision = self.trigger.decide(now, remaining, period, self.latency.estimate())
+        if resend or decision.send:
+            out.observation = self._observation(now, remaining, period)
+        return out
+
+    def _apply(self, actions, now: float, out: TickOutput | None = None) -> bool:
+        """Carry out the deadline monitor's actions; returns whether to resend now."""
+        resend = False
+        for a in actions:
+            if a.kind is ActionKind.HOLD:
+                give_up = (self.task.fallback == "stop_and_resend"
+                           or self.deadline.state is DeadlineState.STOPPED)
+                hold = self._hold(a.round_id, give_up, a.detail, now)
+                if hold is not None and out is not None:
+                    out.hold = hold
+            elif a.kind is ActionKind.RESEND:
+                self.trigger.abandon()
+                resend = True
+            elif a.kind is ActionKind.ESCALATE:
+                self.state = ClientState.STOPPED
+                self.trigger.abandon()
+                self.escalations.append(a.detail)
+            self.counters.fallbacks[a.kind.value] = self.counters.fallbacks.get(a.kind.value, 0) + 1
+        self.counters.slo_misses = self.deadline.total_misses
+        if self.deadline.state is DeadlineState.STOPPED:
+            self.state = ClientState.STOPPED
+        return resend and self.state == ClientState.RUNNING
+
+    def _hold(self, awaited: int, give_up: bool, reason: str, now: float) -> HoldCommand | None:
+        if give_up:
+            rid = awaited + 1
+            self.round_id = max(self.round_id, rid)
+            # The resend uses a frame at least this new, so its chunk is never "older".
+            capture = max(self._image_stamps)
+        else:
+            rid = awaited - 1
+            if self._held_round == awaited:
+                return None  # already holding for this request
+            self._held_round = awaited
+            capture = self._sent_stamps.get(awaited, max(self._image_stamps))
+        if self._positions is None:
+            return None
+        dt = self.task.action_period_s
+        span = max(0.0, now - capture) + self.task.slo_ms / 1e3
+        n = int(min(max(1, math.ceil(span / dt) + 1), max(1, 20.0 / dt)))
+        return HoldCommand(rid, self._positions.copy(), reason, capture, dt, n)
+
+    def refresh(self, round_id: int, now: float) -> ObservationData | None:
+        """The server asks for a fresher observation of a queued round (Kairos stale refetch)."""
+        out = self.trigger.outstanding
+        if out is None or out.round_id != round_id or not self.ready() or self.stopped:
+            return None
+        remaining, period = self._actions_remaining(now)
+        obs = self._build(round_id, remaining, period)
+        self._last_sent_stamp = obs.stamp
+        self.deadline.on_request(round_id, obs.stamp)
+        return dataclasses.replace(obs, refresh=True)
+
+    def _build(self, round_id: int, remaining: int, period: float) -> ObservationData:
+        ex = self._exec
+        return ObservationData(
+            robot_id=self.robot.id, task_id=self.task.name, round_id=round_id,
+            stamp=max(self._image_stamps), images=tuple(self._images), state=self._positions.copy(),
+            wrench=self._wrench.copy(), wrench_stamp=self._wrench_stamp, prompt=self.task.prompt,
+            exec_phase_start=ex.exec_phase_start if ex else 0.0, actions_remaining=remaining,
+            control_period=period if period > 0 else self.task.action_period_s,
+            horizon_policy=self.task.horizon_policy, horizon_params=self.task.horizon_params)
+
+    def _observation(self, now: float, remaining: int, period: float) -> ObservationData:
+        # Next even id above everything used, so r-1 and r+1 stay free for hold chunks.
+        self.round_id = (self.round_id // self.ROUND_STRIDE + 1) * self.ROUND_STRIDE
+        obs = self._build(self.round_id, remaining, period)
+        self._last_sent_stamp = obs.stamp
+        self._sent_stamps[self.round_id] = obs.stamp
+        if len(self._sent_stamps) > 64:
+            del self._sent_stamps[min(self._sent_stamps)]
+        self.trigger.on_sent(self.round_id, now)
+        self.deadline.on_request(self.round_id, obs.stamp)
+        self.counters.sent += 1
+        return obs

@@ -1,0 +1,412 @@
+"""fleet.yaml: one description of the server, the tasks and the robots (ROSA Figure 3 spirit).
+
+Loading validates everything up front so that a typo fails at start-up with the key's full path
+and what was expected, instead of surfacing later as a confusing runtime error in one process.
+"""
+from __future__ import annotations
+
+import copy
+import math
+import sys
+from dataclasses import dataclass, field
+from importlib import resources
+from pathlib import Path
+from typing import Any, Mapping
+
+import yaml
+
+PACKAGE_PREFIX = "package://physai_ros/"
+FALLBACKS = ("hold", "stop_and_resend", "use_last_plan")
+ESCALATIONS = ("stop_and_call_human",)
+BUILTIN_HORIZON_POLICIES = ("static", "confidence")
+SCHEDULERS = ("fifo", "autellix", "wait_ratio")
+DEVICES = ("cpu", "cuda")
+
+
+class FleetConfigError(ValueError):
+    """A fleet.yaml problem; the message starts with the offending key path."""
+
+
+@dataclass(frozen=True)
+class ModelConfig:
+    preset: str | None
+    checkpoint: str | None
+    tokenizer: str
+    max_token_len: int
+    seed: int
+
+
+@dataclass(frozen=True)
+class RemoteEngineConfig:
+    """An engine instance in an `engine_worker` process, possibly on another host (reached over
+    DDS). Its tier, max_batch and latency profile are the worker's own advertisement."""
+
+    instance_id: str
+    timeout_s: float | None  # None: from the advertised profile (physai_ros.workers.remote)
+    liveness_timeout_s: float | None  # None: 3 heartbeat periods
+
+
+@dataclass(frozen=True)
+class ServerConfig:
+    node_name: str
+    model: ModelConfig
+    device: str
+    engine_instances: int
+    max_batch: int
+    scheduler: str
+    max_observation_age_s: float
+    remote_engines: tuple[RemoteEngineConfig, ...] = ()
+
+
+@dataclass(frozen=True)
+class TaskConfig:
+    name: str
+    prompt: str
+    action_rate_hz: float
+    horizon_policy: str
+    horizon_params: tuple[float, ...]
+    slo_ms: float
+    fallback: str
+    max_consecutive_slo_violation: int
+    on_max_violation: str
+    trigger_margin_s: float
+
+    @property
+    def action_period_s(self) -> float:
+        return 1.0 / self.action_rate_hz
+
+
+@dataclass(frozen=True)
+class RobotConfig:
+    id: str
+    namespace: str
+    task: TaskConfig
+    camera_topics: tuple[str, ...]
+    image_height: int
+    image_width: int
+    wrench_topic: str
+    joint_states_topic: str
+    joints: tuple[str, ...]
+    control_rate_hz: float
+    simulated: bool
+    sim: Mapping[str, Any] = field(default_factory=dict)
+
+    @property
+    def num_views(self) -> int:
+        return len(self.camera_topics)
+
+
+@dataclass(frozen=True)
+class FleetConfig:
+    server: ServerConfig
+    tasks: Mapping[str, TaskConfig]
+    robots: tuple[RobotConfig, ...]
+    source: str
+
+    def robot(self, robot_id: str) -> RobotConfig:
+        for r in self.robots:
+            if r.id == robot_id:
+                return r
+        raise KeyError(robot_id)
+
+    def resolve_robot(self, robot_id: str) -> RobotConfig:
+        """A listed robot, or robot_<k> beyond the list as with_num_robots(k + 1) makes it."""
+        try:
+            return self.robot(robot_id)
+        except KeyError:
+            k = robot_id.rpartition("_")[2]
+            if robot_id.startswith("robot_") and k.isdigit():
+                return self.with_num_robots(int(k) + 1).robot(robot_id)
+            raise KeyError(f"robot {robot_id!r} is not in {self.source}") from None
+
+    def with_num_robots(self, n: int) -> "FleetConfig":
+        """The first n robots; beyond the listed ones, clones of the last entry (robot_<k>)."""
+        if n < 1:
+            raise FleetConfigError(f"num_robots: expected an integer >= 1, got {n}")
+        robots = list(self.robots[:n])
+        template = self.robots[-1]
+        k = len(robots)
+        used = {r.id for r in robots}
+        while len(robots) < n:
+            rid = f"robot_{k}"
+            k += 1
+            if rid in used:
+                continue
+            used.add(rid)
+            robots.append(_replace(template, id=rid, namespace=rid))
+        return FleetConfig(self.server, self.tasks, tuple(robots), self.source)
+
+
+def _replace(robot: RobotConfig, **kw: Any) -> RobotConfig:
+    from dataclasses import replace
+
+    return replace(robot, **kw)
+
+
+def resolve_package_path(path: str, base_dir: Path | None = None) -> Path:
+    """`package://physai_ros/<rel>` -> installed file; relative paths are relative to the yaml."""
+    if path.startswith(PACKAGE_PREFIX):
+        rel = path[len(PACKAGE_PREFIX):]
+        # config/ is installed beside the package in a ROS install; in a checkout it is at the root.
+        pkg_root = Path(str(resources.files("physai_ros")))
+        share = Path(sys.prefix) / "share" / "physai_ros" / rel
+        for candidate in (pkg_root / rel, pkg_root.parent / rel, share):
+            if candidate.exists():
+                return candidate
+        return pkg_root / rel
+    p = Path(path).expanduser()
+    if not p.is_absolute() and base_dir is not None:
+        p = base_dir / p
+    return p
+
+
+def default_fleet_path() -> Path:
+    return resolve_package_path(PACKAGE_PREFIX + "config/fleet.yaml")
+
+
+# ---- validation helpers: each names the key path and what it expects -----------------------
+
+def _req(d: Mapping[str, Any], key: str, path: str) -> Any:
+    if key not in d:
+        raise FleetConfigError(f"{path}.{key}: missing (required)" if path else f"{key}: missing (required)")
+    return d[key]
+
+
+def _join(path: str, key: str) -> str:
+    return f"{path}.{key}" if path else key
+
+
+def _mapping(v: Any, path: str) -> Mapping[str, Any]:
+    if not isinstance(v, Mapping):
+        raise FleetConfigError(f"{path}: expected a mapping, got {type(v).__name__}")
+    return v
+
+
+def _str(v: Any, path: str, choices: tuple[str, ...] | None = None) -> str:
+    if not isinstance(v, str) or not v:
+        raise FleetConfigError(f"{path}: expected a non-empty string, got {v!r}")
+    if choices is not None and v not in choices:
+        raise FleetConfigError(f"{path}: expected one of {list(choices)}, got {v!r}")
+    return v
+
+
+def _int(v: Any, path: str, lo: int = 0) -> int:
+    if isinstance(v, bool) or not isinstance(v, int) or v < lo:
+        raise FleetConfigError(f"{path}: expected an integer >= {lo}, got {v!r}")
+    return v
+
+
+def _pos(v: Any, path: str, allow_zero: bool = False) -> float:
+    ok = isinstance(v, (int, float)) and not isinstance(v, bool) and math.isfinite(v)
+    if not ok or v < 0 or (v == 0 and not allow_zero):
+        what = "a finite number >= 0" if allow_zero else "a finite number > 0"
+        raise FleetConfigError(f"{path}: expected {what}, got {v!r}")
+    return float(v)
+
+
+def _strlist(v: Any, path: str, lo: int, hi: int | None = None) -> tuple[str, ...]:
+    if not isinstance(v, list) or not all(isinstance(x, str) and x for x in v):
+        raise FleetConfigError(f"{path}: expected a list of non-empty strings, got {v!r}")
+    if len(v) < lo or (hi is not None and len(v) > hi):
+        rng = f"{lo}..{hi}" if hi is not None else f">= {lo}"
+        raise FleetConfigError(f"{path}: expected {rng} entries, got {len(v)}")
+    if len(set(v)) != len(v):
+        raise FleetConfigError(f"{path}: entries must be unique, got {v!r}")
+    return tuple(v)
+
+
+def _no_unknown(d: Mapping[str, Any], allowed: set[str], path: str) -> None:
+    extra = sorted(set(d) - allowed)
+    if extra:
+        raise FleetConfigError(
+            f"{_join(path, extra[0])}: unknown key (expected one of {sorted(allowed)})")
+
+
+def _parse_model(d: Any, path: str) -> ModelConfig:
+    d = _mapping(d, path)
+    _no_unknown(d, {"preset", "checkpoint", "tokenizer", "max_token_len", "seed"}, path)
+    preset = d.get("preset")
+    checkpoint = d.get("checkpoint")
+    if (preset is None) == (checkpoint is None):
+        raise FleetConfigError(f"{path}: expected exactly one of 'preset' or 'checkpoint'")
+    if preset is not None:
+        _str(preset, _join(path, "preset"))
+    if checkpoint is not None:
+        _str(checkpoint, _join(path, "checkpoint"))
+    return ModelConfig(
+        preset=preset,
+        checkpoint=checkpoint,
+        tokenizer=_str(_req(d, "tokenizer", path), _join(path, "tokenizer")),
+        max_token_len=_int(d.get("max_token_len", 48), _join(path, "max_token_len"), 4),
+        seed=_int(d.get("seed", 0), _join(path, "seed"), 0),
+    )
+
+
+def _parse_remote_engines(v: Any, path: str) -> tuple[RemoteEngineConfig, ...]:
+    if not isinstance(v, list):
+        raise FleetConfigError(f"{path}: expected a list, got {v!r}")
+    out: list[RemoteEngineConfig] = []
+    for i, d in enumerate(v):
+        p = f"{path}[{i}]"
+        d = _mapping(d, p)
+        _no_unknown(d, {"instance_id", "timeout_s", "liveness_timeout_s"}, p)
+        iid = _str(_req(d, "instance_id", p), _join(p, "instance_id"))
+        if not iid.replace("_", "a").isalnum() or not iid[0].isalpha():
+            raise FleetConfigError(f"{p}.instance_id: expected letters, digits and '_' starting with "
+                                   f"a letter (it becomes a ROS topic name), got {iid!r}")
+        if iid.startswith("engine_") or iid in (r.instance_id for r in out):
+            raise FleetConfigError(f"{p}.instance_id: expected a unique id not starting with "
+                                   f"'engine_' (local instances use those), got {iid!r}")
+        opt = {k: _pos(d[k], _join(p, k)) if d.get(k) is not None else None
+               for k in ("timeout_s", "liveness_timeout_s")}
+        out.append(RemoteEngineConfig(iid, **opt))
+    return tuple(out)
+
+
+def _parse_server(d: Any) -> ServerConfig:
+    path = "server"
+    d = _mapping(d, path)
+    _no_unknown(d, {"node_name", "model", "device", "engine_instances", "max_batch", "scheduler",
+                    "max_observation_age_s", "remote_engines"}, path)
+    remote = _parse_remote_engines(d.get("remote_engines", []), _join(path, "remote_engines"))
+    # Local instances may be 0 when engine workers serve (a server host without a GPU).
+    engine_instances = _int(d.get("engine_instances", 1), _join(path, "engine_instances"),
+                            0 if remote else 1)
+    return ServerConfig(
+        node_name=_str(d.get("node_name", "policy_server"), _join(path, "node_name")),
+        model=_parse_model(_req(d, "model", path), _join(path, "model")),
+        device=_str(d.get("device", "cpu"), _join(path, "device"), DEVICES),
+        engine_instances=engine_instances,
+        max_batch=_int(d.get("max_batch", 8), _join(path, "max_batch"), 1),
+        scheduler=_str(d.get("scheduler", "fifo"), _join(path, "scheduler"), SCHEDULERS),
+        max_observation_age_s=_pos(d.get("max_observation_age_s", 2.0),
+                                   _join(path, "max_observation_age_s")),
+        remote_engines=remote,
+    )
+
+
+def _parse_horizon(v: Any, path: str) -> tuple[str, tuple[float, ...]]:
+    v = _mapping(v, path)
+    _no_unknown(v, {"name", "params"}, path)
+    name = _str(_req(v, "name", path), _join(path, "name"))
+    if name not in BUILTIN_HORIZON_POLICIES and ":" not in name:
+        raise FleetConfigError(
+            f"{path}.name: expected 'static', 'confidence' or 'package.module:Class', got {name!r}")
+    params = v.get("params", [])
+    if not isinstance(params, list) or not all(
+            isinstance(x, (int, float)) and not isinstance(x, bool) and math.isfinite(x) for x in params):
+        raise FleetConfigError(f"{path}.params: expected a list of finite numbers, got {params!r}")
+    if name == "static" and (len(params) != 1 or params[0] < 1 or params[0] != int(params[0])):
+        raise FleetConfigError(f"{path}.params: static expects [H] with integer H >= 1, got {params!r}")
+    if name == "confidence" and (len(params) != 2 or params[0] < 0 or params[1] < 1):
+        raise FleetConfigError(
+            f"{path}.params: confidence expects [t >= 0, H_min >= 1], got {params!r}")
+    return name, tuple(float(x) for x in params)
+
+
+def _parse_task(name: str, d: Any) -> TaskConfig:
+    path = f"tasks.{name}"
+    d = _mapping(d, path)
+    _no_unknown(d, {"prompt", "action_rate_hz", "horizon_policy", "slo_ms", "fallback",
+                    "max_consecutive_slo_violation", "on_max_violation", "trigger_margin_s"}, path)
+    hp, hparams = _parse_horizon(_req(d, "horizon_policy", path), _join(path, "horizon_policy"))
+    return TaskConfig(
+        name=name,
+        prompt=_str(_req(d, "prompt", path), _join(path, "prompt")),
+        action_rate_hz=_pos(d.get("action_rate_hz", 50.0), _join(path, "action_rate_hz")),
+        horizon_policy=hp,
+        horizon_params=hparams,
+        slo_ms=_pos(_req(d, "slo_ms", path), _join(path, "slo_ms")),
+        fallback=_str(d.get("fallback", "hold"), _join(path, "fallback"), FALLBACKS),
+        max_consecutive_slo_violation=_int(d.get("max_consecutive_slo_violation", 3),
+                                           _join(path, "max_consecutive_slo_violation"), 1),
+        on_max_violation=_str(d.get("on_max_violation", "stop_and_call_human"),
+                              _join(path, "on_max_violation"), ESCALATIONS),
+        trigger_margin_s=_pos(d.get("trigger_margin_s", 0.02), _join(path, "trigger_margin_s"),
+                              allow_zero=True),
+    )
+
+
+_ROBOT_KEYS = {"id", "namespace", "task", "cameras", "image_height", "image_width", "wrench_topic",
+               "joint_states_topic", "joints", "control_rate_hz", "simulated", "sim"}
+
+
+def _parse_robot(i: int, d: Any, tasks: Mapping[str, TaskConfig]) -> RobotConfig:
+    path = f"robots[{i}]"
+    d = _mapping(d, path)
+    _no_unknown(d, _ROBOT_KEYS, path)
+    rid = _str(_req(d, "id", path), _join(path, "id"))
+    if not rid.replace("_", "a").isalnum() or rid[0].isdigit():
+        raise FleetConfigError(
+            f"{path}.id: expected letters, digits and '_' not starting with a digit "
+            f"(it becomes a ROS namespace), got {rid!r}")
+    task_name = _str(_req(d, "task", path), _join(path, "task"))
+    if task_name not in tasks:
+        raise FleetConfigError(f"{path}.task: expected one of {sorted(tasks)}, got {task_name!r}")
+    ns = _str(d.get("namespace", rid), _join(path, "namespace")).strip("/")
+    sim = d.get("sim", {})
+    sim = dict(_mapping(sim, _join(path, "sim")))
+    joints = _strlist(_req(d, "joints", path), _join(path, "joints"), 1)
+    if d.get("simulated", True):
+        n = sim.get("num_joints", 4)
+        want = tuple(f"joint_{k}" for k in range(int(n))) + ("gripper",) if isinstance(n, int) else None
+        if joints != want:
+            raise FleetConfigError(
+                f"{path}.joints: a simulated arm with sim.num_joints={n} has joints {list(want or [])}, "
+                f"got {list(joints)}")
+    return RobotConfig(
+        id=rid,
+        namespace=ns,
+        task=tasks[task_name],
+        camera_topics=_strlist(_req(d, "cameras", path), _join(path, "cameras"), 1, 3),
+        image_height=_int(d.get("image_height", 224), _join(path, "image_height"), 1),
+        image_width=_int(d.get("image_width", 224), _join(path, "image_width"), 1),
+        wrench_topic=_str(d.get("wrench_topic", "wrench"), _join(path, "wrench_topic")),
+        joint_states_topic=_str(d.get("joint_states_topic", "joint_states"),
+                                _join(path, "joint_states_topic")),
+        joints=joints,
+        control_rate_hz=_pos(d.get("control_rate_hz", 480.0), _join(path, "control_rate_hz")),
+        simulated=bool(d.get("simulated", True)),
+        sim=sim,
+    )
+
+
+def parse_fleet(doc: Any, source: str = "<memory>") -> FleetConfig:
+    doc = _mapping(doc, "<root>")
+    _no_unknown(doc, {"server", "tasks", "robots"}, "")
+    server = _parse_server(_req(doc, "server", ""))
+    tasks_doc = _mapping(_req(doc, "tasks", ""), "tasks")
+    if not tasks_doc:
+        raise FleetConfigError("tasks: expected at least one task")
+    tasks = {str(k): _parse_task(str(k), v) for k, v in tasks_doc.items()}
+    robots_doc = _req(doc, "robots", "")
+    if not isinstance(robots_doc, list) or not robots_doc:
+        raise FleetConfigError(f"robots: expected a non-empty list, got {robots_doc!r}")
+    robots = tuple(_parse_robot(i, r, tasks) for i, r in enumerate(robots_doc))
+    seen: dict[str, int] = {}
+    for i, r in enumerate(robots):
+        for key, val in (("id", r.id), ("namespace", r.namespace)):
+            tag = f"{key}:{val}"
+            if tag in seen:
+                raise FleetConfigError(
+                    f"robots[{i}].{key}: expected unique values, {val!r} repeats robots[{seen[tag]}]")
+            seen[tag] = i
+    return FleetConfig(server=server, tasks=tasks, robots=robots, source=source)
+
+
+def load_fleet(path: str | Path | None = None) -> FleetConfig:
+    p = Path(path) if path is not None else default_fleet_path()
+    try:
+        text = p.read_text()
+    except OSError as e:
+        raise FleetConfigError(f"<file>: cannot read fleet file {str(p)!r}: {e.strerror}") from e
+    try:
+        doc = yaml.safe_load(text)
+    except yaml.YAMLError as e:
+        raise FleetConfigError(f"<file>: {str(p)!r} is not valid YAML: {e}") from e
+    return parse_fleet(copy.deepcopy(doc), source=str(p.resolve()))
+
+
+def tokenizer_path(cfg: FleetConfig) -> Path:
+    base = Path(cfg.source).parent if cfg.source and not cfg.source.startswith("<") else None
+    return resolve_package_path(cfg.server.model.tokenizer, base)

@@ -1,0 +1,68 @@
+"""Build the serving core from fleet.yaml: engine instances, scheduler, tokenizer, statistics."""
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+from physai_ros.scheduler.base import make_scheduler
+
+from .config import FleetConfig, FleetConfigError, resolve_package_path, tokenizer_path
+from .core import EngineSlot, ServingCore, default_profile
+from .preprocess import Normalizer
+from .tokenizer import PromptTokenizer
+
+# Normalisation statistics a checkpoint directory may carry (mean/std for state and action).
+STATS_FILE = "normalization_stats.json"
+
+
+def build_engine_slots(cfg: FleetConfig, node: Any = None) -> list[EngineSlot]:
+    """Local engines (engine_<i>), then one RemoteEngine proxy per server.remote_engines entry;
+    the proxies publish and subscribe through `node` (the policy server's)."""
+    from physai_ros.engine.engine import Pi0Engine
+    from physai_ros.engine.types import Pi0Config
+
+    srv = cfg.server
+    slots = []
+    for i in range(srv.engine_instances):
+        if srv.model.preset is not None:
+            engine = Pi0Engine(Pi0Config.preset(srv.model.preset), device=srv.device,
+                               seed=srv.model.seed)
+        else:
+            engine = Pi0Engine.from_lerobot_checkpoint(_checkpoint_dir(cfg), device=srv.device)
+        slots.append(EngineSlot(f"engine_{i}", engine, srv.max_batch, default_profile(srv.max_batch)))
+    if srv.remote_engines:
+        from physai_ros.workers.remote import RemoteEngine
+
+        if node is None:
+            raise ValueError("server.remote_engines: reaching engine workers needs a ROS node")
+        if slots:
+            model = slots[0].engine.config
+        elif srv.model.preset is not None:
+            model = Pi0Config.preset(srv.model.preset)
+        else:
+            raise FleetConfigError(
+                "server.engine_instances: with a checkpoint model keep at least one local engine "
+                "instance (the server reads the model's sizes from it)")
+        for r in srv.remote_engines:
+            proxy = RemoteEngine(node, r.instance_id, model, timeout_s=r.timeout_s,
+                                 liveness_timeout_s=r.liveness_timeout_s)
+            # Until the worker advertises, the slot's own cap and default profile stand in.
+            slots.append(EngineSlot(r.instance_id, proxy, srv.max_batch, default_profile(srv.max_batch)))
+    return slots
+
+
+def _checkpoint_dir(cfg: FleetConfig) -> Path:
+    base = Path(cfg.source).parent if not cfg.source.startswith("<") else None
+    return resolve_package_path(cfg.server.model.checkpoint, base)
+
+
+def build_core(cfg: FleetConfig, instance_id: str | None = None, node: Any = None) -> ServingCore:
+    stats = _checkpoint_dir(cfg) / STATS_FILE if cfg.server.model.checkpoint else None
+    return ServingCore(
+        engines=build_engine_slots(cfg, node),
+        scheduler=make_scheduler(cfg.server.scheduler),
+        tokenizer=PromptTokenizer(tokenizer_path(cfg), cfg.server.model.max_token_len),
+        normalizer=Normalizer.from_file(stats),
+        max_observation_age_s=cfg.server.max_observation_age_s,
+        instance_id=instance_id,
+    )

@@ -1,0 +1,132 @@
+"""Which processes a fleet runs, derived from fleet.yaml (one plan for physai-fleet, the launch
+file and the tests): the policy server, and per robot sim_robot (when simulated), robot_client
+and trajectory_controller in the robot's namespace.
+"""
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+from dataclasses import dataclass, field
+from typing import Any
+
+from .config import FleetConfig, RobotConfig
+
+
+@dataclass(frozen=True)
+class ProcessSpec:
+    name: str  # unique in the plan, e.g. "robot_0/robot_client"
+    executable: str  # console script / node name (setup.py NODES)
+    module: str  # python -m target
+    namespace: str  # "" for the server
+    parameters: dict[str, Any] = field(default_factory=dict)
+
+    def command(self, python: str = sys.executable) -> list[str]:
+        cmd = [python, "-m", self.module, "--ros-args"]
+        if self.namespace:
+            cmd += ["-r", f"__ns:=/{self.namespace}"]
+        for k, v in self.parameters.items():
+            cmd += ["-p", f"{k}:={_param_str(v)}"]
+        return cmd
+
+
+def _param_str(v: Any) -> str:
+    if isinstance(v, bool):
+        return "true" if v else "false"
+    if isinstance(v, float):
+        return repr(v)
+    if isinstance(v, (list, tuple)):
+        return "[" + ",".join(_param_str(x) for x in v) + "]"
+    return str(v)
+
+
+def server_spec(cfg: FleetConfig) -> ProcessSpec:
+    return ProcessSpec("policy_server", "policy_server", "physai_ros.nodes.policy_server", "",
+                       {"fleet_file": cfg.source})
+
+
+def sim_params(robot: RobotConfig) -> dict[str, Any]:
+    p: dict[str, Any] = {"robot_id": robot.id, "num_views": robot.num_views,
+                         "image_width": robot.image_width, "image_height": robot.image_height}
+    p.update(robot.sim)
+    return p
+
+
+def controller_params(robot: RobotConfig) -> dict[str, Any]:
+    return {"robot_id": robot.id, "joint_names": list(robot.joints),
+            "control_rate_hz": float(robot.control_rate_hz)}
+
+
+def robot_specs(cfg: FleetConfig, robot: RobotConfig, controller: bool = True) -> list[ProcessSpec]:
+    ns = robot.namespace
+    specs = []
+    if robot.simulated:
+        specs.append(ProcessSpec(f"{ns}/sim_robot", "sim_robot", "physai_ros.nodes.sim_robot", ns,
+                                 sim_params(robot)))
+    specs.append(ProcessSpec(f"{ns}/robot_client", "robot_client", "physai_ros.nodes.robot_client",
+                             ns, {"fleet_file": cfg.source, "robot_id": robot.id}))
+    if controller:
+        specs.append(ProcessSpec(f"{ns}/trajectory_controller", "trajectory_controller",
+                                 "physai_ros.nodes.trajectory_controller", ns,
+                                 controller_params(robot)))
+    return specs
+
+
+def fleet_plan(cfg: FleetConfig, controller: bool = True) -> list[ProcessSpec]:
+    plan = [server_spec(cfg)]
+    for r in cfg.robots:
+        plan += robot_specs(cfg, r, controller)
+    return plan
+
+
+def start(spec: ProcessSpec, log_dir: str | None = None, env: dict | None = None) -> subprocess.Popen:
+    """Start one process in its own session (so a Ctrl-C to the parent is delivered by us,
+    in order, and a kill reaches its children)."""
+    out = subprocess.DEVNULL
+    if log_dir is not None:
+        os.makedirs(log_dir, exist_ok=True)
+        out = open(os.path.join(log_dir, spec.name.replace("/", "__") + ".log"), "wb")
+    return subprocess.Popen(spec.command(), stdout=out, stderr=subprocess.STDOUT,
+                            env={**os.environ, **(env or {})}, start_new_session=True)
+
+
+def stop(procs: list[subprocess.Popen], timeout_s: float = 5.0) -> None:
+    """SIGINT (clean rclpy shutdown), then SIGKILL whatever is still running."""
+    import signal
+    import time
+
+    for p in procs:
+        if p.poll() is None:
+            try:
+                p.send_signal(signal.SIGINT)
+            except ProcessLookupError:
+                pass
+    deadline = time.monotonic() + timeout_s
+    for p in procs:
+        try:
+            p.wait(timeout=max(0.1, deadline - time.monotonic()))
+        except subprocess.TimeoutExpired:
+            p.kill()
+            p.wait(timeout=5)
+
+
+def as_fleet_processes(plan: list[ProcessSpec]) -> list:
+    """The plan as physai_ros.fleet_processes.ProcessSpec (what physai-fleet's ProcessGroup runs)."""
+    from physai_ros.fleet_processes import ProcessSpec as FleetProcessSpec
+
+    return [FleetProcessSpec(s.name, s.module, s.namespace, dict(s.parameters)) for s in plan]
+
+
+def summary_fields(client_status: dict | None) -> dict[str, Any]:
+    """The serving part of a robot's physai-fleet summary, from its robot_client's client_status
+    JSON (topic /<ns>/client_status)."""
+    st = client_status or {}
+    refused = st.get("refused", 0)
+    return {
+        "rounds": st.get("chunks_ok", 0),
+        "latency_ms_p50": st.get("latency_ms_p50"),
+        "latency_ms_p99": st.get("latency_ms_p99"),
+        "slo_misses": st.get("slo_misses", 0),
+        "refused_inputs": refused,
+        "client_state": st.get("state", "unknown"),
+    }

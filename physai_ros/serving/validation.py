@@ -1,0 +1,160 @@
+"""Checks on what robots send, with a named reason for every refusal and per-robot counters.
+
+A refusal is answered (a REFUSED chunk carrying the reason) and counted; it never raises out of
+the server, and one robot's bad input changes nothing in another robot's state.
+"""
+from __future__ import annotations
+
+import math
+from collections import Counter
+from dataclasses import dataclass
+
+import numpy as np
+
+from .preprocess import ENCODINGS
+from .types import ObservationData, RobotRegistration
+
+# Refusal reasons (stable names: they appear in diagnostics and in the refused chunk's error).
+UNKNOWN_ROBOT = "unknown_robot"
+WRONG_TASK = "wrong_task"
+NUM_VIEWS = "num_views"
+IMAGE_SIZE = "image_size"
+IMAGE_ENCODING = "image_encoding"
+IMAGE_DATA = "image_data"
+STATE_DIM = "state_dim"
+NON_FINITE = "non_finite"
+STALE = "stale_timestamp"
+FUTURE = "future_timestamp"
+ROUND_ID = "round_id_not_increasing"
+HORIZON_POLICY = "horizon_policy"
+REASONS = (UNKNOWN_ROBOT, WRONG_TASK, NUM_VIEWS, IMAGE_SIZE, IMAGE_ENCODING, IMAGE_DATA, STATE_DIM,
+           NON_FINITE, STALE, FUTURE, ROUND_ID, HORIZON_POLICY)
+
+# Registration refusals.
+BAD_REGISTRATION = "bad_registration"
+
+
+@dataclass(frozen=True)
+class Refusal:
+    reason: str
+    detail: str
+
+    def __str__(self) -> str:
+        return f"{self.reason}: {self.detail}"
+
+
+@dataclass(frozen=True)
+class ModelLimits:
+    max_views: int
+    max_state_dim: int
+    max_action_dim: int
+
+
+def check_registration(reg: RobotRegistration, limits: ModelLimits) -> Refusal | None:
+    def bad(detail: str) -> Refusal:
+        return Refusal(BAD_REGISTRATION, detail)
+
+    if not reg.robot_id:
+        return bad("robot_id is empty")
+    if not reg.prompt.strip():
+        return bad("prompt is empty")
+    if not 1 <= reg.num_views <= limits.max_views:
+        return bad(f"num_views={reg.num_views}, the model takes 1..{limits.max_views}")
+    if reg.image_height < 1 or reg.image_width < 1:
+        return bad(f"image size {reg.image_height}x{reg.image_width} is empty")
+    if not 1 <= reg.state_dim <= limits.max_state_dim:
+        return bad(f"state_dim={reg.state_dim}, the model takes 1..{limits.max_state_dim}")
+    if not 1 <= reg.action_dim <= limits.max_action_dim:
+        return bad(f"action_dim={reg.action_dim}, the model takes 1..{limits.max_action_dim}")
+    if len(reg.joint_names) != reg.action_dim:
+        return bad(f"{len(reg.joint_names)} joint names for action_dim={reg.action_dim}")
+    if not (math.isfinite(reg.control_period) and reg.control_period > 0):
+        return bad(f"control_period={reg.control_period} must be > 0")
+    return None
+
+
+def _horizon_ok(name: str, params: tuple[float, ...]) -> str | None:
+    if name == "" or name is None:
+        return None  # the task's configured policy applies
+    if name == "static":
+        if len(params) != 1 or params[0] < 1:
+            return f"static expects [H >= 1], got {list(params)}"
+        return None
+    if name == "confidence":
+        if len(params) != 2 or params[0] < 0 or params[1] < 1:
+            return f"confidence expects [t >= 0, H_min >= 1], got {list(params)}"
+        return None
+    if ":" in name:
+        return None  # resolved (and failures reported) by the horizon policy loader
+    return f"unknown policy {name!r}; expected 'static', 'confidence' or 'package.module:Class'"
+
+
+class ObservationValidator:
+    """Stateless checks plus the per-robot round-id memory; counts every refusal by reason."""
+
+    def __init__(self, max_age_s: float, max_future_s: float = 0.5):
+        self.max_age_s = max_age_s
+        self.max_future_s = max_future_s
+        self.last_round: dict[str, int] = {}
+        self.refused: dict[str, Counter[str]] = {}
+        self.accepted: Counter[str] = Counter()
+
+    def reset_robot(self, robot_id: str, last_round_id: int) -> None:
+        self.last_round[robot_id] = last_round_id
+
+    def count(self, robot_id: str, refusal: Refusal) -> Refusal:
+        self.refused.setdefault(robot_id, Counter())[refusal.reason] += 1
+        return refusal
+
+    def check(self, obs: ObservationData, reg: RobotRegistration | None, now: float) -> Refusal | None:
+        r = self._check(obs, reg, now)
+        if r is not None:
+            return self.count(obs.robot_id, r)
+        self.last_round[obs.robot_id] = obs.round_id
+        self.accepted[obs.robot_id] += 1
+        return None
+
+    def _check(self, obs: ObservationData, reg: RobotRegistration | None, now: float) -> Refusal | None:
+        if reg is None:
+            return Refusal(UNKNOWN_ROBOT, f"robot {obs.robot_id!r} is not registered")
+        if obs.task_id != reg.task_id:
+            return Refusal(WRONG_TASK, f"task {obs.task_id!r}, registered {reg.task_id!r}")
+        if len(obs.images) != reg.num_views:
+            return Refusal(NUM_VIEWS, f"{len(obs.images)} images, registered {reg.num_views}")
+        for i, im in enumerate(obs.images):
+            if im.encoding not in ENCODINGS:
+                return Refusal(IMAGE_ENCODING,
+                               f"view {i}: {im.encoding!r}, expected one of {sorted(ENCODINGS)}")
+            if (im.height, im.width) != (reg.image_height, reg.image_width):
+                return Refusal(IMAGE_SIZE, f"view {i}: {im.height}x{im.width}, registered "
+                                           f"{reg.image_height}x{reg.image_width}")
+            need = im.height * im.step
+            have = len(memoryview(im.data).cast("B")) if not isinstance(im.data, np.ndarray) else im.data.nbytes
+            if im.step < im.width * ENCODINGS[im.encoding] or have < need:
+                return Refusal(IMAGE_DATA, f"view {i}: {have} bytes with step {im.step}, "
+                                           f"need {need} for {im.height}x{im.width} {im.encoding}")
+        if obs.state.shape != (reg.state_dim,):
+            return Refusal(STATE_DIM, f"{obs.state.shape[0] if obs.state.ndim else 0} values, "
+                                      f"registered {reg.state_dim}")
+        if not np.all(np.isfinite(obs.state)):
+            return Refusal(NON_FINITE, "state has NaN or Inf")
+        if not np.all(np.isfinite(obs.wrench)):
+            return Refusal(NON_FINITE, "wrench has NaN or Inf")
+        if not all(math.isfinite(x) for x in obs.horizon_params):
+            return Refusal(NON_FINITE, "horizon_params has NaN or Inf")
+        age = now - obs.stamp
+        if obs.stamp <= 0 or age > self.max_age_s:
+            return Refusal(STALE, f"captured {age:.3f} s ago, limit {self.max_age_s} s")
+        if age < -self.max_future_s:
+            return Refusal(FUTURE, f"captured {-age:.3f} s in the future")
+        last = self.last_round.get(obs.robot_id, 0)
+        # A refresh answers the server's request for a newer observation of the same round.
+        if obs.round_id < last or (obs.round_id == last and not obs.refresh):
+            return Refusal(ROUND_ID, f"round {obs.round_id} after round {last}")
+        bad_h = _horizon_ok(obs.horizon_policy, tuple(obs.horizon_params))
+        if bad_h is not None:
+            return Refusal(HORIZON_POLICY, bad_h)
+        return None
+
+    def refused_total(self, robot_id: str) -> int:
+        return sum(self.refused.get(robot_id, Counter()).values())

@@ -1,0 +1,192 @@
+"""A live sim robot in wall-clock time, as pure logic: the sim_robot node calls tick(now) from
+its timer and publishes whatever the tick returns.
+
+The world advances in fixed physics steps to catch up with the clock (bounded, so a stalled
+process does not spiral), the newest joint trajectory is sampled as the command, streams are
+decimated to their configured rates, and a finished episode is reset after a short pause with
+the arm left where it is (the controller keeps commanding from there).
+"""
+from __future__ import annotations
+
+import json
+from dataclasses import asdict, dataclass, field
+
+import numpy as np
+
+from physai_ros.control.joint_trajectory import JointTrajectoryPlan
+from physai_ros.sim.command import TrajectoryFollower
+from physai_ros.sim.render import Renderer
+from physai_ros.sim.robot import ArmConfig
+from physai_ros.sim.world import SimWorld, WorldSnapshot
+
+
+@dataclass(frozen=True)
+class SimRobotConfig:
+    robot_id: str = "robot_0"
+    task: str = "pick_and_place"
+    seed: int = 0
+    num_joints: int = 4
+    num_views: int = 1
+    image_width: int = 224
+    image_height: int = 224
+    physics_rate_hz: float = 480.0  # also the wrench rate
+    camera_rate_hz: float = 30.0
+    joint_state_rate_hz: float = 100.0
+    status_rate_hz: float = 2.0
+    reset_delay_s: float = 0.5
+    max_catch_up_s: float = 0.1
+
+    def __post_init__(self) -> None:
+        for name in ("physics_rate_hz", "camera_rate_hz", "joint_state_rate_hz", "status_rate_hz"):
+            if not getattr(self, name) > 0:
+                raise ValueError(f"{name} must be positive, got {getattr(self, name)}")
+
+
+@dataclass(frozen=True)
+class TaskStatus:
+    """Published as JSON (std_msgs/String) on task_status."""
+    robot_id: str
+    task: str
+    prompt: str
+    episode: int
+    episode_time: float
+    episodes_finished: int
+    successes: int
+    timeouts: int
+    success: bool
+    grasped: bool
+    tool: list[float]
+    object_pos: list[float]
+    goal: list[float]
+    contacts: list[str]
+    commands_rejected: int
+    # Messages the node has published per stream, and the clock time of this status: two
+    # statuses give publisher-side rates without subscribing to the 480 Hz streams.
+    published: dict[str, int] = field(default_factory=dict)
+    stamp: float = 0.0
+
+    def to_json(self) -> str:
+        return json.dumps(asdict(self), separators=(",", ":"))
+
+    @staticmethod
+    def from_json(text: str) -> "TaskStatus":
+        return TaskStatus(**json.loads(text))
+
+
+@dataclass
+class TickOutput:
+    snapshot: WorldSnapshot
+    wrench: np.ndarray | None = None  # the newest sample
+    # Every force-sensor sample since the last tick as (clock time, fx fy fz tx ty tz): a late
+    # tick still delivers one sample per physics step, each with the time it was taken.
+    wrench_samples: list[tuple[float, np.ndarray]] = field(default_factory=list)
+    joint_state: tuple[np.ndarray, np.ndarray] | None = None
+    images: list[np.ndarray] | None = None
+    status: TaskStatus | None = None
+
+
+class _Rate:
+    """Due-time bookkeeping for one stream. Half a period of slack absorbs timer jitter; a
+    stream that fell behind restarts from now rather than bursting to catch up."""
+
+    def __init__(self, hz: float):
+        self.period = 1.0 / hz
+        self.next = None
+
+    def due(self, now: float) -> bool:
+        if self.next is None:
+            self.next = now + self.period
+            return True
+        if now + 0.5 * self.period < self.next:
+            return False
+        self.next += self.period
+        if self.next < now:
+            self.next = now + self.period
+        return True
+
+
+class SimRobotRuntime:
+    MAX_SAMPLES_PER_TICK = 16
+    def __init__(self, cfg: SimRobotConfig):
+        self.cfg = cfg
+        self.world = SimWorld(ArmConfig(num_joints=cfg.num_joints), task=cfg.task, seed=cfg.seed)
+        self.renderer = Renderer(self.world.arm.cfg, num_views=cfg.num_views, width=cfg.image_width,
+                                 height=cfg.image_height, object_size=self.world.scene.object_size,
+                                 goal_radius=self.world.scene.goal_radius)
+        self.joint_names = self.world.arm.cfg.joint_names
+        self.follower = TrajectoryFollower(self.joint_names)
+        self._dt = 1.0 / cfg.physics_rate_hz
+        self._t0: float | None = None
+        self._rates = {k: _Rate(getattr(cfg, f"{k}_rate_hz")) for k in ("camera", "joint_state", "status")}
+        self._done_at: float | None = None
+        self.episodes_finished = 0
+        self.timeouts = 0
+        self.steps_skipped = 0
+        self._status_dirty = True
+        self.published = {"wrench": 0, "joint_states": 0, "camera": 0}
+        self._now = 0.0
+
+    def on_plan(self, plan: JointTrajectoryPlan) -> bool:
+        return self.follower.set_plan(plan)
+
+    def _advance(self, now: float) -> list[tuple[float, np.ndarray]]:
+        if self._t0 is None:
+            self._t0 = now - self.world.time
+        behind = (now - self._t0) - self.world.time
+        if behind > self.cfg.max_catch_up_s:
+            skipped = int((behind - self.cfg.max_catch_up_s) / self._dt)
+            self.steps_skipped += skipped
+            self._t0 += skipped * self._dt
+        samples = []
+        while self.world.time + self._dt <= now - self._t0 + 1e-9:
+            self.world.step(self._dt)
+            samples.append((self._t0 + self.world.time, self.world.snapshot_wrench()))
+        return samples[-self.MAX_SAMPLES_PER_TICK:]
+
+    def tick(self, now: float) -> TickOutput:
+        cmd = self.follower.sample(now)
+        if cmd is not None:
+            self.world.set_command(cmd)
+        samples = self._advance(now)
+        self._episode_bookkeeping(now)
+        snap = self.world.snapshot()
+        out = TickOutput(snapshot=snap)
+        self._now = now
+        out.wrench = snap.wrench
+        out.wrench_samples = samples
+        self.published["wrench"] += len(samples)
+        if self._rates["joint_state"].due(now):
+            out.joint_state = (snap.positions, snap.velocities)
+            self.published["joint_states"] += 1
+        if self._rates["camera"].due(now):
+            out.images = self.renderer.render(snap)
+            self.published["camera"] += 1
+        if self._rates["status"].due(now) or self._status_dirty:
+            out.status = self.status(snap)
+            self._status_dirty = False
+        return out
+
+    def _episode_bookkeeping(self, now: float) -> None:
+        if not self.world.done:
+            return
+        if self._done_at is None:
+            self._done_at = now
+            self._status_dirty = True
+            return
+        if now - self._done_at >= self.cfg.reset_delay_s:
+            self.episodes_finished += 1
+            if not self.world.success:
+                self.timeouts += 1
+            self._done_at = None
+            self.world.reset(keep_arm=True)
+            self._status_dirty = True
+
+    def status(self, snap: WorldSnapshot | None = None) -> TaskStatus:
+        s = snap or self.world.snapshot()
+        return TaskStatus(
+            robot_id=self.cfg.robot_id, task=s.task, prompt=self.world.task.prompt, episode=s.episode,
+            episode_time=round(s.episode_time, 4), episodes_finished=self.episodes_finished,
+            successes=self.world.successes, timeouts=self.timeouts, success=s.success, grasped=s.grasped,
+            tool=[round(float(v), 5) for v in s.tool], object_pos=[round(float(v), 5) for v in s.object_pos],
+            goal=[round(float(v), 5) for v in s.goal], contacts=list(s.contacts),
+            commands_rejected=self.follower.rejected, published=dict(self.published), stamp=self._now)

@@ -1,0 +1,10 @@
+"""Engine instances in other processes or on other hosts, reached over ROS 2 (DDS).
+
+    codec       EngineInput / EngineOutput / worker status <-> our ROS messages (pure data)
+    profiling   the latency-vs-batch profile a worker measures at start-up
+    core        WorkerCore: a worker's logic without ROS (serve a request, never raise)
+    remote      RemoteEngine: the server-side proxy with the local engine's .config / .infer
+    topics      topic names of one worker instance
+
+The node is physai_ros.nodes.engine_worker (console script `engine_worker`).
+"""

@@ -1,0 +1,56 @@
+"""The latency-vs-batch profile a worker measures on its own engine at start-up.
+
+Measured, not configured: the scheduler's batching cap (saturation point) and edge/cloud
+placement come from it, and only the worker knows its own hardware and load.
+"""
+from __future__ import annotations
+
+import statistics
+import time
+from typing import Callable
+
+import torch
+
+from physai_ros.engine.types import EngineInput, Pi0Config
+from physai_ros.scheduler.types import LatencyProfile
+
+
+def synthetic_inputs(config: Pi0Config, batch: int, views: int, tokens: int, seed: int = 0) -> list[EngineInput]:
+    """Well-formed inputs of a typical shape (content does not change pi0's compute)."""
+    g = torch.Generator().manual_seed(seed)
+    s = config.vision.image_size
+    views = max(1, min(views, config.max_views))
+    tokens = max(1, min(tokens, config.max_tokens))
+    return [EngineInput(
+        images=torch.rand(views, 3, s, s, generator=g) * 2 - 1,
+        image_masks=torch.ones(views, dtype=torch.bool),
+        tokens=torch.randint(0, config.vocab_size, (tokens,), generator=g),
+        token_mask=torch.ones(tokens, dtype=torch.bool),
+        state=torch.randn(config.max_state_dim, generator=g) * 0.1,
+    ) for _ in range(batch)]
+
+
+def measure_profile(infer: Callable[[list], object], config: Pi0Config, max_batch: int,
+                    reps: int = 3, views: int = 2, tokens: int = 32,
+                    clock: Callable[[], float] = time.perf_counter) -> LatencyProfile:
+    """Median latency of `reps` timed calls (after one warm-up) at each batch size 1..max_batch.
+
+    The result is made non-decreasing in batch size: on a noisy machine a bigger batch can
+    time faster than a smaller one, which would make the scheduler's saturation point arbitrary.
+    """
+    if max_batch < 1 or reps < 1:
+        raise ValueError(f"max_batch and reps must be >= 1, got {max_batch}, {reps}")
+    lat = []
+    with torch.inference_mode():
+        for b in range(1, max_batch + 1):
+            batch = synthetic_inputs(config, b, views, tokens, seed=b)
+            infer(batch)  # warm-up: first-call allocations, lazy init
+            times = []
+            for _ in range(reps):
+                t0 = clock()
+                infer(batch)
+                times.append(clock() - t0)
+            lat.append(max(statistics.median(times), 1e-6))
+    for i in range(1, len(lat)):
+        lat[i] = max(lat[i], lat[i - 1])
+    return LatencyProfile(tuple(range(1, max_batch + 1)), tuple(lat))

@@ -1,0 +1,84 @@
+"""The two streams on real threads: start, serve, a robot leaving, stop, restart.
+No timing thresholds: the test waits (bounded) for events and checks what happened."""
+import threading
+import time
+
+import numpy as np
+
+from physai_ros.engine.streaming import StreamingEngine
+
+from streaming_helpers import one_torch_thread  # noqa: F401 (autouse)
+from streaming_helpers import build, robot_input
+
+def wait_for(cond, timeout=60.0):
+    end = time.monotonic() + timeout
+    while not cond():
+        if time.monotonic() > end:
+            return False
+        time.sleep(0.01)
+    return True
+
+
+def test_streams_run_on_threads_stop_and_restart_cleanly():
+    core = build(force="random", vlm_hz=20.0, ae_hz=240.0, action_hz=120.0, steps_per_token=6)
+    core.clock = time.perf_counter
+    core.add_robot("a", robot_input(1))
+    core.add_robot("b", robot_input(2))
+    got = []
+    lock = threading.Lock()
+
+    def on_segment(seg):
+        with lock:
+            got.append(seg)
+
+    eng = StreamingEngine(core, on_segment)
+    try:
+        for run in range(2):
+            eng.start()
+            assert eng.running
+            core.set_wrench("a", [0, 0, -10.0 * (run + 1), 0, 0, 0])
+            rounds = lambda: {s.round_id for s in list(got) if s.robot_id == "a"}  # noqa: E731
+            assert wait_for(lambda: len(rounds()) >= 2 and any(s.committed.any() for s in list(got)))
+            if run == 0:
+                core.remove_robot("b")
+                with lock:
+                    n_b = sum(s.robot_id == "b" for s in got)
+                t_removed = core.stats.ticks
+                assert wait_for(lambda: core.stats.ticks >= t_removed + 5)
+                with lock:
+                    assert sum(s.robot_id == "b" for s in got) == n_b, "a robot that left gets nothing"
+            eng.stop()
+            assert not eng.running and eng.errors == []
+            m = eng.metrics()
+            assert m["vlm_hz"] > 0 and m["ae_hz"] > 0 and 0 <= m["missed_tick_fraction"] <= 1
+            with lock:
+                n = len(got)
+            time.sleep(0.05)
+            assert len(got) == n, "nothing runs after stop"
+    finally:
+        if eng.running:
+            eng.stop()
+    ids = [s.segment_id for s in got if s.robot_id == "a"]
+    assert ids == sorted(ids) and len(set(ids)) == len(ids)
+    rounds = [s.round_id for s in got if s.robot_id == "a"]
+    assert rounds == sorted(rounds), "round ids never decrease"
+    assert all(np.isfinite(s.positions).all() for s in got)
+
+
+def test_a_failing_consumer_is_counted_and_the_streams_go_on():
+    core = build(vlm_hz=20.0, ae_hz=240.0, action_hz=120.0, steps_per_token=6)
+    core.clock = time.perf_counter
+    core.add_robot("a", robot_input(1))
+
+    def broken(seg):
+        raise RuntimeError("publisher gone")
+
+    eng = StreamingEngine(core, broken)
+    eng.start()
+    try:
+        assert wait_for(lambda: eng.error_count >= 3)
+        assert wait_for(lambda: core.stats.ticks >= 6)
+        assert eng.running
+    finally:
+        eng.stop()
+    assert "on_segment: RuntimeError: publisher gone" in eng.errors[0]

@@ -1,0 +1,213 @@
+"""Algorithm 1's policy steps, hand-computed: binning, promotion, in-bucket order, aging,
+placement, batching, refresh, baselines, and bad input."""
+import math
+
+import pytest
+
+from physai_ros.scheduler import (
+    EngineInstanceInfo, LatencyProfile, Request, Scheduler, make_scheduler,
+)
+from physai_ros.scheduler.wait_ratio import bucket_of, exec_estimate
+
+P = 0.05
+
+
+def req(rid, task=None, rnd=0, t=0.0, hint=None, captured=None):
+    return Request(rid, "robot_" + (task or rid), task or rid, rnd, t, t if captured is None else captured,
+                   None, 0, P, last_exec_duration=hint)
+
+
+def edge(cap_latency=None, busy_until=0.0, max_batch=None, iid="edge0"):
+    prof = cap_latency or LatencyProfile.constant(0.1)
+    return EngineInstanceInfo(iid, "edge", prof, 0.0, busy_until, max_batch)
+
+
+def test_make_scheduler_names_and_errors():
+    for name in ("fifo", "autellix", "wait_ratio"):
+        s = make_scheduler(name)
+        assert isinstance(s, Scheduler) and s.name == name
+    with pytest.raises(ValueError, match="unknown scheduler"):
+        make_scheduler("lifo")
+    with pytest.raises(ValueError, match="bad parameters"):
+        make_scheduler("fifo", buckets=3)
+
+
+def test_bucket_binning_and_promotion():
+    B, A = 10, 4
+    assert bucket_of(0.0, 0, B, A) == 0
+    assert bucket_of(0.09, 0, B, A) == 0
+    assert bucket_of(0.1, 0, B, A) == 1
+    assert bucket_of(0.55, 0, B, A) == 5
+    assert bucket_of(1.0, 0, B, A) == 9          # w = 1 belongs to the top bucket
+    assert bucket_of(0.55, 3, B, A) == 5         # fewer than A skips: no promotion
+    assert bucket_of(0.55, 4, B, A) == 6         # ceil(4/4) = 1
+    assert bucket_of(0.55, 5, B, A) == 7         # ceil(5/4) = 2
+    assert bucket_of(0.55, 40, B, A) == 9        # capped at the top
+    assert exec_estimate(0.5, 3) == pytest.approx(2.0)
+
+
+def test_bucket_promotion_through_skips():
+    s = make_scheduler("wait_ratio", buckets=10, aging_interval=2)
+    inst = [edge(max_batch=1)]
+    s.submit(req("old", hint=0.1), 0.0)
+    buckets, order = [], []
+    for k in range(3):
+        # A newcomer with a longer execution wins every in-bucket comparison.
+        s.submit(req(f"new{k}", hint=10.0), float(k))
+        buckets.append((s.bucket("old", float(k)), s.bucket(f"new{k}", float(k))))
+        order += s.schedule(float(k), inst).dispatched_request_ids
+    # skipped 0, 1, 2: promoted by ceil(2/2) = 1 bucket at 2 skips, above the newcomers.
+    assert buckets == [(0, 0), (0, 0), (1, 0)]
+    assert order == ["new0", "new1", "old"]
+
+
+def test_longest_estimated_execution_first_with_aging():
+    s = make_scheduler("wait_ratio")
+    inst = [edge(max_batch=1)]
+    s.submit(req("long", hint=2.0), 0.0)
+    s.submit(req("short", hint=0.5), 0.0)
+    order = [s.schedule(0.0, inst).dispatched_request_ids[0]]
+    for k in range(3):
+        # 0.5 x (1 + skipped) against a fresh 2.0 each cycle: 1.0 < 2, 1.5 < 2, 2.0 == 2 (older wins)
+        s.submit(req(f"n{k}", hint=2.0), 1.0 + k)
+        order.append(s.schedule(1.0 + k, inst).dispatched_request_ids[0])
+    assert order == ["long", "n0", "n1", "short"]
+
+
+def test_fifo_and_autellix_orders():
+    inst = [edge(max_batch=1)]
+    fifo = make_scheduler("fifo")
+    for rid, t in (("b", 2.0), ("a", 1.0), ("c", 3.0)):
+        fifo.submit(req(rid, t=t), 3.0)
+    got = [fifo.schedule(3.0 + k, inst).dispatched_request_ids[0] for k in range(3)]
+    assert got == ["a", "b", "c"]
+
+    aut = make_scheduler("autellix")
+    # Task "heavy" has 0.9 s of attained generation service, task "light" 0.2 s.
+    for task, gen in (("heavy", 0.9), ("light", 0.2)):
+        aut.submit(req(task + "#0", task=task), 0.0)
+        aut.schedule(0.0, inst)
+        aut.on_completed(task + "#0", gen, gen)
+    aut.submit(req("heavy#1", task="heavy", rnd=1, t=5.0), 5.0)
+    aut.submit(req("light#1", task="light", rnd=1, t=6.0), 6.0)
+    assert aut.schedule(6.0, inst).dispatched_request_ids == ["light#1"]
+    assert aut.schedule(6.1, inst).dispatched_request_ids == ["heavy#1"]
+
+
+def test_latency_profile_saturation_and_interpolation():
+    p = LatencyProfile.from_pairs([[1, 0.1], [2, 0.12], [4, 0.16], [8, 0.3], [16, 0.6]])
+    # throughput 10, 16.7, 25, 26.7, 26.7 per s: within 5 % of the best from batch 8 on
+    assert p.saturation_batch() == 8
+    assert p.latency(3) == pytest.approx(0.14)
+    assert p.latency(32) == pytest.approx(1.2)
+    with pytest.raises(ValueError):
+        LatencyProfile.from_pairs([[1, -0.1]])
+
+
+def test_batches_stop_at_the_saturation_point():
+    s = make_scheduler("fifo")
+    prof = LatencyProfile.from_pairs([[1, 0.1], [2, 0.12], [4, 0.16], [8, 0.32]])
+    for k in range(10):
+        s.submit(req(f"r{k}", t=k * 0.001), 0.01)
+    d = s.schedule(0.01, [edge(prof)])
+    assert [len(b.request_ids) for b in d.batches] == [4]
+    assert s.pending() == 6
+
+
+def test_edge_first_then_cloud_only_when_it_finishes_sooner():
+    prof_e = LatencyProfile.from_pairs([[1, 0.15], [2, 0.2], [4, 0.4]])   # saturates at 2
+    prof_c = LatencyProfile.from_pairs([[1, 0.05], [2, 0.06], [4, 0.1]])   # saturates at 4
+    fast_cloud = EngineInstanceInfo("cloud0", "cloud", prof_c, network_rtt_s=0.1)
+    s = make_scheduler("fifo")
+    for k in range(4):
+        s.submit(req(f"r{k}", t=k * 0.01), 0.05)
+    d = s.schedule(0.05, [edge(prof_e), fast_cloud])
+    # Edge takes r0, r1. r2 on the edge would finish after this batch and the next:
+    # 0.05 + 0.2 + 0.2 = 0.45 > cloud 0.05 + 0.1 + 0.05 = 0.2 -> cloud. r3: cloud at batch 2
+    # finishes 0.05 + 0.1 + 0.06 = 0.21 < 0.45 -> cloud too.
+    assert {b.instance_id: b.request_ids for b in d.batches} == {"edge0": ("r0", "r1"), "cloud0": ("r2", "r3")}
+
+    slow_cloud = EngineInstanceInfo("cloud0", "cloud", prof_c, network_rtt_s=0.5)
+    s = make_scheduler("fifo")
+    for k in range(3):
+        s.submit(req(f"r{k}", t=k * 0.01), 0.05)
+    d = s.schedule(0.05, [edge(prof_e), slow_cloud])
+    # cloud 0.05 + 0.5 + 0.05 = 0.6 > edge 0.45: r2 stays queued for the edge.
+    assert [b.instance_id for b in d.batches] == ["edge0"] and s.pending() == 1
+
+    # Busy edge: nothing is placed on it; the cloud takes a request only when sooner.
+    s = make_scheduler("fifo")
+    s.submit(req("r0"), 0.0)
+    busy = edge(prof_e, busy_until=0.01)
+    assert s.schedule(0.0, [busy, slow_cloud]).batches == []     # edge at 0.01+0.2 beats 0.55
+    d = s.schedule(0.0, [busy, fast_cloud])
+    assert [b.instance_id for b in d.batches] == ["cloud0"]       # 0.15 < 0.21
+
+
+def test_stale_observation_is_refreshed_before_dispatch():
+    s = make_scheduler("wait_ratio", stale_after_s=0.1, refresh_timeout_s=0.2)
+    inst = [edge()]
+    s.submit(req("old", captured=0.0), 0.5)
+    s.submit(req("fresh", t=0.5), 0.5)
+    d = s.schedule(0.5, inst)
+    assert d.refresh_request_ids == ["old"] and d.dispatched_request_ids == ["fresh"]
+    s.submit(Request("old", "robot_old", "old", 0, 0.0, 0.55, None, 0, P, refresh=True), 0.55)
+    s.submit(req("newer", t=0.55), 0.55)
+    d = s.schedule(0.6, inst)
+    assert d.refresh_request_ids == [] and d.batches[0].request_ids[0] == "old"
+    assert s.stats()["refreshed"] == 1
+
+    # No fresh observation: after the timeout it is served with the one it has.
+    s = make_scheduler("fifo", stale_after_s=0.1, refresh_timeout_s=0.2)
+    s.submit(req("r", captured=0.0), 0.5)
+    assert s.schedule(0.5, inst).refresh_request_ids == ["r"]
+    assert s.schedule(0.6, inst).batches == []
+    assert s.schedule(0.71, inst).dispatched_request_ids == ["r"]
+    assert s.stats()["refresh_timeouts"] == 1
+
+
+def test_bad_input_is_rejected_counted_and_never_raises():
+    s = make_scheduler("wait_ratio")
+    inst = [edge()]
+    bad = [
+        req(""),
+        Request("x", "r", "t", -1, 0.0, 0.0, None, 0, P),
+        Request("x", "r", "t", 0, math.nan, 0.0, None, 0, P),
+        Request("x", "r", "t", 0, 0.0, 0.0, None, -3, P),
+        Request("x", "r", "t", 0, 0.0, 0.0, None, 0, 0.0),
+        "not a request",
+    ]
+    for b in bad:
+        res = s.submit(b, 0.0)
+        assert not res.accepted and res.reason
+    assert s.submit(req("a", task="t"), 0.0).accepted
+    assert not s.submit(req("a", task="other"), 0.0).accepted           # duplicate id
+    s.schedule(0.0, inst)
+    assert not s.submit(req("a0", task="t", rnd=0), 0.1).accepted       # round already served
+    s.on_completed("nonexistent", 0.2, 0.1)                             # ignored, counted
+    st = s.stats()
+    assert st["rejected"] == 8 and st["unknown_completion"] == 1
+    assert sum(st["rejected_by_reason"].values()) == 8
+
+
+def test_newer_round_supersedes_a_queued_one():
+    s = make_scheduler("fifo")
+    s.submit(req("t#1", task="t", rnd=1), 0.0)
+    res = s.submit(req("t#2", task="t", rnd=2), 0.1)
+    assert res.accepted and res.superseded == ("t#1",) and s.pending() == 1
+    assert not s.submit(req("t#1b", task="t", rnd=1), 0.2).accepted
+    s.on_task_finished("t")
+    assert s.pending() == 0
+
+
+def test_abandoned_task_histories_are_forgotten():
+    s = make_scheduler("fifo", task_ttl_s=10.0)
+    inst = [edge()]
+    s.submit(req("gone#0", task="gone"), 0.0)
+    s.schedule(0.0, inst)
+    s.on_completed("gone#0", 0.1, 0.1)              # the robot never comes back
+    s.submit(req("live#0", task="live", t=1.0), 1.0)
+    for k in range(1, 1100):                         # the sweep runs every 1024 decisions
+        s.schedule(1.0 + k * 0.01, [edge(busy_until=100.0)])
+    st = s.stats()
+    assert st["tasks_forgotten"] == 1 and st["tasks"] == 1 and st["pending"] == 1

@@ -1,0 +1,82 @@
+"""fleet.yaml loading: the embedded default is valid, and each kind of mistake names its key."""
+import copy
+
+import pytest
+import yaml
+
+from physai_ros.serving.config import (FleetConfigError, default_fleet_path, load_fleet,
+                                       parse_fleet, tokenizer_path)
+
+
+@pytest.fixture(scope="module")
+def doc():
+    return yaml.safe_load(default_fleet_path().read_text())
+
+
+def test_default_fleet_loads_with_four_robots_and_assets():
+    cfg = load_fleet()
+    assert len(cfg.robots) == 4
+    assert cfg.server.scheduler == "fifo" and cfg.server.model.preset == "tiny"
+    assert {r.task.prompt for r in cfg.robots} == {t.prompt for t in cfg.tasks.values()}
+    assert tokenizer_path(cfg).is_file()
+    assert [r.namespace for r in cfg.robots] == ["robot_0", "robot_1", "robot_2", "robot_3"]
+
+
+def test_with_num_robots_clones_last_entry_with_fresh_ids():
+    cfg = load_fleet().with_num_robots(6)
+    assert [r.id for r in cfg.robots] == [f"robot_{i}" for i in range(6)]
+    assert cfg.robots[5].task == cfg.robots[3].task
+    assert [r.id for r in load_fleet().with_num_robots(2).robots] == ["robot_0", "robot_1"]
+    with pytest.raises(FleetConfigError, match="num_robots"):
+        load_fleet().with_num_robots(0)
+
+
+def _mut(doc, fn):
+    d = copy.deepcopy(doc)
+    fn(d)
+    return d
+
+
+CASES = [
+    (lambda d: d.pop("server"), r"^server: missing"),
+    (lambda d: d["server"].update(scheduler="lottery"), r"^server\.scheduler: expected one of \['fifo'"),
+    (lambda d: d["server"].update(max_batch=0), r"^server\.max_batch: expected an integer >= 1, got 0"),
+    (lambda d: d["server"].update(max_batch="8"), r"^server\.max_batch: expected an integer"),
+    (lambda d: d["server"].update(device="tpu"), r"^server\.device: expected one of"),
+    (lambda d: d["server"]["model"].update(checkpoint="/x"), r"^server\.model: expected exactly one of"),
+    (lambda d: d["server"]["model"].pop("tokenizer"), r"^server\.model\.tokenizer: missing"),
+    (lambda d: d["server"].update(colour="red"), r"^server\.colour: unknown key"),
+    (lambda d: d["tasks"]["pick_place"].update(slo_ms=-5), r"^tasks\.pick_place\.slo_ms: expected a finite number > 0"),
+    (lambda d: d["tasks"]["pick_place"].update(fallback="panic"),
+     r"^tasks\.pick_place\.fallback: expected one of \['hold', 'stop_and_resend', 'use_last_plan'\]"),
+    (lambda d: d["tasks"]["pick_place"].update(horizon_policy={"name": "static", "params": [0]}),
+     r"^tasks\.pick_place\.horizon_policy\.params: static expects \[H\]"),
+    (lambda d: d["tasks"]["pick_place"].update(horizon_policy={"name": "greedy"}),
+     r"^tasks\.pick_place\.horizon_policy\.name: expected 'static', 'confidence'"),
+    (lambda d: d["tasks"]["pick_place"].pop("prompt"), r"^tasks\.pick_place\.prompt: missing"),
+    (lambda d: d["robots"][1].update(task="dance"), r"^robots\[1\]\.task: expected one of \['pick_place', 'reach_goal'\], got 'dance'"),
+    (lambda d: d["robots"][2].update(cameras=[]), r"^robots\[2\]\.cameras: expected 1\.\.3 entries, got 0"),
+    (lambda d: d["robots"][2].update(cameras=["a", "b", "c", "d"]), r"^robots\[2\]\.cameras: expected 1\.\.3 entries"),
+    (lambda d: d["robots"][0].update(joints=["a", "a"]), r"^robots\[0\]\.joints: entries must be unique"),
+    (lambda d: d["robots"][0].update(joints=["a", "b"]), r"^robots\[0\]\.joints: a simulated arm with sim.num_joints=4 has joints"),
+    (lambda d: d["robots"][3].update(id="robot_0"), r"^robots\[3\]\.id: expected unique values, 'robot_0' repeats robots\[0\]"),
+    (lambda d: d["robots"][0].update(id="bad-id"), r"^robots\[0\]\.id: expected letters, digits"),
+    (lambda d: d["robots"][0].update(control_rate_hz=float("nan")), r"^robots\[0\]\.control_rate_hz: expected a finite number"),
+    (lambda d: d.update(robots=[]), r"^robots: expected a non-empty list"),
+    (lambda d: d.update(extra=1), r"^extra: unknown key"),
+]
+
+
+@pytest.mark.parametrize("mutate,pattern", CASES)
+def test_validation_error_names_key_and_expectation(doc, mutate, pattern):
+    with pytest.raises(FleetConfigError, match=pattern):
+        parse_fleet(_mut(doc, mutate))
+
+
+def test_unreadable_and_invalid_yaml_files(tmp_path):
+    with pytest.raises(FleetConfigError, match="cannot read fleet file"):
+        load_fleet(tmp_path / "missing.yaml")
+    p = tmp_path / "bad.yaml"
+    p.write_text("server: [unclosed\n")
+    with pytest.raises(FleetConfigError, match="not valid YAML"):
+        load_fleet(p)

@@ -1,0 +1,30 @@
+"""The process plan physai-fleet, the launch file and the tests share."""
+from physai_ros.serving.fleet_plan import as_fleet_processes, fleet_plan, summary_fields
+
+
+def test_plan_has_server_then_sim_client_controller_per_robot(fleet):
+    plan = fleet_plan(fleet)
+    assert [s.name for s in plan[:4]] == ["policy_server", "robot_0/sim_robot", "robot_0/robot_client",
+                                          "robot_0/trajectory_controller"]
+    assert len(plan) == 1 + 3 * len(fleet.robots)
+    cmd = plan[2].command("py")
+    assert cmd[:6] == ["py", "-m", "physai_ros.nodes.robot_client", "--ros-args", "-r", "__ns:=/robot_0"]
+    assert f"fleet_file:={fleet.source}" in cmd and "robot_id:=robot_0" in cmd
+    ctrl = plan[3].command("py")
+    assert "joint_names:=[joint_0,joint_1,joint_2,joint_3,gripper]" in ctrl and "control_rate_hz:=480.0" in ctrl
+    assert [s.name for s in fleet_plan(fleet, controller=False)][:3] == [
+        "policy_server", "robot_0/sim_robot", "robot_0/robot_client"]
+
+
+def test_plan_converts_to_physai_fleet_process_specs(fleet):
+    specs = as_fleet_processes(fleet_plan(fleet.with_num_robots(5)))
+    assert len(specs) == 16 and specs[-1].namespace == "robot_4"
+    assert specs[1].argv("py") == fleet_plan(fleet.with_num_robots(5))[1].command("py")
+
+
+def test_summary_fields_from_client_status():
+    s = summary_fields({"chunks_ok": 12, "latency_ms_p50": 5.0, "latency_ms_p99": 9.0, "slo_misses": 1,
+                        "refused": 2, "state": "running"})
+    assert s == {"rounds": 12, "latency_ms_p50": 5.0, "latency_ms_p99": 9.0, "slo_misses": 1,
+                 "refused_inputs": 2, "client_state": "running"}
+    assert summary_fields(None)["rounds"] == 0
