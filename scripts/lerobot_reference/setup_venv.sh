@@ -8,6 +8,9 @@ set -euo pipefail
 HERE="$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)"
 ROOT="$(cd "$HERE/../.." && pwd)"
 VENV="${LEROBOT_VENV:-$ROOT/.venv-lerobot}"
+# Absolute, because the smoke check below runs from another directory.
+mkdir -p "$(dirname "$VENV")"
+VENV="$(cd "$(dirname "$VENV")" && pwd)/$(basename "$VENV")"
 PYTHON="${PYTHON:-python3.11}"
 STAMP="$VENV/.ready"
 
