@@ -4,6 +4,7 @@ same weights (one LeRobot-layout checkpoint per preset), same inputs, fp32 on th
 
     .venv/bin/python bench/engine.py --json                 # everything (several minutes)
     .venv/bin/python bench/engine.py --presets tiny --no-full-rss --json
+    .venv/bin/python bench/engine.py --compile --clock cpu --threads 1 --json   # eager vs torch.compile
 
 Reports, per preset and per (batch, views) case, prefix and denoise times (median of --repeats
 runs after one warm-up) for each implementation; per preset the headline case (batch 1, 2 views,
@@ -193,6 +194,58 @@ def _child_rss(mode: str, ckpt: str) -> None:
     print(json.dumps({"peak_rss_gb": round(peak_kb * 1024 / 1e9, 2)}))
 
 
+def compile_comparison(presets, cases, reps: int, warm: int) -> dict:
+    """Fast path eager vs the same model with torch.compile (inductor) of prefix and denoise:
+    same weights (one model object), same inputs. The first compiled call per shape is the
+    compile and is reported apart (wall and this process's CPU time; inductor's worker
+    processes are not in the CPU figure). Outputs are compared to eager (max abs diff)."""
+    import torch
+
+    from physai_ros.engine import Pi0Config, Pi0Engine
+    from physai_ros.engine.batching import collate
+
+    out = {}
+    for preset in presets:
+        cfg = Pi0Config.preset(preset)
+        m = Pi0Engine(cfg).model
+        pc, dc = torch.compile(m.prefix, dynamic=False), torch.compile(m.denoise, dynamic=False)
+        res = {}
+        for batch, views in cases:
+            b = collate(_inputs(cfg, batch, views), cfg, "cpu", torch.float32)
+            args = (b.images, b.image_masks, b.tokens, b.token_mask)
+            row = {}
+            for label, pre_fn, den_fn in (("eager", m.prefix, m.denoise), ("compiled", pc, dc)):
+                if label == "compiled":
+                    w0, c0 = time.perf_counter(), time.process_time()
+                    cache = pc(*args)
+                    w1, c1 = time.perf_counter(), time.process_time()
+                    acts, _ = dc(cache, b.state, b.noise)
+                    w2, c2 = time.perf_counter(), time.process_time()
+                    row["compile_wall_s"] = {"prefix": round(w1 - w0, 1), "denoise": round(w2 - w1, 1)}
+                    row["compile_cpu_s"] = {"prefix": round(c1 - c0, 1), "denoise": round(c2 - c1, 1)}
+                    row["max_abs_diff_vs_eager"] = (acts - eager_acts).abs().max().item()
+                pre, den = [], []
+                for r in range(reps + warm):
+                    t0 = CLOCK()
+                    cache = pre_fn(*args)
+                    t1 = CLOCK()
+                    acts, _ = den_fn(cache, b.state, b.noise)
+                    t2 = CLOCK()
+                    if r >= warm:
+                        pre.append((t1 - t0) * 1e3)
+                        den.append((t2 - t1) * 1e3)
+                if label == "eager":
+                    eager_acts = acts
+                row[label] = {"prefix_ms": round(statistics.median(pre), 2), "denoise_ms": round(statistics.median(den), 2),
+                              "total_ms": round(statistics.median([p + d for p, d in zip(pre, den)]), 2)}
+            e, c = row["eager"], row["compiled"]
+            row["speedup"] = {k: round(e[k] / c[k], 2) for k in ("prefix_ms", "denoise_ms", "total_ms")}
+            res[f"b{batch}_v{views}"] = row
+            print(f"[{preset} compile b{batch} v{views}] {json.dumps(row)}", file=sys.stderr, flush=True)
+        out[preset] = res
+    return out
+
+
 def main() -> int:
     ap = argparse.ArgumentParser(description="pi0 engine benchmark")
     ap.add_argument("--json", action="store_true", help="print one JSON object")
@@ -209,6 +262,9 @@ def main() -> int:
                     help="cpu: process CPU time for all three (robust on a shared machine; use --threads 1)")
     ap.add_argument("--no-lerobot", action="store_true")
     ap.add_argument("--no-full-rss", action="store_true")
+    ap.add_argument("--compile", action="store_true",
+                    help="only compare the fast path eager vs torch.compile (presets x --compile-cases)")
+    ap.add_argument("--compile-cases", default="1x1,1x2", help="batch x views cases for --compile")
     ap.add_argument("--_write-checkpoint", nargs=2, help=argparse.SUPPRESS)
     ap.add_argument("--_rss", nargs=2, help=argparse.SUPPRESS)
     args = ap.parse_args()
@@ -224,6 +280,14 @@ def main() -> int:
     torch.set_num_threads(args.threads)
     global CLOCK
     CLOCK = time.process_time if args.clock == "cpu" else time.perf_counter
+    if args.compile:
+        cc = [tuple(map(int, c.split("x"))) for c in args.compile_cases.split(",")]
+        result = {"clock": args.clock, "threads": args.threads, "load_avg_start": os.getloadavg(),
+                  "repeats": args.repeats, "warmup": args.warmup,
+                  "compile": compile_comparison([p for p in args.presets.split(",") if p], cc, args.repeats, args.warmup),
+                  "load_avg_end": os.getloadavg()}
+        print(json.dumps(result, indent=None if args.json else 2))
+        return 0
     cases = [(b, v) for b in map(int, args.batches.split(",")) for v in map(int, args.views.split(","))]
     result = {"clock": args.clock, "machine": {"cpus": os.cpu_count(), "threads": args.threads, "load_avg_start": os.getloadavg()},
               "prompt_len": PROMPT_LEN, "headline_case": f"b{HEADLINE[0]}_v{HEADLINE[1]}", "presets": {}}

@@ -10,9 +10,10 @@ Kairos Table 2) plus the scheduler-only and horizon-only ablations; decision_ms 
 count. Latencies are simulated seconds (deterministic per seed); decision_ms is wall time on
 this machine (noisy on a shared box: min and median over repetitions are reported).
 
---traces replays recorded task traces (physai-trace/1, e.g. from `make demo`) instead of the
-synthetic workload: tasks are drawn from the file with replacement and keep their recorded
-horizons, so only the "recorded" horizon column exists; engines and rates come from --workload.
+--traces replays recorded task traces (physai-trace/1, e.g. from `physai-fleet --record-trace`)
+instead of the synthetic workload: tasks are drawn from the file with replacement and keep their
+recorded horizons, so only the "recorded" horizon column exists; engines come from --workload,
+arrival rates from --rates (default: the workload's).
 """
 from __future__ import annotations
 
@@ -130,6 +131,9 @@ def main(argv=None) -> int:
     ap.add_argument("--quick", action="store_true", help="fewer tasks, no 1,000-robot fleet")
     ap.add_argument("--out", type=Path, help="also write the JSON here")
     ap.add_argument("--traces", type=Path, help="replay recorded traces (physai-trace/1 file)")
+    ap.add_argument("--rates", default=None,
+                    help="with --traces: comma list of task arrival rates per second (default: the "
+                         "workload's; recorded tasks from physai-fleet are long, so use lower ones)")
     ap.add_argument("--ablation", action="store_true",
                     help="only: wait-ratio parameter variants, static horizon, peak rate and 100 robots")
     args = ap.parse_args(argv)
@@ -249,16 +253,19 @@ def replay_recorded(args) -> int:
     rng = random.Random(args.seed)
     n_tasks = 80 if args.quick else int(doc["online"]["tasks"])
     picked = [dataclasses.replace(rng.choice(pool), task_id=f"r{i}") for i in range(n_tasks)]
+    rates = [float(x) for x in args.rates.split(",")] if args.rates else doc["online"]["rates_per_s"]
     by_rate = {}
-    for rate in doc["online"]["rates_per_s"]:
+    for rate in rates:
         arr = poisson_arrivals(n_tasks, float(rate), random.Random(args.seed + 1))
         cell = {}
         for name in SCHEDULERS:
             cell[f"{name}/recorded"] = summarize(run_online(
                 picked, arr, sim_config(doc, name, instances(doc), args.seed)))
         by_rate[str(rate)] = cell
-    peak = by_rate[str(doc["online"]["rates_per_s"][-1])]
+    peak = by_rate[str(rates[-1])]
     result = {"traces": str(args.traces), "tasks_in_file": len(pool), "tasks_per_run": n_tasks,
+              "rounds_in_file": sum(len(t.rounds) for t in pool),
+              "isolated_exec_s_in_file": round(sum(t.isolated_exec_s for t in pool), 3),
               "reduction_vs_fifo_avg": round(1 - peak["wait_ratio/recorded"]["avg_s"] / peak["fifo/recorded"]["avg_s"], 4),
               "reduction_vs_autellix_avg": round(1 - peak["wait_ratio/recorded"]["avg_s"] / peak["autellix/recorded"]["avg_s"], 4),
               "by_rate": by_rate}

@@ -1,7 +1,8 @@
 """physai-fleet: the fleet of config/fleet.yaml (or --fleet FILE): the policy server and, per robot,
 a simulated robot, its robot client and trajectory controller, observed by a monitor that prints a
 summary and saves a contact sheet of the camera views. --scripted runs the robots with the
-scripted expert instead of the policy server.
+scripted expert instead of the policy server. --record-trace PATH writes what the robots' rounds
+looked like as task traces (physai-trace/1) for the trace-driven fleet simulator.
 
 The fleet is a list of ProcessSpec (see fleet_processes.py): build_fleet() returns it, and later
 issues add the policy server and robot clients to it.
@@ -58,7 +59,12 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
                     help="also subscribe to the 480 Hz wrench and joint_trajectory streams (costly)")
     ap.add_argument("--snapshot-period", type=float, default=None,
                     help="seconds between contact-sheet frames (default duration/6)")
+    ap.add_argument("--record-trace", default=None, metavar="PATH",
+                    help="write one task trace per robot (physai-trace/1 JSON, physai_ros.sim.traces) "
+                         "from the observation/action_chunk/execution_info topics; needs the policy server")
     args = ap.parse_args(argv)
+    if args.record_trace and args.scripted:
+        ap.error("--record-trace records the policy server's rounds: it cannot be used with --scripted")
     if args.robots is None:
         args.robots = 2 if args.scripted else len(_fleet_config(args.fleet).robots)
     if args.robots < 1:
@@ -147,9 +153,14 @@ def main(argv: list[str] | None = None) -> int:
         group.start_all(specs)
         print(f"physai-fleet: started {len(specs)} processes for {args.robots} robot(s); "
               f"running {args.duration:g} s (logs in {args.log_dir})", flush=True)
+        capture = None
+        if args.record_trace:
+            from physai_ros.sim.trace_capture import FleetTraceCapture
+
+            capture = FleetTraceCapture(list(monitored_robots(args)), t0=time.time(), meta=trace_meta(args))
         monitor = FleetMonitor(monitored_robots(args),
                                snapshot_period_s=args.snapshot_period or max(0.5, args.duration / 6),
-                               probe_all=args.probe_all_streams)
+                               probe_all=args.probe_all_streams, capture=capture)
         from rclpy.executors import SingleThreadedExecutor
 
         executor = SingleThreadedExecutor()
@@ -158,12 +169,16 @@ def main(argv: list[str] | None = None) -> int:
         if not args.scripted:
             # The policy server imports torch and warms its engine up: the run's --duration
             # counts from when it serves, so a slow start does not eat the demo.
+            # count_services counts servers only: the graph's service list also names a service
+            # that only has clients, so the robot clients made it look ready at once.
             ready_by = time.monotonic() + SERVER_START_TIMEOUT_S
-            while not stop and time.monotonic() < ready_by and not group.exited() and not any(
-                    name == REGISTER_SERVICE for name, _ in monitor.get_service_names_and_types()):
+            while not stop and time.monotonic() < ready_by and not group.exited() \
+                    and monitor.count_services(REGISTER_SERVICE) == 0:
                 executor.spin_once(timeout_sec=0.2)
             print(f"physai-fleet: policy server up after {time.monotonic() - started:.1f} s", flush=True)
             started = time.monotonic()
+            if capture is not None:
+                capture.t0 = time.time()  # tasks' arrival_s count from when the server serves
         while not stop and time.monotonic() - started < args.duration:
             executor.spin_once(timeout_sec=0.05)
             dead = group.exited()
@@ -193,6 +208,8 @@ def main(argv: list[str] | None = None) -> int:
         else:
             print("physai-fleet: no camera frames arrived; no contact sheet", file=sys.stderr)
             exit_code = 1
+        if capture is not None and not write_trace(capture, args.record_trace, elapsed):
+            exit_code = 1
         extra = {"interrupted": stop, "cpu_fraction": cpu, "series": monitor.series()}
         if serving:
             extra["robots"] = serving  # the base summary plus the serving fields, per robot
@@ -217,6 +234,36 @@ def main(argv: list[str] | None = None) -> int:
     if bad and exit_code == 0:
         print(f"physai-fleet: processes ended abnormally: {bad}", file=sys.stderr)
     return exit_code
+
+
+def trace_meta(args: argparse.Namespace) -> dict:
+    cfg = _fleet_config(args.fleet, args.robots)
+    m = cfg.server.model
+    return {"source": "physai-fleet --record-trace", "fleet": args.fleet or "embedded config/fleet.yaml",
+            "model": m.checkpoint or f"preset {m.preset} (random weights, seed {m.seed})",
+            "device": cfg.server.device, "scheduler": cfg.server.scheduler,
+            "engine_instances": cfg.server.engine_instances,
+            "robots": {r.namespace: {"task": r.task.name, "horizon_policy": r.task.horizon_policy,
+                                     "horizon_params": list(r.task.horizon_params),
+                                     "action_rate_hz": r.task.action_rate_hz} for r in cfg.robots}}
+
+
+def write_trace(capture, path: str, elapsed: float) -> bool:
+    """Save the recorded traces; False (and a message) when no robot completed a round."""
+    from physai_ros.sim.traces import save_traces
+
+    traces = capture.trace_set()
+    traces.meta["duration_s"] = round(elapsed, 3)
+    if not traces.tasks:
+        print(f"physai-fleet: no trace written: no robot completed a round (ignored messages "
+              f"{traces.meta['ignored_messages']})", file=sys.stderr)
+        return False
+    Path(path).parent.mkdir(parents=True, exist_ok=True)
+    save_traces(path, traces)
+    rounds = ", ".join(f"{t.robot_id} {len(t.rounds)}" for t in traces.tasks)
+    print(f"physai-fleet: trace {path} (rounds per robot: {rounds}; ignored messages "
+          f"{traces.meta['ignored_messages']}, dropped rounds {traces.meta['dropped_rounds']})", flush=True)
+    return True
 
 
 def watch_clients(monitor, robots: dict[str, int]) -> dict[str, dict]:

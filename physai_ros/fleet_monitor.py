@@ -1,7 +1,8 @@
 """The fleet's observer node: counts every robot stream, keeps the newest status and execution
 info, samples camera frames for the contact sheet, and reads the nodes' /diagnostics (publisher
-side stream rates from their FrequencyStatus tasks, refusals by reason, holds). Runs inside the
-physai-fleet process."""
+side stream rates from their FrequencyStatus tasks, refusals by reason, holds). With a
+FleetTraceCapture it also follows each robot's observation and action_chunk topics to record
+task traces (--record-trace). Runs inside the physai-fleet process."""
 from __future__ import annotations
 
 import numpy as np
@@ -11,21 +12,26 @@ from rclpy.node import Node
 from sensor_msgs.msg import Image, JointState
 from std_msgs.msg import String
 from trajectory_msgs.msg import JointTrajectory
-from physai_ros_interfaces.msg import ExecutionInfo
+from physai_ros_interfaces.msg import ActionChunk, ExecutionInfo, Observation
 
 from physai_ros.fleet_report import PublishedRate, RateCounter, RobotSummary
 from physai_ros.ros import qos
 from physai_ros.ros.image import ImageBridge
 from physai_ros.ros.time_conv import now_sec, to_sec
+from physai_ros.serving.topics import OBSERVATION_TOPIC
 from physai_ros.sim.runtime import TaskStatus
+from physai_ros.sim.trace_capture import FleetTraceCapture, chunk_from_msg, request_from_msg
 
 
 class FleetMonitor(Node):
-    def __init__(self, robots: dict[str, int], snapshot_period_s: float = 5.0, probe_all: bool = False):
+    def __init__(self, robots: dict[str, int], snapshot_period_s: float = 5.0, probe_all: bool = False,
+                 capture: FleetTraceCapture | None = None):
         """robots: namespace (without slash) -> number of camera views. The 480 Hz streams
         (wrench, joint_trajectory) are measured at their publishers (task_status, diagnostics);
-        probe_all also subscribes to them, which costs the monitor a lot of CPU per robot."""
+        probe_all also subscribes to them, which costs the monitor a lot of CPU per robot.
+        capture: record task traces from the serving topics (observation, action_chunk)."""
         super().__init__("fleet_monitor")
+        self.capture = capture
         self.bridge = ImageBridge()
         self.rates: dict[str, dict[str, RateCounter]] = {}
         self.status: dict[str, TaskStatus] = {}
@@ -52,6 +58,8 @@ class FleetMonitor(Node):
             for i in range(views):
                 self._count(ns, Image, qos.camera_topic(i), sd, self._image_cb(i))
             self.create_subscription(String, f"/{ns}/{qos.TASK_STATUS_TOPIC}", self._status_cb(ns), qos.latched_qos())
+            if capture is not None:
+                self._follow_rounds(ns, capture)
         self.create_subscription(DiagnosticArray, "/diagnostics", self._on_diagnostics, qos.reliable_qos(50))
         self.create_timer(snapshot_period_s, self._snapshot)
 
@@ -92,8 +100,19 @@ class FleetMonitor(Node):
 
         self.create_subscription(msg_type, f"/{ns}/{topic}", cb, profile)
 
+    def _follow_rounds(self, ns: str, capture: FleetTraceCapture) -> None:
+        # Reliable like their publishers: a lost request or chunk would shift the trace's rounds.
+        self.create_subscription(
+            Observation, f"/{ns}/{OBSERVATION_TOPIC}",
+            lambda m: capture.on_request(ns, request_from_msg(m, now_sec(self)), m.robot_id), qos.reliable_qos(50))
+        self.create_subscription(
+            ActionChunk, f"/{ns}/{qos.ACTION_CHUNK_TOPIC}",
+            lambda m: capture.on_chunk(ns, chunk_from_msg(m, now_sec(self)), m.robot_id), qos.reliable_qos(50))
+
     def _on_info(self, ns: str, msg: ExecutionInfo) -> None:
         self.info[ns] = msg
+        if self.capture is not None:
+            self.capture.on_executing(ns, int(msg.executing_round_id), to_sec(msg.exec_phase_start))
 
     def _image_cb(self, i: int):
         def cb(ns: str, msg: Image) -> None:

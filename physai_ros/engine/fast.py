@@ -190,26 +190,38 @@ class FastPi0:
         o = torch.matmul(p.view(b, kv, r * tq, -1), v.permute(0, 2, 1, 3))
         return o.view(b, kv, r, tq, d).permute(0, 3, 1, 2, 4).reshape(b, tq, h, d)
 
+    def _normed(self, x):
+        """(input, row_scale) for a GEMM whose weight carries the folded norm affine. A fused
+        epilogue (Triton) scales the output for free; torch on the CPU would pay an extra pass
+        over the wider output, so there the input is scaled instead (same product)."""
+        rs = ops.rms_row_scale(x, self.cfg.rms_eps, backend=self.backend)
+        if self.backend == "torch":
+            return x * rs.unsqueeze(-1).to(x.dtype), None
+        return x, rs
+
     def _kv_only(self, w_kv, spec: GemmaSpec, x, cos, sin):
         """K (with RoPE) and V of a layer whose outputs nobody reads."""
         b, t, _ = x.shape
-        rs = ops.rms_row_scale(x, self.cfg.rms_eps, backend=self.backend)
-        kv = ops.linear(x, w_kv, row_scale=rs, backend=self.backend).view(b, t, 2 * spec.num_kv_heads, spec.head_dim)
+        xin, rs = self._normed(x)
+        kv = ops.linear(xin, w_kv, row_scale=rs, backend=self.backend).view(b, t, 2 * spec.num_kv_heads, spec.head_dim)
         return self._rope(kv[:, :, : spec.num_kv_heads], cos, sin), kv[:, :, spec.num_kv_heads:]
 
     def _gemma_block(self, layer: GemmaLayer, spec: GemmaSpec, x, cos, sin, kv_sink):
         """One decoder layer over x [B, T, D]. kv_sink(k, v) stores this layer's K/V
         [B, T, KV, hd] and returns (keys, values, mask) to attend over."""
         be = self.backend
-        rs = ops.rms_row_scale(x, self.cfg.rms_eps, backend=be)
-        q, k, v = ops.qkv_rope(x, layer.w_qkv, cos, sin, spec.num_heads, spec.num_kv_heads, spec.head_dim,
+        xin, rs = self._normed(x)
+        q, k, v = ops.qkv_rope(xin, layer.w_qkv, cos, sin, spec.num_heads, spec.num_kv_heads, spec.head_dim,
                                row_scale=rs, backend=be)
         k_all, v_all, mask = kv_sink(k, v)
         a = self._attention(q, k_all, v_all, mask)
         x = ops.linear(a.reshape(x.shape[0], x.shape[1], -1), layer.w_o, residual=x, backend=be)
-        rs = ops.rms_row_scale(x, self.cfg.rms_eps, backend=be)
-        f = ops.gated_ffn(x, layer.w_gate_up, row_scale=rs, activation="gelu_tanh", backend=be)
+        xin, rs = self._normed(x)
+        f = ops.gated_ffn(xin, layer.w_gate_up, row_scale=rs, activation="gelu_tanh", backend=be)
         return ops.linear(f, layer.w_down, residual=x, backend=be)
+
+    # Public name for other modules (streaming) that run single decoder layers.
+    gemma_block = _gemma_block
 
     # ------------------------------------------------------------------ prefix
     def vision(self, images: torch.Tensor) -> torch.Tensor:
@@ -307,8 +319,8 @@ class FastPi0:
                     vbuf[i][:, t_pre + 1:] = v
                     return kbuf[i], vbuf[i], mask_act
                 h = self._gemma_block(layer, spec, h, acos, asin, sink)
-            rs = ops.rms_row_scale(h, cfg.rms_eps, backend=be)
-            u = ops.linear(h, self.out_w, self.out_b, row_scale=rs, backend=be).float()
+            hin, rs = self._normed(h)
+            u = ops.linear(hin, self.out_w, self.out_b, row_scale=rs, backend=be).float()
             updates[s] = u
             xt = xt + u
         return xt, updates

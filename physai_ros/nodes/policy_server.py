@@ -7,12 +7,12 @@ ROS I/O only; the logic is physai_ros.serving.core.ServingCore.
   pub      /<ns>/observation_refresh       (std_msgs/UInt64, reliable): resend this round fresh
   pub      /diagnostics                    (diagnostic_msgs/DiagnosticArray, 1 Hz)
 Parameters: fleet_file (default: the embedded config/fleet.yaml).
-Inference runs in a worker thread so that DDS callbacks never wait for the engine.
+Inference runs in serving.runner's threads (one per engine instance, so instances compute
+concurrently); DDS callbacks never wait for the engine.
 """
 from __future__ import annotations
 
 import threading
-import time
 
 from diagnostic_msgs.msg import DiagnosticArray, DiagnosticStatus, KeyValue
 from physai_ros_interfaces.msg import ActionChunk, Observation
@@ -23,7 +23,8 @@ from std_msgs.msg import UInt64
 from physai_ros.ros.spin import run_node
 from physai_ros.ros.qos import ACTION_CHUNK_TOPIC, reliable_qos
 from physai_ros.serving.config import load_fleet
-from physai_ros.serving.factory import build_core
+from physai_ros.serving.factory import build_core, profile_local_engines
+from physai_ros.serving.runner import ServingRunner
 from physai_ros.serving.topics import OBSERVATION_TOPIC, REFRESH_TOPIC, REGISTER_SERVICE
 from physai_ros.serving.ros_msgs import (chunk_to_msg, observation_from_msg,
                                          registration_from_request)
@@ -38,7 +39,9 @@ class PolicyServerNode(Node):
         # Remote engine proxies publish and subscribe through this node: its executor delivers
         # their results while the worker thread waits in infer().
         self.core = build_core(self.fleet, node=self)
-        warm_s = self.core.warm_up()
+        # Measuring the profile runs every batch size once unmeasured first: it is the warm-up.
+        profiled = profile_local_engines(self.core, self.fleet)
+        warm_s = max(profiled.values()) if profiled else self.core.warm_up()
         self._robots: dict[str, tuple] = {}  # namespace -> (sub, chunk pub, refresh pub)
         self._pubs_by_robot: dict[str, tuple] = {}
         self._pub_lock = threading.Lock()
@@ -50,12 +53,15 @@ class PolicyServerNode(Node):
         for robot in self.fleet.robots:
             self._ensure_topics(robot.id, robot.namespace)
         self._stop = threading.Event()
-        self._worker = threading.Thread(target=self._work, name="policy_server_worker", daemon=True)
-        self._worker.start()
+        self._runner = ServingRunner(self.core, self._publish_chunks, self._publish_refresh,
+                                     self.get_logger().error).start()
         self.get_logger().info(
             f"serving {self.fleet.server.model.preset or self.fleet.server.model.checkpoint} with "
             f"{len(self.core.engines)} engine instance(s), scheduler {self.fleet.server.scheduler}, "
-            f"instance {self.core.instance_id} (warm-up {warm_s * 1e3:.0f} ms)")
+            f"instance {self.core.instance_id} (warm-up {warm_s * 1e3:.0f} ms"
+            + (", profiles " + "; ".join(
+                f"{iid}: " + " ".join(f"{b}:{t * 1e3:.0f}ms" for b, t in self.core.engines[iid].profile.to_pairs())
+                for iid in profiled) if profiled else "") + ")")
 
     # ---- registration and per-robot topics ----------------------------------------------
 
@@ -108,27 +114,17 @@ class PolicyServerNode(Node):
             if not self._stop.is_set():
                 self.get_logger().error(f"publishing a chunk for {chunk.robot_id} failed: {e}")
 
-    # ---- inference worker ---------------------------------------------------------------
+    # ---- inference: serving.runner's threads call these -----------------------------------
 
-    def _work(self) -> None:
-        while not self._stop.is_set():
-            if not self.core.wait_for_work(0.05):
-                continue
-            try:
-                out = self.core.step()
-            except Exception as e:  # keep serving; the failure is logged and visible
-                self.get_logger().error(f"scheduling step failed: {type(e).__name__}: {e}")
-                time.sleep(0.01)
-                continue
-            for chunk in out.chunks:
-                self._publish(chunk)
-            for robot_id, round_id in out.refresh:
-                with self._pub_lock:
-                    pubs = self._pubs_by_robot.get(robot_id)
-                if pubs is not None and not self._stop.is_set():
-                    pubs[2].publish(UInt64(data=int(round_id)))
-            if not out.chunks and self.core.pending():
-                time.sleep(0.001)  # queued work waits for a busy instance or a refresh
+    def _publish_chunks(self, chunks) -> None:
+        for chunk in chunks:
+            self._publish(chunk)
+
+    def _publish_refresh(self, robot_id: str, round_id: int) -> None:
+        with self._pub_lock:
+            pubs = self._pubs_by_robot.get(robot_id)
+        if pubs is not None and not self._stop.is_set():
+            pubs[2].publish(UInt64(data=int(round_id)))
 
     def _publish_diagnostics(self) -> None:
         arr = DiagnosticArray()
@@ -157,7 +153,7 @@ class PolicyServerNode(Node):
     def close(self) -> None:
         """Called by run_node before destroy_node: stop the worker while publishers still exist."""
         self._stop.set()
-        self._worker.join(timeout=5.0)
+        self._runner.stop(timeout=5.0)
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -1,7 +1,7 @@
 """robot_client: the robot side of the serving path, in the robot's namespace.
 
 ROS I/O only; the logic is physai_ros.serving.client_core.RobotClientCore.
-  sub  camera_<i>/image_raw (Image, best effort), wrench (WrenchStamped, best effort),
+  sub  camera topics (Image, or CompressedImage with camera_format: compressed; best effort), wrench (WrenchStamped, best effort),
        joint_states (JointState, best effort: matches reliable publishers too),
        execution_info (ExecutionInfo), action_chunk (ActionChunk, reliable),
        observation_refresh (std_msgs/UInt64), operator_resume (std_msgs/Empty)
@@ -14,13 +14,14 @@ Parameters: fleet_file, robot_id (selects the robot entry in fleet.yaml), tick_r
 from __future__ import annotations
 
 import json
+import time
 
 import numpy as np
 from geometry_msgs.msg import WrenchStamped
 from physai_ros_interfaces.msg import ActionChunk, ExecutionInfo, Observation
 from physai_ros_interfaces.srv import RegisterRobot
 from rclpy.node import Node
-from sensor_msgs.msg import Image, JointState
+from sensor_msgs.msg import CompressedImage, Image, JointState
 from std_msgs.msg import Empty, String, UInt64
 
 from physai_ros.ros.spin import run_node
@@ -28,25 +29,31 @@ from physai_ros.ros.qos import ACTION_CHUNK_TOPIC, EXECUTION_INFO_TOPIC, reliabl
 from physai_ros.ros.time_conv import now_sec, to_sec
 from physai_ros.serving.client_core import RobotClientCore
 from physai_ros.serving.config import load_fleet
-from physai_ros.serving.ros_msgs import (chunk_from_msg, hold_chunk_msg, image_data,
+from physai_ros.serving.ros_msgs import (chunk_from_msg, compressed_image_data, hold_chunk_msg, image_data,
                                          observation_to_msg, registration_to_request,
                                          result_from_response)
-
 from physai_ros.serving.topics import (CLIENT_STATUS_TOPIC, OBSERVATION_TOPIC,
                                        OPERATOR_RESUME_TOPIC, REFRESH_TOPIC, REGISTER_SERVICE)
 
+# Longest wait for a RegisterRobot reply before the request is dropped and sent again.
+REGISTER_TIMEOUT_S = 5.0
+
 
 class RobotClientNode(Node):
-    def __init__(self):
-        super().__init__("robot_client")
+    def __init__(self, **node_kwargs):
+        # node_kwargs (namespace, parameter_overrides) let a test run the node in its process.
+        super().__init__("robot_client", **node_kwargs)
         fleet_file = self.declare_parameter("fleet_file", "").value or None
         robot_id = self.declare_parameter("robot_id", "").value or self.get_namespace().strip("/")
         tick_hz = float(self.declare_parameter("tick_rate_hz", 100.0).value)
         self.robot = load_fleet(fleet_file).resolve_robot(robot_id)
         self.core = RobotClientCore(self.robot)
         sensor = sensor_data_qos()
+        compressed = self.robot.camera_format == "compressed"
+        on_image = self._on_compressed if compressed else self._on_image
         for i, topic in enumerate(self.robot.camera_topics):
-            self.create_subscription(Image, topic, lambda m, i=i: self._on_image(i, m), sensor)
+            self.create_subscription(CompressedImage if compressed else Image, topic,
+                                     lambda m, i=i: on_image(i, m), sensor)
         self.create_subscription(WrenchStamped, self.robot.wrench_topic, self._on_wrench, sensor)
         self.create_subscription(JointState, self.robot.joint_states_topic, self._on_joints, sensor_data_qos(10))
         self.create_subscription(ExecutionInfo, EXECUTION_INFO_TOPIC, self._on_exec, sensor_data_qos(10))
@@ -58,7 +65,9 @@ class RobotClientNode(Node):
         self.status_pub = self.create_publisher(String, CLIENT_STATUS_TOPIC, reliable_qos())
         self.register_client = self.create_client(RegisterRobot, REGISTER_SERVICE)
         self._register_future = None
+        self._register_sent_at = 0.0
         self._unreadable = 0
+        self._unreadable_images = 0
         self._escalations_logged = 0
         self.create_timer(1.0 / tick_hz, self._tick)
         self.create_timer(1.0, self._publish_status)
@@ -70,6 +79,15 @@ class RobotClientNode(Node):
 
     def _on_image(self, view: int, msg: Image) -> None:
         self.core.on_image(view, image_data(msg), to_sec(msg.header.stamp) or now_sec(self))
+
+    def _on_compressed(self, view: int, msg: CompressedImage) -> None:
+        try:
+            image = compressed_image_data(msg)
+        except ValueError as e:  # a corrupt frame is counted and skipped; the previous one stays
+            self._unreadable_images += 1
+            self.get_logger().warning(f"camera {view}: {e}", throttle_duration_sec=1.0)
+            return
+        self.core.on_image(view, image, to_sec(msg.header.stamp) or now_sec(self))
 
     def _on_wrench(self, msg: WrenchStamped) -> None:
         f, t = msg.wrench.force, msg.wrench.torque
@@ -119,14 +137,22 @@ class RobotClientNode(Node):
             self._escalations_logged += 1
 
     def _register(self) -> None:
-        if self._register_future is not None and not self._register_future.done():
-            return
+        fut = self._register_future
+        if fut is not None and not fut.done():
+            # A request in flight when the server died is never answered: give up on it after
+            # a while, or this robot would never register with the restarted server.
+            if time.monotonic() - self._register_sent_at < REGISTER_TIMEOUT_S:
+                return
+            self.register_client.remove_pending_request(fut)
+            fut.cancel()
+            self.core.on_register_failed()
         if not self.register_client.service_is_ready():
             self.core.on_register_failed()
             return
         fut = self.register_client.call_async(registration_to_request(self.core.registration()))
         fut.add_done_callback(self._on_register_done)
         self._register_future = fut
+        self._register_sent_at = time.monotonic()
 
     def _on_register_done(self, fut) -> None:
         try:
@@ -153,6 +179,7 @@ class RobotClientNode(Node):
             "latency_ms_p50": float(np.percentile(lat, 50)) if lat.size else None,
             "latency_ms_p99": float(np.percentile(lat, 99)) if lat.size else None,
             "unreadable_chunks": self._unreadable,
+            "unreadable_images": self._unreadable_images,
         }
 
     def _publish_status(self) -> None:

@@ -21,6 +21,7 @@ ESCALATIONS = ("stop_and_call_human",)
 BUILTIN_HORIZON_POLICIES = ("static", "confidence")
 SCHEDULERS = ("fifo", "autellix", "wait_ratio")
 DEVICES = ("cpu", "cuda")
+CAMERA_FORMATS = ("raw", "compressed")  # sensor_msgs/Image | sensor_msgs/CompressedImage
 
 
 class FleetConfigError(ValueError):
@@ -47,6 +48,17 @@ class RemoteEngineConfig:
 
 
 @dataclass(frozen=True)
+class ProfileConfig:
+    """Start-up measurement of each local engine's latency-vs-batch profile
+    (physai_ros.workers.profiling): the scheduler's batching cap and placement use it."""
+
+    reps: int = 1            # timed calls per batch size (after one warm-up call)
+    max_batch: int = 4       # measure batch sizes 1..min(this, server.max_batch)
+    views: int = 2           # camera views of the synthetic inputs
+    tokens: int | None = None  # prompt tokens; None: the model's max_token_len
+
+
+@dataclass(frozen=True)
 class ServerConfig:
     node_name: str
     model: ModelConfig
@@ -56,6 +68,9 @@ class ServerConfig:
     scheduler: str
     max_observation_age_s: float
     remote_engines: tuple[RemoteEngineConfig, ...] = ()
+    # Constructor parameters for make_scheduler(scheduler, **scheduler_params).
+    scheduler_params: Mapping[str, Any] = field(default_factory=dict)
+    profile: ProfileConfig | None = field(default_factory=ProfileConfig)  # None: flat default
 
 
 @dataclass(frozen=True)
@@ -90,6 +105,7 @@ class RobotConfig:
     control_rate_hz: float
     simulated: bool
     sim: Mapping[str, Any] = field(default_factory=dict)
+    camera_format: str = "raw"
 
     @property
     def num_views(self) -> int:
@@ -263,22 +279,93 @@ def _parse_remote_engines(v: Any, path: str) -> tuple[RemoteEngineConfig, ...]:
     return tuple(out)
 
 
+# Scheduler parameters fleet.yaml may set, with their checks; names are the constructors'
+# keyword arguments (physai_ros.scheduler.core.QueueScheduler, wait_ratio.WaitRatioScheduler).
+_QUEUE_PARAMS = {
+    "stale_after_s": "pos_or_null", "refresh_timeout_s": "nonneg", "saturation_tolerance": "fraction",
+    "default_exec_s": "nonneg", "count_first_wait": "bool", "task_ttl_s": "pos",
+}
+SCHEDULER_PARAMS = {
+    "fifo": _QUEUE_PARAMS, "autellix": _QUEUE_PARAMS,
+    "wait_ratio": {**_QUEUE_PARAMS, "buckets": "int1", "aging_interval": "int1"},
+}
+
+
+def _parse_scheduler(v: Any, path: str) -> tuple[str, dict[str, Any]]:
+    """`fifo` or `{name: wait_ratio, buckets: 10, aging_interval: 4, stale_after_s: 0.2, ...}`."""
+    if isinstance(v, str):
+        return _str(v, path, SCHEDULERS), {}
+    d = _mapping(v, path)
+    name = _str(_req(d, "name", path), _join(path, "name"), SCHEDULERS)
+    allowed = SCHEDULER_PARAMS[name]
+    _no_unknown(d, {"name", *allowed}, path)
+    params: dict[str, Any] = {}
+    for key, kind in allowed.items():
+        if key not in d:
+            continue
+        p, x = _join(path, key), d[key]
+        if kind == "pos_or_null":
+            params[key] = None if x is None else _pos(x, p)
+        elif kind == "pos":
+            params[key] = _pos(x, p)
+        elif kind == "nonneg":
+            params[key] = _pos(x, p, allow_zero=True)
+        elif kind == "fraction":
+            if not (isinstance(x, (int, float)) and not isinstance(x, bool) and 0 <= x < 1):
+                raise FleetConfigError(f"{p}: expected a number in [0, 1), got {x!r}")
+            params[key] = float(x)
+        elif kind == "bool":
+            if not isinstance(x, bool):
+                raise FleetConfigError(f"{p}: expected true or false, got {x!r}")
+            params[key] = x
+        else:
+            params[key] = _int(x, p, 1)
+    from physai_ros.scheduler.base import make_scheduler
+
+    try:  # the constructor's own checks, so nothing surfaces later in the server
+        make_scheduler(name, **params)
+    except ValueError as e:
+        raise FleetConfigError(f"{path}: {e}") from None
+    return name, params
+
+
+def _parse_profile(v: Any, path: str) -> ProfileConfig | None:
+    """`false` keeps the flat default profile; a mapping sets the measurement."""
+    if v is False or v is None:
+        return None
+    if v is True:
+        return ProfileConfig()
+    d = _mapping(v, path)
+    _no_unknown(d, {"reps", "max_batch", "views", "tokens"}, path)
+    dflt = ProfileConfig()
+    tokens = d.get("tokens")
+    return ProfileConfig(
+        reps=_int(d.get("reps", dflt.reps), _join(path, "reps"), 1),
+        max_batch=_int(d.get("max_batch", dflt.max_batch), _join(path, "max_batch"), 1),
+        views=_int(d.get("views", dflt.views), _join(path, "views"), 1),
+        tokens=None if tokens is None else _int(tokens, _join(path, "tokens"), 1),
+    )
+
+
 def _parse_server(d: Any) -> ServerConfig:
     path = "server"
     d = _mapping(d, path)
     _no_unknown(d, {"node_name", "model", "device", "engine_instances", "max_batch", "scheduler",
-                    "max_observation_age_s", "remote_engines"}, path)
+                    "max_observation_age_s", "remote_engines", "profile"}, path)
     remote = _parse_remote_engines(d.get("remote_engines", []), _join(path, "remote_engines"))
     # Local instances may be 0 when engine workers serve (a server host without a GPU).
     engine_instances = _int(d.get("engine_instances", 1), _join(path, "engine_instances"),
                             0 if remote else 1)
+    scheduler, scheduler_params = _parse_scheduler(d.get("scheduler", "fifo"), _join(path, "scheduler"))
     return ServerConfig(
         node_name=_str(d.get("node_name", "policy_server"), _join(path, "node_name")),
         model=_parse_model(_req(d, "model", path), _join(path, "model")),
         device=_str(d.get("device", "cpu"), _join(path, "device"), DEVICES),
         engine_instances=engine_instances,
         max_batch=_int(d.get("max_batch", 8), _join(path, "max_batch"), 1),
-        scheduler=_str(d.get("scheduler", "fifo"), _join(path, "scheduler"), SCHEDULERS),
+        scheduler=scheduler,
+        scheduler_params=scheduler_params,
+        profile=_parse_profile(d.get("profile", True), _join(path, "profile")),
         max_observation_age_s=_pos(d.get("max_observation_age_s", 2.0),
                                    _join(path, "max_observation_age_s")),
         remote_engines=remote,
@@ -328,7 +415,7 @@ def _parse_task(name: str, d: Any) -> TaskConfig:
 
 
 _ROBOT_KEYS = {"id", "namespace", "task", "cameras", "image_height", "image_width", "wrench_topic",
-               "joint_states_topic", "joints", "control_rate_hz", "simulated", "sim"}
+               "joint_states_topic", "joints", "control_rate_hz", "simulated", "sim", "camera_format"}
 
 
 def _parse_robot(i: int, d: Any, tasks: Mapping[str, TaskConfig]) -> RobotConfig:
@@ -354,6 +441,11 @@ def _parse_robot(i: int, d: Any, tasks: Mapping[str, TaskConfig]) -> RobotConfig
             raise FleetConfigError(
                 f"{path}.joints: a simulated arm with sim.num_joints={n} has joints {list(want or [])}, "
                 f"got {list(joints)}")
+    camera_format = _str(d.get("camera_format", "raw"), _join(path, "camera_format"), CAMERA_FORMATS)
+    if camera_format == "compressed" and d.get("simulated", True):
+        raise FleetConfigError(
+            f"{path}.camera_format: 'compressed' needs simulated: false (sim_robot publishes raw "
+            f"sensor_msgs/Image only)")
     return RobotConfig(
         id=rid,
         namespace=ns,
@@ -368,6 +460,7 @@ def _parse_robot(i: int, d: Any, tasks: Mapping[str, TaskConfig]) -> RobotConfig
         control_rate_hz=_pos(d.get("control_rate_hz", 480.0), _join(path, "control_rate_hz")),
         simulated=bool(d.get("simulated", True)),
         sim=sim,
+        camera_format=camera_format,
     )
 
 

@@ -1,9 +1,11 @@
 """The policy server's logic without ROS: registration, validation, queue, scheduling, batching,
 engine calls, horizon policy and post-processing.
 
-The node feeds it plain data (ServingCore.register / submit) from its ROS callbacks and runs
-ServingCore.step in a worker thread; step returns the chunks to publish. All public methods take
-the lock, so callbacks and the worker may interleave freely.
+The node feeds it plain data (ServingCore.register / submit) from its ROS callbacks; its
+serving.runner threads call dispatch (the scheduler's batches for idle instances) and run_batch
+(one per instance thread, so instances compute concurrently), which returns the chunks to
+publish. step() does both in one call. All public methods take the lock where they touch shared
+state, so callbacks and the threads may interleave freely; engines run outside it.
 """
 from __future__ import annotations
 
@@ -44,6 +46,26 @@ class EngineSlot:
     profile: LatencyProfile
     tier: str = "edge"
     busy_until: float = 0.0
+    running: bool = False  # a batch is executing on it right now
+
+
+@dataclass(frozen=True)
+class BatchWork:
+    """One dispatched batch: the requests the scheduler put on one instance at `dispatched`."""
+
+    batch: Batch
+    requests: list[Request]
+    dispatched: float
+
+    @property
+    def instance_id(self) -> str:
+        return self.batch.instance_id
+
+
+@dataclass(frozen=True)
+class Dispatch:
+    work: list[BatchWork]
+    refresh: list[tuple[str, int]]
 
 
 @dataclass
@@ -61,6 +83,11 @@ class StepOutput:
     refresh: list[tuple[str, int]]
 
 
+# While a batch runs its instance must look busy even past the scheduler's estimate, or a slow
+# batch would get a second one stacked on the same engine.
+RUNNING_MARGIN_S = 1e-3
+
+
 def default_profile(max_batch: int) -> LatencyProfile:
     # Before measuring, assume batching is free up to the engine's limit so the scheduler fills
     # batches (profiles from bench measurements replace this).
@@ -71,7 +98,10 @@ def default_profile(max_batch: int) -> LatencyProfile:
 class ServingCore:
     def __init__(self, engines: Sequence[EngineSlot], scheduler: Any, tokenizer: PromptTokenizer,
                  normalizer: Normalizer | None = None, max_observation_age_s: float = 2.0,
-                 instance_id: str | None = None, clock: Callable[[], float] = time.time):
+                 instance_id: str | None = None, clock: Callable[[], float] = time.time,
+                 allowed_horizon_policies: Sequence[str] = ()):
+        """allowed_horizon_policies: the `package.module:Class` policies a robot may name (the
+        ones fleet.yaml's tasks configure); any other class name is refused, never imported."""
         if not engines:
             raise ValueError("ServingCore needs at least one engine instance")
         self.engines = {e.instance_id: e for e in engines}
@@ -86,7 +116,8 @@ class ServingCore:
                 f"tokenizer ({tokenizer.vocab_size} ids, {tokenizer.max_len} tokens) does not fit the "
                 f"model (vocab {cfg.vocab_size}, max_tokens {cfg.max_tokens})")
         self.normalizer = normalizer or Normalizer()
-        self.validator = ObservationValidator(max_observation_age_s)
+        self.validator = ObservationValidator(max_observation_age_s,
+                                              allowed_policies=frozenset(allowed_horizon_policies))
         self.instance_id = instance_id or uuid.uuid4().hex[:12]
         self.clock = clock
         self.registrations: dict[str, RobotRegistration] = {}
@@ -194,18 +225,31 @@ class ServingCore:
             return len(self._pending)
 
     def wait_for_work(self, timeout: float) -> bool:
+        """Block until a request is queued and an instance is free to take it (or `timeout`)."""
         with self._lock:
-            if self._pending:
-                return True
-            return self._work.wait(timeout)
+            if not self._dispatchable():
+                self._work.wait(timeout)
+            return self._dispatchable()
+
+    def wait_for_change(self, timeout: float) -> None:
+        """Block until a submit or a finished batch (or `timeout`): the next scheduling chance."""
+        with self._lock:
+            self._work.wait(timeout)
+
+    def _dispatchable(self) -> bool:
+        return bool(self._pending) and any(
+            not e.running and getattr(e.engine, "alive", True) for e in self.engines.values())
 
     # ---- worker --------------------------------------------------------------------------
 
-    def step(self, now: float | None = None) -> StepOutput:
-        """One scheduling cycle: run every batch the scheduler dispatches now."""
+    def dispatch(self, now: float | None = None) -> Dispatch:
+        """One scheduling cycle: take the batches the scheduler places on idle instances now.
+
+        Each instance is marked running until run_batch finishes it, so several instances can
+        execute at once (each from its own thread) and none ever gets two batches at a time."""
         now = self.clock() if now is None else now
         with self._lock:
-            infos = [self._instance_info(e) for e in self.engines.values()
+            infos = [self._instance_info(e, now) for e in self.engines.values()
                      if getattr(e.engine, "alive", True)]
             decision: SchedulerDecision = self.scheduler.schedule(now, infos)
             work = []
@@ -213,52 +257,79 @@ class ServingCore:
                 reqs = [self._pending.pop(r) for r in batch.request_ids if r in self._pending]
                 if reqs:
                     self.scheduler.on_dispatched(batch, now)
-                    work.append((batch, reqs))
+                    slot = self.engines[batch.instance_id]
+                    slot.running = True
+                    slot.busy_until = now + batch.est_latency_s
+                    work.append(BatchWork(batch, reqs, now))
             refresh = [(self._pending[r].robot_id, self._pending[r].round_id)
                        for r in decision.refresh_request_ids if r in self._pending]
-        chunks: list[ChunkResult] = []
-        for batch, reqs in work:
-            chunks.extend(self._run_batch(batch, reqs, now))
-        return StepOutput(chunks, refresh)
+        return Dispatch(work, refresh)
 
-    @staticmethod
-    def _instance_info(e: EngineSlot) -> EngineInstanceInfo:
+    def step(self, now: float | None = None) -> StepOutput:
+        """One scheduling cycle run to completion: every dispatched batch, each on its own
+        instance concurrently, chunks in dispatch order. (The policy server instead hands
+        dispatch()'s batches to one long-lived thread per instance: serving.runner.)"""
+        d = self.dispatch(now)
+        results: list[list[ChunkResult]] = [[] for _ in d.work]
+
+        def run(k: int) -> None:
+            results[k] = self.run_batch(d.work[k])
+
+        threads = [threading.Thread(target=run, args=(k,), daemon=True) for k in range(1, len(d.work))]
+        for t in threads:
+            t.start()
+        if d.work:
+            run(0)
+        for t in threads:
+            t.join()
+        return StepOutput([c for r in results for c in r], d.refresh)
+
+    def _instance_info(self, e: EngineSlot, now: float) -> EngineInstanceInfo:
         eng = e.engine
         advertised = getattr(eng, "max_batch", None)
+        busy = max(e.busy_until, now + RUNNING_MARGIN_S) if e.running else e.busy_until
         return EngineInstanceInfo(
             e.instance_id, getattr(eng, "tier", None) or e.tier,
             getattr(eng, "profile", None) or e.profile, float(getattr(eng, "network_rtt_s", 0.0)),
-            e.busy_until, min(e.max_batch, advertised) if advertised else e.max_batch)
+            busy, min(e.max_batch, advertised) if advertised else e.max_batch)
 
-    def _run_batch(self, batch: Batch, reqs: list[Request], dispatched: float) -> list[ChunkResult]:
+    def run_batch(self, work: BatchWork) -> list[ChunkResult]:
+        """Execute one dispatched batch on its instance; never raises for a failing engine."""
+        batch, reqs, dispatched = work.batch, work.requests, work.dispatched
         slot = self.engines[batch.instance_id]
         from physai_ros.engine.types import EngineInput  # engine import is heavy; keep it lazy
 
-        inputs, ok_reqs, out = [], [], []
-        for req in reqs:
-            try:
-                inputs.append(self._engine_input(req.payload, EngineInput))
-                ok_reqs.append(req)
-            except (ValueError, KeyError) as e:
-                out.append(self._error(req, f"preprocessing failed: {e}", slot))
-        t0 = self.clock()
-        outputs = []
-        if inputs:
-            try:
-                with torch.inference_mode():
-                    outputs = slot.engine.infer(inputs)
-            except Exception as e:  # one bad batch must not take the server down
-                out.extend(self._error(r, f"engine failed: {type(e).__name__}: {e}", slot) for r in ok_reqs)
-                ok_reqs = []
-        t1 = self.clock()
-        inference_ms = (t1 - t0) * 1e3
-        with self._lock:
-            slot.busy_until = t1
-            for req, eo in zip(ok_reqs, outputs):
-                chunk = self._postprocess(req, eo, slot, (dispatched - req.arrival_time) * 1e3, inference_ms)
-                out.append(chunk)
+        inputs, ok_reqs, out, outputs = [], [], [], []
+        t0 = t1 = self.clock()
+        try:
             for req in reqs:
-                self.scheduler.on_completed(req.request_id, t1, (t1 - t0))
+                try:
+                    inputs.append(self._engine_input(req.payload, EngineInput))
+                    ok_reqs.append(req)
+                except (ValueError, KeyError) as e:
+                    out.append(self._error(req, f"preprocessing failed: {e}", slot))
+            t0 = self.clock()
+            if inputs:
+                try:
+                    with torch.inference_mode():
+                        outputs = slot.engine.infer(inputs)
+                except Exception as e:  # one bad batch must not take the server down
+                    out.extend(self._error(r, f"engine failed: {type(e).__name__}: {e}", slot)
+                               for r in ok_reqs)
+                    ok_reqs = []
+            t1 = self.clock()
+        finally:
+            # Whatever happened, the instance is free again and the scheduler hears about it.
+            inference_ms = (t1 - t0) * 1e3
+            with self._lock:
+                slot.running = False
+                slot.busy_until = t1
+                for req, eo in zip(ok_reqs, outputs):
+                    out.append(self._postprocess(req, eo, slot, (dispatched - req.arrival_time) * 1e3,
+                                                 inference_ms))
+                for req in reqs:
+                    self.scheduler.on_completed(req.request_id, t1, (t1 - t0))
+                self._work.notify_all()
         return out
 
     def _engine_input(self, obs: ObservationData, engine_input_cls) -> Any:
@@ -318,7 +389,7 @@ class ServingCore:
         for e in slots:
             diag = getattr(e.engine, "diagnostics", None)
             d = dict(diag()) if callable(diag) else {"alive": True}
-            info = self._instance_info(e)
+            info = self._instance_info(e, self.clock())
             d.update(tier=info.tier, max_batch=info.max_batch,
                      profile=info.profile.to_pairs(), remote=callable(diag))
             out[e.instance_id] = d

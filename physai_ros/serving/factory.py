@@ -60,9 +60,39 @@ def build_core(cfg: FleetConfig, instance_id: str | None = None, node: Any = Non
     stats = _checkpoint_dir(cfg) / STATS_FILE if cfg.server.model.checkpoint else None
     return ServingCore(
         engines=build_engine_slots(cfg, node),
-        scheduler=make_scheduler(cfg.server.scheduler),
+        scheduler=make_scheduler(cfg.server.scheduler, **cfg.server.scheduler_params),
         tokenizer=PromptTokenizer(tokenizer_path(cfg), cfg.server.model.max_token_len),
         normalizer=Normalizer.from_file(stats),
         max_observation_age_s=cfg.server.max_observation_age_s,
         instance_id=instance_id,
+        allowed_horizon_policies=sorted({t.horizon_policy for t in cfg.tasks.values()
+                                         if ":" in t.horizon_policy}),
     )
+
+
+def profile_local_engines(core: ServingCore, cfg: FleetConfig) -> dict[str, float]:
+    """Measure each local instance's latency-vs-batch profile (server.profile) and give it to
+    the scheduler through the slot, replacing the flat default: the batching cap (saturation
+    point) and wait-ratio placement then use this machine's real numbers. Doubles as the
+    warm-up. Remote instances measure their own (engine_worker). Returns seconds per instance.
+    """
+    import time
+
+    import torch
+
+    from physai_ros.workers.profiling import measure_profile
+
+    p = cfg.server.profile
+    if p is None:
+        return {}
+    took = {}
+    for slot in core.engines.values():
+        if hasattr(slot.engine, "alive"):
+            continue  # remote: advertised by its worker
+        t0 = time.perf_counter()
+        with torch.inference_mode():
+            slot.profile = measure_profile(
+                slot.engine.infer, slot.engine.config, min(p.max_batch, slot.max_batch), reps=p.reps,
+                views=p.views, tokens=p.tokens or core.tokenizer.max_len)
+        took[slot.instance_id] = time.perf_counter() - t0
+    return took

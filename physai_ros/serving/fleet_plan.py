@@ -22,22 +22,14 @@ class ProcessSpec:
     parameters: dict[str, Any] = field(default_factory=dict)
 
     def command(self, python: str = sys.executable) -> list[str]:
-        cmd = [python, "-m", self.module, "--ros-args"]
-        if self.namespace:
-            cmd += ["-r", f"__ns:=/{self.namespace}"]
-        for k, v in self.parameters.items():
-            cmd += ["-p", f"{k}:={_param_str(v)}"]
-        return cmd
+        return self.as_fleet_process().argv(python)
 
+    def as_fleet_process(self):
+        """This spec as physai_ros.fleet_processes.ProcessSpec (what physai-fleet's ProcessGroup
+        runs, and the one place that renders ROS arguments)."""
+        from physai_ros.fleet_processes import ProcessSpec as FleetProcessSpec
 
-def _param_str(v: Any) -> str:
-    if isinstance(v, bool):
-        return "true" if v else "false"
-    if isinstance(v, float):
-        return repr(v)
-    if isinstance(v, (list, tuple)):
-        return "[" + ",".join(_param_str(x) for x in v) + "]"
-    return str(v)
+        return FleetProcessSpec(self.name, self.module, self.namespace, dict(self.parameters))
 
 
 def server_spec(cfg: FleetConfig) -> ProcessSpec:
@@ -112,9 +104,7 @@ def stop(procs: list[subprocess.Popen], timeout_s: float = 5.0) -> None:
 
 def as_fleet_processes(plan: list[ProcessSpec]) -> list:
     """The plan as physai_ros.fleet_processes.ProcessSpec (what physai-fleet's ProcessGroup runs)."""
-    from physai_ros.fleet_processes import ProcessSpec as FleetProcessSpec
-
-    return [FleetProcessSpec(s.name, s.module, s.namespace, dict(s.parameters)) for s in plan]
+    return [s.as_fleet_process() for s in plan]
 
 
 def summary_fields(client_status: dict | None) -> dict[str, Any]:

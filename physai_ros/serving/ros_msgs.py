@@ -11,7 +11,7 @@ import array
 import numpy as np
 from physai_ros_interfaces.msg import ActionChunk, Observation
 from physai_ros_interfaces.srv import RegisterRobot
-from sensor_msgs.msg import Image
+from sensor_msgs.msg import CompressedImage, Image
 
 from physai_ros.ros.time_conv import time_from_sec, to_sec
 
@@ -24,6 +24,30 @@ def _f32(a) -> array.array:
 
 def image_data(msg: Image) -> ImageData:
     return ImageData(int(msg.height), int(msg.width), msg.encoding, int(msg.step), msg.data, msg)
+
+
+def compressed_image_data(msg: CompressedImage) -> ImageData:
+    """Decode a CompressedImage (JPEG/PNG/...) once, with cv2.imdecode, into a bgr8
+    sensor_msgs/Image that the Observation then reuses as is. Raises ValueError on bad data."""
+    import cv2
+
+    buf = np.frombuffer(msg.data, dtype=np.uint8)
+    if buf.size == 0:
+        raise ValueError(f"empty CompressedImage (format {msg.format!r})")
+    try:
+        img = cv2.imdecode(buf, cv2.IMREAD_COLOR)
+    except cv2.error as e:
+        raise ValueError(f"cannot decode CompressedImage (format {msg.format!r}): {e}") from None
+    if img is None:
+        raise ValueError(f"cannot decode CompressedImage (format {msg.format!r}, {buf.size} bytes)")
+    out = Image()
+    out.header = msg.header
+    out.height, out.width = int(img.shape[0]), int(img.shape[1])
+    out.encoding, out.step = "bgr8", int(img.shape[1]) * 3
+    data = array.array("B")
+    data.frombytes(np.ascontiguousarray(img).data)
+    out.data = data
+    return image_data(out)
 
 
 def _image_msg(im: ImageData, stamp: float) -> Image:

@@ -6,6 +6,7 @@ the server, and one robot's bad input changes nothing in another robot's state.
 from __future__ import annotations
 
 import math
+import re
 from collections import Counter
 from dataclasses import dataclass
 
@@ -33,6 +34,11 @@ REASONS = (UNKNOWN_ROBOT, WRONG_TASK, NUM_VIEWS, IMAGE_SIZE, IMAGE_ENCODING, IMA
 # Registration refusals.
 BAD_REGISTRATION = "bad_registration"
 
+# The server builds topics from robot_namespace; rclpy raises on an invalid name (and that
+# exception ended the server process), so the name is checked here, with ROS's token rules.
+_NS_TOKEN = re.compile(r"[A-Za-z_][A-Za-z0-9_]*\Z")
+MAX_NAMESPACE_LEN = 200  # leaves room for "/observation_refresh" under ROS's 255-character limit
+
 
 @dataclass(frozen=True)
 class Refusal:
@@ -58,6 +64,10 @@ def check_registration(reg: RobotRegistration, limits: ModelLimits) -> Refusal |
         return bad("robot_id is empty")
     if not reg.prompt.strip():
         return bad("prompt is empty")
+    ns = reg.robot_namespace.strip("/")
+    if len(ns) > MAX_NAMESPACE_LEN or (ns and not all(_NS_TOKEN.match(t) for t in ns.split("/"))):
+        return bad(f"robot_namespace {reg.robot_namespace[:60]!r} is not a ROS namespace "
+                   f"(tokens of [A-Za-z0-9_] not starting with a digit, <= {MAX_NAMESPACE_LEN} chars)")
     if not 1 <= reg.num_views <= limits.max_views:
         return bad(f"num_views={reg.num_views}, the model takes 1..{limits.max_views}")
     if reg.image_height < 1 or reg.image_width < 1:
@@ -73,7 +83,7 @@ def check_registration(reg: RobotRegistration, limits: ModelLimits) -> Refusal |
     return None
 
 
-def _horizon_ok(name: str, params: tuple[float, ...]) -> str | None:
+def _horizon_ok(name: str, params: tuple[float, ...], allowed: frozenset[str] = frozenset()) -> str | None:
     if name == "" or name is None:
         return None  # the task's configured policy applies
     if name == "static":
@@ -85,16 +95,23 @@ def _horizon_ok(name: str, params: tuple[float, ...]) -> str | None:
             return f"confidence expects [t >= 0, H_min >= 1], got {list(params)}"
         return None
     if ":" in name:
-        return None  # resolved (and failures reported) by the horizon policy loader
+        # Importing and calling a class the robot names would let any robot run any callable in
+        # the server (os:abort); only classes the operator put in fleet.yaml may be named.
+        if name in allowed:
+            return None  # resolved (and failures reported) by the horizon policy loader
+        return (f"policy class {name!r} is not configured for any task in fleet.yaml "
+                f"(allowed: {sorted(allowed) or 'none'})")
     return f"unknown policy {name!r}; expected 'static', 'confidence' or 'package.module:Class'"
 
 
 class ObservationValidator:
     """Stateless checks plus the per-robot round-id memory; counts every refusal by reason."""
 
-    def __init__(self, max_age_s: float, max_future_s: float = 0.5):
+    def __init__(self, max_age_s: float, max_future_s: float = 0.5,
+                 allowed_policies: frozenset[str] = frozenset()):
         self.max_age_s = max_age_s
         self.max_future_s = max_future_s
+        self.allowed_policies = frozenset(allowed_policies)
         self.last_round: dict[str, int] = {}
         self.refused: dict[str, Counter[str]] = {}
         self.accepted: Counter[str] = Counter()
@@ -151,7 +168,7 @@ class ObservationValidator:
         # A refresh answers the server's request for a newer observation of the same round.
         if obs.round_id < last or (obs.round_id == last and not obs.refresh):
             return Refusal(ROUND_ID, f"round {obs.round_id} after round {last}")
-        bad_h = _horizon_ok(obs.horizon_policy, tuple(obs.horizon_params))
+        bad_h = _horizon_ok(obs.horizon_policy, tuple(obs.horizon_params), self.allowed_policies)
         if bad_h is not None:
             return Refusal(HORIZON_POLICY, bad_h)
         return None

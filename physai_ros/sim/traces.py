@@ -11,8 +11,15 @@ File format (JSON, one object, versioned):
      "meta": {...free-form: source, workload, seed...},
      "tasks": [{"task_id": "t0", "robot_id": "robot_0", "control_period": 0.0333,
                 "arrival_s": 0.0,            # optional: when the task started (online replay)
-                "rounds": [[horizon, trigger_remaining], ...]}, ...]}
-`make demo` records such a file from our simulated robots with TraceRecorder.
+                "rounds": [[horizon, trigger_remaining], ...],
+                "timing": {"generation_s": [...], "queue_s": [...], "latency_s": [...],
+                           "exec_s": [...], "chunk_horizon": [...]}}, ...]}
+                                             # optional, one value (or null) per round
+`physai-fleet --record-trace PATH` records such a file from our simulated robots
+(physai_ros/sim/trace_capture.py, through TraceRecorder). The timing block is what the recorded
+run measured (server inference, server queueing, capture -> chunk received, horizon x dt, and
+the horizon the chunk asked for); the simulator does not replay it (it models generation from
+the engine profile) but keeps it.
 
 Synthetic traces come from a workload description (bench/workloads/*.yaml): total actions per
 task, the best per-task horizon (distribution shaped like Kairos Fig. 3), and for the dynamic
@@ -32,14 +39,33 @@ from typing import Any, Optional, Sequence
 FORMAT = "physai-trace/1"
 
 
+TIMING_FIELDS = ("generation_s", "queue_s", "latency_s", "exec_s", "chunk_horizon")
+
+
 @dataclass(frozen=True)
 class RoundTrace:
     horizon: int              # actions executed from this round's chunk (>= 1)
     trigger_remaining: int    # actions of this chunk still queued when the next request is sent
+    # Measured when the trace was recorded (None for synthetic traces): engine time (Kairos G),
+    # server queueing, capture -> chunk at the robot, execution duration (horizon x dt), and the
+    # horizon the chunk asked for (the robot may execute fewer: see trace_capture.py).
+    generation_s: Optional[float] = None
+    queue_s: Optional[float] = None
+    latency_s: Optional[float] = None
+    exec_s: Optional[float] = None
+    chunk_horizon: Optional[int] = None
 
     def __post_init__(self) -> None:
         if self.horizon < 1 or not (0 <= self.trigger_remaining <= self.horizon):
             raise ValueError(f"bad round: horizon={self.horizon}, trigger_remaining={self.trigger_remaining}")
+        for name in TIMING_FIELDS:
+            v = getattr(self, name)
+            if v is not None and not (math.isfinite(v) and v >= 0):
+                raise ValueError(f"bad round: {name}={v!r} (must be finite and >= 0)")
+
+    @property
+    def has_timing(self) -> bool:
+        return any(getattr(self, n) is not None for n in TIMING_FIELDS)
 
 
 @dataclass
@@ -72,12 +98,35 @@ class TraceSet:
 
 
 # ---- file I/O -------------------------------------------------------------------------------
+def _task_doc(t: TaskTrace) -> dict[str, Any]:
+    d: dict[str, Any] = {"task_id": t.task_id, "robot_id": t.robot_id, "control_period": t.control_period}
+    if t.arrival_s is not None:
+        d["arrival_s"] = t.arrival_s
+    d["rounds"] = [[r.horizon, r.trigger_remaining] for r in t.rounds]
+    if any(r.has_timing for r in t.rounds):
+        d["timing"] = {n: [getattr(r, n) for r in t.rounds] for n in TIMING_FIELDS}
+    return d
+
+
 def save_traces(path: str | Path, traces: TraceSet) -> None:
-    doc = {"format": FORMAT, "meta": traces.meta, "tasks": [
-        {"task_id": t.task_id, "robot_id": t.robot_id, "control_period": t.control_period,
-         **({"arrival_s": t.arrival_s} if t.arrival_s is not None else {}),
-         "rounds": [[r.horizon, r.trigger_remaining] for r in t.rounds]} for t in traces.tasks]}
+    doc = {"format": FORMAT, "meta": traces.meta, "tasks": [_task_doc(t) for t in traces.tasks]}
     Path(path).write_text(json.dumps(doc, indent=1) + "\n")
+
+
+def _rounds(t: dict[str, Any]) -> list[RoundTrace]:
+    pairs = t["rounds"]
+    timing = t.get("timing") or {}
+    cols = {}
+    for name in TIMING_FIELDS:
+        col = timing.get(name)
+        if col is None:
+            continue
+        if not isinstance(col, list) or len(col) != len(pairs):
+            raise ValueError(f"timing.{name} must be a list with one value per round")
+        conv = int if name == "chunk_horizon" else float
+        cols[name] = [None if v is None else conv(v) for v in col]
+    return [RoundTrace(int(h), int(r), **{n: c[i] for n, c in cols.items()})
+            for i, (h, r) in enumerate(pairs)]
 
 
 def load_traces(path: str | Path) -> TraceSet:
@@ -93,7 +142,7 @@ def load_traces(path: str | Path) -> TraceSet:
         try:
             tasks.append(TaskTrace(
                 task_id=str(t["task_id"]),
-                rounds=[RoundTrace(int(h), int(r)) for h, r in t["rounds"]],
+                rounds=_rounds(t),
                 control_period=float(t.get("control_period", 1.0 / 30.0)),
                 robot_id=str(t.get("robot_id", "")),
                 arrival_s=None if t.get("arrival_s") is None else float(t["arrival_s"])))
@@ -116,10 +165,12 @@ class TraceRecorder:
         self._open[task_id] = {"robot_id": robot_id, "control_period": control_period,
                                "arrival_s": t, "rounds": []}
 
-    def record_round(self, task_id: str, horizon: int, trigger_remaining: int) -> None:
+    def record_round(self, task_id: str, horizon: int, trigger_remaining: int, **timing: Optional[float]) -> None:
         """horizon: actions executed from the chunk; trigger_remaining: actions of it still
-        queued when the next request was sent (0 if the task ended or ran synchronously)."""
-        self._open[task_id]["rounds"].append(RoundTrace(int(horizon), int(min(trigger_remaining, horizon))))
+        queued when the next request was sent (0 if the task ended or ran synchronously);
+        timing: any of generation_s, queue_s, latency_s, exec_s, chunk_horizon as measured."""
+        self._open[task_id]["rounds"].append(
+            RoundTrace(int(horizon), int(min(trigger_remaining, horizon)), **timing))
 
     def end_task(self, task_id: str) -> None:
         d = self._open.pop(task_id)

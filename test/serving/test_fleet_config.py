@@ -22,6 +22,26 @@ def test_default_fleet_loads_with_four_robots_and_assets():
     assert [r.namespace for r in cfg.robots] == ["robot_0", "robot_1", "robot_2", "robot_3"]
 
 
+def test_scheduler_parameters_reach_the_scheduler(doc):
+    from physai_ros.serving.factory import build_core
+
+    sched = {"name": "wait_ratio", "buckets": 7, "aging_interval": 3, "stale_after_s": 0.2,
+             "refresh_timeout_s": 0.1, "task_ttl_s": 60, "count_first_wait": True}
+    cfg = parse_fleet(_mut(doc, lambda d: d["server"].update(scheduler=sched, profile=False)))
+    assert cfg.server.scheduler == "wait_ratio" and cfg.server.profile is None
+    s = build_core(cfg).scheduler
+    assert (s.name, s.buckets, s.aging_interval, s.stale_after_s, s.refresh_timeout_s, s.task_ttl_s,
+            s.count_first_wait) == ("wait_ratio", 7, 3, 0.2, 0.1, 60.0, True)
+    # The plain-name form still works and leaves the scheduler's own defaults.
+    assert parse_fleet(_mut(doc, lambda d: d["server"].update(scheduler="autellix"))).server.scheduler_params == {}
+
+
+def test_profile_settings_and_default(doc):
+    assert load_fleet().server.profile.reps >= 1
+    p = parse_fleet(_mut(doc, lambda d: d["server"].update(profile={"reps": 1, "max_batch": 2, "tokens": 8})))
+    assert (p.server.profile.reps, p.server.profile.max_batch, p.server.profile.tokens) == (1, 2, 8)
+
+
 def test_with_num_robots_clones_last_entry_with_fresh_ids():
     cfg = load_fleet().with_num_robots(6)
     assert [r.id for r in cfg.robots] == [f"robot_{i}" for i in range(6)]
@@ -40,6 +60,26 @@ def _mut(doc, fn):
 CASES = [
     (lambda d: d.pop("server"), r"^server: missing"),
     (lambda d: d["server"].update(scheduler="lottery"), r"^server\.scheduler: expected one of \['fifo'"),
+    (lambda d: d["server"].update(scheduler={"buckets": 3}), r"^server\.scheduler\.name: missing"),
+    (lambda d: d["server"].update(scheduler={"name": "fifo", "buckets": 3}),
+     r"^server\.scheduler\.buckets: unknown key \(expected one of \['count_first_wait'"),
+    (lambda d: d["server"].update(scheduler={"name": "wait_ratio", "buckets": 0}),
+     r"^server\.scheduler\.buckets: expected an integer >= 1, got 0"),
+    (lambda d: d["server"].update(scheduler={"name": "wait_ratio", "aging_interval": 2.5}),
+     r"^server\.scheduler\.aging_interval: expected an integer >= 1"),
+    (lambda d: d["server"].update(scheduler={"name": "wait_ratio", "stale_after_s": 0}),
+     r"^server\.scheduler\.stale_after_s: expected a finite number > 0, got 0"),
+    (lambda d: d["server"].update(scheduler={"name": "autellix", "refresh_timeout_s": -1}),
+     r"^server\.scheduler\.refresh_timeout_s: expected a finite number >= 0"),
+    (lambda d: d["server"].update(scheduler={"name": "fifo", "task_ttl_s": "long"}),
+     r"^server\.scheduler\.task_ttl_s: expected a finite number > 0"),
+    (lambda d: d["server"].update(scheduler={"name": "fifo", "saturation_tolerance": 1.0}),
+     r"^server\.scheduler\.saturation_tolerance: expected a number in \[0, 1\)"),
+    (lambda d: d["server"].update(scheduler={"name": "fifo", "count_first_wait": "yes"}),
+     r"^server\.scheduler\.count_first_wait: expected true or false"),
+    (lambda d: d["server"].update(profile={"reps": 0}), r"^server\.profile\.reps: expected an integer >= 1, got 0"),
+    (lambda d: d["server"].update(profile={"max_batch": 2, "warmup": 1}), r"^server\.profile\.warmup: unknown key"),
+    (lambda d: d["server"].update(profile="fast"), r"^server\.profile: expected a mapping"),
     (lambda d: d["server"].update(max_batch=0), r"^server\.max_batch: expected an integer >= 1, got 0"),
     (lambda d: d["server"].update(max_batch="8"), r"^server\.max_batch: expected an integer"),
     (lambda d: d["server"].update(device="tpu"), r"^server\.device: expected one of"),

@@ -169,17 +169,26 @@ def test_refresh_may_repeat_its_round_id(core, fleet):
     assert core.submit(make_obs(r, 7100, stamp=now), now)[0].error.startswith(V.ROUND_ID)
 
 
-def test_user_horizon_policy_by_import_path_and_its_failure(core, fleet):
+def test_user_horizon_policy_by_import_path_and_its_failure(fleet):
+    cls = "physai_ros.engine.horizon:ConfidenceHorizon"
+    tasks = dict(fleet.tasks)
+    tasks["pick_place"] = dataclasses.replace(tasks["pick_place"], horizon_policy=cls, horizon_params=(0.5, 2.0))
+    core = build_core(_patient(dataclasses.replace(fleet, tasks=tasks)), instance_id="policies")
     r = fleet.robots[0]
+    assert core.register(RobotClientCore(r).registration()).accepted
     now = time.time()
-    core.submit(make_obs(r, 8000, stamp=now, horizon_policy="physai_ros.engine.horizon:ConfidenceHorizon",
-                         horizon_params=()), now)
+    core.submit(make_obs(r, 8000, stamp=now, horizon_policy=cls, horizon_params=()), now)
     [c] = drain(core)
     # ConfidenceHorizon's defaults can't be built without t: the robot gets an ERROR, not a crash.
     assert c.status == STATUS_ERROR and "horizon policy" in c.error
     core.submit(make_obs(r, 8002, stamp=now, horizon_policy="static", horizon_params=(3.0,)), now)
     [c] = drain(core)
     assert c.status == STATUS_OK and c.horizon == 3
+    # Any class or callable fleet.yaml does not configure is refused, never imported or called.
+    for k, name in enumerate(["os:abort", "builtins:exit", "physai_ros.engine.horizon:StaticHorizon"]):
+        [c] = core.submit(make_obs(r, 8004 + 2 * k, stamp=now, horizon_policy=name, horizon_params=(1.0,)), now)
+        assert c.status == STATUS_REFUSED and c.error.startswith("horizon_policy: policy class"), c.error
+    assert core.diagnostics()["robot_0"]["refused"]["horizon_policy"] == 3
 
 
 def test_warm_up_runs_every_engine_instance(core):

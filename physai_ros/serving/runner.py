@@ -1,0 +1,87 @@
+"""The policy server's execution loop without ROS: one dispatcher thread and one thread per
+engine instance, so several instances (local or remote) compute at the same time.
+
+The dispatcher asks the core for the scheduler's batches whenever a request waits and an
+instance is free, and hands each batch to its instance's thread; an instance thread runs one
+batch at a time (ServingCore marks it running, so the scheduler never stacks a second one on it)
+and hands the chunks to `on_chunks`. Callbacks run in those threads.
+"""
+from __future__ import annotations
+
+import queue
+import threading
+from typing import Callable, Sequence
+
+from .core import BatchWork, ServingCore
+from .types import ChunkResult
+
+# How long the dispatcher sleeps when requests wait but nothing could be placed (held for a
+# refresh, or waiting for a busy instance); a submit or a finished batch wakes it earlier.
+RETRY_S = 0.005
+
+
+class ServingRunner:
+    def __init__(self, core: ServingCore, on_chunks: Callable[[Sequence[ChunkResult]], None],
+                 on_refresh: Callable[[str, int], None],
+                 on_error: Callable[[str], None] = lambda msg: None):
+        self.core = core
+        self.on_chunks, self.on_refresh, self.on_error = on_chunks, on_refresh, on_error
+        self._stop = threading.Event()
+        self._queues: dict[str, queue.SimpleQueue] = {iid: queue.SimpleQueue() for iid in core.engines}
+        self._threads = [threading.Thread(target=self._dispatch_loop, name="serving_dispatch", daemon=True)]
+        self._threads += [threading.Thread(target=self._instance_loop, args=(iid,),
+                                           name=f"serving_{iid}", daemon=True) for iid in core.engines]
+
+    def start(self) -> "ServingRunner":
+        for t in self._threads:
+            t.start()
+        return self
+
+    def stop(self, timeout: float = 5.0) -> None:
+        self._stop.set()
+        for q in self._queues.values():
+            q.put(None)
+        for t in self._threads:
+            t.join(timeout)
+
+    @property
+    def stopped(self) -> bool:
+        return self._stop.is_set()
+
+    def _dispatch_loop(self) -> None:
+        while not self._stop.is_set():
+            if not self.core.wait_for_work(0.05):
+                continue
+            try:
+                d = self.core.dispatch()
+            except Exception as e:  # keep serving; the failure is logged and visible
+                self.on_error(f"scheduling step failed: {type(e).__name__}: {e}")
+                self.core.wait_for_change(0.01)
+                continue
+            for work in d.work:
+                self._queues[work.instance_id].put(work)
+            for robot_id, round_id in d.refresh:
+                self._call(self.on_refresh, robot_id, round_id)
+            if not d.work:
+                self.core.wait_for_change(RETRY_S)
+
+    def _instance_loop(self, instance_id: str) -> None:
+        q = self._queues[instance_id]
+        while True:
+            work: BatchWork | None = q.get()
+            if work is None:
+                return
+            try:
+                chunks = self.core.run_batch(work)
+            except Exception as e:  # run_batch already freed the instance
+                self.on_error(f"batch on {instance_id} failed: {type(e).__name__}: {e}")
+                continue
+            if not self._stop.is_set():
+                self._call(self.on_chunks, chunks)
+
+    def _call(self, fn, *args) -> None:
+        try:
+            fn(*args)
+        except Exception as e:  # a publishing failure must not kill the instance's thread
+            if not self._stop.is_set():
+                self.on_error(f"{getattr(fn, '__name__', 'callback')} failed: {type(e).__name__}: {e}")

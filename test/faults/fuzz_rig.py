@@ -1,0 +1,279 @@
+"""A real policy_server and trajectory_controller, and an in-test node that talks to them.
+
+The test process plays two robots of a three-robot fleet: `good`, a well-formed robot served in a
+closed loop by a background thread (its own round ids, one request outstanding at a time), and
+`fuzz`, registered properly but then fed malformed input. It also drives a controller process
+in the namespace `ctl`. The third robot, `cl`, is a real robot_client process (started by the
+test that needs it) fed camera frames, joint states and wrench samples by the test. Every wait is bounded; processes are killed in teardown.
+"""
+from __future__ import annotations
+
+import array
+import threading
+import time
+from collections import defaultdict
+
+import rclpy
+from rclpy.context import Context
+from rclpy.executors import SingleThreadedExecutor
+
+from physai_ros.fleet_processes import ProcessGroup, ProcessSpec
+from physai_ros.ros.qos import reliable_qos
+
+IMAGE_HW = (32, 32)  # small frames: the fuzz is about the checks, not the letterbox cost
+JOINTS = ["joint_0", "joint_1", "joint_2", "joint_3", "gripper"]
+CTL_JOINTS = ["j0", "j1", "j2", "j3"]
+
+FLEET_YAML = """
+server:
+  model: {{preset: tiny, tokenizer: package://physai_ros/assets/tokenizer.json, max_token_len: 48}}
+  device: cpu
+  engine_instances: 1
+  max_batch: 8
+  scheduler: fifo
+  max_observation_age_s: 2.0
+tasks:
+  pick_place:
+    prompt: "pick up the cube and place it on the goal"
+    action_rate_hz: 10
+    horizon_policy: {{name: static, params: [8]}}
+    slo_ms: 1000
+    fallback: hold
+    max_consecutive_slo_violation: 3
+    on_max_violation: stop_and_call_human
+robots:
+{robots}
+"""
+ROBOT_YAML = """  - id: {id}
+    task: pick_place
+    sim: {{task: pick_and_place, num_joints: 4, seed: 0}}
+    cameras: [camera_0/image_raw]
+    image_height: {h}
+    image_width: {w}
+    joints: [{joints}]
+    control_rate_hz: 480
+    simulated: true
+"""
+
+
+def write_fleet(path) -> str:
+    robots = "".join(ROBOT_YAML.format(id=r, h=IMAGE_HW[0], w=IMAGE_HW[1], joints=", ".join(JOINTS))
+                     for r in ("good", "fuzz", "cl"))
+    path.write_text(FLEET_YAML.format(robots=robots))
+    return str(path)
+
+
+def now_s() -> float:
+    return time.time()
+
+
+def stamp(msg_time, t: float) -> None:
+    ns = int(round(t * 1e9))
+    msg_time.sec, msg_time.nanosec = ns // 10**9, ns % 10**9
+
+
+def image(h=IMAGE_HW[0], w=IMAGE_HW[1], encoding="rgb8", channels=3, step=None, nbytes=None):
+    from sensor_msgs.msg import Image
+
+    m = Image()
+    m.height, m.width, m.encoding = h, w, encoding
+    m.step = w * channels if step is None else step
+    n = h * m.step if nbytes is None else nbytes
+    m.data = array.array("B", bytes(n))
+    return m
+
+
+def observation(robot_id: str, round_id: int, t: float | None = None, **over):
+    from physai_ros_interfaces.msg import Observation
+
+    m = Observation()
+    stamp(m.header.stamp, now_s() if t is None else t)
+    m.robot_id, m.task_id, m.round_id = robot_id, "pick_place", round_id
+    m.images = [image()]
+    m.state = array.array("f", [0.0] * len(JOINTS))
+    m.control_period = 0.1
+    for k, v in over.items():
+        setattr(m, k, v)
+    return m
+
+
+def registration(robot_id: str, **over):
+    from physai_ros_interfaces.srv import RegisterRobot
+
+    r = RegisterRobot.Request()
+    r.robot_id, r.task_id, r.robot_namespace = robot_id, "pick_place", "/" + robot_id
+    r.prompt = "pick up the cube and place it on the goal"
+    r.camera_topics = ["camera_0/image_raw"]
+    r.num_views, r.image_height, r.image_width = 1, IMAGE_HW[0], IMAGE_HW[1]
+    r.joint_names = list(JOINTS)
+    r.state_dim = r.action_dim = len(JOINTS)
+    r.control_period = 0.1
+    for k, v in over.items():
+        setattr(r, k, v)
+    return r
+
+
+class Rig:
+    """The processes plus a spinning in-test node recording what comes back."""
+
+    def __init__(self, tmp_path):
+        from diagnostic_msgs.msg import DiagnosticArray
+        from physai_ros_interfaces.msg import ActionChunk, ExecutionInfo, Observation
+        from physai_ros_interfaces.srv import RegisterRobot
+
+        self.fleet_file = write_fleet(tmp_path / "fleet.yaml")
+        self.procs = ProcessGroup(tmp_path / "logs")
+        self.retired: set[str] = set()  # dead servers already reported by the test they failed
+        self.server_name = "policy_server"
+        self.procs.start(ProcessSpec(self.server_name, "physai_ros.nodes.policy_server", "",
+                                     {"fleet_file": self.fleet_file}))
+        self.procs.start(ProcessSpec("controller", "physai_ros.nodes.trajectory_controller", "ctl",
+                                     {"robot_id": "ctl", "joint_names": CTL_JOINTS,
+                                      "control_rate_hz": 100.0, "execution_info_rate_hz": 50.0}))
+        self.context = Context()
+        rclpy.init(context=self.context)
+        self.node = rclpy.create_node("fuzz_test", context=self.context)
+        self.lock = threading.RLock()  # predicates of wait() may call helpers that lock too
+        self.chunks = defaultdict(list)  # namespace -> [ActionChunk]
+        self.diag: dict[str, dict[str, str]] = {}  # status name -> values (latest)
+        self.info = None  # latest ExecutionInfo of the controller
+        self.info_seq = 0
+        n = self.node
+        for ns in ("good", "fuzz", "cl"):
+            n.create_subscription(ActionChunk, f"/{ns}/action_chunk",
+                                  lambda m, ns=ns: self._on_chunk(ns, m), reliable_qos(100))
+        self.obs_pub = {ns: n.create_publisher(Observation, f"/{ns}/observation", reliable_qos(100))
+                        for ns in ("good", "fuzz")}
+        self.chunk_pub = n.create_publisher(ActionChunk, "/ctl/action_chunk", reliable_qos(100))
+        n.create_subscription(ExecutionInfo, "/ctl/execution_info", self._on_info, reliable_qos())
+        n.create_subscription(DiagnosticArray, "/diagnostics", self._on_diag, reliable_qos(50))
+        self.register_client = n.create_client(RegisterRobot, "/policy_server/register_robot")
+        self.executor = SingleThreadedExecutor(context=self.context)
+        self.executor.add_node(n)
+        self._stop = threading.Event()
+        self._spinner = threading.Thread(target=self._spin, daemon=True)
+        self._spinner.start()
+        self.good_sent: list[int] = []
+        self.good_thread: threading.Thread | None = None
+
+    # ---- plumbing -----------------------------------------------------------------------
+
+    def _spin(self):
+        while not self._stop.is_set() and self.context.ok():
+            self.executor.spin_once(timeout_sec=0.05)
+
+    def _on_chunk(self, ns, m):
+        with self.lock:
+            self.chunks[ns].append(m)
+
+    def _on_info(self, m):
+        with self.lock:
+            self.info = m
+            self.info_seq += 1
+
+    def _on_diag(self, arr):
+        with self.lock:
+            for st in arr.status:
+                self.diag[st.name] = {kv.key: kv.value for kv in st.values}
+
+    def wait(self, pred, timeout: float, what: str):
+        end = time.monotonic() + timeout
+        while time.monotonic() < end:
+            with self.lock:
+                got = pred()
+            if got:
+                return got
+            self.assert_alive(what)
+            time.sleep(0.01)
+        raise AssertionError(f"timed out after {timeout} s waiting for {what}\n{self.logs()}")
+
+    def assert_alive(self, when: str = "") -> None:
+        dead = [d for d in self.procs.exited() if d[0] not in self.retired]
+        if dead:
+            raise AssertionError(f"process died {when}: {dead}\n{self.logs()}")
+
+    def logs(self) -> str:
+        return "\n".join(f"--- {p.spec.name} (rc={p.popen.poll()})\n{self.procs.log_tail(p.spec.name, 25)}"
+                         for p in self.procs.procs)
+
+    def ensure_server(self) -> None:
+        """After a test crashed the server, start a fresh one so the next test shows its own
+        result instead of the same crash again (the crash already failed that test)."""
+        if not any(n == self.server_name for n, _ in self.procs.exited()):
+            return
+        self.retired.add(self.server_name)
+        self.server_name = f"policy_server_{len(self.retired) + 1}"
+        self.procs.start(ProcessSpec(self.server_name, "physai_ros.nodes.policy_server", "",
+                                     {"fleet_file": self.fleet_file}))
+        for rid in ("good", "fuzz"):
+            resp = self.register(registration(rid), timeout=90.0)
+            assert resp.accepted, resp.reason
+
+    def register(self, req, timeout: float = 20.0):
+        """Calls the service (async: the executor spins in another thread); returns the response."""
+        end = time.monotonic() + timeout
+        while not self.register_client.wait_for_service(timeout_sec=0.5):
+            self.assert_alive("waiting for the registration service")
+            if time.monotonic() > end:
+                raise AssertionError(f"no registration service after {timeout} s\n{self.logs()}")
+        # A request sent before a (re)started server's service reader has matched is lost, and
+        # a killed server's service stays "available" until its discovery lease ends: resend.
+        end = time.monotonic() + timeout
+        while time.monotonic() < end:
+            fut = self.register_client.call_async(req)
+            resend = min(end, time.monotonic() + 5.0)
+            while not fut.done() and time.monotonic() < resend:
+                self.assert_alive("during a registration call")
+                time.sleep(0.01)
+            if fut.done():
+                return fut.result()
+        raise AssertionError(f"registration call got no answer in {timeout} s\n{self.logs()}")
+
+    def server_counts(self, robot_id: str) -> dict[str, str]:
+        with self.lock:
+            return dict(self.diag.get(f"policy_server: {robot_id}", {}))
+
+    # ---- the well-formed robot ----------------------------------------------------------
+
+    def start_good_robot(self, period_s: float = 0.2, timeout_s: float = 20.0):
+        """Closed loop: send round r, wait for its chunk, pause, send r+2. Runs until close()."""
+        def loop():
+            r = 2
+            while not self._stop.is_set():
+                self.good_sent.append(r)
+                self.obs_pub["good"].publish(observation("good", r))
+                end = time.monotonic() + timeout_s
+                while not self._stop.is_set() and time.monotonic() < end:
+                    with self.lock:
+                        if any(c.round_id == r for c in self.chunks["good"]):
+                            break
+                    time.sleep(0.01)
+                r += 2
+                self._stop.wait(period_s)
+
+        self.good_thread = threading.Thread(target=loop, daemon=True)
+        self.good_thread.start()
+
+    def good_answered(self) -> list[int]:
+        with self.lock:
+            return [c.round_id for c in self.chunks["good"] if c.status == 0]
+
+    def good_problems(self) -> list[str]:
+        """Anything the good robot got that is not an OK answer to a round it sent."""
+        sent = set(self.good_sent)
+        with self.lock:
+            return [f"round {c.round_id} status {c.status} {c.error!r} robot {c.robot_id!r}"
+                    for c in self.chunks["good"]
+                    if c.status != 0 or c.round_id not in sent or c.robot_id != "good"]
+
+    def close(self):
+        self._stop.set()
+        if self.good_thread is not None:
+            self.good_thread.join(timeout=5)
+        self._spinner.join(timeout=5)
+        try:
+            self.executor.shutdown(timeout_sec=1.0)
+            self.node.destroy_node()
+        finally:
+            rclpy.try_shutdown(context=self.context)
+            self.procs.stop(grace_s=5.0)
