@@ -309,21 +309,25 @@ class TrajectoryBuffer:
         self.last_reject_detail = rej.detail
         return InsertOutcome(False, rej.reason.value, 0, rej.detail)
 
+    def _plan_matrix(self, values, what: str, empty_message: str) -> np.ndarray:
+        """`values` as a float64 [N, D] array with N >= 1 and D = the buffer's joints, or a
+        rejection (shared by chunks and streamed segments)."""
+        arr = np.asarray(values, dtype=np.float64)
+        if arr.ndim != 2:
+            raise _Rejected(RejectReason.WRONG_DIMENSION, f"{what} must be [N, D], got shape {arr.shape}")
+        if arr.shape[0] == 0:
+            raise _Rejected(RejectReason.EMPTY, empty_message)
+        if arr.shape[1] != self.dim:
+            raise _Rejected(RejectReason.WRONG_DIMENSION,
+                            f"{what} have {arr.shape[1]} columns, buffer has {self.dim} joints")
+        return arr
+
     def _validate_chunk(self, chunk: ActionChunkData, now: float):
         if not isinstance(chunk, ActionChunkData):
             raise _Rejected(RejectReason.MALFORMED, f"expected ActionChunkData, got {type(chunk)}")
         if not math.isfinite(float(now)):
             raise _Rejected(RejectReason.BAD_TIME, f"now={now!r} is not finite")
-        actions = np.asarray(chunk.actions, dtype=np.float64)
-        if actions.ndim != 2:
-            raise _Rejected(RejectReason.WRONG_DIMENSION,
-                            f"actions must be [N, D], got shape {actions.shape}")
-        if actions.shape[0] == 0:
-            raise _Rejected(RejectReason.EMPTY, "chunk has no actions")
-        if actions.shape[1] != self.dim:
-            raise _Rejected(RejectReason.WRONG_DIMENSION,
-                            f"actions have {actions.shape[1]} columns, buffer has "
-                            f"{self.dim} joints")
+        actions = self._plan_matrix(chunk.actions, "actions", "chunk has no actions")
         actions = self._reorder(actions, tuple(chunk.joint_names))
         if not np.all(np.isfinite(actions)):
             bad = int(np.count_nonzero(~np.isfinite(actions)))
@@ -495,15 +499,7 @@ class TrajectoryBuffer:
                          joint_names):
         if not math.isfinite(float(now)):
             raise _Rejected(RejectReason.BAD_TIME, f"now={now!r} is not finite")
-        pos = np.asarray(positions, dtype=np.float64)
-        if pos.ndim != 2:
-            raise _Rejected(RejectReason.WRONG_DIMENSION,
-                            f"positions must be [N, D], got shape {pos.shape}")
-        if pos.shape[0] == 0:
-            raise _Rejected(RejectReason.EMPTY, "segment has no nodes")
-        if pos.shape[1] != self.dim:
-            raise _Rejected(RejectReason.WRONG_DIMENSION,
-                            f"positions have {pos.shape[1]} columns, buffer has {self.dim} joints")
+        pos = self._plan_matrix(positions, "positions", "segment has no nodes")
         pos = self._reorder(pos, tuple(joint_names))
         if not np.all(np.isfinite(pos)):
             raise _Rejected(RejectReason.NON_FINITE, "segment positions have NaN or inf")

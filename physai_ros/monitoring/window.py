@@ -17,6 +17,15 @@ def _check_time(t: float) -> float:
     return t
 
 
+def _finite_sample(t, value) -> tuple[float, float] | None:
+    """(t, value) as floats when both are finite numbers, else None (the caller counts it)."""
+    try:
+        t, value = _check_time(t), float(value)
+    except (TypeError, ValueError):
+        return None
+    return (t, value) if math.isfinite(value) else None
+
+
 class SlidingWindow:
     """Samples of the last `span_s` seconds (at most `max_samples`, oldest dropped first)."""
 
@@ -30,15 +39,11 @@ class SlidingWindow:
         self.rejected = 0  # non-finite values or times: counted, never stored
 
     def add(self, t: float, value: float) -> bool:
-        try:
-            t, value = _check_time(t), float(value)
-        except (TypeError, ValueError):
+        sample = _finite_sample(t, value)
+        if sample is None:
             self.rejected += 1
             return False
-        if not math.isfinite(value):
-            self.rejected += 1
-            return False
-        self._samples.append((t, value))
+        self._samples.append(sample)
         return True
 
     def _prune(self, now: float) -> None:
@@ -131,14 +136,11 @@ class SeriesRecorder:
         self.rejected = 0
 
     def add(self, label: str, t: float, value: float) -> bool:
-        try:
-            t, value = _check_time(t), float(value)
-        except (TypeError, ValueError):
+        sample = _finite_sample(t, value)
+        if sample is None:
             self.rejected += 1
             return False
-        if not math.isfinite(value):
-            self.rejected += 1
-            return False
+        t, value = sample
         ts, vs = self._t.setdefault(label, []), self._v.setdefault(label, [])
         seen = self._seen.get(label, 0)
         self._seen[label] = seen + 1
