@@ -17,6 +17,18 @@ new camera observation every --frame-ms. Reported:
   alone_tick_ms / alone_vlm_ms  one tick / one VLM pass run by itself (median), i.e. what the
                                 CPU sustains without the other stream
 Also the machine's load average, because timings on a shared machine are noisy.
+
+ROS cases (`ros_cases`, skipped with --no-ros): the same loops through ROS 2 on loopback between
+real processes: policy_server (streaming mode, the rates above), and per robot robot_client +
+trajectory_controller; this process plays every robot's sensors (camera 64x64 at --ros-camera-hz,
+joint states at 100 Hz, robot 0's wrench at --ros-wrench-hz, the others' at 50 Hz) and probes
+robot 0's topics:
+  quick_loop_ms                 wrench impulse published -> first joint_trajectory out of the
+                                controller carrying a tentative node of a segment whose action-
+                                expert tick read that sample (or a later one)
+  slow_loop_ms                  camera frame with new content published -> first joint_trajectory
+                                carrying a segment from a VLM pass that encoded it (or a later frame)
+Matching is exact on the controller's 480 Hz node grid (physai_ros.serving.stream_trace).
 """
 from __future__ import annotations
 
@@ -153,6 +165,269 @@ def run_case(args, n_robots: int) -> dict:
     return out
 
 
+# ---------------------------------------------------------------- through ROS 2
+def _ros_fleet_doc(args, n_robots: int) -> dict:
+    import yaml
+
+    from physai_ros.serving.config import default_fleet_path
+
+    doc = yaml.safe_load(default_fleet_path().read_text())
+    # The random-weight tiny pi0 (the embedded default may be a trained checkpoint): fast to build.
+    doc["server"]["model"] = {"preset": "tiny", "tokenizer": "package://physai_ros/assets/tokenizer.json",
+                              "max_token_len": 48, "seed": 0}
+    doc["server"]["profile"] = False
+    doc["server"]["streaming"] = {"slots": n_robots, "vlm_hz": args.vlm_hz, "ae_hz": args.ae_hz,
+                                  "action_hz": args.action_hz, "force": "random", "when_full": "refuse",
+                                  "timeout_s": 5.0, "torch_threads": args.threads}
+    doc["tasks"]["bench_stream"] = dict(doc["tasks"]["pick_place"], mode="streaming",
+                                        segment_rate_hz=args.segment_rate_hz, slo_ms=10000,
+                                        max_consecutive_slo_violation=1000)
+    doc["robots"] = [{"id": f"robot_{k}", "task": "bench_stream", "cameras": ["camera_0/image_raw"],
+                      "image_height": 64, "image_width": 64,
+                      "joints": ["joint_0", "joint_1", "joint_2", "joint_3", "gripper"],
+                      "control_rate_hz": 480, "simulated": False} for k in range(n_robots)]
+    return doc
+
+
+class _RosProbe:
+    """Plays the robots' sensors and records robot 0's segments, commands and observations."""
+
+    def __init__(self, n_robots: int, args):
+        import rclpy
+        from diagnostic_msgs.msg import DiagnosticArray
+        from geometry_msgs.msg import WrenchStamped
+        from physai_ros_interfaces.msg import Observation, TrajectorySegment
+        from rclpy.executors import SingleThreadedExecutor
+        from sensor_msgs.msg import Image, JointState
+        from trajectory_msgs.msg import JointTrajectory
+
+        from physai_ros.ros.qos import reliable_qos, sensor_data_qos
+
+        self.node = rclpy.create_node("streaming_bench_probe")
+        self.lock = threading.Lock()
+        self.n = n_robots
+        self.segments, self.commands, self.obs_stamps = [], [], {}
+        self.wrench_value = [0.0] * 6
+        self.impulses, self.changes = [], []  # publish times (= stamps) of robot 0's impulses / new frames
+        self.color = 0
+        self.diag = {}
+        node = self.node
+        self.cams = [node.create_publisher(Image, f"/robot_{k}/camera_0/image_raw", sensor_data_qos()) for k in range(n_robots)]
+        self.joints = [node.create_publisher(JointState, f"/robot_{k}/joint_states", reliable_qos()) for k in range(n_robots)]
+        self.wrenches = [node.create_publisher(WrenchStamped, f"/robot_{k}/wrench", sensor_data_qos()) for k in range(n_robots)]
+        node.create_subscription(TrajectorySegment, "/robot_0/trajectory_segment", self._on_segment, reliable_qos(500))
+        node.create_subscription(JointTrajectory, "/robot_0/joint_trajectory", self._on_command, reliable_qos(500))
+        node.create_subscription(Observation, "/robot_0/observation", self._on_obs, reliable_qos(100))
+        node.create_subscription(DiagnosticArray, "/diagnostics", self._on_diag, reliable_qos(50))
+        self._img = Image(height=64, width=64, encoding="rgb8", step=64 * 3)
+        self._js = JointState(name=["joint_0", "joint_1", "joint_2", "joint_3", "gripper"])
+        self._w = WrenchStamped()
+        node.create_timer(1.0 / args.ros_camera_hz, self._camera)
+        node.create_timer(0.01, self._joint_states)
+        node.create_timer(1.0 / args.ros_wrench_hz, self._wrench0)
+        if n_robots > 1:
+            node.create_timer(0.02, self._wrench_others)
+        self.executor = SingleThreadedExecutor()
+        self.executor.add_node(node)
+        self._stop = False
+        self.thread = threading.Thread(target=self._spin, daemon=True)
+        self.thread.start()
+
+    def _spin(self):
+        while not self._stop:
+            self.executor.spin_once(timeout_sec=0.01)
+
+    @staticmethod
+    def _stamp(msg, t):
+        msg.header.stamp.sec, msg.header.stamp.nanosec = int(t), int(round((t % 1) * 1e9)) % 1_000_000_000
+
+    def _camera(self):
+        t = time.time()
+        with self.lock:
+            color = self.color
+        self._img.data = bytes([color]) * (64 * 64 * 3)
+        self._stamp(self._img, t)
+        for k, pub in enumerate(self.cams):
+            pub.publish(self._img)
+        with self.lock:
+            if self.changes and self.changes[-1] is None:  # first frame of the new content
+                self.changes[-1] = round(t * 1e6)
+
+    def _joint_states(self):
+        self._stamp(self._js, time.time())
+        self._js.position = [0.0, 0.1, 0.2, 0.3, 0.04]
+        for pub in self.joints:
+            pub.publish(self._js)
+
+    def _pub_wrench(self, pub, value):
+        w = self._w
+        t = time.time()
+        self._stamp(w, t)
+        w.wrench.force.x, w.wrench.force.y, w.wrench.force.z = value[:3]
+        w.wrench.torque.x, w.wrench.torque.y, w.wrench.torque.z = value[3:]
+        pub.publish(w)
+        return t
+
+    def _wrench0(self):
+        with self.lock:
+            value, new = list(self.wrench_value), self.impulses and self.impulses[-1] is None
+        t = self._pub_wrench(self.wrenches[0], value)
+        if new:
+            with self.lock:
+                self.impulses[-1] = round(t * 1e6)
+
+    def _wrench_others(self):
+        for pub in self.wrenches[1:]:
+            self._pub_wrench(pub, [0.0] * 6)
+
+    def impulse(self, value):
+        with self.lock:
+            self.wrench_value = list(value)
+            self.impulses.append(None)
+
+    def new_content(self):
+        with self.lock:
+            self.color = (self.color + 97) % 256
+            self.changes.append(None)
+
+    def _on_segment(self, m):
+        from physai_ros.serving.stream_trace import segment_grid
+
+        recv = time.time()
+        pos = np.asarray(m.positions, dtype=np.float32).reshape(m.num_nodes, m.dim)
+        g = segment_grid(m.start_time.sec + m.start_time.nanosec * 1e-9, m.dt, pos, list(m.committed), 480.0)
+        with self.lock:
+            self.segments.append((recv, m.header.stamp.sec * 10**6 + round(m.header.stamp.nanosec / 1e3), m.round_id, g))
+
+    def _on_command(self, m):
+        from physai_ros.serving.stream_trace import command_grid
+
+        recv = time.time()
+        g = command_grid(m.header.stamp.sec + m.header.stamp.nanosec * 1e-9,
+                         [p.time_from_start.sec + p.time_from_start.nanosec * 1e-9 for p in m.points],
+                         [list(p.positions) for p in m.points], 480.0)
+        with self.lock:
+            self.commands.append((recv, g))
+
+    def _on_obs(self, m):
+        with self.lock:
+            self.obs_stamps[m.round_id] = m.header.stamp.sec * 10**6 + round(m.header.stamp.nanosec / 1e3)
+
+    def _on_diag(self, m):
+        for st in m.status:
+            if st.name.startswith("policy_server") and st.name.endswith("streaming"):
+                with self.lock:
+                    self.diag = {kv.key: kv.value for kv in st.values}
+
+    def close(self):
+        self._stop = True
+        self.thread.join(timeout=2)
+        self.executor.shutdown()
+        self.node.destroy_node()
+
+
+def _loop_latencies(events, segments, commands, key) -> list:
+    """For each event (stamp, us): the first command (receive time) carrying the tentative node
+    of a segment with key(segment) >= the event's stamp and < the next event's."""
+    from physai_ros.serving.stream_trace import matching_ticks
+
+    out = []
+    events = [e for e in events if e is not None]
+    for i, ev in enumerate(events):
+        nxt = events[i + 1] if i + 1 < len(events) else None
+        segs = [(r, g) for r, *rest, g in segments if key((r, *rest, g)) is not None
+                and key((r, *rest, g)) >= ev and (nxt is None or key((r, *rest, g)) < nxt)]
+        if not segs:
+            continue
+        first_recv = segs[0][0]
+        for recv, c in commands:
+            if recv < first_recv:
+                continue
+            if any(sr <= recv and matching_ticks(c, g, tentative_only=False).size for sr, g in segs):
+                out.append((recv - ev / 1e6) * 1e3)
+                break
+    return out
+
+
+def run_ros_case(args, n_robots: int) -> dict:
+    import tempfile
+
+    import rclpy
+    import yaml
+
+    from physai_ros.serving import fleet_plan
+    from physai_ros.serving.config import load_fleet
+
+    os.environ.setdefault("ROS_AUTOMATIC_DISCOVERY_RANGE", "LOCALHOST")
+    tmp = Path(tempfile.mkdtemp(prefix="streaming_bench_"))
+    path = tmp / "fleet.yaml"
+    path.write_text(yaml.safe_dump(_ros_fleet_doc(args, n_robots)))
+    cfg = load_fleet(path)
+    if not rclpy.ok():
+        rclpy.init()
+    probe = _RosProbe(n_robots, args)
+    procs = []
+    try:
+        for spec in fleet_plan.fleet_plan(cfg):
+            procs.append(fleet_plan.start(spec, str(tmp / "logs")))
+        # Warm-up: server start, registrations, every robot streaming.
+        end = time.monotonic() + args.ros_startup_s
+        while time.monotonic() < end:
+            with probe.lock:
+                ok = len(probe.segments) > 20 and len(probe.commands) > 100 and probe.diag.get("streaming_robots", "").count("robot_") == n_robots
+            if ok:
+                break
+            time.sleep(0.2)
+        else:
+            raise RuntimeError(f"ROS case {n_robots}: streaming did not start in {args.ros_startup_s} s (logs in {tmp})")
+        with probe.lock:
+            probe.segments.clear()
+            probe.commands.clear()
+        t_end = time.monotonic() + args.ros_seconds
+        k = 0
+        next_imp = next_frame = time.monotonic()
+        while time.monotonic() < t_end:
+            now = time.monotonic()
+            if now >= next_imp:
+                k += 1
+                probe.impulse([0.0, 0.0, -30.0 if k % 2 else 0.0, 0.0, 0.0, 0.0])
+                next_imp += args.ros_impulse_ms / 1e3
+            if now >= next_frame:
+                probe.new_content()
+                next_frame += args.ros_change_ms / 1e3
+            time.sleep(0.002)
+        time.sleep(0.5)  # let the last events reach the controller
+        with probe.lock:
+            segs, cmds = list(probe.segments), list(probe.commands)
+            impulses, changes, obs = list(probe.impulses), list(probe.changes), dict(probe.obs_stamps)
+            diag = dict(probe.diag)
+    finally:
+        probe.close()
+        fleet_plan.stop(procs)
+    quick = _loop_latencies(impulses, segs, cmds, key=lambda s: s[1])
+    slow = _loop_latencies(changes, segs, cmds, key=lambda s: obs.get(s[2]))
+    out = {
+        "robots": n_robots, "transport": "ROS 2 loopback (Fast DDS), separate processes",
+        "quick_loop_ms_p50": pct(quick, 50), "quick_loop_ms_p99": pct(quick, 99),
+        "quick_loop_samples": len(quick), "impulses": len([i for i in impulses if i is not None]),
+        "slow_loop_ms_p50": pct(slow, 50), "slow_loop_ms_p99": pct(slow, 99),
+        "slow_loop_samples": len(slow), "visual_changes": len([c for c in changes if c is not None]),
+        "segments_received": len(segs), "commands_received": len(cmds),
+        "server_vlm_hz": _float(diag.get("vlm_hz")), "server_ae_hz": _float(diag.get("ae_hz")),
+        "server_missed_tick_fraction": _float(diag.get("missed_tick_fraction")),
+        "wrench_hz_robot0": args.ros_wrench_hz, "camera_hz": args.ros_camera_hz,
+    }
+    print(f"[ROS, {n_robots} robot(s)] {json.dumps(out)}", file=sys.stderr, flush=True)
+    return out
+
+
+def _float(v):
+    try:
+        return round(float(v), 3)
+    except (TypeError, ValueError):
+        return None
+
+
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--json", action="store_true", help="print one JSON object")
@@ -170,18 +445,35 @@ def main() -> int:
                     help="auto: scale every rate down to what one stream-alone measurement says this CPU sustains")
     ap.add_argument("--cpu-budget", type=float, default=0.7, help="with --scale auto: core-seconds per second to plan for")
     ap.add_argument("--threads", type=int, default=1, help="torch intra-op threads (each stream is its own thread)")
+    ap.add_argument("--no-ros", action="store_true", help="skip the ROS 2 cases")
+    ap.add_argument("--ros-only", action="store_true", help="skip the in-process cases")
+    ap.add_argument("--ros-seconds", type=float, default=8.0)
+    ap.add_argument("--ros-startup-s", type=float, default=180.0)
+    ap.add_argument("--ros-impulse-ms", type=float, default=200.0)
+    ap.add_argument("--ros-change-ms", type=float, default=400.0)
+    ap.add_argument("--ros-camera-hz", type=float, default=30.0)
+    ap.add_argument("--ros-wrench-hz", type=float, default=480.0)
+    ap.add_argument("--segment-rate-hz", type=float, default=480.0,
+                    help="ROS cases: TrajectorySegment messages per second per robot (at most)")
     args = ap.parse_args()
     torch.set_num_threads(args.threads)
     res = {"preset": args.preset, "device": "cpu", "torch_threads": args.threads,
            "configured": {"vlm_hz": args.vlm_hz, "ae_hz": args.ae_hz, "action_hz": args.action_hz},
            "load_avg_before": [round(x, 2) for x in os.getloadavg()], "cpus": os.cpu_count(), "cases": []}
-    for n in args.robots:
+    for n in ([] if args.ros_only else args.robots):
         res["cases"].append(run_case(args, n))
+    res["load_avg_after_in_process"] = [round(x, 2) for x in os.getloadavg()]
+    if res["cases"]:
+        one = next((c for c in res["cases"] if c["robots"] == 1), res["cases"][0])
+        for key in ("vlm_hz", "ae_hz", "missed_tick_fraction", "quick_loop_ms_p50", "quick_loop_ms_p99",
+                    "tick_period_ms_p50", "tick_period_ms_p99"):
+            res[key] = one[key]
+    if not args.no_ros:
+        res["ros_cases"] = [run_ros_case(args, n) for n in args.robots]
+        ros1 = next((c for c in res["ros_cases"] if c["robots"] == 1), res["ros_cases"][0])
+        for key in ("quick_loop_ms_p50", "quick_loop_ms_p99", "slow_loop_ms_p50", "slow_loop_ms_p99"):
+            res["ros_" + key] = ros1[key]
     res["load_avg_after"] = [round(x, 2) for x in os.getloadavg()]
-    one = next((c for c in res["cases"] if c["robots"] == 1), res["cases"][0])
-    for key in ("vlm_hz", "ae_hz", "missed_tick_fraction", "quick_loop_ms_p50", "quick_loop_ms_p99",
-                "tick_period_ms_p50", "tick_period_ms_p99"):
-        res[key] = one[key]
     res["gpu"] = "not measured: no GPU here (CUDA stream path exists, untested)"
     if args.json:
         print(json.dumps(res))

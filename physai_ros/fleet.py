@@ -14,6 +14,7 @@ import json
 import os
 import signal
 import sys
+import threading
 import time
 from pathlib import Path
 
@@ -124,6 +125,16 @@ def fleet_env(args: argparse.Namespace) -> dict[str, str]:
     return env
 
 
+TEARDOWN_DEADLINE_S = 20.0
+
+
+def _abandon_teardown(exit_code) -> None:
+    print(f"physai-fleet: DDS teardown still blocked after {TEARDOWN_DEADLINE_S:.0f} s (a stale Fast DDS "
+          "shared-memory lock in /dev/shm?); the node processes are stopped and the results written; "
+          "exiting without it", file=sys.stderr, flush=True)
+    os._exit(exit_code())
+
+
 def main(argv: list[str] | None = None) -> int:
     args = parse_args(argv)
     env = fleet_env(args)
@@ -191,12 +202,15 @@ def main(argv: list[str] | None = None) -> int:
         cpu = {name: round(sec / elapsed, 3) for name, sec in group.cpu_seconds().items()}
         summaries = monitor.summaries()
         print(format_summary(summaries, elapsed), flush=True)
+        print(task_completion_line(summaries), flush=True)
         serving = [] if args.scripted else serving_summary(summaries, client_status)
         for r in serving:
             print(f"  {r['id']} serving: rounds {r['rounds']}, chunks executed {r['chunks_executed']}, "
                   f"latency p50 {_ms(r['latency_ms_p50'])} p99 {_ms(r['latency_ms_p99'])}, "
                   f"SLO misses {r['slo_misses']}, refused inputs {r['refused_inputs']}, "
-                  f"tasks completed {r['tasks_completed']}, client {r['client_state']}", flush=True)
+                  f"tasks completed {r['tasks_completed']}, client {r['client_state']}"
+                  + (f", streaming ({r['stream_observations']} observations streamed; segments, not chunks)"
+                     if r.get("mode") == "streaming" else ""), flush=True)
         frames = [(ns, monitor.frames[ns]) for ns in monitor.frames]
         if any(cells for _, cells in frames):
             import cv2
@@ -226,10 +240,18 @@ def main(argv: list[str] | None = None) -> int:
                 print(f"physai-fleet: no report: {exc}", file=sys.stderr)
                 exit_code = 1
     finally:
+        # Fast DDS shared memory: a port mutex left locked by a process killed earlier on this
+        # machine blocks every later writer to that port for good, destroy_node included (seen:
+        # Publisher.destroy -> SharedMemManager::Port::regenerate_port). Everything the run
+        # reports is written by now, so teardown gets a deadline instead of a hang.
+        watchdog = threading.Timer(TEARDOWN_DEADLINE_S, _abandon_teardown, args=(lambda: exit_code,))
+        watchdog.daemon = True
+        watchdog.start()
         codes = group.stop()
         if monitor is not None:
             monitor.destroy_node()
         rclpy.try_shutdown()
+        watchdog.cancel()
     bad = {n: c for n, c in codes.items() if c not in (0, -signal.SIGTERM)}
     if bad and exit_code == 0:
         print(f"physai-fleet: processes ended abnormally: {bad}", file=sys.stderr)
@@ -287,11 +309,24 @@ def serving_summary(summaries, client_status: dict[str, dict]) -> list[dict]:
     from dataclasses import asdict
 
     from physai_ros.serving.fleet_plan import summary_fields
+    from physai_ros.serving.streaming_client import summary_fields as streaming_fields
 
     out = []
     for s in summaries:
-        out.append({"id": s.robot_id, **asdict(s), **summary_fields(client_status.get(s.robot_id))})
+        st = client_status.get(s.robot_id)
+        out.append({"id": s.robot_id, **asdict(s), **summary_fields(st), **streaming_fields(st)})
     return out
+
+
+def task_completion_line(summaries) -> str:
+    """Fleet total from the sim robots' task_status. An episode still running at the end is
+    neither a success nor a failure yet, so the rate is over ended episodes only: successes
+    count the moment they happen, timeouts when the robot resets, so ended = both together."""
+    done = sum(s.tasks_completed for s in summaries)
+    ended = done + sum(s.timeouts for s in summaries)
+    rate = f"{done / ended:.0%} of ended episodes" if ended else "no episode ended yet"
+    per = ", ".join(f"{s.robot_id} {s.tasks_completed}/{s.tasks_completed + s.timeouts}" for s in summaries)
+    return f"physai-fleet: tasks completed {done} ({rate}); per robot completed/ended: {per}"
 
 
 def _ms(v) -> str:

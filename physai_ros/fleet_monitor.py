@@ -43,6 +43,10 @@ class FleetMonitor(Node):
         self.refused: dict[str, dict[str, int]] = {}
         self.holds: dict[str, int] = {}
         self._newest: dict[str, list[np.ndarray | None]] = {}
+        self.latency_ms: dict[str, list[float]] = {}
+        self.slo_ms: dict[str, float] = {}
+        # from the policy server's /diagnostics: "<robot>" -> wait ratio, "<instance>" -> queue depth
+        self.server_series: dict[str, dict[str, tuple[list[float], list[float]]]] = {"wait_ratio": {}, "queue_depth": {}}
         self.t0 = now_sec(self)
         for ns, views in robots.items():
             self.rates[ns] = {}
@@ -58,6 +62,9 @@ class FleetMonitor(Node):
             for i in range(views):
                 self._count(ns, Image, qos.camera_topic(i), sd, self._image_cb(i))
             self.create_subscription(String, f"/{ns}/{qos.TASK_STATUS_TOPIC}", self._status_cb(ns), qos.latched_qos())
+            self.latency_ms[ns] = []
+            self.create_subscription(ActionChunk, f"/{ns}/{qos.ACTION_CHUNK_TOPIC}",
+                                     lambda m, ns=ns: self._on_chunk(ns, m), qos.reliable_qos(50))
             if capture is not None:
                 self._follow_rounds(ns, capture)
         self.create_subscription(DiagnosticArray, "/diagnostics", self._on_diagnostics, qos.reliable_qos(50))
@@ -66,10 +73,38 @@ class FleetMonitor(Node):
     def _pub_rate(self, ns: str, stream: str) -> PublishedRate:
         return self.published[ns].setdefault(stream, PublishedRate())
 
+    def _on_chunk(self, ns: str, msg: ActionChunk) -> None:
+        # Served rounds only: not refusals, not a robot_client's own hold chunk.
+        if msg.status != 0 or msg.engine_instance == "robot_client":
+            return
+        samples = self.latency_ms[ns]
+        samples.append(round((now_sec(self) - to_sec(msg.header.stamp)) * 1e3, 2))
+        if len(samples) > 6000:
+            del samples[:-5000]
+
+    def _on_server_status(self, name: str, values: dict[str, str], t: float) -> None:
+        """policy_server statuses: per robot wait ratio and SLO, the fleet's queue depth."""
+        task = name.split(": ", 1)[1]
+        key, label = ("queue_depth", "scheduler") if task == "fleet" else ("wait_ratio", task)
+        if task != "fleet" and task not in self.latency_ms:
+            return  # engines, registrations, inputs, robots this monitor does not watch
+        try:
+            value = float(values[key])
+            if task != "fleet" and values.get("slo_ms") not in (None, "n/a"):
+                self.slo_ms[task] = float(values["slo_ms"])
+        except (KeyError, ValueError):
+            return  # "n/a": no data yet
+        ts, vs = self.server_series[key].setdefault(label, ([], []))
+        ts.append(round(t, 3))
+        vs.append(round(value, 4))
+
     def _on_diagnostics(self, msg: DiagnosticArray) -> None:
         stamp = to_sec(msg.header.stamp)
         t = now_sec(self) - self.t0
         for st in msg.status:
+            if st.name.startswith("policy_server: "):
+                self._on_server_status(st.name, {kv.key: kv.value for kv in st.values}, t)
+                continue
             ns = st.hardware_id
             if ns not in self.published or ": " not in st.name:
                 continue
@@ -156,9 +191,15 @@ class FleetMonitor(Node):
             s.rates_hz = {k: round(c.rate_hz, 2) for k, c in self.rates[ns].items()}
             s.published_hz = {k: round(c.rate_hz, 2) for k, c in self.published[ns].items()}
             s.counts = {k: c.count for k, c in self.rates[ns].items()}
+            s.latency_samples_ms = list(self.latency_ms.get(ns, [])[-5000:])
+            s.slo_ms = self.slo_ms.get(ns)
             out.append(s)
         return out
 
     def series(self) -> dict[str, dict[str, dict[str, list[float]]]]:
-        """The run report's `series` block: publisher-side stream rates over time."""
-        return {"stream_rates_hz": {label: {"t": ts, "v": vs} for label, (ts, vs) in self.rate_series.items()}}
+        """The run report's `series` block: publisher-side stream rates, and the policy server's
+        per-robot wait ratio and scheduler queue depth, over time."""
+        out = {"stream_rates_hz": {label: {"t": ts, "v": vs} for label, (ts, vs) in self.rate_series.items()}}
+        for kind, series in self.server_series.items():
+            out[kind] = {label: {"t": ts, "v": vs} for label, (ts, vs) in series.items()}
+        return out

@@ -65,6 +65,9 @@ class RobotSummary:
     published_hz: dict[str, float] = field(default_factory=dict)  # publisher side
     rates_hz: dict[str, float] = field(default_factory=dict)  # measured by the monitor's subscribers
     counts: dict[str, int] = field(default_factory=dict)  # messages the monitor received
+    # served rounds as the monitor saw them arrive: capture stamp -> arrival, ms (newest 5000)
+    latency_samples_ms: list[float] = field(default_factory=list)
+    slo_ms: float | None = None  # from the policy server's status of this robot
 
 
 def format_summary(robots: list[RobotSummary], duration_s: float) -> str:

@@ -89,6 +89,7 @@ class StreamSegment:
     wrench_version: int  # newest wrench sample the tick read (quick-loop tracing)
     observation_time: float  # capture time of the observation behind round_id (slow loop)
     late_nodes: int = 0  # committed nodes already due at tick_time
+    wrench_stamp: float = math.nan  # capture time of that sample (stream clock; quick loop over ROS)
 
     @property
     def num_nodes(self) -> int:
@@ -152,15 +153,28 @@ class _Robot:
         self.due = first_finish + sched.lead_s + action_dt + idx * action_dt
         self.started = True
 
-    def slide(self, action_dt: float, stagger: float) -> None:
+    def slide(self, action_dt: float, stagger: float, earliest_finish: float = -math.inf,
+              node_hz: float = 480.0, lead_s: float = 0.0) -> None:
         """Drop token 0 once token 1 is final (every node between them is then committed and
-        sent); a fresh noise token enters at the far end at tau = 1."""
+        sent); a fresh noise token enters at the far end at tau = 1.
+
+        A fresh token finishes no earlier than `earliest_finish` (the tick's time plus one
+        span): on schedule that is always already true, but after a stall longer than the
+        window the continued schedule would lie in the past, every fresh token would be final
+        at the next tick and every node late. Pushing its finish (and due time) later leaves
+        a longer interpolated stretch before it instead, so the stream catches up with time.
+        Nodes of that stretch due before the fresh token can be final (+ lead) are skipped: they
+        could only be sent late, and the controller holds its last command meanwhile."""
         while bool(self.tau[1] <= 0):
+            finish = max(float(self.finish[-1]) + stagger, earliest_finish)
+            delay = finish - (float(self.finish[-1]) + stagger)
+            if delay > 0:
+                self.next_node_tick = max(self.next_node_tick, math.ceil((finish + lead_s) * node_hz - 1e-6))
             self.x = torch.cat([self.x[1:], torch.randn(1, self.x.shape[1], generator=self.gen)])
             self.preview = torch.cat([self.preview[1:], self.x[-1:]])
             self.tau = torch.cat([self.tau[1:], torch.ones(1, dtype=torch.float64)])
-            self.finish = torch.cat([self.finish[1:], self.finish[-1:] + stagger])
-            self.due = torch.cat([self.due[1:], self.due[-1:] + action_dt])
+            self.finish = torch.cat([self.finish[1:], torch.tensor([finish], dtype=self.finish.dtype)])
+            self.due = torch.cat([self.due[1:], self.due[-1:] + action_dt + delay])
 
 
 class StreamingCore:
@@ -329,7 +343,7 @@ class StreamingCore:
             tau_new = torch.minimum(sched.tau(finish, now), tau)
             x = torch.stack([r.x for r in robots])
             state = torch.stack([r.state for r in robots])
-            wrench, versions, _ = self.wrench.read([r.slot for r in robots])
+            wrench, versions, wstamps = self.wrench.read([r.slot for r in robots])
             x_new, preview = self.expert.step(self._kv, state, wrench, x, tau, tau_new)
             x_new, preview = x_new.cpu(), preview.cpu()
             out = []
@@ -337,9 +351,11 @@ class StreamingCore:
                 r.x, r.tau, r.preview = x_new[i], tau_new[i], preview[i]
                 seg = self._emit(r, now, round_id, versions[i], captured.get(r.key, math.nan))
                 if seg is not None:
+                    seg.wrench_stamp = float(wstamps[i])
                     out.append(seg)
                 if sched.sliding:
-                    r.slide(self.action_dt, sched.stagger_s)
+                    r.slide(self.action_dt, sched.stagger_s, now + sched.span_s - self.period,
+                            self.config.node_hz, sched.lead_s)
             self.stats.ticks += 1
             self.stats.segments += len(out)
             self.stats.late_nodes += sum(s.late_nodes for s in out)

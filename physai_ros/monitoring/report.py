@@ -221,11 +221,55 @@ def _plot_latency(ax, robots: list[RobotRun], colors) -> None:
     _legend(ax)
 
 
+_STREAM_STYLES = ("-", "--", ":", "-.")
+
+
+def _log_axis(ax, lo: float, hi: float, axis: str = "x") -> None:
+    """A log axis with plain-number ticks, for 5 Hz cameras and 480 Hz wrench streams together."""
+    from matplotlib.ticker import NullFormatter, ScalarFormatter
+
+    getattr(ax, f"set_{axis}scale")("log")
+    a = getattr(ax, f"{axis}axis")
+    a.set_major_formatter(ScalarFormatter())
+    a.set_minor_formatter(NullFormatter())
+    getattr(ax, f"set_{axis}ticks")([t for t in (1, 3, 10, 30, 100, 300, 1000, 3000, 10000) if lo / 3 <= t <= hi * 3])
+
+
+def _plot_stream_series(ax, series: dict[str, Series], robot_ids: list[str], colors) -> None:
+    """Colour = robot, line style = stream; the legend lists each once instead of every pair."""
+    from matplotlib.lines import Line2D
+
+    ax.set_title("Stream rates (publisher side)", fontsize=12, loc="left", fontweight="bold")
+    streams = sorted({label.rsplit("/", 1)[-1] for label in series})
+    style = {st: _STREAM_STYLES[i % len(_STREAM_STYLES)] for i, st in enumerate(streams)}
+    robots_seen, vals = [], []
+    for i, (label, s) in enumerate(sorted(series.items(), key=lambda kv: _natural(kv[0]))):
+        robot, _, stream = label.rpartition("/")
+        c = _color_for(label, i, robot_ids, colors)
+        ax.plot(s.t, [max(v, 0.5) for v in s.v], color=c, ls=style[stream], lw=1.3)
+        vals += [v for v in s.v if v > 0]
+        if robot and robot not in robots_seen:
+            robots_seen.append(robot)
+    if vals and max(vals) > 10 * min(vals):
+        _log_axis(ax, max(min(vals), 0.5), max(vals), "y")
+    shown = robots_seen[:MAX_LEGEND - len(streams) - 1] if len(robots_seen) + len(streams) > MAX_LEGEND else robots_seen
+    handles = [Line2D([], [], color=_color_for(r, k, robot_ids, colors), lw=3) for k, r in enumerate(shown)]
+    labels = list(shown)
+    if len(shown) < len(robots_seen):
+        handles.append(Line2D([], [], color="none"))
+        labels.append(f"+{len(robots_seen) - len(shown)} robots")
+    handles += [Line2D([], [], color="0.3", ls=style[st], lw=1.5) for st in streams]
+    labels += streams
+    ax.legend(handles, labels, fontsize=8, loc="best", framealpha=0.85, ncol=2)
+    ax.set_xlabel("time since start (s)")
+    ax.set_ylabel("Hz")
+    ax.grid(alpha=0.3, which="both")
+
+
 def _plot_rates(ax, run: RunSummary, colors) -> None:
     series = run.series.get("stream_rates_hz", {})
     if series:
-        _plot_series(ax, series, colors, "Hz", "Stream rates", "stream rates",
-                     robot_ids=[r.robot_id for r in run.robots])
+        _plot_stream_series(ax, series, [r.robot_id for r in run.robots], colors)
         return
     ax.set_title("Stream rates (whole run)", fontsize=12, loc="left", fontweight="bold")
     bars = [(f"{r.robot_id}/{k}", v, i) for i, r in enumerate(run.robots) for k, v in sorted(r.rates_hz.items())]
@@ -237,12 +281,7 @@ def _plot_rates(ax, run: RunSummary, colors) -> None:
     ax.invert_yaxis()
     lo, hi = max(min(v for _, v, _ in bars), 1e-3), max(v for _, v, _ in bars)
     if hi > 10 * lo:
-        from matplotlib.ticker import NullFormatter, ScalarFormatter
-
-        ax.set_xscale("log")  # 30 Hz cameras and 480 Hz wrench streams on one readable axis
-        ax.xaxis.set_major_formatter(ScalarFormatter())
-        ax.xaxis.set_minor_formatter(NullFormatter())
-        ax.set_xticks([t for t in (1, 3, 10, 30, 100, 300, 1000, 3000, 10000) if lo / 3 <= t <= hi * 3])
+        _log_axis(ax, lo, hi, "x")  # 30 Hz cameras and 480 Hz wrench streams on one readable axis
     ax.set_xlabel("Hz")
     ax.grid(alpha=0.3, axis="x")
 

@@ -117,6 +117,35 @@ class RateEstimator:
         return (len(self._times) - 1) / span if span > 0 else 0.0
 
 
+class CounterRate:
+    """How much a cumulative counter (refusals, fallbacks, underruns) grew over the last `span_s`
+    seconds, from totals sampled now and then (each diagnostics update). With the default span it
+    is "per minute", so a status turns bad when something happens and good again a minute after
+    it stops, while the totals keep growing. The first sample counts from zero; a counter that
+    goes down (its process restarted) starts over from its new value."""
+
+    def __init__(self, span_s: float = 60.0):
+        if not (math.isfinite(span_s) and span_s > 0):
+            raise ValueError(f"span_s must be positive, got {span_s!r}")
+        self.span_s = float(span_s)
+        self._samples: deque[tuple[float, float]] = deque()
+
+    def update(self, t: float, total: float) -> float:
+        t = _check_time(t)
+        if not math.isfinite(total):
+            raise ValueError(f"counter total must be finite, got {total!r}")
+        if not self._samples:
+            self._samples.append((t, 0.0))
+        elif total < self._samples[-1][1] or t < self._samples[-1][0]:
+            self._samples.clear()
+            self._samples.append((t, 0.0))
+        self._samples.append((t, float(total)))
+        # Keep the newest sample at or before the window start as the baseline.
+        while len(self._samples) > 2 and self._samples[1][0] <= t - self.span_s:
+            self._samples.popleft()
+        return float(total) - self._samples[0][1]
+
+
 class SeriesRecorder:
     """Time series for the run report (`series` in the summary JSON), bounded in memory.
 

@@ -5,7 +5,10 @@ ROS I/O only; the logic is physai_ros.serving.core.ServingCore.
   sub      /<ns>/observation               (Observation, reliable), one per registered robot
   pub      /<ns>/action_chunk              (ActionChunk, reliable), answers and refusals
   pub      /<ns>/observation_refresh       (std_msgs/UInt64, reliable): resend this round fresh
-  pub      /diagnostics                    (diagnostic_msgs/DiagnosticArray, 1 Hz)
+  pub      /diagnostics                    (diagnostic_msgs/DiagnosticArray, monitoring Updater):
+           "policy_server: <robot_id>" per robot, ": engine <id>" per instance, ": fleet",
+           ": registrations" and ": inputs" (refusals not attributable to a served round)
+  pub      /<robot_id>/metrics/<name>, /fleet/metrics/<name>  (std_msgs/Float64, for rqt_plot)
 Parameters: fleet_file (default: the embedded config/fleet.yaml).
 Inference runs in serving.runner's threads (one per engine instance, so instances compute
 concurrently); DDS callbacks never wait for the engine.
@@ -13,14 +16,21 @@ concurrently); DDS callbacks never wait for the engine.
 from __future__ import annotations
 
 import threading
+import time
 
-from diagnostic_msgs.msg import DiagnosticArray, DiagnosticStatus, KeyValue
 from physai_ros_interfaces.msg import ActionChunk, Observation
 from physai_ros_interfaces.srv import RegisterRobot
 from rclpy.node import Node
 from std_msgs.msg import UInt64
 
+from physai_ros.monitoring.config import load_monitoring
+from physai_ros.monitoring.diagnostics import ERROR, OK, MetricsTask, level_byte
+from physai_ros.monitoring.metrics import MetricsPublisher
+from physai_ros.monitoring.refusals import RefusalHealth, RefusalLog
+from physai_ros.monitoring.server_view import ServerView
+from physai_ros.monitoring.updater import Updater
 from physai_ros.ros.spin import run_node
+from physai_ros.nodes.policy_server_streaming import PolicyServerStreaming
 from physai_ros.ros.qos import ACTION_CHUNK_TOPIC, reliable_qos
 from physai_ros.serving.config import load_fleet
 from physai_ros.serving.factory import build_core, profile_local_engines
@@ -46,8 +56,7 @@ class PolicyServerNode(Node):
         self._pubs_by_robot: dict[str, tuple] = {}
         self._pub_lock = threading.Lock()
         self.create_service(RegisterRobot, REGISTER_SERVICE, self._on_register)
-        self._diag = self.create_publisher(DiagnosticArray, "/diagnostics", reliable_qos())
-        self.create_timer(1.0, self._publish_diagnostics)
+        self._setup_monitoring(fleet_file)
         # Known robots get their topics now, so DDS discovery is done before the first chunk
         # (a reliable, volatile publisher drops what it sends before a subscriber matches).
         for robot in self.fleet.robots:
@@ -55,6 +64,11 @@ class PolicyServerNode(Node):
         self._stop = threading.Event()
         self._runner = ServingRunner(self.core, self._publish_chunks, self._publish_refresh,
                                      self.get_logger().error).start()
+        if self.fleet.server.robot_timeout_s is not None:
+            # A robot silent past server.robot_timeout_s (network cut, client dead) is freed.
+            self.create_timer(1.0, self._release_idle_robots)
+        # Streaming mode (issue 7) for tasks with `mode: streaming`; None when no task asks.
+        self.streaming = PolicyServerStreaming.maybe(self, self.fleet, self.core)
         self.get_logger().info(
             f"serving {self.fleet.server.model.preset or self.fleet.server.model.checkpoint} with "
             f"{len(self.core.engines)} engine instance(s), scheduler {self.fleet.server.scheduler}, "
@@ -69,16 +83,22 @@ class PolicyServerNode(Node):
         try:
             reg = registration_from_request(request)
             res = self.core.register(reg)
+            if self.streaming is not None:
+                res = self.streaming.on_register(reg, res)
         except Exception as e:  # a malformed request must not take the service down
             response.accepted, response.reason = False, f"bad_registration: {e}"
             response.server_instance = self.core.instance_id
+            self.registration_refusals.add(str(request.robot_id), "bad_registration", str(e), time.time())
             return response
         response.accepted, response.reason, response.server_instance = (
             res.accepted, res.reason, res.server_instance)
         if res.accepted:
             self._ensure_topics(reg.robot_id, reg.robot_namespace)
         else:
-            self.get_logger().warning(f"refused registration of {reg.robot_id!r}: {res.reason}")
+            reason, _, detail = res.reason.partition(": ")
+            self.registration_refusals.add(reg.robot_id, reason, detail, time.time())
+            self.get_logger().warning(f"refused registration of {reg.robot_id!r}: {res.reason}",
+                                      throttle_duration_sec=1.0)
         return response
 
     def _ensure_topics(self, robot_id: str, namespace: str) -> None:
@@ -89,18 +109,47 @@ class PolicyServerNode(Node):
                                                   reliable_qos())
                 refresh_pub = self.create_publisher(UInt64, f"{ns}/{REFRESH_TOPIC}", reliable_qos())
                 sub = self.create_subscription(Observation, f"{ns}/{OBSERVATION_TOPIC}",
-                                               self._on_observation, reliable_qos())
+                                               lambda m, ns=ns: self._on_observation(m, ns), reliable_qos())
                 self._robots[ns] = (sub, chunk_pub, refresh_pub)
+                self._owner_by_ns[ns] = robot_id
             self._pubs_by_robot[robot_id] = self._robots[ns]
+            self._ns_by_robot[robot_id] = ns
+            new_robot = robot_id not in self._diag_robots
+            self._diag_robots.add(robot_id)
+        if new_robot:
+            self.view.track(robot_id)
+            self.updater.add(MetricsTask(robot_id, lambda rid=robot_id: self._robot_metrics(rid),
+                                         self.monitoring.thresholds,
+                                         ok_message=lambda rid=robot_id: self._robot_ok_message(rid)))
 
-    def _on_observation(self, msg: Observation) -> None:
+    def _on_observation(self, msg: Observation, ns: str) -> None:
+        # The topic says who sent it: a message on /robot_0/observation claiming another robot
+        # would be served (and answered) as that robot, so it is refused here. There is no
+        # trustworthy address to answer on; it is counted against the topic's robot and logged.
+        with self._pub_lock:
+            claimed_ns = self._ns_by_robot.get(msg.robot_id)
+            owner = self._owner_by_ns.get(ns, ns)
+        if claimed_ns != ns:
+            self._refuse_input(owner, "robot_id_mismatch",
+                               f"observation on {ns}/{OBSERVATION_TOPIC} claims robot {msg.robot_id[:64]!r}"
+                               + (f" (served on {claimed_ns})" if claimed_ns is not None else " (unknown)"))
+            return
         try:
             obs = observation_from_msg(msg)
         except Exception as e:
-            self.get_logger().warning(f"unreadable observation from {msg.robot_id!r}: {e}")
+            self._refuse_input(owner, "unreadable", f"{type(e).__name__}: {e}")
+            return
+        if self.streaming is not None and self.streaming.handles(obs.robot_id):
+            refused = self.streaming.on_observation(obs)
+            if refused is not None:
+                self._publish(refused)
             return
         for chunk in self.core.submit(obs):
             self._publish(chunk)
+
+    def _refuse_input(self, owner: str, reason: str, detail: str) -> None:
+        self.input_refusals.add(owner, reason, detail, time.time())
+        self.get_logger().warning(f"refused observation ({reason}): {detail}", throttle_duration_sec=1.0)
 
     def _publish(self, chunk) -> None:
         with self._pub_lock:
@@ -110,6 +159,7 @@ class PolicyServerNode(Node):
             return
         try:
             pubs[1].publish(chunk_to_msg(chunk))
+            self.view.on_chunk(chunk.robot_id, int(chunk.status), chunk.stamp, queue_ms=float(chunk.queue_ms))
         except Exception as e:  # shutting down (context gone) or a broken message
             if not self._stop.is_set():
                 self.get_logger().error(f"publishing a chunk for {chunk.robot_id} failed: {e}")
@@ -126,33 +176,101 @@ class PolicyServerNode(Node):
         if pubs is not None and not self._stop.is_set():
             pubs[2].publish(UInt64(data=int(round_id)))
 
-    def _publish_diagnostics(self) -> None:
-        arr = DiagnosticArray()
-        arr.header.stamp = self.get_clock().now().to_msg()
-        for rid, d in self.core.diagnostics().items():
-            st = DiagnosticStatus()
-            st.name = f"policy_server: {rid}"
-            st.hardware_id = rid
-            st.level = DiagnosticStatus.WARN if d["refused_total"] or d["errors"] else DiagnosticStatus.OK
-            st.message = (f"{d['rounds']} rounds, {d['refused_total']} refused"
-                          + (f" ({', '.join(f'{k}={v}' for k, v in sorted(d['refused'].items()))})"
-                             if d["refused"] else ""))
-            st.values = [KeyValue(key=k, value=str(v)) for k, v in d.items() if k != "refused"]
-            st.values += [KeyValue(key=f"refused.{k}", value=str(v)) for k, v in d["refused"].items()]
-            arr.status.append(st)
-        for iid, d in self.core.engine_diagnostics().items():
-            st = DiagnosticStatus()
-            st.name = f"policy_server: engine {iid}"
-            st.hardware_id = iid
-            st.level = DiagnosticStatus.OK if d.get("alive") else DiagnosticStatus.ERROR
-            st.message = "alive" if d.get("alive") else f"not alive: {d.get('why_not_alive', '')}"
-            st.values = [KeyValue(key=k, value=str(v)) for k, v in d.items()]
-            arr.status.append(st)
-        self._diag.publish(arr)
+    # ---- monitoring -----------------------------------------------------------------------
+
+    def _setup_monitoring(self, fleet_file: str | None) -> None:
+        self.monitoring = load_monitoring(fleet_file)
+        self._owner_by_ns: dict[str, str] = {}  # namespace -> robot id answering there
+        self._ns_by_robot: dict[str, str] = {}
+        self._diag_robots: set[str] = set()
+        self.registration_refusals = RefusalLog(max_ids=32)
+        self.input_refusals = RefusalLog(max_ids=32)
+        slo = {r.id: float(r.task.slo_ms) for r in self.fleet.robots}
+        tasks = {name: float(t.slo_ms) for name, t in self.fleet.tasks.items()}
+
+        def slo_ms(rid: str):
+            reg = self.core.registrations.get(rid)
+            return tasks.get(reg.task_id) if reg is not None and reg.task_id in tasks else slo.get(rid)
+        self.view = ServerView(self.monitoring.window_s, slo_ms)
+        self._diag_cache: tuple[float, dict] = (-1.0, {})
+        self.updater = Updater(self, period=self.monitoring.diagnostics_period_s)
+        self.updater.setHardwareID(str(self.core.instance_id))
+        self.metrics = MetricsPublisher(self, period_s=self.monitoring.metrics_period_s)
+        self.updater.add(MetricsTask("fleet", self._fleet_metrics, self.monitoring.thresholds,
+                                     ok_message=lambda: f"{len(self.core.registrations)} robot(s) registered"))
+        for iid in self.core.engines:
+            self.updater.add(f"engine {iid}", lambda stat, iid=iid: self._engine_status(stat, iid))
+        reg_health = RefusalHealth(self.registration_refusals, "registration(s)")
+        self.updater.add("registrations", reg_health.run)
+        input_health = RefusalHealth(self.input_refusals, "observation(s) with a wrong robot_id or unreadable")
+        self.updater.add("inputs", input_health.run)
+
+    def _core_diagnostics(self) -> dict:
+        # One core snapshot per update, shared by every robot's task.
+        now = time.monotonic()
+        at, diag = self._diag_cache
+        if now - at > 0.5 * self.monitoring.diagnostics_period_s:
+            diag = self.core.diagnostics()
+            self._diag_cache = (now, diag)
+        return diag
+
+    def _robot_metrics(self, rid: str) -> dict:
+        core = dict(self._core_diagnostics().get(rid) or {"registered": False})
+        snap = self.input_refusals.snapshot().get(rid)
+        if snap is not None:  # refusals the node made before the core saw the message
+            refused = dict(core.get("refused") or {})
+            for reason, n in snap.by_reason.items():
+                refused[reason] = refused.get(reason, 0) + n
+            core["refused"] = refused
+            core["refused_total"] = sum(refused.values())
+        m = self.view.robot_metrics(rid, core)
+        for key in ("latency_ms_p50", "latency_ms_p99", "slo_meet_rate", "wait_ratio", "rounds", "refused_total",
+                    "errors", "queue_ms_p50", "inference_ms_p50"):
+            if isinstance(m.get(key), (int, float)):
+                self.metrics.set(rid, key, m[key])
+        return m
+
+    def _robot_ok_message(self, rid: str) -> str:
+        d = self._core_diagnostics().get(rid) or {}
+        if not d.get("registered"):
+            return "not registered"
+        return f"{d.get('rounds', 0)} rounds, {d.get('refused_total', 0)} refused"
+
+    def _fleet_metrics(self) -> dict:
+        diag = self._core_diagnostics()
+        m = {
+            "queue_depth": self.core.pending(),
+            "robots_registered": len(self.core.registrations),
+            "rounds_total": sum(d.get("rounds", 0) for d in diag.values()),
+            "refused_total": sum(d.get("refused_total", 0) for d in diag.values()) + self.input_refusals.total,
+            "registration_refusals": self.registration_refusals.total,
+            "engines_alive": sum(1 for d in self.core.engine_diagnostics().values() if d.get("alive")),
+        }
+        for key, value in m.items():
+            self.metrics.set(None, key, value)
+        return m
+
+    def _engine_status(self, stat, iid: str):
+        d = self.core.engine_diagnostics().get(iid, {})
+        alive = bool(d.get("alive"))
+        stat.summary(level_byte(OK if alive else ERROR),
+                     "alive" if alive else f"not alive: {d.get('why_not_alive', '')}")
+        for k, v in d.items():
+            stat.add(k, str(v))
+        return stat
+
+    def _release_idle_robots(self) -> None:
+        timeout = self.fleet.server.robot_timeout_s
+        for rid in self.core.release_idle(timeout):
+            self.get_logger().warning(
+                f"robot {rid!r} silent for over {timeout:g} s: its "
+                "registration, queue entry and history are freed (it registers again on return)")
 
     def close(self) -> None:
         """Called by run_node before destroy_node: stop the worker while publishers still exist."""
         self._stop.set()
+        if getattr(self, "streaming", None) is not None:
+            self.streaming.close()
         self._runner.stop(timeout=5.0)
 
 

@@ -8,6 +8,12 @@ ROS I/O only; the logic is physai_ros.serving.client_core.RobotClientCore.
   pub  observation (Observation, reliable) -> policy_server
        action_chunk (ActionChunk, reliable): hold chunks for SLO fallbacks
        client_status (std_msgs/String JSON, 1 Hz): counters, state, latency percentiles
+       /diagnostics (monitoring Updater): "<ns>/robot_client: client", graded with fleet.yaml's
+       monitoring thresholds (stream rates, latency, SLO meet rate, refusals, fallbacks,
+       underruns, dropped wrench samples, buffer fill)
+       /<robot_id>/metrics/<name> (std_msgs/Float64, for rqt_plot)
+A wrench sample with a NaN/inf component is dropped and counted (wrench_dropped); the newest
+good sample stays the one sent, so one bad force reading does not cost a round.
   call /policy_server/register_robot (RegisterRobot), async, again after a server restart
 Parameters: fleet_file, robot_id (selects the robot entry in fleet.yaml), tick_rate_hz.
 """
@@ -24,11 +30,17 @@ from rclpy.node import Node
 from sensor_msgs.msg import CompressedImage, Image, JointState
 from std_msgs.msg import Empty, String, UInt64
 
+from physai_ros.monitoring.client_view import ClientView
+from physai_ros.monitoring.config import load_monitoring
+from physai_ros.monitoring.diagnostics import MetricsTask
+from physai_ros.monitoring.metrics import MetricsPublisher
+from physai_ros.monitoring.updater import Updater
 from physai_ros.ros.spin import run_node
 from physai_ros.ros.qos import ACTION_CHUNK_TOPIC, EXECUTION_INFO_TOPIC, reliable_qos, sensor_data_qos
 from physai_ros.ros.time_conv import now_sec, to_sec
 from physai_ros.serving.client_core import RobotClientCore
 from physai_ros.serving.config import load_fleet
+from physai_ros.serving.streaming_client import STREAM_WRENCH_TOPIC, StreamingClient
 from physai_ros.serving.ros_msgs import (chunk_from_msg, compressed_image_data, hold_chunk_msg, image_data,
                                          observation_to_msg, registration_to_request,
                                          result_from_response)
@@ -48,6 +60,10 @@ class RobotClientNode(Node):
         tick_hz = float(self.declare_parameter("tick_rate_hz", 100.0).value)
         self.robot = load_fleet(fleet_file).resolve_robot(robot_id)
         self.core = RobotClientCore(self.robot)
+        # Streaming mode (issue 7): None unless the robot's task has `mode: streaming`.
+        self.streaming = StreamingClient.for_robot(self.robot, self.core)
+        self.stream_wrench_pub = (self.create_publisher(WrenchStamped, STREAM_WRENCH_TOPIC, sensor_data_qos(10))
+                                  if self.streaming is not None else None)
         sensor = sensor_data_qos()
         compressed = self.robot.camera_format == "compressed"
         on_image = self._on_compressed if compressed else self._on_image
@@ -71,6 +87,7 @@ class RobotClientNode(Node):
         self._escalations_logged = 0
         self.create_timer(1.0 / tick_hz, self._tick)
         self.create_timer(1.0, self._publish_status)
+        self._setup_monitoring(fleet_file)
         self.get_logger().info(f"robot client {self.robot.id}: task {self.robot.task.name}, "
                                f"{self.robot.num_views} view(s), SLO {self.robot.task.slo_ms} ms, "
                                f"fallback {self.robot.task.fallback}")
@@ -78,7 +95,10 @@ class RobotClientNode(Node):
     # ---- inputs -------------------------------------------------------------------------
 
     def _on_image(self, view: int, msg: Image) -> None:
-        self.core.on_image(view, image_data(msg), to_sec(msg.header.stamp) or now_sec(self))
+        self.view.on_camera(view, time.monotonic())
+        stamp = to_sec(msg.header.stamp) or now_sec(self)
+        self.core.on_image(view, image_data(msg), stamp)
+        self._stream_frame(view, stamp)
 
     def _on_compressed(self, view: int, msg: CompressedImage) -> None:
         try:
@@ -87,16 +107,37 @@ class RobotClientNode(Node):
             self._unreadable_images += 1
             self.get_logger().warning(f"camera {view}: {e}", throttle_duration_sec=1.0)
             return
-        self.core.on_image(view, image, to_sec(msg.header.stamp) or now_sec(self))
+        self.view.on_camera(view, time.monotonic())
+        stamp = to_sec(msg.header.stamp) or now_sec(self)
+        self.core.on_image(view, image, stamp)
+        self._stream_frame(view, stamp)
+
+    def _stream_frame(self, view: int, stamp: float) -> None:
+        """Streaming mode: every complete set of new frames goes out at once (camera rate)."""
+        if self.streaming is None or self.obs_pub.get_subscription_count() == 0:
+            return
+        obs = self.streaming.on_frame(view, stamp)
+        if obs is not None:
+            self.obs_pub.publish(observation_to_msg(obs))
 
     def _on_wrench(self, msg: WrenchStamped) -> None:
         f, t = msg.wrench.force, msg.wrench.torque
-        self.core.on_wrench(np.array([f.x, f.y, f.z, t.x, t.y, t.z], np.float32), to_sec(msg.header.stamp))
+        sample = (f.x, f.y, f.z, t.x, t.y, t.z)
+        if not self.view.on_wrench(sample, time.monotonic()):
+            # Dropped and counted; the core keeps the newest good sample for the next round.
+            self.get_logger().warning(f"dropped wrench sample: {self.view.last_wrench_drop}",
+                                      throttle_duration_sec=1.0)
+            return
+        self.core.on_wrench(np.array(sample, np.float32), to_sec(msg.header.stamp))
+        if self.streaming is not None and self.streaming.on_wrench():
+            self.stream_wrench_pub.publish(msg)  # as received, at its native rate
 
     def _on_joints(self, msg: JointState) -> None:
+        self.view.on_joint_state(time.monotonic())
         self.core.on_joint_state(list(msg.name), list(msg.position))
 
     def _on_exec(self, msg: ExecutionInfo) -> None:
+        self.view.on_exec_info(msg.actions_remaining, msg.control_period, msg.underruns)
         self.core.on_exec_info(now_sec(self), msg.actions_remaining, msg.control_period,
                                to_sec(msg.exec_phase_start))
 
@@ -108,7 +149,14 @@ class RobotClientNode(Node):
         except Exception:
             self._unreadable += 1
             return
+        served = self.core.counters.chunks_ok
         self.core.on_chunk(chunk, now_sec(self))
+        if self.streaming is not None:
+            self.streaming.on_chunk(chunk)
+        if self.core.counters.chunks_ok > served:
+            lat = self.core.counters.latencies_s[-1]
+            self.view.on_served(lat, time.monotonic())
+            self.metrics.set(self.robot.id, "latency_ms", lat * 1e3)
 
     def _on_refresh(self, msg: UInt64) -> None:
         obs = self.core.refresh(int(msg.data), now_sec(self))
@@ -121,7 +169,8 @@ class RobotClientNode(Node):
         now = now_sec(self)
         # Until the server's observation subscription has matched, a published observation
         # would be dropped (reliable but volatile), so the client does not send yet.
-        out = self.core.tick(now, link_up=self.obs_pub.get_subscription_count() > 0)
+        streaming = self.streaming is not None and self.streaming.active  # no chunked rounds then
+        out = self.core.tick(now, link_up=self.obs_pub.get_subscription_count() > 0 and not streaming)
         if out.register:
             self._register()
         if out.hold is not None:
@@ -149,7 +198,8 @@ class RobotClientNode(Node):
         if not self.register_client.service_is_ready():
             self.core.on_register_failed()
             return
-        fut = self.register_client.call_async(registration_to_request(self.core.registration()))
+        fut = self.register_client.call_async(registration_to_request(
+            self.streaming.registration() if self.streaming is not None else self.core.registration()))
         fut.add_done_callback(self._on_register_done)
         self._register_future = fut
         self._register_sent_at = time.monotonic()
@@ -163,7 +213,14 @@ class RobotClientNode(Node):
             self.core.on_register_failed()
             return
         before = self.core.server_instance
-        self.core.on_registered(result_from_response(resp))
+        result = result_from_response(resp)
+        self.core.on_registered(result)
+        if self.streaming is not None:
+            was = self.streaming.active
+            self.streaming.on_registered(result)
+            if was != self.streaming.active:
+                self.get_logger().info(f"streaming mode {'on' if self.streaming.active else 'off'}"
+                                       + (f": {result.reason}" if result.reason else ""))
         if before != self.core.server_instance:
             self.get_logger().info(f"registered with policy server {self.core.server_instance}")
 
@@ -180,7 +237,29 @@ class RobotClientNode(Node):
             "latency_ms_p99": float(np.percentile(lat, 99)) if lat.size else None,
             "unreadable_chunks": self._unreadable,
             "unreadable_images": self._unreadable_images,
+            "wrench_dropped": self.view.wrench_dropped,
+            **(self.streaming.status() if self.streaming is not None else {}),
         }
+
+    # ---- monitoring -----------------------------------------------------------------------
+
+    def _setup_monitoring(self, fleet_file: str | None) -> None:
+        mon = load_monitoring(fleet_file)
+        self.view = ClientView(self.robot.num_views, self.robot.task.slo_ms, mon.window_s)
+        self.metrics = MetricsPublisher(self, period_s=mon.metrics_period_s)
+        self.updater = Updater(self, period=mon.diagnostics_period_s)
+        self.updater.setHardwareID(self.robot.id)
+        self.updater.add(MetricsTask("client", self._client_metrics, mon.thresholds,
+                                     ok_message=lambda: self.core.state.value))
+
+    def _client_metrics(self) -> dict:
+        m = self.view.metrics(self.status(), time.monotonic())
+        for key in ("latency_ms_p50", "latency_ms_p99", "slo_meet_rate", "camera_hz", "wrench_hz",
+                    "joint_states_hz", "buffer_actions", "buffer_s", "underruns", "fallbacks_total",
+                    "refused", "wrench_dropped", "rounds"):
+            if isinstance(m.get(key), (int, float)):
+                self.metrics.set(self.robot.id, key, m[key])
+        return m
 
     def _publish_status(self) -> None:
         self.status_pub.publish(String(data=json.dumps(self.status())))

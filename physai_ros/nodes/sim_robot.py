@@ -18,6 +18,7 @@ from sensor_msgs.msg import Image, JointState
 from std_msgs.msg import String
 from trajectory_msgs.msg import JointTrajectory
 
+from physai_ros.monitoring.config import load_monitoring
 from physai_ros.monitoring.updater import FrequencyStatus, FrequencyStatusParam, Updater
 from physai_ros.ros import qos
 from physai_ros.ros.health import CommandHealth, episode_status
@@ -74,12 +75,14 @@ class SimRobotNode(Node):
 
     def _setup_diagnostics(self) -> None:
         self._last_bad_trajectory = ""
-        self.updater = Updater(self, period=1.0)
+        # Levels from fleet.yaml's monitoring block (parameter fleet_file; the embedded one by default).
+        mon = load_monitoring(self.declare_parameter("fleet_file", "").value or None)
+        self.updater = Updater(self, period=mon.diagnostics_period_s)
         self.updater.setHardwareID(self.cfg.robot_id)
         self.freq = {}
         for stream, rate in (("wrench", self.cfg.physics_rate_hz), ("joint_states", self.cfg.joint_state_rate_hz),
                              ("camera", self.cfg.camera_rate_hz)):
-            self.freq[stream] = FrequencyStatus(FrequencyStatusParam({"min": rate, "max": rate}, 0.1, 5),
+            self.freq[stream] = FrequencyStatus(FrequencyStatusParam({"min": rate, "max": rate}, mon.rate_tolerance, 5),
                                                 f"{stream} rate")
             self.updater.add(self.freq[stream])
         health = CommandHealth()

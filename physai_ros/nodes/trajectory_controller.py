@@ -21,6 +21,7 @@ from physai_ros_interfaces.msg import ActionChunk, ExecutionInfo, TrajectorySegm
 
 from physai_ros.control.joint_trajectory import hold_plan, to_joint_trajectory
 from physai_ros.control.trajectory_buffer import TrajectoryBuffer
+from physai_ros.monitoring.config import load_monitoring
 from physai_ros.monitoring.updater import FrequencyStatus, FrequencyStatusParam, Updater
 from physai_ros.ros import qos
 from physai_ros.ros.chunks import ChunkMessageError, chunk_from_msg
@@ -63,14 +64,18 @@ class TrajectoryControllerNode(Node):
         self.create_subscription(JointState, qos.JOINT_STATES_TOPIC, self._on_joint_state, qos.reliable_qos())
         self.create_timer(1.0 / self.control_rate, self._tick)
         self.create_timer(1.0 / float(p("execution_info_rate_hz", 50.0).value), self._publish_info)
-        self.updater = Updater(self, period=1.0 / float(p("diagnostics_rate_hz", 1.0).value))
+        # Levels from fleet.yaml's monitoring block (fleet_file; the embedded one by default);
+        # the explicit parameters still override it for a robot-only deployment.
+        mon = load_monitoring(p("fleet_file", "").value or None)
+        self.updater = Updater(self, period=1.0 / float(p("diagnostics_rate_hz", 1.0 / mon.diagnostics_period_s).value))
         self.updater.setHardwareID(self.robot_id)
-        self._buffer_health = BufferHealth(self.buffer.rate_hz, dry_error_s=float(p("dry_error_s", 2.0).value))
+        self._buffer_health = BufferHealth(self.buffer.rate_hz,
+                                           dry_error_s=float(p("dry_error_s", mon.buffer_dry_error_s).value))
         self._rejection_health = RejectionHealth()
         self.updater.add("buffer", self._diagnose_buffer)
         self.updater.add("rejections", lambda stat: self._rejection_health.run(stat, self.rejections()))
         self.cmd_rate = FrequencyStatus(FrequencyStatusParam({"min": self.control_rate, "max": self.control_rate},
-                                                             0.1, 5), "joint_trajectory rate")
+                                                             mon.rate_tolerance, 5), "joint_trajectory rate")
         self.updater.add(self.cmd_rate)
         self.get_logger().info(f"trajectory controller {self.robot_id}: joints {self.joint_names}, "
                                f"{self.control_rate:g} Hz, merge {self.buffer.merge.value}")

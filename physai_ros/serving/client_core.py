@@ -158,7 +158,11 @@ class RobotClientCore:
             if self.state != ClientState.STOPPED:
                 self.state = ClientState.UNREGISTERED
             self.counters.refused += 1
-            self.escalations.append(f"registration refused: {result.reason}")
+            msg = f"registration refused: {result.reason}"
+            # A refused robot retries every few seconds (a full server frees places): report a
+            # refusal once, not once per retry.
+            if not self.escalations or self.escalations[-1] != msg:
+                self.escalations.append(msg)
             return
         self.counters.registrations += 1
         if self.server_instance and result.server_instance != self.server_instance:

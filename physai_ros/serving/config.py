@@ -22,6 +22,9 @@ BUILTIN_HORIZON_POLICIES = ("static", "confidence")
 SCHEDULERS = ("fifo", "autellix", "wait_ratio")
 DEVICES = ("cpu", "cuda")
 CAMERA_FORMATS = ("raw", "compressed")  # sensor_msgs/Image | sensor_msgs/CompressedImage
+TASK_MODES = ("chunked", "streaming")  # ActionChunk answers | TrajectorySegment stream (issue 7)
+STREAM_FORCE = ("checkpoint", "random", "none")
+STREAM_WHEN_FULL = ("chunked", "refuse")
 
 
 class FleetConfigError(ValueError):
@@ -59,6 +62,23 @@ class ProfileConfig:
 
 
 @dataclass(frozen=True)
+class StreamingServerConfig:
+    """server.streaming: the shared VLM + action-expert streams (realtime-vla section 6). Every
+    streaming robot is a slot in the batch of the same two streams, so the rates are the
+    server's, not a task's (physai_ros.serving.streaming_service)."""
+
+    slots: int = 1               # robots served in streaming mode at once
+    vlm_hz: float = 30.0         # VLM stream (camera rate)
+    ae_hz: float = 480.0         # action-expert stream
+    action_hz: float = 50.0      # the checkpoint's action rate (token spacing of the window)
+    steps_per_token: float | None = None  # AE ticks from noise to final; None: model's num_steps
+    force: str = "checkpoint"    # force token: checkpoint (if it has force_proj.*) | random | none
+    when_full: str = "chunked"   # no free slot: serve the robot chunked, or refuse it
+    timeout_s: float = 2.0       # a robot silent this long loses its slot
+    torch_threads: int = 1       # intra-op threads of the streams (tiny ops: 1 is fastest)
+
+
+@dataclass(frozen=True)
 class ServerConfig:
     node_name: str
     model: ModelConfig
@@ -71,6 +91,16 @@ class ServerConfig:
     # Constructor parameters for make_scheduler(scheduler, **scheduler_params).
     scheduler_params: Mapping[str, Any] = field(default_factory=dict)
     profile: ProfileConfig | None = field(default_factory=ProfileConfig)  # None: flat default
+    streaming: StreamingServerConfig = field(default_factory=StreamingServerConfig)
+    # Admission and hot standby (ROSA section 3.4.4; physai_ros.serving.core.ServingCore).
+    max_robots: int | None = None  # robots registered at once; None: no limit
+    robot_idle_release_s: float = 10.0  # a robot silent this long (no observation, no
+    #   registration) gives its place up when a new robot needs it
+    standby_instances: int = 0  # extra local engines, warm, serving only when an active one dies
+    # A robot silent this long (link cut, client dead) is freed at once: registration, queued
+    # request, scheduler history (it registers again on return). None: only robot_idle_release_s
+    # under capacity pressure. Set it above the clients' 2 s keep-alive re-registration.
+    robot_timeout_s: float | None = None
 
 
 @dataclass(frozen=True)
@@ -85,6 +115,8 @@ class TaskConfig:
     max_consecutive_slo_violation: int
     on_max_violation: str
     trigger_margin_s: float
+    mode: str = "chunked"  # "streaming": TrajectorySegments from the server's streams
+    segment_rate_hz: float = 60.0  # streaming: TrajectorySegment messages per second (at most)
 
     @property
     def action_period_s(self) -> float:
@@ -351,7 +383,8 @@ def _parse_server(d: Any) -> ServerConfig:
     path = "server"
     d = _mapping(d, path)
     _no_unknown(d, {"node_name", "model", "device", "engine_instances", "max_batch", "scheduler",
-                    "max_observation_age_s", "remote_engines", "profile"}, path)
+                    "max_observation_age_s", "remote_engines", "profile", "streaming",
+                    "max_robots", "robot_idle_release_s", "standby_instances", "robot_timeout_s"}, path)
     remote = _parse_remote_engines(d.get("remote_engines", []), _join(path, "remote_engines"))
     # Local instances may be 0 when engine workers serve (a server host without a GPU).
     engine_instances = _int(d.get("engine_instances", 1), _join(path, "engine_instances"),
@@ -369,7 +402,29 @@ def _parse_server(d: Any) -> ServerConfig:
         max_observation_age_s=_pos(d.get("max_observation_age_s", 2.0),
                                    _join(path, "max_observation_age_s")),
         remote_engines=remote,
+        max_robots=None if d.get("max_robots") is None else _int(d["max_robots"], _join(path, "max_robots"), 1),
+        robot_idle_release_s=_pos(d.get("robot_idle_release_s", 10.0), _join(path, "robot_idle_release_s")),
+        standby_instances=_int(d.get("standby_instances", 0), _join(path, "standby_instances"), 0),
+        robot_timeout_s=None if d.get("robot_timeout_s") is None else _pos(d["robot_timeout_s"],
+                                                                           _join(path, "robot_timeout_s")),
+        streaming=_parse_streaming(d.get("streaming", {}), _join(path, "streaming")),
     )
+
+
+def _parse_streaming(v: Any, path: str) -> StreamingServerConfig:
+    d = _mapping(v, path)
+    dflt = StreamingServerConfig()
+    _no_unknown(d, set(vars(dflt)), path)
+    out = {}
+    for key in ("vlm_hz", "ae_hz", "action_hz", "timeout_s"):
+        out[key] = _pos(d.get(key, getattr(dflt, key)), _join(path, key))
+    out["slots"] = _int(d.get("slots", dflt.slots), _join(path, "slots"), 1)
+    out["torch_threads"] = _int(d.get("torch_threads", dflt.torch_threads), _join(path, "torch_threads"), 1)
+    spt = d.get("steps_per_token")
+    out["steps_per_token"] = None if spt is None else _pos(spt, _join(path, "steps_per_token"))
+    out["force"] = _str(d.get("force", dflt.force), _join(path, "force"), STREAM_FORCE)
+    out["when_full"] = _str(d.get("when_full", dflt.when_full), _join(path, "when_full"), STREAM_WHEN_FULL)
+    return StreamingServerConfig(**out)
 
 
 def _parse_horizon(v: Any, path: str) -> tuple[str, tuple[float, ...]]:
@@ -395,7 +450,8 @@ def _parse_task(name: str, d: Any) -> TaskConfig:
     path = f"tasks.{name}"
     d = _mapping(d, path)
     _no_unknown(d, {"prompt", "action_rate_hz", "horizon_policy", "slo_ms", "fallback",
-                    "max_consecutive_slo_violation", "on_max_violation", "trigger_margin_s"}, path)
+                    "max_consecutive_slo_violation", "on_max_violation", "trigger_margin_s", "mode",
+                    "segment_rate_hz"}, path)
     hp, hparams = _parse_horizon(_req(d, "horizon_policy", path), _join(path, "horizon_policy"))
     return TaskConfig(
         name=name,
@@ -411,6 +467,8 @@ def _parse_task(name: str, d: Any) -> TaskConfig:
                               _join(path, "on_max_violation"), ESCALATIONS),
         trigger_margin_s=_pos(d.get("trigger_margin_s", 0.02), _join(path, "trigger_margin_s"),
                               allow_zero=True),
+        mode=_str(d.get("mode", "chunked"), _join(path, "mode"), TASK_MODES),
+        segment_rate_hz=_pos(d.get("segment_rate_hz", 60.0), _join(path, "segment_rate_hz")),
     )
 
 
@@ -466,7 +524,8 @@ def _parse_robot(i: int, d: Any, tasks: Mapping[str, TaskConfig]) -> RobotConfig
 
 def parse_fleet(doc: Any, source: str = "<memory>") -> FleetConfig:
     doc = _mapping(doc, "<root>")
-    _no_unknown(doc, {"server", "tasks", "robots"}, "")
+    _no_unknown(doc, {"server", "tasks", "robots", "monitoring"}, "")
+    _check_monitoring(doc.get("monitoring"))
     server = _parse_server(_req(doc, "server", ""))
     tasks_doc = _mapping(_req(doc, "tasks", ""), "tasks")
     if not tasks_doc:
@@ -485,6 +544,17 @@ def parse_fleet(doc: Any, source: str = "<memory>") -> FleetConfig:
                     f"robots[{i}].{key}: expected unique values, {val!r} repeats robots[{seen[tag]}]")
             seen[tag] = i
     return FleetConfig(server=server, tasks=tasks, robots=robots, source=source)
+
+
+def _check_monitoring(d: Any) -> None:
+    # The nodes read this block themselves (monitoring.config.load_monitoring); checking it here
+    # makes a bad threshold fail at start-up with the rest of the file's errors.
+    from physai_ros.monitoring.config import MonitoringConfig
+
+    try:
+        MonitoringConfig.from_dict(d)
+    except ValueError as e:
+        raise FleetConfigError(str(e) if str(e).startswith("monitoring") else f"monitoring: {e}") from None
 
 
 def load_fleet(path: str | Path | None = None) -> FleetConfig:

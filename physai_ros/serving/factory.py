@@ -8,6 +8,7 @@ from physai_ros.scheduler.base import make_scheduler
 
 from .config import FleetConfig, FleetConfigError, resolve_package_path, tokenizer_path
 from .core import EngineSlot, ServingCore, default_profile
+from .fault_injection import ENV_VAR, faults_from_env
 from .preprocess import Normalizer
 from .tokenizer import PromptTokenizer
 
@@ -23,13 +24,16 @@ def build_engine_slots(cfg: FleetConfig, node: Any = None) -> list[EngineSlot]:
 
     srv = cfg.server
     slots = []
-    for i in range(srv.engine_instances):
+    # Standby instances are built (weights loaded) and warmed up like the others, then wait:
+    # engine_<engine_instances> ... are the standbys.
+    for i in range(srv.engine_instances + srv.standby_instances):
         if srv.model.preset is not None:
             engine = Pi0Engine(Pi0Config.preset(srv.model.preset), device=srv.device,
                                seed=srv.model.seed)
         else:
             engine = Pi0Engine.from_lerobot_checkpoint(_checkpoint_dir(cfg), device=srv.device)
-        slots.append(EngineSlot(f"engine_{i}", engine, srv.max_batch, default_profile(srv.max_batch)))
+        slots.append(EngineSlot(f"engine_{i}", engine, srv.max_batch, default_profile(srv.max_batch),
+                                standby=i >= srv.engine_instances))
     if srv.remote_engines:
         from physai_ros.workers.remote import RemoteEngine
 
@@ -48,7 +52,19 @@ def build_engine_slots(cfg: FleetConfig, node: Any = None) -> list[EngineSlot]:
                                  liveness_timeout_s=r.liveness_timeout_s)
             # Until the worker advertises, the slot's own cap and default profile stand in.
             slots.append(EngineSlot(r.instance_id, proxy, srv.max_batch, default_profile(srv.max_batch)))
+    _attach_faults(slots)
     return slots
+
+
+def _attach_faults(slots: list[EngineSlot]) -> None:
+    """Test hook (serving.fault_injection): PHYSAI_FAULT_INJECTION names slots to fail."""
+    plans = faults_from_env()
+    unknown = sorted(set(plans) - {s.instance_id for s in slots})
+    if unknown:
+        raise ValueError(f"{ENV_VAR}: no engine instance {unknown[0]!r} "
+                         f"(instances: {[s.instance_id for s in slots]})")
+    for s in slots:
+        s.fault = plans.get(s.instance_id)
 
 
 def _checkpoint_dir(cfg: FleetConfig) -> Path:
@@ -67,6 +83,8 @@ def build_core(cfg: FleetConfig, instance_id: str | None = None, node: Any = Non
         instance_id=instance_id,
         allowed_horizon_policies=sorted({t.horizon_policy for t in cfg.tasks.values()
                                          if ":" in t.horizon_policy}),
+        max_robots=cfg.server.max_robots,
+        robot_idle_release_s=cfg.server.robot_idle_release_s,
     )
 
 

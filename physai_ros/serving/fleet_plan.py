@@ -54,13 +54,13 @@ def robot_specs(cfg: FleetConfig, robot: RobotConfig, controller: bool = True) -
     specs = []
     if robot.simulated:
         specs.append(ProcessSpec(f"{ns}/sim_robot", "sim_robot", "physai_ros.nodes.sim_robot", ns,
-                                 sim_params(robot)))
+                                 {**sim_params(robot), "fleet_file": cfg.source}))
     specs.append(ProcessSpec(f"{ns}/robot_client", "robot_client", "physai_ros.nodes.robot_client",
                              ns, {"fleet_file": cfg.source, "robot_id": robot.id}))
     if controller:
         specs.append(ProcessSpec(f"{ns}/trajectory_controller", "trajectory_controller",
                                  "physai_ros.nodes.trajectory_controller", ns,
-                                 controller_params(robot)))
+                                 {**controller_params(robot), "fleet_file": cfg.source}))
     return specs
 
 

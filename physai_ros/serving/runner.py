@@ -5,6 +5,10 @@ The dispatcher asks the core for the scheduler's batches whenever a request wait
 instance is free, and hands each batch to its instance's thread; an instance thread runs one
 batch at a time (ServingCore marks it running, so the scheduler never stacks a second one on it)
 and hands the chunks to `on_chunks`. Callbacks run in those threads.
+
+An instance thread that dies (a fatal error in its engine: ServingCore.run_batch re-raises
+what is not an ordinary Exception) is noticed by the dispatcher: the instance is marked failed,
+work queued for it is re-dispatched, and a hot standby, if configured, takes its place.
 """
 from __future__ import annotations
 
@@ -29,8 +33,11 @@ class ServingRunner:
         self._stop = threading.Event()
         self._queues: dict[str, queue.SimpleQueue] = {iid: queue.SimpleQueue() for iid in core.engines}
         self._threads = [threading.Thread(target=self._dispatch_loop, name="serving_dispatch", daemon=True)]
-        self._threads += [threading.Thread(target=self._instance_loop, args=(iid,),
-                                           name=f"serving_{iid}", daemon=True) for iid in core.engines]
+        self._instance_threads = {iid: threading.Thread(target=self._instance_loop, args=(iid,),
+                                                        name=f"serving_{iid}", daemon=True)
+                                  for iid in core.engines}
+        self._threads += list(self._instance_threads.values())
+        self._dead: set[str] = set()
 
     def start(self) -> "ServingRunner":
         for t in self._threads:
@@ -50,6 +57,7 @@ class ServingRunner:
 
     def _dispatch_loop(self) -> None:
         while not self._stop.is_set():
+            self._check_instances()
             if not self.core.wait_for_work(0.05):
                 continue
             try:
@@ -64,6 +72,22 @@ class ServingRunner:
                 self._call(self.on_refresh, robot_id, round_id)
             if not d.work:
                 self.core.wait_for_change(RETRY_S)
+
+    def _check_instances(self) -> None:
+        for iid, t in self._instance_threads.items():
+            if iid in self._dead or t.is_alive() or not t.ident:
+                continue
+            self._dead.add(iid)
+            self.core.instance_failed(iid, "its serving thread died")
+            self.on_error(f"engine instance {iid}: serving thread died; its work is re-dispatched")
+            q = self._queues[iid]
+            while True:
+                try:
+                    work = q.get_nowait()
+                except queue.Empty:
+                    break
+                if work is not None:
+                    self.core.requeue(work)
 
     def _instance_loop(self, instance_id: str) -> None:
         q = self._queues[instance_id]

@@ -38,6 +38,10 @@ BAD_REGISTRATION = "bad_registration"
 # exception ended the server process), so the name is checked here, with ROS's token rules.
 _NS_TOKEN = re.compile(r"[A-Za-z_][A-Za-z0-9_]*\Z")
 MAX_NAMESPACE_LEN = 200  # leaves room for "/observation_refresh" under ROS's 255-character limit
+# Refusals of ids nobody registered are counted per claimed id up to this many ids, then under
+# UNKNOWN_OTHER: a sender inventing ids must not grow the server's memory or its diagnostics.
+MAX_UNKNOWN_IDS = 32
+UNKNOWN_OTHER = "<other unknown>"
 
 
 @dataclass(frozen=True)
@@ -126,7 +130,12 @@ class ObservationValidator:
     def check(self, obs: ObservationData, reg: RobotRegistration | None, now: float) -> Refusal | None:
         r = self._check(obs, reg, now)
         if r is not None:
-            return self.count(obs.robot_id, r)
+            rid = obs.robot_id
+            if reg is None and rid not in self.refused:
+                unknown = sum(1 for k in self.refused if k not in self.last_round)
+                if unknown >= MAX_UNKNOWN_IDS:
+                    rid = UNKNOWN_OTHER
+            return self.count(rid, r)
         self.last_round[obs.robot_id] = obs.round_id
         self.accepted[obs.robot_id] += 1
         return None
@@ -156,6 +165,8 @@ class ObservationValidator:
         if not np.all(np.isfinite(obs.state)):
             return Refusal(NON_FINITE, "state has NaN or Inf")
         if not np.all(np.isfinite(obs.wrench)):
+            # Our robot_client drops such samples (counted as wrench_dropped) and sends its newest
+            # good one, so this only catches clients that do not.
             return Refusal(NON_FINITE, "wrench has NaN or Inf")
         if not all(math.isfinite(x) for x in obs.horizon_params):
             return Refusal(NON_FINITE, "horizon_params has NaN or Inf")

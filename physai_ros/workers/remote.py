@@ -31,6 +31,10 @@ from .codec import (BadResult, WorkerStatus, config_from_json, decode_result, de
 from .topics import check_instance_id, request_topic, result_topic, status_topic
 
 
+# How often a waiting infer() checks the worker's heartbeat.
+LIVENESS_POLL_S = 0.05
+
+
 class RemoteEngineError(RuntimeError):
     """The worker answered with an error, or answered something unusable."""
 
@@ -38,9 +42,20 @@ class RemoteEngineError(RuntimeError):
 class RemoteEngineTimeout(RemoteEngineError):
     """No result within the timeout (worker dead, overloaded, or unreachable)."""
 
+    # The batch itself was not at fault: the serving core runs its requests again on another
+    # instance (ServingCore.run_batch reads this flag; it never imports this module).
+    instance_lost = True
+
+
+class RemoteEngineLost(RemoteEngineTimeout):
+    """The worker's heartbeat stopped while a batch was in flight (killed, or its link cut):
+    raised as soon as the worker stops being alive, without waiting for the call timeout."""
+
 
 class RemoteEngineUnavailable(RemoteEngineError):
     """The worker is not alive; nothing was sent."""
+
+    instance_lost = True
 
 
 @dataclass
@@ -49,6 +64,7 @@ class RemoteStats:
     robots: int = 0
     errors: int = 0
     timeouts: int = 0
+    lost: int = 0  # batches given up because the worker stopped heartbeating meanwhile
     unavailable: int = 0
     unmatched_results: int = 0  # late (after a timeout) or another server's batch
     bad_status: int = 0
@@ -172,12 +188,7 @@ class RemoteEngine:
         t0 = self.clock()
         try:
             self._pub.publish(msg)
-            if not call.done.wait(timeout):
-                age = self.heartbeat_age()
-                self._count("timeout", f"no result for batch {batch_id} within {timeout:.2f} s")
-                raise RemoteEngineTimeout(
-                    f"engine worker {self.instance_id}: no result for batch {batch_id} within "
-                    f"{timeout:.2f} s (last heartbeat {age:.1f} s ago)")
+            self._await(call, batch_id, t0, timeout)
         finally:
             with self._lock:
                 self._calls.pop(batch_id, None)
@@ -200,11 +211,30 @@ class RemoteEngine:
             self.stats.robots += len(batch)
         return outputs
 
+    def _await(self, call: _Call, batch_id: str, t0: float, timeout: float) -> None:
+        """Wait for the result; give up at the timeout, or earlier once the worker is no longer
+        alive: a dead or cut-off worker then costs its in-flight requests one liveness timeout
+        (about a second) instead of the whole call timeout before they run elsewhere."""
+        while not call.done.wait(min(LIVENESS_POLL_S, max(0.0, t0 + timeout - self.clock()))):
+            age = self.heartbeat_age()
+            if self.clock() - t0 >= timeout:
+                self._count("timeout", f"no result for batch {batch_id} within {timeout:.2f} s")
+                raise RemoteEngineTimeout(
+                    f"engine worker {self.instance_id}: no result for batch {batch_id} within "
+                    f"{timeout:.2f} s (last heartbeat {age:.1f} s ago)")
+            if age is not None and age > self.liveness_timeout_s:
+                self._count("lost", f"heartbeat stopped while batch {batch_id} was in flight")
+                raise RemoteEngineLost(
+                    f"engine worker {self.instance_id}: lost while batch {batch_id} was in flight "
+                    f"(last heartbeat {age:.1f} s ago, limit {self.liveness_timeout_s:.1f} s)")
+
     def _count(self, kind: str, msg: str) -> None:
         with self._lock:
             s = self.stats
             if kind == "timeout":
                 s.timeouts += 1
+            elif kind == "lost":
+                s.lost += 1
             elif kind == "unavailable":
                 s.unavailable += 1
             else:
@@ -252,7 +282,7 @@ class RemoteEngine:
             "profile": st.profile.to_pairs() if st and st.profile else [],
             "worker_batches": st.batches_served if st else 0,
             "worker_errors": st.errors if st else 0,
-            "batches": self.stats.batches, "timeouts": self.stats.timeouts,
+            "batches": self.stats.batches, "timeouts": self.stats.timeouts, "lost": self.stats.lost,
             "errors": self.stats.errors, "unavailable": self.stats.unavailable,
             "unmatched_results": self.stats.unmatched_results, "network_rtt_ms": round(self.network_rtt_s * 1e3, 3),
         }

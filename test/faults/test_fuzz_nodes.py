@@ -39,7 +39,7 @@ def shared_rig(tmp_path_factory):
     r = Rig(tmp_path_factory.mktemp("fuzz"))
     try:
         for rid in ("good", "fuzz"):
-            resp = r.register(registration(rid), timeout=90.0)  # warm-up on a loaded machine
+            resp = r.register(registration(rid), timeout=240.0)  # start-up on a loaded 2-core machine
             assert resp.accepted, resp.reason
         r.start_good_robot()
         r.wait(lambda: r.good_answered(), 60.0, "the well-formed robot's first chunk")
@@ -55,11 +55,21 @@ def rig(shared_rig):
 
 
 def assert_good_robot_still_served(rig, answered_before: int):
-    """The well-formed robot got new OK answers during the test, only for rounds it sent."""
+    """The well-formed robot got new OK answers during the test, only for rounds it sent. Its
+    round-trip latency during the fuzz is printed (a figure, not a threshold: the machine is
+    shared), next to its latency before any fuzz."""
     rig.wait(lambda: len(rig.good_answered()) >= answered_before + 2, 60.0,
              "the well-formed robot's chunks after the fuzz")
     assert rig.good_problems() == []
     rig.assert_alive("after the fuzz")
+    with rig.lock:
+        lat = [x * 1e3 for _, x in rig.good_latency]
+    if len(lat) > answered_before:
+        import numpy as np
+
+        during, before = np.array(lat[answered_before:]), np.array(lat[:max(1, answered_before)])
+        print(f"\nwell-formed robot round trip: before fuzz p50 {np.median(before):.0f} ms (n={before.size}); "
+              f"during p50 {np.median(during):.0f} ms, max {during.max():.0f} ms (n={during.size})")
 
 
 # ---- observations -----------------------------------------------------------------------
@@ -75,10 +85,12 @@ BAD_ENCODINGS = st.one_of(st.sampled_from(["", "jpeg", "16UC1", "32FC1", "RGB8",
 
 @st.composite
 def bad_observation(draw, last_round: int):
-    """(defect, build(round_id) -> Observation, expected refusal reason or None for an unknown
-    robot, which has no topic to be answered on and is only counted)."""
+    """(defect, build(round_id) -> Observation, expected refusal reason, answered). A message whose
+    robot_id is not the robot of the topic it came on (an unknown id, an empty one, another
+    robot's) is refused by the server node as robot_id_mismatch, counted against the topic's
+    robot and not answered: the claimed id is no address to answer on."""
     kind = draw(st.sampled_from([
-        "unknown_robot", "empty_robot", "wrong_task", "num_views", "image_size", "huge_image",
+        "unknown_robot", "empty_robot", "other_robot", "wrong_task", "num_views", "image_size", "huge_image",
         "image_encoding", "short_data", "small_step", "state_dim", "state_non_finite",
         "wrench_non_finite", "horizon_non_finite", "stale", "zero_stamp", "future",
         "repeated_round", "horizon_policy"]))
@@ -88,39 +100,42 @@ def bad_observation(draw, last_round: int):
         return observation("fuzz", rnd, now_s() - age)
 
     if kind == "unknown_robot":
-        rid = "ghost_" + draw(st.text("abcdefghijklmnopqrstuvwxyz0123456789_", min_size=1, max_size=8))
-        return kind, lambda rnd: observation(rid, rnd), None, rid
+        rid = "ghost_" + draw(st.text(NAME_CHARS, min_size=1, max_size=8))
+        return kind, lambda rnd: observation(rid, rnd), "robot_id_mismatch", False
     if kind == "empty_robot":
-        return kind, lambda rnd: observation("", rnd), None, ""
+        return kind, lambda rnd: observation("", rnd), "robot_id_mismatch", False
+    if kind == "other_robot":
+        # the well-formed robot's id on the fuzz topic: must not be served as `good`
+        return kind, lambda rnd: observation("good", rnd), "robot_id_mismatch", False
     if kind == "wrong_task":
         task = draw(st.text(max_size=10).filter(lambda s: s != "pick_place"))
-        return kind, lambda rnd: _with(build(rnd), task_id=task), "wrong_task", "fuzz"
+        return kind, lambda rnd: _with(build(rnd), task_id=task), "wrong_task", True
     if kind == "num_views":
         n = draw(st.sampled_from([0, 2, 3, 4]))
-        return kind, lambda rnd: _with(build(rnd), images=[image() for _ in range(n)]), "num_views", "fuzz"
+        return kind, lambda rnd: _with(build(rnd), images=[image() for _ in range(n)]), "num_views", True
     if kind == "image_size":
         h, w = draw(st.tuples(st.integers(0, 64), st.integers(0, 64)).filter(lambda s: s != (32, 32)))
-        return kind, lambda rnd: _with(build(rnd), images=[image(h, w)]), "image_size", "fuzz"
+        return kind, lambda rnd: _with(build(rnd), images=[image(h, w)]), "image_size", True
     if kind == "huge_image":
         # ~0.5-1 MB, within what a reliable topic carries without an SHM profile
         h, w = draw(st.sampled_from([(480, 640), (300, 400), (600, 500)]))
-        return kind, lambda rnd: _with(build(rnd), images=[image(h, w)]), "image_size", "fuzz"
+        return kind, lambda rnd: _with(build(rnd), images=[image(h, w)]), "image_size", True
     if kind == "image_encoding":
         enc = draw(BAD_ENCODINGS)
-        return kind, lambda rnd: _with(build(rnd), images=[image(encoding=enc)]), "image_encoding", "fuzz"
+        return kind, lambda rnd: _with(build(rnd), images=[image(encoding=enc)]), "image_encoding", True
     if kind == "short_data":
         n = draw(st.integers(0, 32 * 96 - 1))
-        return kind, lambda rnd: _with(build(rnd), images=[image(nbytes=n)]), "image_data", "fuzz"
+        return kind, lambda rnd: _with(build(rnd), images=[image(nbytes=n)]), "image_data", True
     if kind == "small_step":
         step = draw(st.integers(0, 95))
-        return kind, lambda rnd: _with(build(rnd), images=[image(step=step)]), "image_data", "fuzz"
+        return kind, lambda rnd: _with(build(rnd), images=[image(step=step)]), "image_data", True
     if kind == "state_dim":
         n = draw(st.integers(0, 40).filter(lambda n: n != len(JOINTS)))
-        return kind, lambda rnd: _with(build(rnd), state=array.array("f", [0.5] * n)), "state_dim", "fuzz"
+        return kind, lambda rnd: _with(build(rnd), state=array.array("f", [0.5] * n)), "state_dim", True
     if kind == "state_non_finite":
         vals = draw(st.lists(FINITE, min_size=len(JOINTS), max_size=len(JOINTS)))
         vals[draw(st.integers(0, len(JOINTS) - 1))] = draw(NON_FINITE)
-        return kind, lambda rnd: _with(build(rnd), state=array.array("f", vals)), "non_finite", "fuzz"
+        return kind, lambda rnd: _with(build(rnd), state=array.array("f", vals)), "non_finite", True
     if kind == "wrench_non_finite":
         axis = draw(st.sampled_from(["force.x", "force.y", "force.z", "torque.x", "torque.y", "torque.z"]))
         bad = draw(NON_FINITE)
@@ -130,24 +145,24 @@ def bad_observation(draw, last_round: int):
             part, comp = axis.split(".")
             setattr(getattr(m.wrench, part), comp, bad)
             return m
-        return kind, wrench, "non_finite", "fuzz"
+        return kind, wrench, "non_finite", True
     if kind == "horizon_non_finite":
         bad = draw(NON_FINITE)
         return kind, lambda rnd: _with(build(rnd), horizon_policy="static",
-                                       horizon_params=array.array("f", [bad])), "non_finite", "fuzz"
+                                       horizon_params=array.array("f", [bad])), "non_finite", True
     if kind == "stale":
         old = draw(st.floats(2.5, 1e6))
-        return kind, lambda rnd: observation("fuzz", rnd, now_s() - old), "stale_timestamp", "fuzz"
+        return kind, lambda rnd: observation("fuzz", rnd, now_s() - old), "stale_timestamp", True
     if kind == "zero_stamp":
-        return kind, lambda rnd: observation("fuzz", rnd, 0.0), "stale_timestamp", "fuzz"
+        return kind, lambda rnd: observation("fuzz", rnd, 0.0), "stale_timestamp", True
     if kind == "future":
         ahead = draw(st.floats(1.0, 1e6))
-        return kind, lambda rnd: observation("fuzz", rnd, now_s() + ahead), "future_timestamp", "fuzz"
+        return kind, lambda rnd: observation("fuzz", rnd, now_s() + ahead), "future_timestamp", True
     if kind == "repeated_round":
         old_round = draw(st.integers(0, last_round))
-        return kind, lambda rnd: observation("fuzz", old_round), "round_id_not_increasing", "fuzz"
+        return kind, lambda rnd: observation("fuzz", old_round), "round_id_not_increasing", True
     name = draw(st.text(max_size=16).filter(lambda s: s not in ("", "static", "confidence") and ":" not in s))
-    return kind, lambda rnd: _with(build(rnd), horizon_policy=name), "horizon_policy", "fuzz"
+    return kind, lambda rnd: _with(build(rnd), horizon_policy=name), "horizon_policy", True
 
 
 def _with(msg, **fields):
@@ -168,23 +183,21 @@ def test_fuzzed_observations_are_refused_and_counted(rig):
                                            "server diagnostics for fuzz").items()
             if k.startswith("refused.")}
     expected: Counter = Counter()
-    unknown: Counter = Counter()
     next_round = [2000]
 
     @settings(FUZZ, max_examples=40)
     @given(case=bad_observation(1010))
     def fuzz(case):
-        kind, build, reason, counted_as = case
+        kind, build, reason, answered = case
         rnd = next_round[0]
         next_round[0] += 1
         msg = build(rnd)
         with rig.lock:
             seen = len(rig.chunks["fuzz"])
         rig.obs_pub["fuzz"].publish(msg)
-        if reason is None:
-            unknown[counted_as] += 1
-            return
         expected[reason] += 1
+        if not answered:
+            return
         reply = rig.wait(lambda: [c for c in rig.chunks["fuzz"][seen:] if c.round_id == msg.round_id
                                   and c.status == 2 and c.error.startswith(reason + ":")],
                          REPLY_TIMEOUT_S, f"{kind}: a REFUSED {reason} reply for round {msg.round_id}")
@@ -196,11 +209,11 @@ def test_fuzzed_observations_are_refused_and_counted(rig):
         d = rig.server_counts("fuzz")
         got = Counter({k[len("refused."):]: int(v) - base.get(k, 0) for k, v in d.items()
                        if k.startswith("refused.")})
-        ghosts = all(int(rig.server_counts(g).get("refused.unknown_robot", 0)) >= n
-                     for g, n in unknown.items())
-        return (+got == +expected and ghosts) and got
-    rig.wait(counted, 10.0, f"server counters to show {dict(expected)} and unknown robots {dict(unknown)} "
-                            f"(have {rig.server_counts('fuzz')})")
+        return +got == +expected and got
+    rig.wait(counted, 10.0, f"server counters to show {dict(expected)} (have {rig.server_counts('fuzz')})")
+    if expected["robot_id_mismatch"]:
+        inputs = rig.wait(lambda: rig.diag.get("policy_server: inputs"), 10.0, "the server's inputs status")
+        assert inputs["fuzz.last_reason"].startswith("robot_id_mismatch"), inputs
     # Nothing the fuzz robot sent after its two valid rounds was served.
     assert [c.round_id for c in rig.chunks["fuzz"] if c.status == 0] == [1000, 1010]
     assert_good_robot_still_served(rig, answered_before)
@@ -388,6 +401,15 @@ def test_junk_registrations_are_answered_and_the_server_stays_up(rig):
 
     fuzz()
     assert outcomes["bad_registration"] > 0, outcomes
+    # Registration refusals are on /diagnostics: a count and the last reason per robot id, with a
+    # bounded number of ids (RefusalLog folds the rest into "<other>").
+    regs = rig.wait(lambda: (d := rig.diag.get("policy_server: registrations"))
+                    and int(d["refused_total"]) >= outcomes["bad_registration"] and d, 10.0,
+                    f"the registrations status counting {outcomes['bad_registration']} refusals")
+    ids = [k[:-len(".count")] for k in regs if k.endswith(".count")]
+    assert 0 < len(ids) <= 32, ids
+    assert all(regs[f"{i}.last_reason"].startswith("bad_registration") for i in ids), regs
+    assert "junk_ns_space.count" in regs or "<other>.count" in regs, regs
     assert_good_robot_still_served(rig, answered_before)
 
 
@@ -452,20 +474,31 @@ class SensorFeed:
         self.thread.join(timeout=2)
 
 
-def test_non_finite_wrench_to_the_client_is_refused_and_the_client_recovers(rig):
-    """A robot_client forwards its newest wrench sample; NaN/inf samples must end as counted
-    non_finite refusals of those rounds (not a crash, not a stuck client), and the client must be
-    served again once the sensor is sane."""
+def test_non_finite_wrench_samples_are_dropped_by_the_client_and_rounds_keep_being_served(rig):
+    """A robot_client drops a NaN/inf wrench sample, counts it (client_status wrench_dropped, and
+    its /diagnostics status) and keeps sending its newest good sample: no round is lost to a bad
+    force reading, no observation it sends carries a non-finite wrench, and the server refuses
+    nothing from it as non_finite."""
     import json
 
+    from physai_ros_interfaces.msg import Observation
     from std_msgs.msg import String
 
+    from physai_ros.ros.qos import reliable_qos
+
     status = {}
+    sent_wrenches = []
 
     def on_status(m):
         with rig.lock:
             status.update(json.loads(m.data))
+
+    def on_obs(m):
+        f, t = m.wrench.force, m.wrench.torque
+        with rig.lock:
+            sent_wrenches.append((m.round_id, (f.x, f.y, f.z, t.x, t.y, t.z)))
     rig.node.create_subscription(String, "/cl/client_status", on_status, 10)
+    rig.node.create_subscription(Observation, "/cl/observation", on_obs, reliable_qos(100))
     rig.procs.start(ProcessSpec("robot_client", "physai_ros.nodes.robot_client", "cl",
                                 {"fleet_file": rig.fleet_file, "robot_id": "cl"}))
     feed = SensorFeed(rig)
@@ -474,8 +507,8 @@ def test_non_finite_wrench_to_the_client_is_refused_and_the_client_recovers(rig)
     def ok_chunks():
         return [c for c in rig.chunks["cl"] if c.status == 0]
 
-    def nonfinite_refusals():
-        return [c for c in rig.chunks["cl"] if c.status == 2 and c.error.startswith("non_finite:")]
+    def dropped():
+        return status.get("wrench_dropped", 0)
     try:
         rig.wait(ok_chunks, 60.0, "the robot client's first served round")
 
@@ -483,22 +516,59 @@ def test_non_finite_wrench_to_the_client_is_refused_and_the_client_recovers(rig)
         @given(axis=st.integers(0, 5), bad=NON_FINITE, rest=st.lists(FINITE, min_size=6, max_size=6))
         def fuzz(axis, bad, rest):
             with rig.lock:
-                refused, ok = len(nonfinite_refusals()), len(ok_chunks())
+                before, ok = dropped(), len(ok_chunks())
             w = list(rest)
             w[axis] = bad
             feed.wrench = w
-            rig.wait(lambda: len(nonfinite_refusals()) > refused, REPLY_TIMEOUT_S,
-                     f"a non_finite refusal for wrench {w}")
+            # While only bad samples arrive, the client keeps being served with the last good one.
+            rig.wait(lambda: dropped() > before and len(ok_chunks()) > ok, REPLY_TIMEOUT_S,
+                     f"wrench {w}: dropped samples counted ({status}) and a round served")
             feed.wrench = list(rest)
-            rig.wait(lambda: len(ok_chunks()) > ok, REPLY_TIMEOUT_S, "the client served again")
 
         fuzz()
         with rig.lock:
-            refused = len(nonfinite_refusals())
-        rig.wait(lambda: int(rig.server_counts("cl").get("refused.non_finite", 0)) == refused, 10.0,
-                 f"server refused.non_finite for cl == {refused} ({rig.server_counts('cl')})")
-        rig.wait(lambda: status.get("refused", 0) >= refused and status.get("state") != "stopped" and status,
-                 10.0, f"client_status counting {refused} refusals ({status})")
+            bad_sent = [(r, w) for r, w in sent_wrenches if not all(math.isfinite(x) for x in w)]
+            refused = [c.error for c in rig.chunks["cl"] if c.status == 2 and c.error.startswith("non_finite")]
+        assert sent_wrenches and bad_sent == [], bad_sent[:3]
+        assert refused == []
+        assert int(rig.server_counts("cl").get("refused.non_finite", 0)) == 0
+        diag = rig.wait(lambda: (d := rig.diag.get("cl/robot_client: client")) and int(d["wrench_dropped"]) > 0
+                        and d, 10.0, "the client's diagnostics counting dropped wrench samples")
+        assert diag["last_wrench_drop"].startswith("non-finite"), diag
+        # fuzz_rig's fleet file wants >= 500 Hz of camera frames; the feed sends 20 Hz
+        level, message = rig.diag_level["cl/robot_client: client"]
+        assert level == 2 and "camera_hz" in message and "< error 500" in message, (level, message)
+        # (wrench_hz may read 0 here: only NaN samples may have arrived in its 5 s window)
+        assert 0 < float(diag["camera_hz"]) <= 30 and float(diag["wrench_hz"]) >= 0, diag
+        assert status.get("state") != "stopped", status
     finally:
         feed.close()
     assert_good_robot_still_served(rig, answered_before)
+
+
+# ---- monitoring: levels from the fleet file's thresholds, metric topics ---------------------
+
+def test_nodes_grade_their_statuses_with_the_fleet_files_monitoring_block(rig):
+    """fuzz_rig's fleet file sets rate_tolerance 0.25 and a p99 latency warn limit no served
+    round can meet: the controller's rate status shows the 0.25 band, the server's status of the
+    well-formed robot turns WARN naming latency_ms_p99, and its numeric topics carry values."""
+    from std_msgs.msg import Float64
+
+    got = {}
+    rig.node.create_subscription(Float64, "/good/metrics/latency_ms_p99",
+                                 lambda m: got.__setitem__("p99", m.data), 10)
+    rig.node.create_subscription(Float64, "/fleet/metrics/robots_registered",
+                                 lambda m: got.__setitem__("registered", m.data), 10)
+    rate = rig.wait(lambda: rig.diag.get("ctl/trajectory_controller: joint_trajectory rate"), 20.0,
+                    "the controller's rate status")
+    assert float(rate["Minimum acceptable frequency (Hz)"]) == pytest.approx(100.0 * 0.75)
+    assert float(rate["Maximum acceptable frequency (Hz)"]) == pytest.approx(100.0 * 1.25)
+    level, message = rig.wait(lambda: (lm := rig.diag_level.get("policy_server: good")) and lm[0] == 1 and lm,
+                              20.0, f"a WARN status for the well-formed robot ({rig.diag_level.get('policy_server: good')})")
+    assert "latency_ms_p99" in message and "> warn 0.001" in message, message
+    vals = rig.diag["policy_server: good"]
+    assert float(vals["latency_ms_p99"]) > 0 and 0 <= float(vals["slo_meet_rate"]) <= 1, vals
+    fleet = rig.wait(lambda: rig.diag.get("policy_server: fleet"), 10.0, "the server's fleet status")
+    assert int(fleet["robots_registered"]) >= 2 and "queue_depth" in fleet, fleet
+    rig.wait(lambda: got.get("p99", 0) > 0 and got.get("registered", 0) >= 2, 20.0,
+             f"/good/metrics/latency_ms_p99 and /fleet/metrics/robots_registered ({got})")

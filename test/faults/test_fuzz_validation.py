@@ -9,6 +9,7 @@
 """
 from __future__ import annotations
 
+import dataclasses
 import time
 
 import numpy as np
@@ -78,3 +79,20 @@ def test_robot_named_policy_classes_are_refused_unless_configured():
         assert r is not None and r.reason == V.HORIZON_POLICY, (name, r)
     assert v.check(_obs("physai_ros.engine.horizon:ConfidenceHorizon"), reg("r"), time.time()) is None
     assert v.refused["r"][V.HORIZON_POLICY] == 4
+
+
+@settings(max_examples=8, deadline=None)
+@given(ids=st.lists(st.text(min_size=0, max_size=300).filter(lambda s: s != "r"), min_size=40, max_size=60))
+def test_refusals_of_invented_robot_ids_stay_bounded(ids):
+    """Unknown robots are counted per claimed id up to MAX_UNKNOWN_IDS ids, then together: a
+    sender inventing ids cannot grow the server's memory or its /diagnostics without limit."""
+    v = V.ObservationValidator(max_age_s=2.0)
+    v.reset_robot("r", 0)
+    assert v.check(_obs(""), reg("r"), time.time()) is None  # a registered robot is unaffected
+    for rid in ids:
+        r = v.check(dataclasses.replace(_obs(""), robot_id=rid), None, time.time())
+        assert r is not None and r.reason == V.UNKNOWN_ROBOT
+    unknown = [k for k in v.refused if k != "r"]
+    assert len(unknown) <= V.MAX_UNKNOWN_IDS + 1
+    assert sum(sum(v.refused[k].values()) for k in unknown) == len(ids)
+    assert len(set(ids)) <= V.MAX_UNKNOWN_IDS or V.UNKNOWN_OTHER in v.refused

@@ -16,6 +16,12 @@ from physai_ros.sim.fleet_sim import InstanceSpec, SimConfig, poisson_arrivals, 
 from physai_ros.sim.trace_capture import FleetTraceCapture, chunk_from_msg, request_from_msg
 from physai_ros.sim.traces import RoundTrace, load_traces, save_traces
 from physai_ros.ros.time_conv import time_from_sec
+from physai_ros.serving.config import default_fleet_path, load_fleet, resolve_package_path
+
+# chunk_size of the model config/fleet.yaml serves (the trained sim policy's config.json)
+_MODEL = load_fleet(None).server.model
+EMBEDDED_CHUNK = (json.loads((resolve_package_path(_MODEL.checkpoint, default_fleet_path().parent)
+                              / "config.json").read_text())["chunk_size"] if _MODEL.checkpoint else 8)
 
 T0 = 1000.0
 
@@ -159,7 +165,7 @@ def _replay(tasks, seed):
 @pytest.mark.ros
 @pytest.mark.slow
 def test_a_real_fleet_run_records_a_trace_the_simulator_replays(tmp_path):
-    """The default serving fleet (policy server with the tiny random-weight pi0 on CPU, 2 robots)
+    """The default serving fleet (policy server with the embedded trained pi0 on CPU, 2 robots)
     for 15 s with --record-trace; its trace loads, has rounds for every robot with values
     consistent with the task config, and replays deterministically. No latency thresholds: the
     machine may be loaded; only causality (the chunk arrives after its inference) is checked."""
@@ -188,7 +194,7 @@ def test_a_real_fleet_run_records_a_trace_the_simulator_replays(tmp_path):
             assert r.exec_s == pytest.approx(r.horizon * tr.control_period)
             assert all(math.isfinite(v) and v >= 0 for v in (r.generation_s, r.queue_s, r.latency_s))
             assert r.latency_s + 1e-3 >= r.generation_s  # capture -> chunk includes the inference
-            assert 1 <= r.horizon <= r.chunk_horizon <= 8  # the tiny pi0 samples 8-action chunks
+            assert 1 <= r.horizon <= r.chunk_horizon <= EMBEDDED_CHUNK  # the embedded policy's chunk length
         if cfg["horizon_policy"] == "static":
             assert {r.chunk_horizon for r in tr.rounds} == {int(cfg["horizon_params"][0])}
         assert tr.rounds[-1].trigger_remaining == 0

@@ -5,7 +5,7 @@ import pytest
 import yaml
 
 from physai_ros.serving.config import (FleetConfigError, default_fleet_path, load_fleet,
-                                       parse_fleet, tokenizer_path)
+                                       parse_fleet, resolve_package_path, tokenizer_path)
 
 
 @pytest.fixture(scope="module")
@@ -16,7 +16,10 @@ def doc():
 def test_default_fleet_loads_with_four_robots_and_assets():
     cfg = load_fleet()
     assert len(cfg.robots) == 4
-    assert cfg.server.scheduler == "fifo" and cfg.server.model.preset == "tiny"
+    # The demo default is the trained sim policy shipped in the package (issue 9).
+    assert cfg.server.scheduler == "fifo" and cfg.server.model.preset is None
+    assert cfg.server.model.checkpoint == "package://physai_ros/assets/policy/sim_pi0"
+    assert (resolve_package_path(cfg.server.model.checkpoint) / "model.safetensors").is_file()
     assert {r.task.prompt for r in cfg.robots} == {t.prompt for t in cfg.tasks.values()}
     assert tokenizer_path(cfg).is_file()
     assert [r.namespace for r in cfg.robots] == ["robot_0", "robot_1", "robot_2", "robot_3"]
@@ -83,7 +86,8 @@ CASES = [
     (lambda d: d["server"].update(max_batch=0), r"^server\.max_batch: expected an integer >= 1, got 0"),
     (lambda d: d["server"].update(max_batch="8"), r"^server\.max_batch: expected an integer"),
     (lambda d: d["server"].update(device="tpu"), r"^server\.device: expected one of"),
-    (lambda d: d["server"]["model"].update(checkpoint="/x"), r"^server\.model: expected exactly one of"),
+    (lambda d: d["server"]["model"].update(checkpoint="/x", preset="tiny"), r"^server\.model: expected exactly one of"),
+    (lambda d: d["server"]["model"].pop("checkpoint"), r"^server\.model: expected exactly one of"),
     (lambda d: d["server"]["model"].pop("tokenizer"), r"^server\.model\.tokenizer: missing"),
     (lambda d: d["server"].update(colour="red"), r"^server\.colour: unknown key"),
     (lambda d: d["tasks"]["pick_place"].update(slo_ms=-5), r"^tasks\.pick_place\.slo_ms: expected a finite number > 0"),
@@ -94,7 +98,7 @@ CASES = [
     (lambda d: d["tasks"]["pick_place"].update(horizon_policy={"name": "greedy"}),
      r"^tasks\.pick_place\.horizon_policy\.name: expected 'static', 'confidence'"),
     (lambda d: d["tasks"]["pick_place"].pop("prompt"), r"^tasks\.pick_place\.prompt: missing"),
-    (lambda d: d["robots"][1].update(task="dance"), r"^robots\[1\]\.task: expected one of \['pick_place', 'reach_goal'\], got 'dance'"),
+    (lambda d: d["robots"][1].update(task="dance"), r"^robots\[1\]\.task: expected one of \['pick_place', 'reach_goal', 'reach_streaming'\], got 'dance'"),
     (lambda d: d["robots"][2].update(cameras=[]), r"^robots\[2\]\.cameras: expected 1\.\.3 entries, got 0"),
     (lambda d: d["robots"][2].update(cameras=["a", "b", "c", "d"]), r"^robots\[2\]\.cameras: expected 1\.\.3 entries"),
     (lambda d: d["robots"][0].update(joints=["a", "a"]), r"^robots\[0\]\.joints: entries must be unique"),

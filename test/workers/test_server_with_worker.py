@@ -25,6 +25,8 @@ def _fleet_doc():
     doc["robots"] = doc["robots"][:2]  # robot_0: 2 views, pick_place; robot_1: 2 views, reach_goal
     doc["robots"][1]["cameras"] = ["camera_0/image_raw"]
     srv = doc["server"]
+    # The worker runs the random tiny model (worker_harness); the server must describe the same.
+    srv["model"] = {**{k: v for k, v in srv["model"].items() if k != "checkpoint"}, "preset": "tiny"}
     srv.update(scheduler="wait_ratio", engine_instances=0, max_batch=4,
                remote_engines=[{"instance_id": WORKER, "timeout_s": 10.0}])
     for t in doc["tasks"].values():

@@ -1,0 +1,417 @@
+"""Soak benchmark (issue 8 "Load"; not CI): a simulated fleet served for many minutes.
+
+Runs `physai-fleet` (the real policy server with the tiny pi0, and per robot a sim_robot, a
+robot_client and a trajectory_controller, each its own process) on a generated fleet file, and
+watches it from this process over DDS:
+  - every robot's observation and action_chunk topics: rounds sent and answered, latency from
+    capture to the chunk's arrival here, per minute (p50/p99 over the fleet); lost rounds (an
+    observation never answered: OK, error or refusal) and duplicated rounds (two OK chunks for
+    one round) must both be 0;
+  - every robot's client_status (refusals, fallbacks, SLO misses, dropped wrench samples) and the
+    server's /diagnostics (refusals by reason);
+  - resident memory (VmRSS) of every fleet process, sampled every --sample-s; growth is reported
+    as the slope of a least-squares line over the samples after the first minute (start-up and
+    warm-up allocations are not growth) and as last-minus-first of that range;
+  - the 1-minute load average.
+
+    .venv/bin/python bench/soak.py --minutes 10 --robots 16 --json out/soak/soak.json
+
+The robots run at reduced sensor and control rates (see ROBOT_YAML) so 16 of them plus the
+server fit on a small machine; the serving path is the same as at full rate.
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import signal
+import subprocess
+import sys
+import threading
+import time
+from collections import defaultdict
+from pathlib import Path
+
+import numpy as np
+
+FLEET_YAML = """\
+server:
+  model: {{preset: tiny, tokenizer: package://physai_ros/assets/tokenizer.json, max_token_len: 48, seed: 0}}
+  device: cpu
+  engine_instances: 1
+  max_batch: 8
+  scheduler: {scheduler}
+  profile: false
+  max_observation_age_s: 2.0
+tasks:
+  pick_place:
+    prompt: "pick up the cube and place it on the goal"
+    action_rate_hz: 10
+    horizon_policy: {{name: static, params: [8]}}
+    slo_ms: {slo_ms}
+    fallback: hold
+    max_consecutive_slo_violation: 1000000
+    on_max_violation: stop_and_call_human
+robots:
+{robots}
+monitoring:
+  diagnostics_period_s: 1.0
+  window_s: 60.0
+  thresholds:
+    latency_ms_p99: {{warn: {warn_ms}, error: {slo_ms}}}
+    wrench_hz: {{warn_below: {wrench_warn}, error_below: 5}}
+    camera_hz: {{warn_below: {camera_warn}, error_below: 1}}
+"""
+ROBOT_YAML = """\
+  - id: robot_{k}
+    task: pick_place
+    sim: {{task: pick_and_place, num_joints: 4, seed: {k}, physics_rate_hz: {physics_hz}, camera_rate_hz: {camera_hz}, joint_state_rate_hz: 10.0}}
+    cameras: [camera_0/image_raw]
+    image_height: {image}
+    image_width: {image}
+    joints: [joint_0, joint_1, joint_2, joint_3, gripper]
+    control_rate_hz: {control_hz}
+    simulated: true
+"""
+
+
+UDP_ONLY_PROFILE = """<?xml version="1.0" encoding="UTF-8"?>
+<dds xmlns="http://www.eprosima.com">
+  <profiles>
+    <transport_descriptors>
+      <transport_descriptor>
+        <transport_id>soak_udp</transport_id>
+        <type>UDPv4</type>
+      </transport_descriptor>
+    </transport_descriptors>
+    <participant profile_name="soak_udp_participant" is_default_profile="true">
+      <rtps>
+        <userTransports><transport_id>soak_udp</transport_id></userTransports>
+        <useBuiltinTransports>false</useBuiltinTransports>
+      </rtps>
+    </participant>
+  </profiles>
+</dds>
+"""
+
+
+def write_fleet(path: Path, args) -> Path:
+    robots = "".join(ROBOT_YAML.format(k=k, physics_hz=args.physics_hz, camera_hz=args.camera_hz,
+                                       image=args.image, control_hz=args.control_hz)
+                     for k in range(args.robots))
+    path.write_text(FLEET_YAML.format(robots=robots, scheduler=args.scheduler, slo_ms=args.slo_ms,
+                                      warn_ms=0.8 * args.slo_ms, wrench_warn=0.5 * args.physics_hz,
+                                      camera_warn=0.5 * args.camera_hz))
+    return path
+
+
+# ---- processes and memory -----------------------------------------------------------------
+
+def descendants(root: int) -> dict[int, str]:
+    """pid -> short name (module and namespace) of every process under root."""
+    children: dict[int, list[int]] = defaultdict(list)
+    cmd: dict[int, list[str]] = {}
+    for d in os.listdir("/proc"):
+        if not d.isdigit():
+            continue
+        try:
+            with open(f"/proc/{d}/stat") as f:
+                ppid = int(f.read().rsplit(")", 1)[1].split()[1])
+            with open(f"/proc/{d}/cmdline", "rb") as f:
+                cmd[int(d)] = f.read().decode(errors="replace").split("\0")
+        except (OSError, IndexError, ValueError):
+            continue
+        children[ppid].append(int(d))
+    out, todo = {}, [root]
+    while todo:
+        pid = todo.pop()
+        argv = cmd.get(pid, [])
+        mod = argv[argv.index("-m") + 1] if "-m" in argv and argv.index("-m") + 1 < len(argv) else "?"
+        ns = next((a.split(":=", 1)[1].strip("/") for a in argv if a.startswith("__ns:=")), "")
+        out[pid] = f"{ns + '/' if ns else ''}{mod.rsplit('.', 1)[-1]}"
+        todo += children.get(pid, [])
+    return out
+
+
+def rss_mb(pid: int) -> float | None:
+    try:
+        with open(f"/proc/{pid}/status") as f:
+            for line in f:
+                if line.startswith("VmRSS:"):
+                    return int(line.split()[1]) / 1024.0
+    except OSError:
+        return None
+    return None
+
+
+def memory_growth(samples: list[tuple[float, float]], skip_s: float) -> dict:
+    """samples: (seconds since start, MB). Slope over the samples after skip_s."""
+    pts = [(t, m) for t, m in samples if t >= skip_s]
+    if len(pts) < 3:
+        pts = samples
+    t = np.array([p[0] for p in pts])
+    m = np.array([p[1] for p in pts])
+    slope = float(np.polyfit(t / 60.0, m, 1)[0]) if len(pts) >= 2 and np.ptp(t) > 0 else 0.0
+    return {"rss_mb_first": round(float(m[0]), 1), "rss_mb_last": round(float(m[-1]), 1),
+            "rss_mb_max": round(float(m.max()), 1), "growth_mb": round(float(m[-1] - m[0]), 2),
+            "slope_mb_per_min": round(slope, 3), "samples": len(pts)}
+
+
+# ---- the observer -------------------------------------------------------------------------
+
+class Observer:
+    """Subscribes to every robot's serving topics and status; spins in its own thread."""
+
+    def __init__(self, robots: list[str]):
+        import rclpy
+        from diagnostic_msgs.msg import DiagnosticArray
+        from physai_ros_interfaces.msg import ActionChunk, Observation
+        from rclpy.executors import SingleThreadedExecutor
+        from std_msgs.msg import String
+
+        from physai_ros.ros.qos import reliable_qos
+
+        rclpy.init()
+        self.node = rclpy.create_node("soak_observer")
+        self.lock = threading.Lock()
+        self.sent: dict[str, dict[int, float]] = {r: {} for r in robots}  # round -> wall time first sent
+        self.answers: dict[str, dict[int, list[tuple[int, float, str]]]] = {r: defaultdict(list) for r in robots}
+        self.latency: list[tuple[float, float]] = []  # (wall time, capture -> arrival ms)
+        self.status: dict[str, dict] = {}
+        self.diag: dict[str, dict[str, str]] = {}
+        self.diag_levels: dict[str, int] = {}
+        self.holds = defaultdict(int)
+        self._obs_type, self._qos = Observation, reliable_qos(100)
+        self._watching_obs: set[str] = set()
+        for r in robots:
+            self.node.create_subscription(ActionChunk, f"/{r}/action_chunk",
+                                          lambda m, r=r: self._on_chunk(r, m), reliable_qos(100))
+            self.node.create_subscription(String, f"/{r}/client_status",
+                                          lambda m, r=r: self._on_status(r, m), reliable_qos())
+        self.node.create_subscription(DiagnosticArray, "/diagnostics", self._on_diag, reliable_qos(100))
+        self.executor = SingleThreadedExecutor()
+        self.executor.add_node(self.node)
+        self._stop = threading.Event()
+        self.thread = threading.Thread(target=self._spin, daemon=True)
+        self.thread.start()
+
+    def _spin(self):
+        while not self._stop.is_set():
+            self.executor.spin_once(timeout_sec=0.05)
+            self._watch_observations()
+
+    def _watch_observations(self):
+        """Subscribe to a robot's observations only once the policy server has: a robot_client
+        sends when its observation topic has a subscriber, so subscribing earlier would make
+        it send rounds into the void during the server's warm-up (and count them as lost)."""
+        for r in self.sent:
+            topic = f"/{r}/observation"
+            if r not in self._watching_obs and self.node.count_subscribers(topic) > 0:
+                self.node.create_subscription(self._obs_type, topic, lambda m, r=r: self._on_obs(r, m), self._qos)
+                self._watching_obs.add(r)
+
+    def _on_obs(self, r, m):
+        with self.lock:
+            self.sent[r].setdefault(int(m.round_id), time.time())
+
+    def _on_chunk(self, r, m):
+        now = time.time()
+        if m.engine_instance == "robot_client":  # the client's own hold chunk
+            with self.lock:
+                self.holds[r] += 1
+            return
+        capture = m.header.stamp.sec + m.header.stamp.nanosec * 1e-9
+        with self.lock:
+            self.answers[r][int(m.round_id)].append((int(m.status), now, m.error.split(":")[0]))
+            if m.status == 0:
+                self.latency.append((now, (now - capture) * 1e3))
+
+    def _on_status(self, r, m):
+        with self.lock:
+            self.status[r] = json.loads(m.data)
+
+    def _on_diag(self, arr):
+        with self.lock:
+            for st in arr.status:
+                self.diag[st.name] = {kv.key: kv.value for kv in st.values}
+                lvl = st.level[0] if isinstance(st.level, (bytes, bytearray)) else int(st.level)
+                self.diag_levels[st.name] = lvl
+
+    def close(self):
+        import rclpy
+
+        self._stop.set()
+        self.thread.join(timeout=5)
+        self.node.destroy_node()
+        rclpy.try_shutdown()
+
+
+def rounds_report(obs: Observer) -> dict:
+    """Lost: a round never answered (OK, error or refusal) although a later round of the same
+    robot was. In flight: unanswered rounds after the robot's newest answered one (the run
+    ended). Duplicated: more than one OK answer for one round."""
+    per_robot, lost_total, dup_total, answered_total, sent_total, flight_total = {}, 0, 0, 0, 0, 0
+    with obs.lock:
+        for r, sent in obs.sent.items():
+            ans = obs.answers[r]
+            newest = max((rid for rid in ans if rid in sent), default=-1)
+            lost = sorted(rid for rid in sent if rid not in ans and rid < newest)
+            in_flight = sorted(rid for rid in sent if rid not in ans and rid > newest)
+            dup = sorted(rid for rid, a in ans.items() if sum(1 for s, _, _ in a if s == 0) > 1)
+            unsent_answers = sorted(rid for rid in ans if rid not in sent)
+            statuses = defaultdict(int)
+            for a in ans.values():
+                for s, _, why in a:
+                    statuses["ok" if s == 0 else f"{'error' if s == 1 else 'refused'}:{why}"] += 1
+            ids = sorted(sent)
+            per_robot[r] = {"sent": len(sent), "answered": len(ans), "lost": len(lost), "lost_ids": lost[:10],
+                            "in_flight_at_end": len(in_flight),
+                            "duplicated": len(dup), "duplicated_ids": dup[:10],
+                            "answers_to_unseen_rounds": len(unsent_answers),
+                            "round_ids_increasing": ids == sorted(set(ids)), "answers": dict(statuses)}
+            lost_total += len(lost)
+            dup_total += len(dup)
+            answered_total += len(ans)
+            sent_total += len(sent)
+            flight_total += len(in_flight)
+    return {"sent": sent_total, "answered": answered_total, "lost": lost_total, "duplicated": dup_total,
+            "in_flight_at_end": flight_total, "per_robot": per_robot}
+
+
+def latency_by_minute(samples: list[tuple[float, float]], t0: float) -> list[dict]:
+    by_min = defaultdict(list)
+    for t, ms in samples:
+        by_min[int((t - t0) // 60)].append(ms)
+    out = []
+    for m in sorted(by_min):
+        a = np.array(by_min[m])
+        out.append({"minute": m, "n": int(a.size), "p50_ms": round(float(np.percentile(a, 50)), 1),
+                    "p99_ms": round(float(np.percentile(a, 99)), 1)})
+    return out
+
+
+def main(argv=None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap.add_argument("--minutes", type=float, default=10.0)
+    ap.add_argument("--robots", type=int, default=16)
+    ap.add_argument("--scheduler", default="fifo")
+    ap.add_argument("--slo-ms", type=float, default=2000.0)
+    ap.add_argument("--image", type=int, default=64, help="square camera frames, pixels")
+    ap.add_argument("--physics-hz", type=float, default=50.0, help="sim physics and wrench rate")
+    ap.add_argument("--camera-hz", type=float, default=5.0)
+    ap.add_argument("--control-hz", type=float, default=50.0, help="trajectory controller rate")
+    ap.add_argument("--sample-s", type=float, default=10.0, help="memory / load sampling period")
+    ap.add_argument("--out-dir", default="out/soak")
+    ap.add_argument("--transport", choices=("udp", "default"), default="udp",
+                    help="udp: Fast DDS over loopback UDP only (FASTDDS_BUILTIN_TRANSPORTS=UDPv4); "
+                         "default: Fast DDS' defaults (shared memory + UDP)")
+    ap.add_argument("--json", default=None, help="write the result here (default OUT_DIR/soak.json)")
+    args = ap.parse_args(argv)
+    out = Path(args.out_dir)
+    out.mkdir(parents=True, exist_ok=True)
+    fleet = write_fleet(out / "soak_fleet.yaml", args)
+    env = {**os.environ, "ROS_AUTOMATIC_DISCOVERY_RANGE": os.environ.get("ROS_AUTOMATIC_DISCOVERY_RANGE", "LOCALHOST")}
+    if args.transport == "udp":
+        # Fast DDS' shared-memory transport: a process killed while holding a port's
+        # interprocess mutex (here: other runs on the same machine) leaves it locked in
+        # /dev/shm, and every later participant that writes to that port blocks for good
+        # (seen: a policy_server stuck in create_subscription -> SharedMemManager::Port::
+        # regenerate_port). Loopback UDP has no such shared state; frames here are small.
+        # (FASTDDS_BUILTIN_TRANSPORTS=UDPv4 was not honoured through rmw_fastrtps here; an XML
+        # default profile is.)
+        profile = out / "fastdds_udp_only.xml"
+        profile.write_text(UDP_ONLY_PROFILE)
+        env["FASTDDS_DEFAULT_PROFILES_FILE"] = str(profile.resolve())
+    os.environ.update(env)
+    robots = [f"robot_{k}" for k in range(args.robots)]
+    obs = Observer(robots)
+    duration_s = args.minutes * 60.0
+    cmd = [sys.executable, "-m", "physai_ros.fleet", "--fleet", str(fleet), "--duration", str(duration_s),
+           "--summary-json", str(out / "summary.json"), "--report", str(out / "report.png"),
+           "--contact-sheet", str(out / "contact_sheet.png"), "--log-dir", str(out / "logs")]
+    log = open(out / "physai_fleet.log", "w")
+    t_start = time.time()
+    fleet_proc = subprocess.Popen(cmd, stdout=log, stderr=subprocess.STDOUT, env=env, start_new_session=True)
+    mem: dict[str, list[tuple[float, float]]] = defaultdict(list)
+    load: list[tuple[float, float]] = []
+    serving_since = None
+    try:
+        while fleet_proc.poll() is None:
+            time.sleep(args.sample_s)
+            now = time.time()
+            if serving_since is None:
+                with obs.lock:
+                    if obs.latency:
+                        serving_since = obs.latency[0][0]
+            t = now - (serving_since or now)
+            for pid, name in descendants(fleet_proc.pid).items():
+                mb = rss_mb(pid)
+                if mb is not None and serving_since is not None:
+                    mem[name].append((t, mb))
+            if serving_since is not None:
+                load.append((t, os.getloadavg()[0]))
+            print(f"soak: t={now - t_start:6.0f} s, serving for {t:6.0f} s, load {os.getloadavg()[0]:.1f}, "
+                  f"rounds answered {sum(len(a) for a in obs.answers.values())}", flush=True)
+    except KeyboardInterrupt:
+        os.killpg(fleet_proc.pid, signal.SIGINT)
+        fleet_proc.wait(timeout=60)
+    end_wall = time.time()
+    time.sleep(2.0)  # late answers
+    obs.close()
+    rc = fleet_proc.returncode
+    rounds = rounds_report(obs)
+    serving_since = serving_since or t_start
+    statuses = {r: obs.status.get(r, {}) for r in robots}
+    server_refused = defaultdict(int)
+    for name, vals in obs.diag.items():
+        if name.startswith("policy_server: robot_"):
+            for k, v in vals.items():
+                if k.startswith("refused.") and v.isdigit():
+                    server_refused[k[len("refused."):]] += int(v)
+    fallbacks = defaultdict(int)
+    for s in statuses.values():
+        for k, v in (s.get("fallbacks") or {}).items():
+            fallbacks[k] += v
+    memory = {name: memory_growth(s, skip_s=60.0) for name, s in sorted(mem.items()) if s}
+    kinds = defaultdict(list)
+    for name, g in memory.items():
+        kinds[name.rsplit("/", 1)[-1]].append(g["slope_mb_per_min"])
+    lat = latency_by_minute(obs.latency, serving_since)
+    result = {
+        "config": {**vars(args), "fleet_file": str(fleet)},
+        "physai_fleet_rc": rc,
+        "serving_s": round(end_wall - serving_since, 1),
+        "rounds": rounds,
+        "latency_by_minute": lat,
+        "latency_drift_p50_ms": round(lat[-1]["p50_ms"] - lat[0]["p50_ms"], 1) if len(lat) > 1 else None,
+        "latency_drift_p99_ms": round(lat[-1]["p99_ms"] - lat[0]["p99_ms"], 1) if len(lat) > 1 else None,
+        "refused_inputs": {"client_total": sum(s.get("refused", 0) for s in statuses.values()),
+                           "server_by_reason": dict(server_refused)},
+        "fallbacks": dict(fallbacks),
+        "client_holds_seen": dict(obs.holds),
+        "slo_misses": sum(s.get("slo_misses", 0) for s in statuses.values()),
+        "wrench_dropped": sum(s.get("wrench_dropped", 0) for s in statuses.values()),
+        "client_states": {r: s.get("state") for r, s in statuses.items()},
+        "memory": memory,
+        "memory_slope_mb_per_min_by_kind": {k: {"max": max(v), "median": float(np.median(v))} for k, v in kinds.items()},
+        "load_avg_1min": {"mean": round(float(np.mean([v for _, v in load])), 2) if load else None,
+                          "max": round(float(max(v for _, v in load)), 2) if load else None},
+        "diagnostics_levels": {k: v for k, v in sorted(obs.diag_levels.items())},
+        "server_robot_diagnostics": {k: v for k, v in sorted(obs.diag.items()) if k.startswith("policy_server: ")},
+        "client_status": statuses,
+        "lost_round_detail": {r: [(rid, round(obs.sent[r][rid] - serving_since, 2)) for rid in
+                                  rounds["per_robot"][r]["lost_ids"]] for r in robots},
+    }
+    path = Path(args.json) if args.json else out / "soak.json"
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text(json.dumps(result, indent=2))
+    print(json.dumps({k: result[k] for k in ("physai_fleet_rc", "serving_s", "latency_by_minute", "fallbacks",
+                                             "refused_inputs", "load_avg_1min", "memory_slope_mb_per_min_by_kind")},
+                     indent=1))
+    print(f"soak: rounds sent {rounds['sent']}, answered {rounds['answered']}, lost {rounds['lost']}, "
+          f"duplicated {rounds['duplicated']}; result {path}")
+    return 0 if rc == 0 and rounds["lost"] == 0 and rounds["duplicated"] == 0 else 1
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

@@ -1,0 +1,155 @@
+"""The policy server's streaming mode on ROS 2 (issue 7): a thin adapter over
+physai_ros.serving.streaming_service, mounted by policy_server when a fleet.yaml task has
+`mode: streaming`.
+
+Per streaming robot (namespace <ns>):
+  pub  <ns>/trajectory_segment (TrajectorySegment, reliable, depth 50) -> trajectory_controller;
+       header.stamp = capture time of the newest wrench sample the segment's newest tick read
+       (the tick time before any sample), so the quick loop can be traced end to end
+  sub  <ns>/stream_wrench (WrenchStamped, sensor-data QoS) <- robot_client, at its native rate
+  observations arrive on the server's usual <ns>/observation subscription and are routed here
+/diagnostics: "policy_server: streaming" (slots, rates, missed ticks, per-robot counters).
+Segments are published from the action-expert thread (rclpy publishers are thread-safe), so a
+segment never waits for the executor.
+"""
+from __future__ import annotations
+
+import array
+import math
+import threading
+
+from geometry_msgs.msg import WrenchStamped
+from physai_ros_interfaces.msg import TrajectorySegment
+
+from physai_ros.monitoring.diagnostics import OK, WARN, level_byte
+from physai_ros.ros.qos import TRAJECTORY_SEGMENT_TOPIC, reliable_qos, sensor_data_qos
+from physai_ros.ros.time_conv import now_sec, time_from_sec, to_sec
+from physai_ros.serving.streaming_client import STREAM_WRENCH_TOPIC
+from physai_ros.serving.streaming_service import SegmentOut, build_streaming_service, streaming_tasks
+from physai_ros.serving.types import STATUS_REFUSED, ChunkResult, ObservationData, RegistrationResult, RobotRegistration
+
+
+def segment_to_msg(out: SegmentOut) -> TrajectorySegment:
+    msg = TrajectorySegment()
+    stamp = out.wrench_stamp if math.isfinite(out.wrench_stamp) and out.wrench_stamp > 0 else out.tick_time
+    msg.header.stamp = time_from_sec(stamp)
+    msg.robot_id = out.robot_id
+    msg.round_id = int(out.round_id)
+    msg.segment_id = int(out.segment_id)
+    msg.joint_names = list(out.joint_names)
+    msg.start_time = time_from_sec(out.start_time)
+    msg.dt = float(out.dt)
+    n, d = out.positions.shape
+    msg.num_nodes, msg.dim = int(n), int(d)
+    pos = array.array("f")
+    pos.frombytes(out.positions.astype("<f4", copy=False).tobytes())
+    msg.positions = pos
+    msg.committed = [bool(c) for c in out.committed]
+    return msg
+
+
+class PolicyServerStreaming:
+    def __init__(self, node, fleet, core):
+        self.node = node
+        self.fleet = fleet
+        self.core = core
+        log = node.get_logger()
+        self.service = build_streaming_service(fleet, self._publish, core.tokenizer, core.normalizer,
+                                               ros_clock=lambda: now_sec(node), log=log.warning)
+        self._pubs: dict[str, object] = {}  # robot_id -> segment publisher
+        self._subs: dict[str, object] = {}  # namespace -> wrench subscription
+        self._lock = threading.Lock()
+        for r in fleet.robots:  # known streaming robots: topics now, so discovery is done early
+            if r.task.mode == "streaming":
+                self._ensure_topics(r.id, r.namespace)
+        node.create_timer(0.5, self._reap)
+        updater = getattr(node, "updater", None)
+        if updater is not None:
+            updater.add("streaming", self._diagnose)
+        sc = fleet.server.streaming
+        log.info(f"streaming mode for task(s) {', '.join(streaming_tasks(fleet))}: {sc.slots} slot(s), "
+                 f"VLM {sc.vlm_hz:g} Hz, action expert {sc.ae_hz:g} Hz, force token "
+                 f"{'on' if self.service.core.expert.has_force else 'off'} ({sc.force}), when full: {sc.when_full}")
+
+    @classmethod
+    def maybe(cls, node, fleet, core) -> "PolicyServerStreaming | None":
+        return cls(node, fleet, core) if streaming_tasks(fleet) else None
+
+    def _ensure_topics(self, robot_id: str, namespace: str) -> None:
+        ns = "/" + namespace.strip("/") if namespace.strip("/") else ""
+        with self._lock:
+            if robot_id not in self._pubs:
+                self._pubs[robot_id] = self.node.create_publisher(
+                    TrajectorySegment, f"{ns}/{TRAJECTORY_SEGMENT_TOPIC}", reliable_qos(depth=50))
+            if ns not in self._subs:
+                self._subs[ns] = self.node.create_subscription(
+                    WrenchStamped, f"{ns}/{STREAM_WRENCH_TOPIC}",
+                    lambda m, rid=robot_id: self._on_wrench(rid, m), sensor_data_qos(10))
+
+    # ---- called by policy_server ---------------------------------------------------------
+
+    def on_register(self, reg: RobotRegistration, res: RegistrationResult) -> RegistrationResult:
+        """After the serving core accepted `reg`: give it a streaming slot, serve it chunked,
+        or refuse it (server.streaming.when_full)."""
+        if not res.accepted:
+            self.service.release(reg.robot_id, "registration_refused")
+            return res
+        task = self.fleet.tasks.get(reg.task_id)
+        if task is None:
+            self.service.release(reg.robot_id, "left_streaming")
+            return res
+        adm = self.service.admit(reg, task)
+        if adm.streaming:
+            self._ensure_topics(reg.robot_id, reg.robot_namespace)
+        elif adm.reason:
+            self.node.get_logger().info(f"{reg.robot_id}: {adm.reason}", throttle_duration_sec=5.0)
+        return RegistrationResult(adm.accepted, adm.reason, res.server_instance)
+
+    def handles(self, robot_id: str) -> bool:
+        return self.service.is_streaming(robot_id)
+
+    def on_observation(self, obs: ObservationData) -> ChunkResult | None:
+        """Route a streaming robot's observation; a refusal comes back as a REFUSED chunk."""
+        refusal = self.service.on_observation(obs)
+        if refusal is None:
+            return None
+        self.node.get_logger().warning(f"streaming: refused observation of {obs.robot_id}: {refusal}",
+                                       throttle_duration_sec=1.0)
+        reg = self.core.registrations.get(obs.robot_id)
+        return ChunkResult(robot_id=obs.robot_id, task_id=obs.task_id, round_id=obs.round_id, stamp=obs.stamp,
+                           status=STATUS_REFUSED, error=str(refusal), joint_names=reg.joint_names if reg else ())
+
+    def close(self) -> None:
+        self.service.close()
+
+    # ---- ROS callbacks -------------------------------------------------------------------
+
+    def _on_wrench(self, robot_id: str, msg: WrenchStamped) -> None:
+        f, t = msg.wrench.force, msg.wrench.torque
+        why = self.service.on_wrench(robot_id, (f.x, f.y, f.z, t.x, t.y, t.z), to_sec(msg.header.stamp))
+        if why is not None and not why.startswith(("waiting_for_observation", "not_streaming")):
+            self.node.get_logger().warning(f"streaming: dropped wrench of {robot_id}: {why}", throttle_duration_sec=1.0)
+
+    def _publish(self, out: SegmentOut) -> None:
+        pub = self._pubs.get(out.robot_id)
+        if pub is not None:
+            pub.publish(segment_to_msg(out))
+
+    def _reap(self) -> None:
+        for rid in self.service.reap():
+            self.node.get_logger().info(f"streaming: {rid} silent for {self.service.cfg.timeout_s} s; slot freed")
+
+    def _diagnose(self, stat):
+        d = self.service.diagnostics()
+        level = level_byte(OK if not d["engine_errors"] and not d["publish_errors"] else WARN)
+        msg = (f"{len(d['streaming_robots'])}/{d['slots']} slot(s) used"
+               + (f", VLM {d['vlm_hz']:.1f} Hz, AE {d['ae_hz']:.1f} Hz, missed ticks {100 * d['missed_tick_fraction']:.0f} %"
+                  if d["running"] and d["vlm_hz"] is not None else ", streams stopped"))
+        stat.summary(level, msg)
+        for k, v in d.items():
+            if k != "robots":
+                stat.add(k, str(v))
+        for rid, rd in d["robots"].items():
+            for k, v in rd.items():
+                stat.add(f"{rid}.{k}", str(v))
+        return stat

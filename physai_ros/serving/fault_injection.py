@@ -1,0 +1,68 @@
+"""Test hook: make an engine slot fail on chosen batches, in a real server process.
+
+Fault tests need an engine that fails at a known point without patching code inside the process
+under test. The policy server reads the environment variable PHYSAI_FAULT_INJECTION (never
+fleet.yaml: this is not an operator setting) when it builds its engine slots:
+
+    PHYSAI_FAULT_INJECTION="engine_0:raise@3,engine_0:die@6"
+
+  raise@k  the k-th batch the slot runs raises InjectedEngineError (an ordinary Exception, as a
+           CUDA OOM or a bad kernel would): those requests get ERROR chunks, the instance lives on.
+  die@k    the k-th batch raises InjectedInstanceDeath (a BaseException, not caught by
+           `except Exception`): the instance's thread dies, as with a fatal driver error.
+
+Batches count from 1 and only batches served by ServingCore.run_batch count (not the start-up
+profile or warm-up). Unset or empty: no fault, no cost.
+"""
+from __future__ import annotations
+
+import os
+from dataclasses import dataclass, field
+
+ENV_VAR = "PHYSAI_FAULT_INJECTION"
+KINDS = ("raise", "die")
+
+
+class InjectedEngineError(RuntimeError):
+    """An injected engine failure on one batch (the instance stays usable)."""
+
+
+class InjectedInstanceDeath(BaseException):
+    """An injected fatal failure: the instance's thread ends with it."""
+
+
+@dataclass
+class FaultPlan:
+    """Which batch numbers of one slot fail, and how."""
+
+    raise_on: frozenset[int] = frozenset()
+    die_on: frozenset[int] = frozenset()
+    fired: list[str] = field(default_factory=list)
+
+    def before_batch(self, instance_id: str, batch_no: int) -> None:
+        if batch_no in self.die_on:
+            self.fired.append(f"die@{batch_no}")
+            raise InjectedInstanceDeath(f"injected death of {instance_id} on batch {batch_no}")
+        if batch_no in self.raise_on:
+            self.fired.append(f"raise@{batch_no}")
+            raise InjectedEngineError(f"injected failure of {instance_id} on batch {batch_no}")
+
+
+def parse_fault_spec(spec: str) -> dict[str, FaultPlan]:
+    """`"engine_0:raise@3,engine_1:die@2"` -> {instance_id: FaultPlan}. Raises ValueError with
+    the offending item for anything else (a typo must not silently test nothing)."""
+    plans: dict[str, dict[str, set[int]]] = {}
+    for item in (s.strip() for s in spec.split(",")):
+        if not item:
+            continue
+        iid, sep, what = item.partition(":")
+        kind, at, num = what.partition("@")
+        if not (iid and sep and at and kind in KINDS and num.isdigit() and int(num) >= 1):
+            raise ValueError(f"{ENV_VAR}: bad item {item!r}; expected <instance_id>:raise@<k> or "
+                             f"<instance_id>:die@<k> with k >= 1")
+        plans.setdefault(iid, {"raise": set(), "die": set()})[kind].add(int(num))
+    return {iid: FaultPlan(frozenset(p["raise"]), frozenset(p["die"])) for iid, p in plans.items()}
+
+
+def faults_from_env(environ: dict | None = None) -> dict[str, FaultPlan]:
+    return parse_fault_spec((os.environ if environ is None else environ).get(ENV_VAR, ""))

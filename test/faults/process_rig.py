@@ -1,0 +1,156 @@
+"""Real processes for the fault tests, and an in-test ROS node that records what they say.
+
+ProcessRig starts nodes as separate processes (physai_ros.fleet_processes.ProcessGroup), can
+SIGKILL one, and spins one in-test node (own rclpy Context) in a thread. Every wait is bounded
+and fails at once, with the processes' log tails, when a process that must live has died.
+"""
+from __future__ import annotations
+
+import os
+import signal
+import threading
+import time
+from collections import defaultdict
+
+import rclpy
+from rclpy.context import Context
+from rclpy.executors import SingleThreadedExecutor
+
+from physai_ros.fleet_processes import ProcessGroup, ProcessSpec
+from physai_ros.ros.qos import reliable_qos
+
+# Process start-up (imports, DDS discovery, engine build) on a loaded 2-core machine.
+STARTUP_S = 120
+
+
+def server_spec(name: str, fleet_file: str, env: dict | None = None) -> ProcessSpec:
+    return ProcessSpec(name, "physai_ros.nodes.policy_server", "", {"fleet_file": fleet_file},
+                       env=dict(env or {}))
+
+
+class ProcessRig:
+    def __init__(self, log_dir, node_name: str = "fault_test"):
+        self.procs = ProcessGroup(log_dir)
+        self.killed: set[str] = set()  # killed on purpose: their exit is not a failure
+        self.context = Context()
+        rclpy.init(context=self.context)
+        self.node = rclpy.create_node(node_name, context=self.context)
+        self.lock = threading.RLock()
+        self.diag: dict[str, dict[str, str]] = {}  # status name -> latest values
+        self.diag_level: dict[str, int] = {}
+        self._executor = SingleThreadedExecutor(context=self.context)
+        self._executor.add_node(self.node)
+        self._stop = threading.Event()
+        from diagnostic_msgs.msg import DiagnosticArray
+
+        self.node.create_subscription(DiagnosticArray, "/diagnostics", self._on_diag, reliable_qos(50))
+        self._spinner = threading.Thread(target=self._spin, daemon=True)
+        self._spinner.start()
+
+    # ---- processes ----------------------------------------------------------------------
+
+    def start(self, spec: ProcessSpec):
+        return self.procs.start(spec)
+
+    def kill(self, name: str) -> None:
+        """SIGKILL: no clean shutdown, no goodbye to DDS (as a crash or a power cut)."""
+        for p in self.procs.procs:
+            if p.spec.name == name and p.popen.poll() is None:
+                self.killed.add(name)
+                os.killpg(p.popen.pid, signal.SIGKILL)
+                p.popen.wait(timeout=10)
+
+    def assert_alive(self, when: str = "") -> None:
+        dead = [d for d in self.procs.exited() if d[0] not in self.killed]
+        if dead:
+            raise AssertionError(f"process died {when}: {dead}\n{self.logs()}")
+
+    def logs(self, lines: int = 30) -> str:
+        return "\n".join(f"--- {p.spec.name} (rc={p.popen.poll()})\n{self.procs.log_tail(p.spec.name, lines)}"
+                         for p in self.procs.procs)
+
+    # ---- recording ----------------------------------------------------------------------
+
+    def _spin(self):
+        while not self._stop.is_set() and self.context.ok():
+            try:
+                self._executor.spin_once(timeout_sec=0.05)
+            except Exception:  # shutting down
+                if not self._stop.is_set():
+                    raise
+
+    def _on_diag(self, arr):
+        with self.lock:
+            for st in arr.status:
+                self.diag[st.name] = {kv.key: kv.value for kv in st.values}
+                self.diag_level[st.name] = st.level[0] if isinstance(st.level, bytes) else int(st.level)
+
+    def record(self, msg_type, topic: str, qos=None, stamp_arrival: bool = True) -> list:
+        """Subscribe `topic`; returns the list that (arrival time, msg) pairs are appended to."""
+        out: list = []
+
+        def cb(m):
+            with self.lock:
+                out.append((time.monotonic(), m) if stamp_arrival else m)
+        self.node.create_subscription(msg_type, topic, cb, qos or reliable_qos(100))
+        return out
+
+    def wait(self, pred, timeout: float, what: str):
+        end = time.monotonic() + timeout
+        while time.monotonic() < end:
+            with self.lock:
+                got = pred()
+            if got:
+                return got
+            self.assert_alive(f"waiting for {what}")
+            time.sleep(0.02)
+        raise AssertionError(f"timed out after {timeout} s waiting for {what}\n{self.logs()}")
+
+    def register(self, req, timeout: float = STARTUP_S):
+        """RegisterRobot through the in-test node (async; the executor spins in its thread).
+        A request sent before a (re)started server's service reader matched is lost: resend."""
+        from physai_ros_interfaces.srv import RegisterRobot
+
+        client = getattr(self, "_register_client", None)
+        if client is None:
+            client = self._register_client = self.node.create_client(RegisterRobot,
+                                                                     "/policy_server/register_robot")
+        end = time.monotonic() + timeout
+        while time.monotonic() < end:
+            if not client.service_is_ready():
+                self.assert_alive("waiting for the registration service")
+                time.sleep(0.1)
+                continue
+            fut = client.call_async(req)
+            resend = min(end, time.monotonic() + 5.0)
+            while not fut.done() and time.monotonic() < resend:
+                self.assert_alive("during a registration call")
+                time.sleep(0.02)
+            if fut.done():
+                return fut.result()
+            client.remove_pending_request(fut)
+        raise AssertionError(f"registration got no answer in {timeout} s\n{self.logs()}")
+
+    def close(self):
+        self._stop.set()
+        self._spinner.join(timeout=5)
+        try:
+            self._executor.shutdown(timeout_sec=1.0)
+            self.node.destroy_node()
+        finally:
+            rclpy.try_shutdown(context=self.context)
+            self.procs.stop(grace_s=5.0)
+
+
+def wait_quiet(rig: ProcessRig, seconds: float) -> None:
+    end = time.monotonic() + seconds
+    while time.monotonic() < end:
+        rig.assert_alive()
+        time.sleep(0.05)
+
+
+def by_round(chunks) -> dict:
+    out = defaultdict(list)
+    for _, c in chunks:
+        out[c.round_id].append(c)
+    return out

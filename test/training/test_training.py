@@ -1,0 +1,145 @@
+"""Smoke tests of issue 9's data + training path on a tiny model: recording in the LeRobot
+layout, chunk labels, the flow-matching loss going down, and the checkpoint running unchanged in
+the serving path with the training module's own sampler's results."""
+from __future__ import annotations
+
+import json
+
+import numpy as np
+import pytest
+import torch
+import yaml
+
+from physai_ros.serving.config import default_fleet_path, parse_fleet
+from physai_ros.serving.factory import build_core
+from physai_ros.serving.tokenizer import PromptTokenizer
+from physai_ros.serving.types import ImageData, ObservationData, RobotRegistration
+from physai_ros.sim.robot import ArmConfig
+from physai_ros.training.checkpoint import STATS_FILE, save_policy
+from physai_ros.training.dataset import (DatasetError, EncodedEpisode, chunk_indices, image_key, load_dataset,
+                                         write_dataset)
+from physai_ros.training.expert_data import RecordConfig, record_cell
+from physai_ros.training.policy_model import TrainablePi0, sample_noise_and_time
+from physai_ros.training.train import BatchMaker, ModelSize, TrainConfig, train
+
+TOKENIZER = str(default_fleet_path().parents[1] / "physai_ros" / "assets" / "tokenizer.json")
+TINY = ModelSize(image_size=28, patch_size=14, vision_width=32, vision_depth=1, vlm_width=32, expert_width=32,
+                 depth=1, heads=2, head_dim=16, chunk_size=4)
+PROMPTS = {"reach": ["move the gripper to the goal"], "pick_and_place": ["pick up the cube and place it on the goal"]}
+
+
+@pytest.fixture(scope="module")
+def dataset_dir(tmp_path_factory):
+    root = tmp_path_factory.mktemp("expert")
+    eps = []
+    for task, seed in (("reach", 5), ("pick_and_place", 6)):
+        cfg = RecordConfig(task=task, seed=seed, episodes=1, image_width=48, image_height=32, fps=10)
+        eps += [EncodedEpisode.encode(e) for e in record_cell(cfg)]
+    write_dataset(root, eps, fps=10, joint_names=ArmConfig().joint_names)
+    return root
+
+
+def test_recording_is_a_lerobot_dataset(dataset_dir):
+    import pyarrow.parquet as pq
+
+    info = json.loads((dataset_dir / "meta" / "info.json").read_text())
+    assert info["codebase_version"] == "v2.1" and info["fps"] == 10 and info["total_episodes"] == 2
+    assert info["features"][image_key(1)] == {"dtype": "image", "shape": [32, 48, 3],
+                                              "names": ["height", "width", "channel"]}
+    assert info["features"]["action"]["names"] == list(ArmConfig().joint_names)
+    episodes = [json.loads(x) for x in (dataset_dir / "meta" / "episodes.jsonl").read_text().splitlines()]
+    assert all(e["success"] for e in episodes), "the scripted expert should solve both sampled cells"
+    tasks = [json.loads(x)["task"] for x in (dataset_dir / "meta" / "tasks.jsonl").read_text().splitlines()]
+    assert len(tasks) == 2
+    t = pq.read_table(dataset_dir / info["data_path"].format(episode_chunk=0, episode_index=1))
+    assert t.num_rows == episodes[1]["length"]
+    assert t.column("index").to_pylist()[0] == episodes[0]["length"]  # global frame index continues
+    assert t.column("next.done").to_pylist()[-1] is True
+    assert t.column("next.success").to_pylist()[-1] is True  # recorded through reset_delay after success
+    stats = json.loads((dataset_dir / "meta" / "stats.json").read_text())
+    assert len(stats["action"]["mean"]) == 5 and len(stats["observation.wrench"]["std"]) == 6
+
+
+def test_loaded_frames_match_what_the_server_would_feed(dataset_dir):
+    from physai_ros.serving.preprocess import to_model_image
+
+    data = load_dataset(dataset_dir, image_size=24)
+    assert data.images.shape[1:] == (2, 3, 24, 24) and data.images.dtype == np.uint8
+    # Re-render frame 0 of the reach episode and preprocess it the serving way.
+    ep = next(record_cell(RecordConfig(task="reach", seed=5, episodes=1, image_width=48, image_height=32, fps=10)))
+    served = to_model_image(ep.images[0][1], 24)
+    ours = data.images[0, 1].astype(np.float32) * np.float32(2.0 / 255.0) - 1.0
+    np.testing.assert_array_equal(ours, served)
+    np.testing.assert_array_equal(data.state[: len(ep)], np.stack(ep.state))
+    # The episode's actions are the expert's commands, which the arm's state then follows.
+    assert np.abs(data.action[len(ep) - 1] - data.state[len(ep) - 1]).max() < 0.05
+
+
+def test_chunk_labels_step_at_the_action_rate_and_hold_at_the_end():
+    ends = np.array([5, 5, 5, 5, 5, 9, 9, 9, 9])
+    idx = chunk_indices(np.arange(9), ends, fps=20, action_rate_hz=10, chunk=3)
+    assert idx[0].tolist() == [0, 2, 4]
+    assert idx[3].tolist() == [3, 4, 4]  # held at the episode's last frame, never the next episode's
+    assert idx[5].tolist() == [5, 7, 8]
+    with pytest.raises(DatasetError):
+        chunk_indices(np.arange(3), np.array([3, 3, 3]), fps=15, action_rate_hz=10, chunk=2)
+
+
+def test_unsuccessful_or_missing_data_is_refused(tmp_path):
+    with pytest.raises(DatasetError, match="info.json"):
+        load_dataset(tmp_path, 24)
+
+
+def _fixed_loss(model, batch, dim):
+    img, masks, tok, tmask, state, actions = batch
+    g = torch.Generator().manual_seed(123)
+    with torch.no_grad():
+        return float(model.loss(img, masks, tok, tmask, state, actions, dim, 2, g))
+
+
+def test_loss_decreases_and_checkpoint_runs_unchanged_in_serving(dataset_dir, tmp_path):
+    data = load_dataset(dataset_dir, image_size=TINY.image_size)
+    tc = TrainConfig(size=TINY, steps=60, batch_size=16, samples_per_obs=2, lr=3e-3, warmup=0.1, ema=0.0, seed=1,
+                     threads=1, log_every=20)
+    tokenizer = PromptTokenizer(TOKENIZER, 48)
+    probe = BatchMaker(data, tc, tokenizer, PROMPTS, np.random.default_rng(7)).batch(16)
+    model = TrainablePi0(tc.size.config(), seed=1)
+    before = _fixed_loss(model, probe, 5)
+    res = train(data, tc, tokenizer, PROMPTS, log=lambda m: None, model=model)
+    after = _fixed_loss(model, probe, 5)
+    assert after < 0.7 * before, (before, after)
+    assert res.steps == 60 and len(res.loss_curve) == 3
+    assert set(res.prompts) == {"reach", "pick_and_place"} and PROMPTS["reach"][0] in res.prompts["reach"]
+
+    ckpt = tmp_path / "ckpt"
+    save_policy(ckpt, res.config, res.weights, res.state_stats, res.action_stats, ArmConfig().joint_names,
+                [image_key(0), image_key(1)], TINY.image_size, {"test": True})
+    # Load it the way the policy server does: fleet.yaml's server.model.checkpoint.
+    doc = yaml.safe_load(default_fleet_path().read_text())
+    doc["server"]["model"] = {"checkpoint": str(ckpt), "tokenizer": TOKENIZER, "max_token_len": 48}
+    doc["server"]["profile"] = False
+    core = build_core(parse_fleet(doc, source=str(tmp_path / "fleet.yaml")))
+    engine = next(iter(core.engines.values())).engine
+    assert engine.config == res.config
+    stats = json.loads((ckpt / STATS_FILE).read_text())
+    np.testing.assert_allclose(core.normalizer.action.std, stats["action"]["std"])
+
+    # A real observation through the server's preprocessing, sampled by the serving engine (fast
+    # path) and by the training module's reference sampler with the same noise.
+    ep = next(record_cell(RecordConfig(task="reach", seed=9, episodes=1, fps=10)))
+    names = ArmConfig().joint_names
+    core.register(RobotRegistration("r0", "reach", "/r0", PROMPTS["reach"][0], ("c0", "c1"), 2, 224, 224, names,
+                                    5, 5, 0.1))
+    obs = ObservationData("r0", "reach", 2, 0.0, tuple(ImageData(224, 224, "rgb8", 672, im.tobytes())
+                                                          for im in ep.images[3]),
+                          ep.state[3], ep.wrench[3], 0.0, PROMPTS["reach"][0], 0.0, 0, 0.1, "static", (4.0,))
+    from physai_ros.engine.types import EngineInput
+
+    inp = core._engine_input(obs, EngineInput)
+    noise, _ = sample_noise_and_time((1, TINY.chunk_size, 8), torch.Generator().manual_seed(5))
+    inp.noise = noise[0]
+    served = engine.infer([inp])[0].actions
+    ref, _ = model.sample(inp.images[None], inp.image_masks[None], inp.tokens[None], inp.token_mask[None],
+                          inp.state[None], noise)
+    torch.testing.assert_close(served, ref[0], atol=2e-4, rtol=1e-4)
+    assert torch.isfinite(served).all()
