@@ -75,6 +75,11 @@ ROBOT_YAML = """\
 """
 
 
+# maxInitialPeersRange: with discovery limited to localhost, Fast DDS announces a participant by
+# unicast to a range of participant ids only (32 by default here). The policy server imports
+# torch before it creates its participant, so among ~50 it gets a high id, and robots whose ids
+# fell outside its range never saw its register service (two 16-robot soaks served 8 robots;
+# a probe of 40 early clients and one late service: 32 saw it, 40 with the wider range).
 UDP_ONLY_PROFILE = """<?xml version="1.0" encoding="UTF-8"?>
 <dds xmlns="http://www.eprosima.com">
   <profiles>
@@ -82,6 +87,7 @@ UDP_ONLY_PROFILE = """<?xml version="1.0" encoding="UTF-8"?>
       <transport_descriptor>
         <transport_id>soak_udp</transport_id>
         <type>UDPv4</type>
+        <maxInitialPeersRange>128</maxInitialPeersRange>
       </transport_descriptor>
     </transport_descriptors>
     <participant profile_name="soak_udp_participant" is_default_profile="true">
