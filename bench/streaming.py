@@ -65,6 +65,29 @@ def pct(xs, q):
     return float(np.percentile(np.asarray(xs), q)) if xs else None
 
 
+def impulse_wrench(k: int) -> list:
+    """The k-th force impulse: -30 N on z for odd k, zero for even k (a square wave)."""
+    return [0.0, 0.0, -30.0 if k % 2 else 0.0, 0.0, 0.0, 0.0]
+
+
+def drive(seconds: float, impulse_ms: float, impulse, change_ms: float, change, warmup_s: float = 0.0) -> None:
+    """The robot 0 script of both case kinds: for `seconds`, impulse(k, now) every impulse_ms
+    and change(k) (a new camera frame) every change_ms, k being the impulses so far."""
+    t_end = time.perf_counter() + seconds
+    next_imp = next_change = time.perf_counter() + warmup_s
+    k = 0
+    while time.perf_counter() < t_end:
+        now = time.perf_counter()
+        if now >= next_imp:
+            k += 1
+            impulse(k, now)
+            next_imp += impulse_ms / 1e3
+        if now >= next_change:
+            change(k)
+            next_change += change_ms / 1e3
+        time.sleep(0.002)
+
+
 def alone(core: StreamingCore, reps: int = 30) -> dict:
     """Each stream's step run by itself, sequentially (no overlap)."""
     vlm, tick = [], []
@@ -121,27 +144,20 @@ def run_case(args, n_robots: int) -> dict:
             while frames and frames[0] <= seg.observation_time:
                 slow.append((now - frames.pop(0)) * 1e3)
 
+    def impulse(k, now):
+        with lock:
+            v = core.set_wrench("r0", impulse_wrench(k), stamp=now)
+            pending.append((v, time.perf_counter()))
+
+    def new_frame(k):
+        cap = time.perf_counter()
+        core.update_observation("r0", observation(cfg, 1000 + k), captured_at=cap)
+        with lock:
+            frames.append(cap)
+
     eng = StreamingEngine(core, on_segment)
     eng.start()
-    t_end = time.perf_counter() + args.seconds
-    next_imp = next_frame = time.perf_counter() + 0.3  # let both streams warm up
-    k = 0
-    while time.perf_counter() < t_end:
-        now = time.perf_counter()
-        if now >= next_imp:
-            k += 1
-            w = [0.0, 0.0, -30.0 if k % 2 else 0.0, 0.0, 0.0, 0.0]
-            with lock:
-                v = core.set_wrench("r0", w, stamp=now)
-                pending.append((v, time.perf_counter()))
-            next_imp += args.impulse_ms / 1e3
-        if now >= next_frame:
-            cap = time.perf_counter()
-            core.update_observation("r0", observation(cfg, 1000 + k), captured_at=cap)
-            with lock:
-                frames.append(cap)
-            next_frame += args.frame_ms / 1e3
-        time.sleep(0.002)
+    drive(args.seconds, args.impulse_ms, impulse, args.frame_ms, new_frame, warmup_s=0.3)  # let both streams warm up
     eng.stop()
     m = eng.metrics()
     out = {
@@ -383,19 +399,8 @@ def run_ros_case(args, n_robots: int) -> dict:
         with probe.lock:
             probe.segments.clear()
             probe.commands.clear()
-        t_end = time.monotonic() + args.ros_seconds
-        k = 0
-        next_imp = next_frame = time.monotonic()
-        while time.monotonic() < t_end:
-            now = time.monotonic()
-            if now >= next_imp:
-                k += 1
-                probe.impulse([0.0, 0.0, -30.0 if k % 2 else 0.0, 0.0, 0.0, 0.0])
-                next_imp += args.ros_impulse_ms / 1e3
-            if now >= next_frame:
-                probe.new_content()
-                next_frame += args.ros_change_ms / 1e3
-            time.sleep(0.002)
+        drive(args.ros_seconds, args.ros_impulse_ms, lambda k, now: probe.impulse(impulse_wrench(k)),
+              args.ros_change_ms, lambda k: probe.new_content())
         time.sleep(0.5)  # let the last events reach the controller
         with probe.lock:
             segs, cmds = list(probe.segments), list(probe.commands)
@@ -428,33 +433,39 @@ def _float(v):
         return None
 
 
+# Plain float options: flag -> default (and the few that need a help text).
+_FLOAT_OPTIONS = {
+    "--seconds": 4.0, "--vlm-hz": 30.0, "--ae-hz": 480.0, "--node-hz": 480.0, "--action-hz": 50.0,
+    "--impulse-ms": 50.0, "--frame-ms": 100.0, "--cpu-budget": 0.7, "--ros-seconds": 8.0, "--ros-startup-s": 180.0,
+    "--ros-impulse-ms": 200.0, "--ros-change-ms": 400.0, "--ros-camera-hz": 30.0, "--ros-wrench-hz": 480.0,
+    "--segment-rate-hz": 480.0,
+}
+_FLOAT_HELP = {
+    "--cpu-budget": "with --scale auto: core-seconds per second to plan for",
+    "--segment-rate-hz": "ROS cases: TrajectorySegment messages per second per robot (at most)",
+}
+
+
+def headline(res: dict, cases: list, keys, prefix: str = "") -> None:
+    """Copies `keys` of the 1-robot case (else the first) to the top level of `res`, as prefix+key."""
+    one = next((c for c in cases if c["robots"] == 1), cases[0])
+    for key in keys:
+        res[prefix + key] = one[key]
+
+
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--json", action="store_true", help="print one JSON object")
     ap.add_argument("--preset", default="tiny")
     ap.add_argument("--backend", default="torch")
     ap.add_argument("--robots", type=int, nargs="+", default=[1, 4])
-    ap.add_argument("--seconds", type=float, default=4.0)
-    ap.add_argument("--vlm-hz", type=float, default=30.0)
-    ap.add_argument("--ae-hz", type=float, default=480.0)
-    ap.add_argument("--node-hz", type=float, default=480.0)
-    ap.add_argument("--action-hz", type=float, default=50.0)
-    ap.add_argument("--impulse-ms", type=float, default=50.0)
-    ap.add_argument("--frame-ms", type=float, default=100.0)
+    for flag, default in _FLOAT_OPTIONS.items():
+        ap.add_argument(flag, type=float, default=default, help=_FLOAT_HELP.get(flag))
     ap.add_argument("--scale", choices=["none", "auto"], default="none",
                     help="auto: scale every rate down to what one stream-alone measurement says this CPU sustains")
-    ap.add_argument("--cpu-budget", type=float, default=0.7, help="with --scale auto: core-seconds per second to plan for")
     ap.add_argument("--threads", type=int, default=1, help="torch intra-op threads (each stream is its own thread)")
     ap.add_argument("--no-ros", action="store_true", help="skip the ROS 2 cases")
     ap.add_argument("--ros-only", action="store_true", help="skip the in-process cases")
-    ap.add_argument("--ros-seconds", type=float, default=8.0)
-    ap.add_argument("--ros-startup-s", type=float, default=180.0)
-    ap.add_argument("--ros-impulse-ms", type=float, default=200.0)
-    ap.add_argument("--ros-change-ms", type=float, default=400.0)
-    ap.add_argument("--ros-camera-hz", type=float, default=30.0)
-    ap.add_argument("--ros-wrench-hz", type=float, default=480.0)
-    ap.add_argument("--segment-rate-hz", type=float, default=480.0,
-                    help="ROS cases: TrajectorySegment messages per second per robot (at most)")
     args = ap.parse_args()
     torch.set_num_threads(args.threads)
     res = {"preset": args.preset, "device": "cpu", "torch_threads": args.threads,
@@ -464,15 +475,12 @@ def main() -> int:
         res["cases"].append(run_case(args, n))
     res["load_avg_after_in_process"] = [round(x, 2) for x in os.getloadavg()]
     if res["cases"]:
-        one = next((c for c in res["cases"] if c["robots"] == 1), res["cases"][0])
-        for key in ("vlm_hz", "ae_hz", "missed_tick_fraction", "quick_loop_ms_p50", "quick_loop_ms_p99",
-                    "tick_period_ms_p50", "tick_period_ms_p99"):
-            res[key] = one[key]
+        headline(res, res["cases"], ("vlm_hz", "ae_hz", "missed_tick_fraction", "quick_loop_ms_p50",
+                                     "quick_loop_ms_p99", "tick_period_ms_p50", "tick_period_ms_p99"))
     if not args.no_ros:
         res["ros_cases"] = [run_ros_case(args, n) for n in args.robots]
-        ros1 = next((c for c in res["ros_cases"] if c["robots"] == 1), res["ros_cases"][0])
-        for key in ("quick_loop_ms_p50", "quick_loop_ms_p99", "slow_loop_ms_p50", "slow_loop_ms_p99"):
-            res["ros_" + key] = ros1[key]
+        headline(res, res["ros_cases"], ("quick_loop_ms_p50", "quick_loop_ms_p99", "slow_loop_ms_p50",
+                                         "slow_loop_ms_p99"), prefix="ros_")
     res["load_avg_after"] = [round(x, 2) for x in os.getloadavg()]
     res["gpu"] = "not measured: no GPU here (CUDA stream path exists, untested)"
     if args.json:

@@ -10,6 +10,7 @@ issues add the policy server and robot clients to it.
 from __future__ import annotations
 
 import argparse
+import faulthandler
 import json
 import os
 import signal
@@ -136,6 +137,8 @@ def _abandon_teardown(exit_code) -> None:
 
 
 def main(argv: list[str] | None = None) -> int:
+    # A crash inside DDS teardown (seen once as SIGSEGV after a 49-process soak) should say where.
+    faulthandler.enable()
     args = parse_args(argv)
     env = fleet_env(args)
     os.environ.update({k: env[k] for k in ("ROS_AUTOMATIC_DISCOVERY_RANGE", "FASTDDS_DEFAULT_PROFILES_FILE")

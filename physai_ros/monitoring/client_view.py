@@ -101,5 +101,7 @@ class ClientView:
             "errors": status.get("errors", 0),
             "wrench_dropped": dropped,
             "last_wrench_drop": last_drop,
+            "rounds_lost": (status.get("round_ledger") or {}).get("lost", 0),
+            "rounds_duplicated": (status.get("round_ledger") or {}).get("duplicated", 0),
             **per_min,
         }

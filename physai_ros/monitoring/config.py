@@ -39,6 +39,9 @@ DEFAULT_THRESHOLDS = {
     "fallbacks_per_min": {"warn": 0.0, "error": 10.0},
     "underruns_per_min": {"warn": 0.0, "error": 30.0},
     "wrench_dropped_per_min": {"warn": 0.0, "error": 600.0},
+    # The client's round ledger: a round never answered, or answered twice, is a serving bug.
+    "rounds_lost": {"warn": 0.0, "error": 0.0},
+    "rounds_duplicated": {"warn": 0.0, "error": 0.0},
 }
 _PERIODS = ("diagnostics_period_s", "metrics_period_s", "window_s", "buffer_dry_error_s")
 _KEYS = (*_PERIODS, "rate_tolerance", "thresholds")

@@ -38,7 +38,9 @@ class RefusalLog:
     @staticmethod
     def _key(source_id: str) -> str:
         s = str(source_id)
-        return repr(s) if not s.isprintable() or not s else (s if len(s) <= MAX_ID_CHARS else s[:MAX_ID_CHARS] + "...")
+        cut = s[:MAX_ID_CHARS] + ("..." if len(s) > MAX_ID_CHARS else "")
+        # Unprintable ids are shown escaped, cut first so the key stays bounded either way.
+        return repr(s[:MAX_ID_CHARS]) + cut[MAX_ID_CHARS:] if not s.isprintable() or not s else cut
 
     def add(self, source_id: str, reason: str, detail: str = "", now: float = 0.0) -> str:
         """Record one refusal; returns the key it was counted under."""

@@ -26,6 +26,7 @@ import numpy as np
 from geometry_msgs.msg import WrenchStamped
 from physai_ros_interfaces.msg import ActionChunk, ExecutionInfo, Observation
 from physai_ros_interfaces.srv import RegisterRobot
+from rclpy.duration import Duration
 from rclpy.node import Node
 from sensor_msgs.msg import CompressedImage, Image, JointState
 from std_msgs.msg import Empty, String, UInt64
@@ -238,6 +239,7 @@ class RobotClientNode(Node):
             "unreadable_chunks": self._unreadable,
             "unreadable_images": self._unreadable_images,
             "wrench_dropped": self.view.wrench_dropped,
+            "round_ledger": self.core.ledger.summary(now_sec(self)).as_dict(),
             **(self.streaming.status() if self.streaming is not None else {}),
         }
 
@@ -256,13 +258,19 @@ class RobotClientNode(Node):
         m = self.view.metrics(self.status(), time.monotonic())
         for key in ("latency_ms_p50", "latency_ms_p99", "slo_meet_rate", "camera_hz", "wrench_hz",
                     "joint_states_hz", "buffer_actions", "buffer_s", "underruns", "fallbacks_total",
-                    "refused", "wrench_dropped", "rounds"):
+                    "refused", "wrench_dropped", "rounds", "rounds_lost", "rounds_duplicated"):
             if isinstance(m.get(key), (int, float)):
                 self.metrics.set(self.robot.id, key, m[key])
         return m
 
     def _publish_status(self) -> None:
         self.status_pub.publish(String(data=json.dumps(self.status())))
+
+    def close(self) -> None:
+        """On shutdown (run_node): a last status, so the round ledger a monitor keeps covers
+        every round this client sent, not only those up to the last 1 Hz status."""
+        self._publish_status()
+        self.status_pub.wait_for_all_acked(Duration(seconds=1.0))
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -24,6 +24,7 @@ from physai_ros.control.deadline import (ActionKind, DeadlineConfig, DeadlineMon
 from physai_ros.control.latency import LatencyEstimator
 
 from .config import RobotConfig
+from .round_ledger import RoundLedger
 from .types import (STATUS_OK, STATUS_REFUSED, ChunkResult, ImageData, ObservationData,
                     RegistrationResult, RobotRegistration)
 
@@ -95,6 +96,8 @@ class RobotClientCore:
                                     request_timeout_s=max(4 * slo_s, 1.0))
         self.deadline = DeadlineMonitor(DeadlineConfig.from_task(self.task))
         self.counters = ClientCounters()
+        # Generous: a late answer is still counted (as late); "lost" means never answered.
+        self.ledger = RoundLedger(lost_after_s=max(30.0, 10 * slo_s))
         self.reregister_period_s = reregister_period_s
         self._images: list[ImageData | None] = [None] * robot.num_views
         self._image_stamps = [0.0] * robot.num_views
@@ -169,6 +172,7 @@ class RobotClientCore:
             # A new server never saw our request: stop waiting for it and ask again.
             self.counters.server_restarts += 1
             self.trigger.abandon()
+            self.ledger.on_server_replaced()
         self.server_instance = result.server_instance
         if self.state != ClientState.STOPPED:
             self.state = ClientState.RUNNING
@@ -183,6 +187,7 @@ class RobotClientCore:
         "answered", "late", "unmatched" or "foreign"."""
         if chunk.robot_id != self.robot.id:
             return "foreign"
+        self.ledger.on_answer(chunk.round_id, chunk.status, chunk.error, now)
         match = self.trigger.on_reply(chunk.round_id, now)
         if match == "unmatched":
             return match
@@ -315,5 +320,6 @@ class RobotClientCore:
             del self._sent_stamps[min(self._sent_stamps)]
         self.trigger.on_sent(self.round_id, now)
         self.deadline.on_request(self.round_id, obs.stamp)
+        self.ledger.on_sent(self.round_id, now)
         self.counters.sent += 1
         return obs

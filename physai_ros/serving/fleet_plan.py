@@ -119,4 +119,5 @@ def summary_fields(client_status: dict | None) -> dict[str, Any]:
         "slo_misses": st.get("slo_misses", 0),
         "refused_inputs": refused,
         "client_state": st.get("state", "unknown"),
+        "round_ledger": st.get("round_ledger"),
     }

@@ -11,14 +11,11 @@ from __future__ import annotations
 import array
 import threading
 import time
-from collections import defaultdict
 
-import rclpy
-from rclpy.context import Context
-from rclpy.executors import SingleThreadedExecutor
-
-from physai_ros.fleet_processes import ProcessGroup, ProcessSpec
+from physai_ros.fleet_processes import ProcessSpec
 from physai_ros.ros.qos import reliable_qos
+
+from process_rig import ProcessRig
 
 IMAGE_HW = (32, 32)  # small frames: the fuzz is about the checks, not the letterbox cost
 JOINTS = ["joint_0", "joint_1", "joint_2", "joint_3", "gripper"]
@@ -119,125 +116,54 @@ def registration(robot_id: str, **over):
     return r
 
 
-class Rig:
-    """The processes plus a spinning in-test node recording what comes back."""
+class Rig(ProcessRig):
+    """The processes plus a spinning in-test node recording what comes back. A server that a
+    test crashed counts as `killed` once ensure_server() replaced it."""
+
+    poll_s = 0.01
 
     def __init__(self, tmp_path):
-        from diagnostic_msgs.msg import DiagnosticArray
         from physai_ros_interfaces.msg import ActionChunk, ExecutionInfo, Observation
-        from physai_ros_interfaces.srv import RegisterRobot
 
+        super().__init__(tmp_path / "logs", "fuzz_test")
         self.fleet_file = write_fleet(tmp_path / "fleet.yaml")
-        self.procs = ProcessGroup(tmp_path / "logs")
-        self.retired: set[str] = set()  # dead servers already reported by the test they failed
         self.server_name = "policy_server"
         self.procs.start(ProcessSpec(self.server_name, "physai_ros.nodes.policy_server", "",
                                      {"fleet_file": self.fleet_file}))
         self.procs.start(ProcessSpec("controller", "physai_ros.nodes.trajectory_controller", "ctl",
                                      {"robot_id": "ctl", "joint_names": CTL_JOINTS, "fleet_file": self.fleet_file,
                                       "control_rate_hz": 100.0, "execution_info_rate_hz": 50.0}))
-        self.context = Context()
-        rclpy.init(context=self.context)
-        self.node = rclpy.create_node("fuzz_test", context=self.context)
-        self.lock = threading.RLock()  # predicates of wait() may call helpers that lock too
-        self.chunks = defaultdict(list)  # namespace -> [ActionChunk]
-        self.diag: dict[str, dict[str, str]] = {}  # status name -> values (latest)
-        self.diag_level: dict[str, tuple[int, str]] = {}  # status name -> (level, message) (latest)
         self.info = None  # latest ExecutionInfo of the controller
         self.info_seq = 0
         n = self.node
-        for ns in ("good", "fuzz", "cl"):
-            n.create_subscription(ActionChunk, f"/{ns}/action_chunk",
-                                  lambda m, ns=ns: self._on_chunk(ns, m), reliable_qos(100))
+        self.chunks = {ns: self.record(ActionChunk, f"/{ns}/action_chunk", stamp_arrival=False)
+                       for ns in ("good", "fuzz", "cl")}  # namespace -> [ActionChunk]
         self.obs_pub = {ns: n.create_publisher(Observation, f"/{ns}/observation", reliable_qos(100))
                         for ns in ("good", "fuzz")}
         self.chunk_pub = n.create_publisher(ActionChunk, "/ctl/action_chunk", reliable_qos(100))
         n.create_subscription(ExecutionInfo, "/ctl/execution_info", self._on_info, reliable_qos())
-        n.create_subscription(DiagnosticArray, "/diagnostics", self._on_diag, reliable_qos(50))
-        self.register_client = n.create_client(RegisterRobot, "/policy_server/register_robot")
-        self.executor = SingleThreadedExecutor(context=self.context)
-        self.executor.add_node(n)
-        self._stop = threading.Event()
-        self._spinner = threading.Thread(target=self._spin, daemon=True)
-        self._spinner.start()
+        self._stop = threading.Event()  # ends the well-formed robot's loop
         self.good_sent: list[int] = []
         self.good_latency: list[tuple[float, float]] = []  # (monotonic send time, round trip s)
         self.good_thread: threading.Thread | None = None
-
-    # ---- plumbing -----------------------------------------------------------------------
-
-    def _spin(self):
-        while not self._stop.is_set() and self.context.ok():
-            self.executor.spin_once(timeout_sec=0.05)
-
-    def _on_chunk(self, ns, m):
-        with self.lock:
-            self.chunks[ns].append(m)
 
     def _on_info(self, m):
         with self.lock:
             self.info = m
             self.info_seq += 1
 
-    def _on_diag(self, arr):
-        with self.lock:
-            for st in arr.status:
-                self.diag[st.name] = {kv.key: kv.value for kv in st.values}
-                lvl = st.level[0] if isinstance(st.level, (bytes, bytearray)) else int(st.level)
-                self.diag_level[st.name] = (lvl, st.message)
-
-    def wait(self, pred, timeout: float, what: str):
-        end = time.monotonic() + timeout
-        while time.monotonic() < end:
-            with self.lock:
-                got = pred()
-            if got:
-                return got
-            self.assert_alive(what)
-            time.sleep(0.01)
-        raise AssertionError(f"timed out after {timeout} s waiting for {what}\n{self.logs()}")
-
-    def assert_alive(self, when: str = "") -> None:
-        dead = [d for d in self.procs.exited() if d[0] not in self.retired]
-        if dead:
-            raise AssertionError(f"process died {when}: {dead}\n{self.logs()}")
-
-    def logs(self) -> str:
-        return "\n".join(f"--- {p.spec.name} (rc={p.popen.poll()})\n{self.procs.log_tail(p.spec.name, 25)}"
-                         for p in self.procs.procs)
-
     def ensure_server(self) -> None:
         """After a test crashed the server, start a fresh one so the next test shows its own
         result instead of the same crash again (the crash already failed that test)."""
         if not any(n == self.server_name for n, _ in self.procs.exited()):
             return
-        self.retired.add(self.server_name)
-        self.server_name = f"policy_server_{len(self.retired) + 1}"
+        self.killed.add(self.server_name)
+        self.server_name = f"policy_server_{len(self.killed) + 1}"
         self.procs.start(ProcessSpec(self.server_name, "physai_ros.nodes.policy_server", "",
                                      {"fleet_file": self.fleet_file}))
         for rid in ("good", "fuzz"):
             resp = self.register(registration(rid), timeout=240.0)
             assert resp.accepted, resp.reason
-
-    def register(self, req, timeout: float = 20.0):
-        """Calls the service (async: the executor spins in another thread); returns the response."""
-        end = time.monotonic() + timeout
-        while not self.register_client.wait_for_service(timeout_sec=0.5):
-            self.assert_alive("waiting for the registration service")
-            if time.monotonic() > end:
-                raise AssertionError(f"no registration service after {timeout} s\n{self.logs()}")
-        # A request sent before a (re)started server's service reader has matched is lost, and
-        # a killed server's service stays "available" until its discovery lease ends: resend.
-        end = time.monotonic() + timeout
-        while time.monotonic() < end:
-            fut = self.register_client.call_async(req)
-            resend = min(end, time.monotonic() + 5.0)
-            while not fut.done() and time.monotonic() < resend:
-                self.assert_alive("during a registration call")
-                time.sleep(0.01)
-            if fut.done():
-                return fut.result()
-        raise AssertionError(f"registration call got no answer in {timeout} s\n{self.logs()}")
 
     def server_counts(self, robot_id: str) -> dict[str, str]:
         with self.lock:
@@ -282,10 +208,4 @@ class Rig:
         self._stop.set()
         if self.good_thread is not None:
             self.good_thread.join(timeout=5)
-        self._spinner.join(timeout=5)
-        try:
-            self.executor.shutdown(timeout_sec=1.0)
-            self.node.destroy_node()
-        finally:
-            rclpy.try_shutdown(context=self.context)
-            self.procs.stop(grace_s=5.0)
+        super().close()

@@ -12,12 +12,10 @@ import threading
 import time
 from collections import defaultdict
 
-import rclpy
-from rclpy.context import Context
-from rclpy.executors import SingleThreadedExecutor
-
 from physai_ros.fleet_processes import ProcessGroup, ProcessSpec
 from physai_ros.ros.qos import reliable_qos
+
+from ros_rig import SpunNode, wait_for
 
 # Process start-up (imports, DDS discovery, engine build) on a loaded 2-core machine.
 STARTUP_S = 120
@@ -29,23 +27,19 @@ def server_spec(name: str, fleet_file: str, env: dict | None = None) -> ProcessS
 
 
 class ProcessRig:
+    poll_s = 0.02  # how often wait() polls
+
     def __init__(self, log_dir, node_name: str = "fault_test"):
-        self.procs = ProcessGroup(log_dir)
-        self.killed: set[str] = set()  # killed on purpose: their exit is not a failure
-        self.context = Context()
-        rclpy.init(context=self.context)
-        self.node = rclpy.create_node(node_name, context=self.context)
-        self.lock = threading.RLock()
-        self.diag: dict[str, dict[str, str]] = {}  # status name -> latest values
-        self.diag_level: dict[str, int] = {}
-        self._executor = SingleThreadedExecutor(context=self.context)
-        self._executor.add_node(self.node)
-        self._stop = threading.Event()
         from diagnostic_msgs.msg import DiagnosticArray
 
+        self.procs = ProcessGroup(log_dir)
+        self.killed: set[str] = set()  # killed on purpose: their exit is not a failure
+        self.lock = threading.RLock()  # predicates of wait() may call helpers that lock too
+        self.diag: dict[str, dict[str, str]] = {}  # status name -> latest values
+        self.diag_status: dict[str, tuple[int, str]] = {}  # status name -> latest (level, message)
+        self._spun = SpunNode(node_name, own_context=True)
+        self.node = self._spun.node
         self.node.create_subscription(DiagnosticArray, "/diagnostics", self._on_diag, reliable_qos(50))
-        self._spinner = threading.Thread(target=self._spin, daemon=True)
-        self._spinner.start()
 
     # ---- processes ----------------------------------------------------------------------
 
@@ -71,19 +65,18 @@ class ProcessRig:
 
     # ---- recording ----------------------------------------------------------------------
 
-    def _spin(self):
-        while not self._stop.is_set() and self.context.ok():
-            try:
-                self._executor.spin_once(timeout_sec=0.05)
-            except Exception:  # shutting down
-                if not self._stop.is_set():
-                    raise
-
     def _on_diag(self, arr):
         with self.lock:
             for st in arr.status:
                 self.diag[st.name] = {kv.key: kv.value for kv in st.values}
-                self.diag_level[st.name] = st.level[0] if isinstance(st.level, bytes) else int(st.level)
+                lvl = st.level[0] if isinstance(st.level, (bytes, bytearray)) else int(st.level)
+                self.diag_status[st.name] = (lvl, st.message)
+
+    @property
+    def diag_level(self) -> dict[str, int]:
+        """Status name -> latest level."""
+        with self.lock:
+            return {name: lvl for name, (lvl, _) in self.diag_status.items()}
 
     def record(self, msg_type, topic: str, qos=None, stamp_arrival: bool = True) -> list:
         """Subscribe `topic`; returns the list that (arrival time, msg) pairs are appended to."""
@@ -96,15 +89,9 @@ class ProcessRig:
         return out
 
     def wait(self, pred, timeout: float, what: str):
-        end = time.monotonic() + timeout
-        while time.monotonic() < end:
-            with self.lock:
-                got = pred()
-            if got:
-                return got
-            self.assert_alive(f"waiting for {what}")
-            time.sleep(0.02)
-        raise AssertionError(f"timed out after {timeout} s waiting for {what}\n{self.logs()}")
+        """pred() under the lock until truthy (returned); fails early when a process died."""
+        return wait_for(pred, timeout, what, self.logs, lock=self.lock,
+                        check=lambda: self.assert_alive(f"waiting for {what}"), poll_s=self.poll_s)
 
     def register(self, req, timeout: float = STARTUP_S):
         """RegisterRobot through the in-test node (async; the executor spins in its thread).
@@ -132,13 +119,9 @@ class ProcessRig:
         raise AssertionError(f"registration got no answer in {timeout} s\n{self.logs()}")
 
     def close(self):
-        self._stop.set()
-        self._spinner.join(timeout=5)
         try:
-            self._executor.shutdown(timeout_sec=1.0)
-            self.node.destroy_node()
+            self._spun.close()
         finally:
-            rclpy.try_shutdown(context=self.context)
             self.procs.stop(grace_s=5.0)
 
 

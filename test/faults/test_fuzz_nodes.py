@@ -536,7 +536,7 @@ def test_non_finite_wrench_samples_are_dropped_by_the_client_and_rounds_keep_bei
                         and d, 10.0, "the client's diagnostics counting dropped wrench samples")
         assert diag["last_wrench_drop"].startswith("non-finite"), diag
         # fuzz_rig's fleet file wants >= 500 Hz of camera frames; the feed sends 20 Hz
-        level, message = rig.diag_level["cl/robot_client: client"]
+        level, message = rig.diag_status["cl/robot_client: client"]
         assert level == 2 and "camera_hz" in message and "< error 500" in message, (level, message)
         # (wrench_hz may read 0 here: only NaN samples may have arrived in its 5 s window)
         assert 0 < float(diag["camera_hz"]) <= 30 and float(diag["wrench_hz"]) >= 0, diag
@@ -563,8 +563,8 @@ def test_nodes_grade_their_statuses_with_the_fleet_files_monitoring_block(rig):
                     "the controller's rate status")
     assert float(rate["Minimum acceptable frequency (Hz)"]) == pytest.approx(100.0 * 0.75)
     assert float(rate["Maximum acceptable frequency (Hz)"]) == pytest.approx(100.0 * 1.25)
-    level, message = rig.wait(lambda: (lm := rig.diag_level.get("policy_server: good")) and lm[0] == 1 and lm,
-                              20.0, f"a WARN status for the well-formed robot ({rig.diag_level.get('policy_server: good')})")
+    level, message = rig.wait(lambda: (lm := rig.diag_status.get("policy_server: good")) and lm[0] == 1 and lm,
+                              20.0, f"a WARN status for the well-formed robot ({rig.diag_status.get('policy_server: good')})")
     assert "latency_ms_p99" in message and "> warn 0.001" in message, message
     vals = rig.diag["policy_server: good"]
     assert float(vals["latency_ms_p99"]) > 0 and 0 <= float(vals["slo_meet_rate"]) <= 1, vals

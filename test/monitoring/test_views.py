@@ -12,7 +12,7 @@ from hypothesis import strategies as st
 from physai_ros.monitoring.client_view import ClientView, finite_wrench
 from physai_ros.monitoring.config import MonitoringConfig, load_monitoring
 from physai_ros.monitoring.diagnostics import ERROR, OK, WARN, DiagnosticStatusWrapper, MetricsTask
-from physai_ros.monitoring.refusals import OTHER, RefusalHealth, RefusalLog
+from physai_ros.monitoring.refusals import MAX_ID_CHARS, OTHER, RefusalHealth, RefusalLog
 from physai_ros.monitoring.server_view import ServerView
 from physai_ros.monitoring.window import CounterRate
 
@@ -39,10 +39,17 @@ def test_refusal_log_stays_bounded_whatever_ids_arrive(ids, detail):
     snap = log.snapshot()
     assert len(snap) <= 16
     assert sum(r.count for r in snap.values()) == len(ids) == log.total
-    assert all(len(k) <= 70 or k.startswith("'") and len(k) <= 3 * 400 for k in snap)
+    widest = len(repr(chr(0x10FFFF) * MAX_ID_CHARS)) + 3  # every char escaped as \U0010ffff, then "..."
+    assert all(len(k) <= widest for k in snap)
     assert all(len(r.last_detail) <= 160 for r in snap.values())
     if len(set(RefusalLog._key(i) for i in ids)) > 16:
         assert OTHER in snap
+
+
+def test_a_huge_unprintable_id_is_cut_before_it_is_escaped():
+    log = RefusalLog()
+    key = log.add("\x1f" * 100_000 + "'", "bad_registration")
+    assert key == repr("\x1f" * MAX_ID_CHARS) + "..." and len(key) < 300
 
 
 def test_refusal_health_warns_on_new_refusals_and_recovers():

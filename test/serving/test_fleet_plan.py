@@ -26,5 +26,7 @@ def test_summary_fields_from_client_status():
     s = summary_fields({"chunks_ok": 12, "latency_ms_p50": 5.0, "latency_ms_p99": 9.0, "slo_misses": 1,
                         "refused": 2, "state": "running"})
     assert s == {"rounds": 12, "latency_ms_p50": 5.0, "latency_ms_p99": 9.0, "slo_misses": 1,
-                 "refused_inputs": 2, "client_state": "running"}
+                 "refused_inputs": 2, "client_state": "running", "round_ledger": None}
     assert summary_fields(None)["rounds"] == 0
+    ledger = {"sent": 3, "answered": 3, "lost": 0, "duplicated": 0}
+    assert summary_fields({"round_ledger": ledger})["round_ledger"] == ledger

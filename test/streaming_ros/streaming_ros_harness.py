@@ -1,17 +1,16 @@
 """An in-test node for the streaming fleet: records segments, the controller's commands,
-client status and the server's streaming diagnostics, and plays a robot's force sensor."""
+client status and the server's streaming diagnostics, and plays a robot's force sensor.
+Client status, the node's thread and wait() are the serving tests' (serving_ros_harness)."""
 from __future__ import annotations
 
 import collections
-import json
-import threading
 import time
 
 import numpy as np
-import rclpy
-from rclpy.executors import SingleThreadedExecutor
 
 from physai_ros.serving.stream_trace import command_grid, segment_grid
+
+from serving_ros_harness import StatusWatcher
 
 GRID_HZ = 480.0
 
@@ -20,47 +19,31 @@ def _sec(t):
     return t.sec + t.nanosec * 1e-9
 
 
-class StreamWatcher:
+class StreamWatcher(StatusWatcher):
     def __init__(self, robots, wrench_ns=None, wrench_topic="test_wrench", wrench_hz=240.0):
         from diagnostic_msgs.msg import DiagnosticArray
         from geometry_msgs.msg import WrenchStamped
         from physai_ros_interfaces.msg import TrajectorySegment
-        from std_msgs.msg import String
         from trajectory_msgs.msg import JointTrajectory
 
         from physai_ros.ros.qos import reliable_qos, sensor_data_qos
 
-        if not rclpy.ok():
-            rclpy.init()
-        self.node = rclpy.create_node("streaming_test_watcher")
-        self.lock = threading.Lock()
+        super().__init__("streaming_test_watcher", robots, spin_timeout_s=0.02)
         self.segments = collections.defaultdict(list)  # ns -> [(received, msg, GridNodes)]
         self.commands = collections.defaultdict(lambda: collections.deque(maxlen=20000))  # ns -> [(received, GridNodes)]
-        self.status = {}
         self.streaming_diag = {}
+        self.wrench = [0.0] * 6
+        self.wrench_log = []  # (stamp, wrench) of each published sample
         for ns in robots:
             self.node.create_subscription(TrajectorySegment, f"/{ns}/trajectory_segment",
                                           lambda m, ns=ns: self._segment(ns, m), reliable_qos(200))
             self.node.create_subscription(JointTrajectory, f"/{ns}/joint_trajectory",
                                           lambda m, ns=ns: self._command(ns, m), reliable_qos(200))
-            self.node.create_subscription(String, f"/{ns}/client_status",
-                                          lambda m, ns=ns: self._status(ns, m), reliable_qos())
         self.node.create_subscription(DiagnosticArray, "/diagnostics", self._diag, reliable_qos(50))
-        self.wrench = [0.0] * 6
-        self.wrench_log = []  # (stamp, wrench) of each published sample
         if wrench_ns is not None:
             self._wmsg = WrenchStamped()
             self._wpub = self.node.create_publisher(WrenchStamped, f"/{wrench_ns}/{wrench_topic}", sensor_data_qos())
             self.node.create_timer(1.0 / wrench_hz, self._publish_wrench)
-        self.executor = SingleThreadedExecutor()
-        self.executor.add_node(self.node)
-        self._stop = False
-        self.thread = threading.Thread(target=self._spin, daemon=True)
-        self.thread.start()
-
-    def _spin(self):
-        while not self._stop and rclpy.ok():
-            self.executor.spin_once(timeout_sec=0.02)
 
     def _publish_wrench(self):
         now = time.time()
@@ -85,10 +68,6 @@ class StreamWatcher:
         with self.lock:
             self.commands[ns].append((time.time(), g))
 
-    def _status(self, ns, m):
-        with self.lock:
-            self.status[ns] = json.loads(m.data)
-
     def _diag(self, m):
         for st in m.status:
             if st.name.endswith("streaming") and st.name.startswith("policy_server"):
@@ -96,19 +75,6 @@ class StreamWatcher:
                     self.streaming_diag = {kv.key: kv.value for kv in st.values}
                     self.streaming_diag["message"] = st.message
 
-    def wait(self, pred, timeout, what):
-        end = time.monotonic() + timeout
-        while time.monotonic() < end:
-            with self.lock:
-                if pred():
-                    return
-            time.sleep(0.05)
-        with self.lock:
-            raise AssertionError(f"timed out after {timeout} s waiting for {what}; status={self.status}; "
-                                 f"streaming={self.streaming_diag}; segments={ {k: len(v) for k, v in self.segments.items()} }")
-
-    def close(self):
-        self._stop = True
-        self.thread.join(timeout=2)
-        self.executor.shutdown()
-        self.node.destroy_node()
+    def detail(self) -> str:
+        return (f"{super().detail()}; streaming={self.streaming_diag}; "
+                f"segments={ {k: len(v) for k, v in self.segments.items()} }")

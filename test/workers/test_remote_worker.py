@@ -15,8 +15,9 @@ from physai_ros.workers.remote import (RemoteEngine, RemoteEngineError, RemoteEn
                                        RemoteEngineUnavailable)
 from physai_ros.workers.topics import request_topic, result_topic
 
+from ros_rig import SpunNode, log_of, wait_for
+from worker_harness import STARTUP_S, worker_spec
 from worker_inputs import make_inputs
-from worker_harness import STARTUP_S, SpunNode, log_of, wait_for, worker_spec
 
 pytestmark = [pytest.mark.ros, pytest.mark.slow]
 IID = "test_worker"

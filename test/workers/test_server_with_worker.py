@@ -12,7 +12,8 @@ import yaml
 from physai_ros.serving import fleet_plan
 from physai_ros.serving.config import default_fleet_path, load_fleet
 
-from worker_harness import STARTUP_S, SpunNode, log_of, wait_for, worker_spec
+from ros_rig import SpunNode, log_of, wait_for
+from worker_harness import STARTUP_S, worker_spec
 
 pytestmark = [pytest.mark.ros, pytest.mark.slow]
 WORKER = "fleet_worker"

@@ -15,7 +15,7 @@ from physai_ros.serving.factory import build_core
 from physai_ros.serving.types import STATUS_OK, ImageData, ObservationData
 from physai_ros.workers.remote import RemoteEngine
 
-from worker_harness import SpunNode
+from ros_rig import SpunNode
 
 
 @pytest.fixture(scope="module")

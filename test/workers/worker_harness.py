@@ -1,12 +1,5 @@
-"""A real engine_worker process and an in-test node to talk to it (spun in a thread)."""
+"""A real engine_worker process for the worker tests (the in-test node and waits: test/ros_rig.py)."""
 from __future__ import annotations
-
-import os
-import threading
-import time
-
-import rclpy
-from rclpy.executors import SingleThreadedExecutor
 
 from physai_ros.serving import fleet_plan
 
@@ -20,40 +13,3 @@ def worker_spec(instance_id: str, **params) -> fleet_plan.ProcessSpec:
     p.update(params)
     return fleet_plan.ProcessSpec(f"engine_worker_{instance_id}", "engine_worker",
                                   "physai_ros.nodes.engine_worker", "", p)
-
-
-def log_of(log_dir, name: str) -> str:
-    """The output of process `name` (a ProcessSpec.name) started with fleet_plan.start."""
-    path = os.path.join(str(log_dir), name.replace("/", "__") + ".log")
-    return open(path, errors="replace").read() if os.path.exists(path) else ""
-
-
-class SpunNode:
-    def __init__(self, name: str):
-        if not rclpy.ok():
-            rclpy.init()
-        self.node = rclpy.create_node(name)
-        self.executor = SingleThreadedExecutor()
-        self.executor.add_node(self.node)
-        self._stop = False
-        self.thread = threading.Thread(target=self._spin, daemon=True)
-        self.thread.start()
-
-    def _spin(self):
-        while not self._stop and rclpy.ok():
-            self.executor.spin_once(timeout_sec=0.05)
-
-    def close(self):
-        self._stop = True
-        self.thread.join(timeout=2)
-        self.executor.shutdown()
-        self.node.destroy_node()
-
-
-def wait_for(pred, timeout: float, what: str, detail=lambda: "") -> None:
-    end = time.monotonic() + timeout
-    while time.monotonic() < end:
-        if pred():
-            return
-        time.sleep(0.05)
-    raise AssertionError(f"timed out after {timeout} s waiting for {what}\n{detail()}")
