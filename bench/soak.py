@@ -21,7 +21,8 @@ watches it from this process over DDS:
 The robots run at reduced sensor and control rates (see ROBOT_YAML) so 16 of them plus the
 server fit on a small machine; the serving path is the same as at full rate. Every fleet process
 has its own session, hence (Linux autogroup) its own equal CPU share: the policy server's group
-gets --server-nice (default -10), standing in for the robots running on hosts of their own.
+gets --server-nice (default -10) and physai-fleet's monitor --monitor-nice (-5), standing in for
+the robots running on hosts of their own.
 Exit status 0 only if no round was lost or duplicated and every robot was served.
 """
 from __future__ import annotations
@@ -162,10 +163,16 @@ def memory_growth(samples: list[tuple[float, float]], skip_s: float) -> dict:
         pts = samples
     t = np.array([p[0] for p in pts])
     m = np.array([p[1] for p in pts])
-    slope = float(np.polyfit(t / 60.0, m, 1)[0]) if len(pts) >= 2 and np.ptp(t) > 0 else 0.0
+    def slope(t, m) -> float:
+        return float(np.polyfit(t / 60.0, m, 1)[0]) if len(t) >= 2 and np.ptp(t) > 0 else 0.0
+
+    # The second half as well: robots that register late make the start-up phase longer than
+    # skip_s, and a leak shows in both halves while settling shows in the first only.
+    half = t >= t[0] + (t[-1] - t[0]) / 2
     return {"rss_mb_first": round(float(m[0]), 1), "rss_mb_last": round(float(m[-1]), 1),
             "rss_mb_max": round(float(m.max()), 1), "growth_mb": round(float(m[-1] - m[0]), 2),
-            "slope_mb_per_min": round(slope, 3), "samples": len(pts)}
+            "slope_mb_per_min": round(slope(t, m), 3),
+            "slope_second_half_mb_per_min": round(slope(t[half], m[half]), 3), "samples": len(pts)}
 
 
 # ---- the observer -------------------------------------------------------------------------
@@ -281,18 +288,22 @@ def rounds_report(statuses: dict[str, dict], obs: Observer) -> dict:
             "per_robot": per_robot}
 
 
+def set_autogroup_nice(pid: int, nice: int) -> dict:
+    """Linux autogroup: every fleet process has its own session, so each gets the CPU share of
+    one of ~50 processes whatever its nice value; a group's nice is set here."""
+    try:
+        with open(f"/proc/{pid}/autogroup", "w") as f:
+            f.write(str(nice))
+        return {"pid": pid, "autogroup_nice": nice}
+    except OSError as exc:
+        return {"pid": pid, "error": str(exc)}
+
+
 def prioritise_server(root: int, nice: int) -> dict:
-    """Give the policy server's scheduling group `nice` (Linux autogroup: every fleet process has
-    its own session, so without this the server gets the CPU share of one of ~50 processes; on a
-    real fleet the robots run on their own hosts)."""
+    """The policy server's group gets `nice`: on a real fleet the robots run on their own hosts."""
     for pid, name in descendants(root).items():
         if name.endswith("policy_server"):
-            try:
-                with open(f"/proc/{pid}/autogroup", "w") as f:
-                    f.write(str(nice))
-                return {"pid": pid, "autogroup_nice": nice}
-            except OSError as exc:
-                return {"pid": pid, "error": str(exc)}
+            return set_autogroup_nice(pid, nice)
     return {}
 
 
@@ -325,6 +336,8 @@ def main(argv=None) -> int:
                          "default: Fast DDS' defaults (shared memory + UDP)")
     ap.add_argument("--server-nice", type=int, default=-10,
                     help="autogroup nice of the policy server (0: same share as every robot process)")
+    ap.add_argument("--monitor-nice", type=int, default=-5,
+                    help="autogroup nice of physai-fleet itself (its fleet monitor: an operator's host)")
     ap.add_argument("--json", default=None, help="write the result here (default OUT_DIR/soak.json)")
     args = ap.parse_args(argv)
     out = Path(args.out_dir)
@@ -356,6 +369,7 @@ def main(argv=None) -> int:
     load: list[tuple[float, float]] = []
     serving_since = None
     priority: dict = {}
+    monitor_priority = set_autogroup_nice(fleet_proc.pid, args.monitor_nice) if args.monitor_nice else {}
     try:
         while fleet_proc.poll() is None:
             time.sleep(args.sample_s)
@@ -396,14 +410,17 @@ def main(argv=None) -> int:
         for k, v in (s.get("fallbacks") or {}).items():
             fallbacks[k] += v
     memory = {name: memory_growth(s, skip_s=60.0) for name, s in sorted(mem.items()) if s}
-    kinds = defaultdict(list)
+    (out / "memory_samples.json").write_text(json.dumps(mem))
+    kinds, kinds_late = defaultdict(list), defaultdict(list)
     for name, g in memory.items():
         kinds[name.rsplit("/", 1)[-1]].append(g["slope_mb_per_min"])
+        kinds_late[name.rsplit("/", 1)[-1]].append(g["slope_second_half_mb_per_min"])
     lat = latency_by_minute(obs.latency, serving_since)
     result = {
         "config": {**vars(args), "fleet_file": str(fleet)},
         "physai_fleet_rc": rc,
         "server_priority": priority,
+        "monitor_priority": monitor_priority,
         "serving_s": round(end_wall - serving_since, 1),
         "rounds": rounds,
         "latency_by_minute": lat,
@@ -418,6 +435,8 @@ def main(argv=None) -> int:
         "client_states": {r: s.get("state") for r, s in statuses.items()},
         "memory": memory,
         "memory_slope_mb_per_min_by_kind": {k: {"max": max(v), "median": float(np.median(v))} for k, v in kinds.items()},
+        "memory_slope_second_half_mb_per_min_by_kind": {k: {"max": max(v), "median": float(np.median(v))}
+                                                        for k, v in kinds_late.items()},
         "load_avg_1min": {"mean": round(float(np.mean([v for _, v in load])), 2) if load else None,
                           "max": round(float(max(v for _, v in load)), 2) if load else None},
         "diagnostics_levels": {k: v for k, v in sorted(obs.diag_levels.items())},
@@ -428,7 +447,8 @@ def main(argv=None) -> int:
     path.parent.mkdir(parents=True, exist_ok=True)
     path.write_text(json.dumps(result, indent=2))
     print(json.dumps({k: result[k] for k in ("physai_fleet_rc", "serving_s", "latency_by_minute", "fallbacks",
-                                             "refused_inputs", "load_avg_1min", "memory_slope_mb_per_min_by_kind")},
+                                             "refused_inputs", "load_avg_1min", "memory_slope_mb_per_min_by_kind",
+                                             "memory_slope_second_half_mb_per_min_by_kind")},
                      indent=1))
     print(f"soak: robots served {rounds['robots_served']}/{rounds['robots']}; rounds sent {rounds['sent']}, "
           f"answered {rounds['answered']} ({rounds['answered_late']} late), lost {rounds['lost']}, "

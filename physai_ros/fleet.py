@@ -126,7 +126,7 @@ def fleet_env(args: argparse.Namespace) -> dict[str, str]:
     return env
 
 
-TEARDOWN_DEADLINE_S = 20.0
+TEARDOWN_DEADLINE_S = 30.0
 
 
 def _abandon_teardown(exit_code) -> None:
@@ -250,7 +250,7 @@ def main(argv: list[str] | None = None) -> int:
         watchdog = threading.Timer(TEARDOWN_DEADLINE_S, _abandon_teardown, args=(lambda: exit_code,))
         watchdog.daemon = True
         watchdog.start()
-        codes = group.stop()
+        codes = group.stop(grace_s=10.0)  # 49 processes on 2 cores take more than 5 s to stop
         if monitor is not None:
             monitor.destroy_node()
         rclpy.try_shutdown()

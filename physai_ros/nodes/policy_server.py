@@ -92,6 +92,8 @@ class PolicyServerNode(Node):
             return response
         response.accepted, response.reason, response.server_instance = (
             res.accepted, res.reason, res.server_instance)
+        response.last_round_id = int(res.last_round_id)
+        self._publish_chunks(self.core.take_notices())  # a restarted robot's dropped round
         if res.accepted:
             self._ensure_topics(reg.robot_id, reg.robot_namespace)
         else:
@@ -261,7 +263,9 @@ class PolicyServerNode(Node):
 
     def _release_idle_robots(self) -> None:
         timeout = self.fleet.server.robot_timeout_s
-        for rid in self.core.release_idle(timeout):
+        gone = self.core.release_idle(timeout)
+        self._publish_chunks(self.core.take_notices())
+        for rid in gone:
             self.get_logger().warning(
                 f"robot {rid!r} silent for over {timeout:g} s: its "
                 "registration, queue entry and history are freed (it registers again on return)")

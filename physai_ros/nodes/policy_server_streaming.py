@@ -103,7 +103,7 @@ class PolicyServerStreaming:
             self._ensure_topics(reg.robot_id, reg.robot_namespace)
         elif adm.reason:
             self.node.get_logger().info(f"{reg.robot_id}: {adm.reason}", throttle_duration_sec=5.0)
-        return RegistrationResult(adm.accepted, adm.reason, res.server_instance)
+        return RegistrationResult(adm.accepted, adm.reason, res.server_instance, res.last_round_id)
 
     def handles(self, robot_id: str) -> bool:
         return self.service.is_streaming(robot_id)

@@ -14,6 +14,7 @@ from __future__ import annotations
 import dataclasses
 import enum
 import math
+import uuid
 from dataclasses import dataclass, field
 
 import numpy as np
@@ -88,6 +89,7 @@ class RobotClientCore:
         self.state = ClientState.UNREGISTERED
         self.server_instance = ""
         self.round_id = 0  # highest round id used (observations and hold chunks)
+        self.session = uuid.uuid4().hex[:16]  # tells the server a restart from a keep-alive
         slo_s = self.task.slo_ms / 1e3
         self.latency = LatencyEstimator(prior_s=min(0.2, slo_s))
         # The deadline monitor decides about late answers; the trigger's timeout is only a
@@ -153,7 +155,8 @@ class RobotClientCore:
             prompt=self.task.prompt, camera_topics=r.camera_topics, num_views=r.num_views,
             image_height=r.image_height, image_width=r.image_width, joint_names=r.joints,
             state_dim=len(r.joints), action_dim=len(r.joints),
-            control_period=self.task.action_period_s, last_round_id=self.round_id)
+            control_period=self.task.action_period_s, last_round_id=self.round_id,
+            client_session=self.session)
 
     def on_registered(self, result: RegistrationResult) -> None:
         self._want_register = False
@@ -168,6 +171,9 @@ class RobotClientCore:
                 self.escalations.append(msg)
             return
         self.counters.registrations += 1
+        # A restarted client continues above the rounds the server (and so the controller) has
+        # seen from this robot; a live one is at or above them already.
+        self.round_id = max(self.round_id, int(result.last_round_id))
         if self.server_instance and result.server_instance != self.server_instance:
             # A new server never saw our request: stop waiting for it and ask again.
             self.counters.server_restarts += 1

@@ -151,6 +151,9 @@ class ServingCore:
         self.robot_idle_release_s = robot_idle_release_s
         self.admission = Counter()  # admitted, refused_capacity, released_idle
         self._last_seen: dict[str, float] = {}  # registered robot -> last registration/observation
+        # Refusals for accepted requests dropped outside submit (a restarted robot's queued round):
+        # every accepted round gets an answer. Drained by take_notices() and submit().
+        self._notices: deque[ChunkResult] = deque(maxlen=1024)
         self.unregistered = UnregisteredStats()
         cfg = engines[0].engine.config
         self.model_config = cfg
@@ -214,14 +217,9 @@ class ServingCore:
                 return RegistrationResult(False, str(bad), self.instance_id)
             self._last_seen[reg.robot_id] = now
             old = self.registrations.get(reg.robot_id)
-            if old is not None and (
-                    dataclasses.replace(old, last_round_id=reg.last_round_id) != reg
-                    or reg.last_round_id < self.validator.last_round.get(reg.robot_id, 0)):
-                # A robot registers again when it restarted (its round ids start below what we
-                # saw) or switched task or setup: either way its previous task's round history no
-                # longer describes what it will do next. A live client also re-registers every
-                # few seconds as a keep-alive: that must not drop its queued request.
-                self._finish_task(reg.robot_id, old.task_id)
+            if old is not None and self._starts_over(old, reg):
+                # Its previous task's round history no longer describes what it will do next.
+                self._finish_task(reg.robot_id, old.task_id, "the robot registered anew (restart or new setup)")
             self.registrations[reg.robot_id] = reg
             self.stats.setdefault(reg.robot_id, RobotStats())
             # Continue above the robot's own history: its round ids survive server restarts.
@@ -230,7 +228,25 @@ class ServingCore:
             prev = self.validator.last_round.get(reg.robot_id, 0)
             self.validator.reset_robot(reg.robot_id, max(prev, reg.last_round_id - 1))
             self.tokenizer.encode(reg.prompt)  # warm the cache off the hot path
-            return RegistrationResult(True, "", self.instance_id)
+            return RegistrationResult(True, "", self.instance_id, self.validator.last_round[reg.robot_id])
+
+    def _starts_over(self, old: RobotRegistration, reg: RobotRegistration) -> bool:
+        """Whether a registered robot's new registration begins a new task history: a restarted
+        client (another session) or another task or setup. A live client re-registers every few
+        seconds as a keep-alive, and under load that call can arrive after observations it sent
+        later (its last_round_id is then behind ours): that must not drop its queued request
+        (seen in a 16-robot soak as a round never answered)."""
+        if dataclasses.replace(old, last_round_id=0) != dataclasses.replace(reg, last_round_id=0):
+            return True
+        # A client that does not name its session: only its round ids going back tell a restart.
+        return not reg.client_session and reg.last_round_id < self.validator.last_round.get(reg.robot_id, 0)
+
+    def take_notices(self) -> list[ChunkResult]:
+        """Refusals for accepted requests that were dropped (see _finish_task), to publish."""
+        with self._lock:
+            out = list(self._notices)
+            self._notices.clear()
+            return out
 
     def _admit(self, now: float) -> Refusal | None:
         """Room for one more robot? (ROSA 3.4.4: refuse a robot rather than degrade everyone.)
@@ -279,7 +295,7 @@ class ServingCore:
         reg = self.registrations.pop(robot_id, None)
         if reg is None:
             return False
-        self._finish_task(robot_id, reg.task_id)
+        self._finish_task(robot_id, reg.task_id, "the robot was released")
         for table in (self.stats, self._last_seen, self.validator.last_round, self.validator.refused,
                       self.validator.accepted):
             table.pop(robot_id, None)
@@ -288,7 +304,8 @@ class ServingCore:
 
     def submit(self, obs: ObservationData, now: float | None = None) -> list[ChunkResult]:
         """Queue a valid observation. Returns the chunks to publish at once: a REFUSED chunk for
-        a bad observation, and for requests this one superseded (an older queued round)."""
+        a bad observation, and for requests this one superseded (an older queued round or the
+        previous task's)."""
         now = self.clock() if now is None else now
         with self._lock:
             reg = self.registrations.get(obs.robot_id)
@@ -306,21 +323,26 @@ class ServingCore:
             if refusal is not None:
                 return [self._refused(obs, reg, refusal)]
             self._work.notify_all()
+            notices.extend(self._notices)
+            self._notices.clear()
             return notices
 
-    def _finish_task(self, robot_id: str, task_id: str) -> None:
+    def _finish_task(self, robot_id: str, task_id: str, why: str) -> None:
         key = f"{robot_id}/{task_id}"
         self.scheduler.on_task_finished(key)
         # The scheduler dropped the task's queued request; kept here it would never be
         # dispatched, and keep the dispatcher awake and the robot "busy" (never released).
+        # It was accepted, so it is answered (refused) rather than left without an answer.
         for rid in [r for r, q in self._pending.items() if q.task_id == key]:
-            del self._pending[rid]
+            req = self._pending.pop(rid)
+            self._notices.append(self._refused(req.payload, self.registrations.get(robot_id),
+                                               Refusal("superseded", why)))
         self._last_task.pop(robot_id, None)
 
     def _enqueue(self, obs: ObservationData, now: float, notices: list[ChunkResult]) -> Refusal | None:
         prev = self._last_task.get(obs.robot_id)
         if prev is not None and prev != obs.task_id:
-            self._finish_task(obs.robot_id, prev)
+            self._finish_task(obs.robot_id, prev, f"the robot switched to task {obs.task_id!r}")
         self._last_task[obs.robot_id] = obs.task_id
         req = Request(
             request_id=f"{obs.robot_id}#{obs.round_id}#{next(self._ids)}",

@@ -153,6 +153,7 @@ def registration_to_request(reg: RobotRegistration) -> RegisterRobot.Request:
     req.state_dim, req.action_dim = reg.state_dim, reg.action_dim
     req.control_period, req.streaming = float(reg.control_period), bool(reg.streaming)
     req.last_round_id = int(reg.last_round_id)
+    req.client_session = reg.client_session
     return req
 
 
@@ -163,8 +164,9 @@ def registration_from_request(req: RegisterRobot.Request) -> RobotRegistration:
         image_height=int(req.image_height), image_width=int(req.image_width),
         joint_names=tuple(req.joint_names), state_dim=int(req.state_dim),
         action_dim=int(req.action_dim), control_period=float(req.control_period),
-        streaming=bool(req.streaming), last_round_id=int(req.last_round_id))
+        streaming=bool(req.streaming), last_round_id=int(req.last_round_id),
+        client_session=req.client_session)
 
 
 def result_from_response(resp: RegisterRobot.Response) -> RegistrationResult:
-    return RegistrationResult(bool(resp.accepted), resp.reason, resp.server_instance)
+    return RegistrationResult(bool(resp.accepted), resp.reason, resp.server_instance, int(resp.last_round_id))

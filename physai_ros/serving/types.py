@@ -53,6 +53,7 @@ class RobotRegistration:
     control_period: float
     streaming: bool = False
     last_round_id: int = 0
+    client_session: str = ""
 
 
 @dataclass(frozen=True)
@@ -60,6 +61,7 @@ class RegistrationResult:
     accepted: bool
     reason: str
     server_instance: str
+    last_round_id: int = 0  # the highest round the server accepted from this robot
 
 
 @dataclass(frozen=True)

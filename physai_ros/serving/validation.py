@@ -38,6 +38,7 @@ BAD_REGISTRATION = "bad_registration"
 # exception ended the server process), so the name is checked here, with ROS's token rules.
 _NS_TOKEN = re.compile(r"[A-Za-z_][A-Za-z0-9_]*\Z")
 MAX_NAMESPACE_LEN = 200  # leaves room for "/observation_refresh" under ROS's 255-character limit
+MAX_SESSION_LEN = 64
 # Refusals of ids nobody registered are counted per claimed id up to this many ids, then under
 # UNKNOWN_OTHER: a sender inventing ids must not grow the server's memory or its diagnostics.
 MAX_UNKNOWN_IDS = 32
@@ -84,6 +85,8 @@ def check_registration(reg: RobotRegistration, limits: ModelLimits) -> Refusal |
         return bad(f"{len(reg.joint_names)} joint names for action_dim={reg.action_dim}")
     if not (math.isfinite(reg.control_period) and reg.control_period > 0):
         return bad(f"control_period={reg.control_period} must be > 0")
+    if len(reg.client_session) > MAX_SESSION_LEN or not reg.client_session.isprintable():
+        return bad(f"client_session {reg.client_session[:40]!r} is not a printable id of <= {MAX_SESSION_LEN} chars")
     return None
 
 

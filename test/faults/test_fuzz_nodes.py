@@ -358,7 +358,8 @@ def junk_registration(draw):
     over = {}
     fields = draw(st.sets(st.sampled_from([
         "task_id", "robot_namespace", "prompt", "num_views", "image_height", "image_width",
-        "joint_names", "state_dim", "action_dim", "control_period", "last_round_id", "camera_topics"]),
+        "joint_names", "state_dim", "action_dim", "control_period", "last_round_id", "camera_topics",
+        "client_session"]),
         min_size=1))
     u32 = st.integers(0, 2**32 - 1)
     gen = {
@@ -372,6 +373,7 @@ def junk_registration(draw):
         "control_period": st.one_of(st.floats(allow_nan=True, allow_infinity=True), st.just(0.0)),
         "last_round_id": st.integers(0, 2**64 - 1),
         "camera_topics": st.lists(st.text(NAME_CHARS, max_size=12), max_size=4),
+        "client_session": st.one_of(st.text(max_size=100), st.just("\x00" * 3)),
     }
     for f in fields:
         over[f] = draw(gen[f])

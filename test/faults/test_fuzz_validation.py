@@ -56,6 +56,13 @@ def test_an_accepted_namespace_always_makes_valid_topic_names(ns):
         assert refusal.reason == V.BAD_REGISTRATION
 
 
+def test_a_client_session_is_a_short_printable_id():
+    assert V.check_registration(dataclasses.replace(reg("r"), client_session="3f2a9c" * 2), LIMITS) is None
+    for bad in ("x" * (V.MAX_SESSION_LEN + 1), "a\nb", "\x00"):
+        refusal = V.check_registration(dataclasses.replace(reg("r"), client_session=bad), LIMITS)
+        assert refusal is not None and refusal.reason == V.BAD_REGISTRATION and "client_session" in refusal.detail
+
+
 def test_ordinary_namespaces_are_still_accepted():
     for ns in ("", "/", "robot_0", "/robot_0", "/fleet_a/robot_1/"):
         assert V.check_registration(reg(ns), LIMITS) is None, ns

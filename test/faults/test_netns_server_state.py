@@ -1,8 +1,11 @@
 """The server-side robot state that the network-cut test relies on, pinned on the serving core
 without processes: keep-alive re-registrations keep a robot's queued request, a silent robot is
-freed by release_idle and comes back above its own round ids, a restart drops what was queued.
+freed by release_idle and comes back above its own round ids, a restart answers what was queued
+and the restarted client continues above the server's round ids.
 """
 from __future__ import annotations
+
+import dataclasses
 
 import numpy as np
 import pytest
@@ -66,16 +69,56 @@ def test_keep_alive_registration_keeps_the_queued_request(env):
     assert core.pending() == 0
 
 
-def test_a_restart_drops_the_queued_request_everywhere(env):
+def test_a_keep_alive_overtaken_by_later_rounds_keeps_the_queued_request(env):
+    """Under load the 2 s keep-alive can reach the server after observations the client sent
+    later: its last_round_id is then behind the server's. Same client session: no restart, so
+    the queued round is served (a 16-robot soak lost a round this way)."""
+    core, clock, client = env
+    assert core.register(client.registration()).accepted
+    late_keep_alive = client.registration()  # built now, with last_round_id 0 ...
+    assert core.submit(_obs(client, 2, clock.t)) == []
+    [superseded] = core.submit(_obs(client, 4, clock.t))  # 4 replaces the queued 2, which is answered
+    assert (superseded.round_id, superseded.status) == (2, STATUS_REFUSED)
+    res = core.register(late_keep_alive)  # ... arriving after rounds 2 and 4
+    assert res.accepted and res.last_round_id == 4
+    assert core.scheduler.stats().get("tasks_finished", 0) == 0 and core.take_notices() == []
+    assert [(c.round_id, c.status) for c in core.step().chunks] == [(4, STATUS_OK)]
+
+
+def test_a_restart_answers_the_queued_request_and_the_client_continues_above(env):
     core, clock, client = env
     assert core.register(client.registration()).accepted
     assert core.submit(_obs(client, 2, clock.t)) == []
-    client.round_id = 0  # a restarted client starts from nothing
-    assert core.register(client.registration()).accepted
+    assert core.register(client.registration()).last_round_id == 2
+    restarted = RobotClientCore(client.robot)  # a new process: a new session, round ids from 0
+    res = core.register(restarted.registration())
+    assert res.accepted and res.last_round_id == 2
     assert core.scheduler.stats()["tasks_finished"] == 1
-    # Dropped by the scheduler and by the core: nothing left that could never be dispatched.
+    # Dropped by the scheduler and by the core, and answered: nothing accepted goes unanswered.
+    [dropped] = core.take_notices()
+    assert (dropped.round_id, dropped.status) == (2, STATUS_REFUSED) and dropped.error.startswith("superseded")
     assert core.pending() == 0 and not core.step().chunks
     assert not core.wait_for_work(0.01)
+    # The restarted client continues above what the server (and its controller) saw.
+    restarted.on_registered(res)
+    assert restarted.round_id == 2
+    restarted.on_image(0, _obs(client, 0, 0.0).images[0], clock.t)
+    restarted.on_joint_state(list(client.robot.joints), [0.0] * 3)
+    obs = restarted.tick(clock.t).observation
+    assert obs is not None and obs.round_id == 4
+    assert core.submit(_obs(client, obs.round_id, clock.t)) == []
+    assert [(c.round_id, c.status) for c in core.step().chunks] == [(4, STATUS_OK)]
+
+
+def test_a_client_without_a_session_is_restarted_when_its_round_ids_go_back(env):
+    core, clock, client = env
+    legacy = dataclasses.replace(client.registration(), client_session="")
+    assert core.register(legacy).accepted
+    assert core.submit(_obs(client, 2, clock.t)) == []
+    assert core.register(dataclasses.replace(legacy, last_round_id=2)).accepted
+    assert core.take_notices() == []
+    assert core.register(legacy).accepted  # last_round_id 0 < 2: a restart
+    assert [c.round_id for c in core.take_notices()] == [2]
 
 
 def test_a_silent_robot_is_freed_and_comes_back_above_its_round_ids(env):

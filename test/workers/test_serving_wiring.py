@@ -108,5 +108,7 @@ def test_reregistration_finishes_the_robots_previous_task(doc):
     assert core.scheduler.stats().get("tasks_finished", 0) == 0
     assert core.submit(_obs(robot, 1)) == []
     core.step()
-    assert core.register(reg).accepted  # the robot restarted
+    assert core.register(reg).accepted  # a keep-alive of the same client process
+    assert core.scheduler.stats().get("tasks_finished", 0) == 0
+    assert core.register(RobotClientCore(robot).registration()).accepted  # the client restarted
     assert core.scheduler.stats()["tasks_finished"] == 1
