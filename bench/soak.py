@@ -16,7 +16,7 @@ watches it from this process over DDS:
     warm-up allocations are not growth) and as last-minus-first of that range;
   - the 1-minute load average.
 
-    .venv/bin/python bench/soak.py --minutes 10 --robots 16 --json out/soak/soak.json
+    .venv/bin/python bench/soak.py --minutes 12 --robots 16 --json out/soak/soak.json
 
 The robots run at reduced sensor and control rates (see ROBOT_YAML) so 16 of them plus the
 server fit on a small machine; the serving path is the same as at full rate. Every fleet process

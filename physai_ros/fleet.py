@@ -22,6 +22,10 @@ from pathlib import Path
 from physai_ros.fleet_processes import ProcessGroup, ProcessSpec
 
 SHM_PROFILE_BYTES = 300_000  # frames above this need the 16 MB shared-memory profile
+# With localhost discovery Fast DDS announces a participant to 32 participant ids by default; a
+# fleet with more node processes needs the profile's wider range (docs/soak.md: a 16-robot fleet
+# served 8 robots without it).
+DEFAULT_DISCOVERY_PEERS = 32
 SERVER_START_TIMEOUT_S = 180.0
 REGISTER_SERVICE = "/policy_server/register_robot"
 
@@ -119,7 +123,9 @@ def fleet_env(args: argparse.Namespace) -> dict[str, str]:
     frame = args.width * args.height * 3
     if not args.scripted:
         frame = max(r.image_width * r.image_height * 3 for r in _fleet_config(args.fleet, args.robots).robots)
-    if frame > SHM_PROFILE_BYTES and "FASTDDS_DEFAULT_PROFILES_FILE" not in env:
+    participants = 3 * args.robots + 2  # per robot sim, client, controller; server; this monitor
+    if (frame > SHM_PROFILE_BYTES or participants > DEFAULT_DISCOVERY_PEERS) \
+            and "FASTDDS_DEFAULT_PROFILES_FILE" not in env:
         profile = fastdds_profile_path()
         if profile is not None:
             env["FASTDDS_DEFAULT_PROFILES_FILE"] = str(profile)

@@ -10,7 +10,7 @@ import time
 import cv2
 import pytest
 
-from physai_ros.fleet import build_fleet, parse_args
+from physai_ros.fleet import build_fleet, fleet_env, parse_args
 from physai_ros.fleet_processes import ProcessSpec
 from physai_ros.ros.health import TIMING_REASONS
 
@@ -27,6 +27,18 @@ def test_fleet_is_a_list_of_process_specs():
                     "names:=[a,b]", "-p", "rate:=2.5"]
     with pytest.raises(SystemExit):
         parse_args(["--scripted", "--robots", "0"])
+
+
+def test_big_fleets_get_the_wide_discovery_profile(monkeypatch):
+    """Localhost discovery reaches 32 participant ids by default: 11 robots are 35 processes."""
+    monkeypatch.delenv("FASTDDS_DEFAULT_PROFILES_FILE", raising=False)
+    small = fleet_env(parse_args(["--scripted", "--robots", "2"]))
+    assert "FASTDDS_DEFAULT_PROFILES_FILE" not in small
+    big = fleet_env(parse_args(["--scripted", "--robots", "11"]))
+    profile = open(big["FASTDDS_DEFAULT_PROFILES_FILE"]).read()
+    assert "<maxInitialPeersRange>128</maxInitialPeersRange>" in profile
+    monkeypatch.setenv("FASTDDS_DEFAULT_PROFILES_FILE", "/mine.xml")  # the user's own wins
+    assert fleet_env(parse_args(["--scripted", "--robots", "11"]))["FASTDDS_DEFAULT_PROFILES_FILE"] == "/mine.xml"
 
 
 def test_fleet_demo_runs_and_reports(tmp_path):
