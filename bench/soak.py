@@ -163,6 +163,7 @@ def memory_growth(samples: list[tuple[float, float]], skip_s: float) -> dict:
         pts = samples
     t = np.array([p[0] for p in pts])
     m = np.array([p[1] for p in pts])
+
     def slope(t, m) -> float:
         return float(np.polyfit(t / 60.0, m, 1)[0]) if len(t) >= 2 and np.ptp(t) > 0 else 0.0
 
@@ -221,7 +222,7 @@ class Observer:
     def _watch_observations(self):
         """Subscribe to a robot's observations only once the policy server has: a robot_client
         sends when its observation topic has a subscriber, so subscribing earlier would make
-        it send rounds into the void during the server's warm-up (and count them as lost)."""
+        it send rounds into the void during the server's warm-up (rounds nobody can answer)."""
         for r in self.sent:
             topic = f"/{r}/observation"
             if r not in self._watching_obs and self.node.count_subscribers(topic) > 0:

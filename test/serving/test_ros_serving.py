@@ -88,6 +88,15 @@ def test_robots_register_stream_and_each_gets_its_own_chunks(fleet_env):
         for ns in base:
             sent = {(r, rid) for r, rid, *_ in w.obs[ns]}
             assert all((c.robot_id, c.round_id) in sent for c in _ok(w.chunks[ns]))
+    # The robots' own round ledgers (client_status) agree: every round answered once, or in flight.
+    w.wait(lambda: all(w.status.get(ns, {}).get("round_ledger", {}).get("answered", 0) >= base[ns] + 10
+                       for ns in base), 30, "the ledgers to show the new rounds")
+    with w.lock:
+        for ns in base:
+            led = w.status[ns]["round_ledger"]
+            assert led["lost"] == led["duplicated"] == led["unknown_answers"] == 0, (ns, led)
+            assert led["sent"] == led["answered"] + led["pending"] + led["orphaned"], (ns, led)
+            assert led["pending"] <= 2, (ns, led)  # the request in flight
 
 
 def test_controller_executes_chunks_and_joints_move(fleet_env):
