@@ -228,10 +228,11 @@ class RobotClientNode(Node):
     def status(self) -> dict:
         c = self.core.counters
         lat = np.array(c.latencies_s[-2000:]) * 1e3
+        ledger = self.core.ledger.summary(now_sec(self))
         return {
             "robot_id": self.robot.id, "state": self.core.state.value,
             "server_instance": self.core.server_instance, "round_id": self.core.round_id,
-            "sent": c.sent, "chunks_ok": c.chunks_ok, "refused": c.refused, "errors": c.errors,
+            "sent": ledger.sent, "chunks_ok": c.chunks_ok, "refused": c.refused, "errors": c.errors,
             "slo_misses": c.slo_misses, "fallbacks": dict(c.fallbacks),
             "registrations": c.registrations, "server_restarts": c.server_restarts,
             "latency_ms_p50": float(np.percentile(lat, 50)) if lat.size else None,
@@ -239,7 +240,7 @@ class RobotClientNode(Node):
             "unreadable_chunks": self._unreadable,
             "unreadable_images": self._unreadable_images,
             "wrench_dropped": self.view.wrench_dropped,
-            "round_ledger": self.core.ledger.summary(now_sec(self)).as_dict(),
+            "round_ledger": ledger.as_dict(),
             **(self.streaming.status() if self.streaming is not None else {}),
         }
 

@@ -61,7 +61,6 @@ class TickOutput:
 
 @dataclass
 class ClientCounters:
-    sent: int = 0
     chunks_ok: int = 0
     refused: int = 0
     errors: int = 0
@@ -326,6 +325,5 @@ class RobotClientCore:
             del self._sent_stamps[min(self._sent_stamps)]
         self.trigger.on_sent(self.round_id, now)
         self.deadline.on_request(self.round_id, obs.stamp)
-        self.ledger.on_sent(self.round_id, now)
-        self.counters.sent += 1
+        self.ledger.on_sent(self.round_id, now)  # counts the rounds sent
         return obs

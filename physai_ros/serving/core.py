@@ -244,9 +244,12 @@ class ServingCore:
     def take_notices(self) -> list[ChunkResult]:
         """Refusals for accepted requests that were dropped (see _finish_task), to publish."""
         with self._lock:
-            out = list(self._notices)
-            self._notices.clear()
-            return out
+            return self._drain_notices()
+
+    def _drain_notices(self) -> list[ChunkResult]:
+        out = list(self._notices)  # under the lock
+        self._notices.clear()
+        return out
 
     def _admit(self, now: float) -> Refusal | None:
         """Room for one more robot? (ROSA 3.4.4: refuse a robot rather than degrade everyone.)
@@ -323,9 +326,7 @@ class ServingCore:
             if refusal is not None:
                 return [self._refused(obs, reg, refusal)]
             self._work.notify_all()
-            notices.extend(self._notices)
-            self._notices.clear()
-            return notices
+            return notices + self._drain_notices()
 
     def _finish_task(self, robot_id: str, task_id: str, why: str) -> None:
         key = f"{robot_id}/{task_id}"

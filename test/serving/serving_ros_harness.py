@@ -2,11 +2,15 @@
 The streaming tests build on these too (test/streaming_ros/streaming_ros_harness.py)."""
 from __future__ import annotations
 
+import contextlib
 import json
 import threading
 from collections import defaultdict
 
+import yaml
+
 from physai_ros.serving import fleet_plan
+from physai_ros.serving.config import load_fleet
 
 from ros_rig import SpunNode, log_of, wait_for
 
@@ -30,6 +34,27 @@ class Fleet:
 
     def log(self, name):
         return log_of(self.log_dir, name)
+
+
+@contextlib.contextmanager
+def running_fleet(directory, doc: dict, make_watcher, specs):
+    """Writes `doc` to directory/fleet.yaml and loads it, starts make_watcher(cfg) (first, so it
+    sees every message) and the processes specs(cfg); yields (cfg, fleet, watcher). Everything is
+    stopped on the way out, whatever happened."""
+    path = directory / "fleet.yaml"
+    path.write_text(yaml.safe_dump(doc))
+    cfg = load_fleet(path)
+    fleet = Fleet(directory / "logs")
+    watcher = None
+    try:
+        watcher = make_watcher(cfg)
+        for spec in specs(cfg):
+            fleet.start(spec)
+        yield cfg, fleet, watcher
+    finally:
+        if watcher is not None:
+            watcher.close()
+        fleet.stop_all()
 
 
 class StatusWatcher:

@@ -7,9 +7,9 @@ import pytest
 import yaml
 
 from physai_ros.serving import fleet_plan
-from physai_ros.serving.config import default_fleet_path, load_fleet
+from physai_ros.serving.config import default_fleet_path
 
-from serving_ros_harness import Fleet, Watcher
+from serving_ros_harness import Watcher, running_fleet
 
 pytestmark = [pytest.mark.ros, pytest.mark.slow]
 
@@ -36,21 +36,10 @@ def _fleet_doc():
 
 @pytest.fixture(scope="module")
 def fleet_env(tmp_path_factory):
-    d = tmp_path_factory.mktemp("fleet")
-    path = d / "fleet.yaml"
-    path.write_text(yaml.safe_dump(_fleet_doc()))
-    cfg = load_fleet(path)
-    fleet = Fleet(d / "logs")
-    watcher = None
-    try:
-        watcher = Watcher([r.namespace for r in cfg.robots])  # first, so it sees every message
-        for spec in fleet_plan.fleet_plan(cfg, controller=_has_controller()):
-            fleet.start(spec)
-        yield cfg, fleet, watcher
-    finally:
-        if watcher is not None:
-            watcher.close()
-        fleet.stop_all()
+    with running_fleet(tmp_path_factory.mktemp("fleet"), _fleet_doc(),
+                       lambda cfg: Watcher([r.namespace for r in cfg.robots]),
+                       lambda cfg: fleet_plan.fleet_plan(cfg, controller=_has_controller())) as env:
+        yield env
 
 
 def _has_controller():

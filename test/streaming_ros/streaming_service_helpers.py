@@ -16,7 +16,9 @@ from physai_ros.engine.types import Pi0Config
 from physai_ros.serving.config import default_fleet_path, parse_fleet, tokenizer_path
 from physai_ros.serving.streaming_service import StreamingService
 from physai_ros.serving.tokenizer import PromptTokenizer
-from physai_ros.serving.types import ImageData, ObservationData, RobotRegistration
+from physai_ros.serving.types import ImageData, RobotRegistration
+
+from serving_helpers import make_obs  # test/serving is on sys.path (test/streaming_ros/conftest.py)
 
 CFG = Pi0Config.preset("tiny")
 ROS_OFFSET = 1_000.0  # ROS clock = virtual stream clock + this (the service must convert)
@@ -121,17 +123,12 @@ def registration(robot, last_round_id=0, streaming=True):
 
 
 def observation(robot, round_id, stamp, seed=0, **kw):
+    """serving_helpers.make_obs with the views drawn from one generator seeded by `seed`."""
     rng = np.random.default_rng(seed)
     h, w = robot.image_height, robot.image_width
     images = tuple(ImageData(h, w, "rgb8", w * 3, rng.integers(0, 256, (h, w, 3), dtype=np.uint8).tobytes())
                    for _ in range(robot.num_views))
-    fields = dict(robot_id=robot.id, task_id=robot.task.name, round_id=round_id, stamp=stamp, images=images,
-                  state=np.linspace(-0.5, 0.5, len(robot.joints)).astype(np.float32),
-                  wrench=np.zeros(6, np.float32), wrench_stamp=0.0, prompt=robot.task.prompt,
-                  exec_phase_start=0.0, actions_remaining=0, control_period=robot.task.action_period_s,
-                  horizon_policy=robot.task.horizon_policy, horizon_params=robot.task.horizon_params)
-    fields.update(kw)
-    return ObservationData(**fields)
+    return make_obs(robot, round_id, stamp, **{"images": images, **kw})
 
 
 def fleet(**kw):

@@ -11,10 +11,10 @@ import pytest
 import yaml
 
 from physai_ros.serving import fleet_plan
-from physai_ros.serving.config import default_fleet_path, load_fleet
+from physai_ros.serving.config import default_fleet_path
 from physai_ros.serving.stream_trace import matching_ticks
 
-from serving_ros_harness import Fleet
+from serving_ros_harness import running_fleet
 from streaming_ros_harness import StreamWatcher
 
 pytestmark = [pytest.mark.ros, pytest.mark.slow]
@@ -52,22 +52,11 @@ def _fleet_doc():
 
 @pytest.fixture(scope="module")
 def stream_fleet(tmp_path_factory):
-    d = tmp_path_factory.mktemp("stream_fleet")
-    path = d / "fleet.yaml"
-    path.write_text(yaml.safe_dump(_fleet_doc()))
-    cfg = load_fleet(path)
-    fleet = Fleet(d / "logs")
-    watcher = None
-    try:
-        watcher = StreamWatcher(["robot_0", "robot_1"], wrench_ns="robot_0")
-        fleet.start(fleet_plan.server_spec(cfg))
-        for spec in fleet_plan.robot_specs(cfg, cfg.robot("robot_0")):
-            fleet.start(spec)
-        yield cfg, fleet, watcher
-    finally:
-        if watcher is not None:
-            watcher.close()
-        fleet.stop_all()
+    # robot_0 only: the tests start robot_1 themselves.
+    with running_fleet(tmp_path_factory.mktemp("stream_fleet"), _fleet_doc(),
+                       lambda cfg: StreamWatcher(["robot_0", "robot_1"], wrench_ns="robot_0"),
+                       lambda cfg: [fleet_plan.server_spec(cfg), *fleet_plan.robot_specs(cfg, cfg.robot("robot_0"))]) as env:
+        yield env
 
 
 def _streaming(w, ns):
