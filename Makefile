@@ -14,7 +14,7 @@ PKG_STAMP := $(VENV)/.package-installed
 IFACE_STAMP := $(VENV)/.interfaces-built
 INTERFACE_SOURCES := $(wildcard msg/*.msg srv/*.srv) interfaces/CMakeLists.txt interfaces/package.xml
 
-.PHONY: setup demo test bench clean distclean lerobot-reference
+.PHONY: setup demo test bench clean distclean lerobot-reference colcon-tools
 
 setup: $(DEPS_STAMP) $(IFACE_STAMP) $(PKG_STAMP)
 
@@ -22,7 +22,7 @@ $(PY):
 	$(PYTHON) -m venv $(VENV)
 	$(PY) -m pip install -q --upgrade "pip>=24" "setuptools>=70" wheel
 
-$(DEPS_STAMP): requirements.txt constraints.txt | $(PY)
+$(DEPS_STAMP): requirements.txt requirements-ros-distro.txt constraints.txt | $(PY)
 	$(PY) -m pip install -q -c constraints.txt -r requirements.txt
 	touch $@
 
@@ -30,9 +30,19 @@ $(IFACE_STAMP): $(INTERFACE_SOURCES) scripts/build_interfaces.py $(DEPS_STAMP)
 	$(PY) scripts/build_interfaces.py
 	touch $@
 
-$(PKG_STAMP): setup.py setup.cfg $(DEPS_STAMP)
+# The editable install plus the layout a colcon install has (ament index marker, share/physai_ros
+# linked to this checkout, lib/physai_ros executables), so ROS tools find the package in the venv.
+$(PKG_STAMP): setup.py setup.cfg scripts/install_ament_layout.py $(DEPS_STAMP)
 	$(PY) -m pip install -q -c constraints.txt --no-deps --no-build-isolation -e .
+	$(PY) scripts/install_ament_layout.py > /dev/null
 	touch $@
+
+# Debian's colcon builds a colcon install of the repository in test/packaging (what a ROS 2 user
+# runs). Installed on first use when we may (root, as in CI); otherwise the message says how.
+colcon-tools:
+	@command -v colcon > /dev/null || { [ "$$(id -u)" = 0 ] && apt-get update -qq && \
+		DEBIAN_FRONTEND=noninteractive apt-get install -y -qq colcon python3-colcon-ros > /dev/null; } || \
+		{ echo "make: the colcon install test needs Debian's colcon: sudo apt-get install colcon python3-colcon-ros" >&2; exit 1; }
 
 # The LeRobot reference (lerobot 0.3.2) lives in its own venv so its pins never touch ours;
 # the engine's equivalence tests run it live (docs/lerobot_reference.md).
@@ -44,7 +54,7 @@ lerobot-reference: $(LEROBOT_STAMP)
 demo: setup
 	$(VENV)/bin/physai-fleet --duration $(DURATION)
 
-test: setup $(LEROBOT_STAMP)
+test: setup $(LEROBOT_STAMP) colcon-tools
 	$(PY) scripts/run_tests.py $(PYTEST_ARGS)
 
 clean:

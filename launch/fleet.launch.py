@@ -3,16 +3,19 @@ sim_robot (simulated robots only), robot_client and trajectory_controller.
 
   ros2 launch physai_ros fleet.launch.py fleet_file:=/path/fleet.yaml num_robots:=8 duration:=60
 
-Launch arguments: fleet_file (default: the package's config/fleet.yaml), num_robots (0: the
-robots listed; more: the last entry is cloned as robot_<k>), duration (seconds; 0: until Ctrl-C).
-The process plan is physai_ros.serving.fleet_plan, the same one `physai-fleet` runs.
+Launch arguments: fleet_file (default: config/fleet.yaml in the package's share directory, found
+through the ament index: physai_ros.install_paths), num_robots (0: the robots listed; N: the first
+N, the last entry cloned as robot_<k> beyond the list), duration (seconds; 0: until Ctrl-C).
+The process plan is physai_ros.serving.fleet_plan, the same one `physai-fleet` runs; the server is
+told how many robots were started (its num_robots parameter).
 """
 from launch import LaunchDescription
 from launch.actions import DeclareLaunchArgument, GroupAction, OpaqueFunction, Shutdown, TimerAction
 from launch.substitutions import LaunchConfiguration
 from launch_ros.actions import Node, PushROSNamespace
 
-from physai_ros.serving.config import default_fleet_path, load_fleet
+from physai_ros.install_paths import default_fleet_file
+from physai_ros.serving.config import load_fleet
 from physai_ros.serving.fleet_plan import robot_specs, server_spec
 
 PACKAGE = "physai_ros"
@@ -42,7 +45,7 @@ def _setup(context, *args, **kwargs):
 
 def generate_launch_description():
     return LaunchDescription([
-        DeclareLaunchArgument("fleet_file", default_value=str(default_fleet_path()),
+        DeclareLaunchArgument("fleet_file", default_value=str(default_fleet_file()),
                               description="fleet description (server, tasks, robots)"),
         DeclareLaunchArgument("num_robots", default_value="0",
                               description="0: the robots listed in the fleet file; N: the first N "

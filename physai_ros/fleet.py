@@ -31,13 +31,14 @@ REGISTER_SERVICE = "/policy_server/register_robot"
 
 
 def fastdds_profile_path() -> Path | None:
-    """config/fastdds_shm.xml from the source tree, or from the installed share directory."""
-    here = Path(__file__).resolve().parent
-    for candidate in (here.parent / "config" / "fastdds_shm.xml",
-                      Path(sys.prefix) / "share" / "physai_ros" / "config" / "fastdds_shm.xml"):
-        if candidate.exists():
-            return candidate
-    return None
+    """config/fastdds_shm.xml of this install (physai_ros.install_paths), None if absent."""
+    from physai_ros.install_paths import InstallLayoutError, fastdds_profile_file
+
+    try:
+        path = fastdds_profile_file()
+    except InstallLayoutError:
+        return None
+    return path if path.exists() else None
 
 
 def parse_args(argv: list[str] | None) -> argparse.Namespace:
@@ -47,7 +48,11 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
                     help="drive the robots with the scripted expert instead of the policy server")
     ap.add_argument("--robots", type=int, default=None,
                     help="number of robots (default: as listed in the fleet file; 2 with --scripted)")
-    ap.add_argument("--duration", type=float, default=30.0, help="seconds to run (default 30)")
+    ap.add_argument("--duration", type=float, default=30.0,
+                    help="seconds to run, counted from when the policy server serves (its start-up, "
+                         "which can take a minute on a busy machine, is not counted; default 30)")
+    ap.add_argument("--dry-run", action="store_true",
+                    help="print the install layout, fleet file, ROS domain and the processes, and exit")
     ap.add_argument("--tasks", default="pick_and_place,reach", help="comma list, assigned round robin")
     ap.add_argument("--views", type=int, default=1, help="camera views per robot, 1..3")
     ap.add_argument("--width", type=int, default=224)
@@ -71,8 +76,18 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     args = ap.parse_args(argv)
     if args.record_trace and args.scripted:
         ap.error("--record-trace records the policy server's rounds: it cannot be used with --scripted")
-    if args.robots is None:
-        args.robots = 2 if args.scripted else len(_fleet_config(args.fleet).robots)
+    from physai_ros.install_paths import InstallLayoutError
+    from physai_ros.serving.config import FleetConfigError
+    from physai_ros.serving.preflight import ServerFilesError, check_server_files
+
+    try:
+        if args.robots is None:
+            args.robots = 2 if args.scripted else len(_fleet_config(args.fleet).robots)
+        if not args.scripted and args.robots >= 1:
+            # Before any process starts: a missing checkpoint is named now, not a minute later.
+            check_server_files(_fleet_config(args.fleet, args.robots))
+    except (FleetConfigError, ServerFilesError, InstallLayoutError) as e:
+        ap.exit(2, f"physai-fleet: error: {e}\n")
     if args.robots < 1:
         ap.error("--robots must be >= 1")
     if args.duration <= 0:
@@ -147,13 +162,24 @@ def main(argv: list[str] | None = None) -> int:
     faulthandler.enable()
     args = parse_args(argv)
     env = fleet_env(args)
-    os.environ.update({k: env[k] for k in ("ROS_AUTOMATIC_DISCOVERY_RANGE", "FASTDDS_DEFAULT_PROFILES_FILE")
-                       if k in env})
+    from physai_ros.fleet_startup import choose_domain
+
+    domain = choose_domain(env)
+    env["ROS_DOMAIN_ID"] = str(domain.domain_id)
+    os.environ.update({k: env[k] for k in ("ROS_AUTOMATIC_DISCOVERY_RANGE", "FASTDDS_DEFAULT_PROFILES_FILE",
+                                           "ROS_DOMAIN_ID") if k in env})
+    print(f"physai-fleet: ROS_DOMAIN_ID={domain.domain_id} ({domain.reason}); to watch this fleet "
+          f"from another shell: export ROS_DOMAIN_ID={domain.domain_id}", flush=True)
+    if args.dry_run:
+        print_plan(args, env)
+        return 0
     import rclpy
     from rclpy.signals import SignalHandlerOptions
 
     from physai_ros.fleet_monitor import FleetMonitor
     from physai_ros.fleet_report import contact_sheet, format_summary, summary_doc
+    from physai_ros.fleet_startup import StartupRelay
+    from physai_ros.serving.preflight import STARTUP_LOG_PREFIX as STARTUP_PREFIX
 
     stop = False
 
@@ -192,10 +218,25 @@ def main(argv: list[str] | None = None) -> int:
             # count_services counts servers only: the graph's service list also names a service
             # that only has clients, so the robot clients made it look ready at once.
             ready_by = time.monotonic() + SERVER_START_TIMEOUT_S
+            relay = StartupRelay(group.log_path("policy_server"), STARTUP_PREFIX,
+                                 lambda line: print(f"physai-fleet: {line}", flush=True))
             while not stop and time.monotonic() < ready_by and not group.exited() \
                     and monitor.count_services(REGISTER_SERVICE) == 0:
                 executor.spin_once(timeout_sec=0.2)
-            print(f"physai-fleet: policy server up after {time.monotonic() - started:.1f} s", flush=True)
+                relay.poll()
+            relay.poll()
+            dead = group.exited()
+            if dead or stop or monitor.count_services(REGISTER_SERVICE) == 0:
+                # No summary of a fleet that never ran: say why and stop.
+                for name, rc in dead:
+                    print(f"physai-fleet: {name} exited with {rc} before the policy server served:\n"
+                          f"{group.log_tail(name)}", file=sys.stderr, flush=True)
+                if not dead and not stop:
+                    print(f"physai-fleet: the policy server did not serve within {SERVER_START_TIMEOUT_S:.0f} s "
+                          f"(log: {group.log_path('policy_server')})", file=sys.stderr, flush=True)
+                return 130 if stop and not dead else 1
+            print(f"physai-fleet: policy server up after {time.monotonic() - started:.1f} s; running "
+                  f"{args.duration:g} s from now", flush=True)
             started = time.monotonic()
             if capture is not None:
                 capture.t0 = time.time()  # tasks' arrival_s count from when the server serves
@@ -265,6 +306,20 @@ def main(argv: list[str] | None = None) -> int:
     if bad and exit_code == 0:
         print(f"physai-fleet: processes ended abnormally: {bad}", file=sys.stderr)
     return exit_code
+
+
+def print_plan(args: argparse.Namespace, env: dict[str, str]) -> None:
+    """--dry-run: what a run would use and start, resolved as the run resolves it."""
+    from physai_ros.install_paths import install_layout
+
+    layout = install_layout()
+    print(f"physai-fleet: install {layout.kind}: package {layout.package_dir}, share {layout.share_dir}")
+    if not args.scripted:
+        cfg = _fleet_config(args.fleet, args.robots)
+        print(f"physai-fleet: fleet file {cfg.source} ({len(cfg.robots)} robot(s))")
+    print(f"physai-fleet: Fast DDS profile {env.get('FASTDDS_DEFAULT_PROFILES_FILE', '(none needed)')}")
+    for spec in build_fleet(args):
+        print("  " + " ".join(spec.argv()))
 
 
 def trace_meta(args: argparse.Namespace) -> dict:

@@ -116,6 +116,12 @@ class ProcessGroup:
                 continue
         return out
 
+    def log_path(self, name: str) -> Path | None:
+        for p in self.procs:
+            if p.spec.name == name:
+                return p.log_path
+        return None
+
     def log_tail(self, name: str, lines: int = 20) -> str:
         for p in self.procs:
             if p.spec.name == name and p.log_path and p.log_path.exists():

@@ -91,9 +91,9 @@ def load_monitoring(fleet_file: str | Path | None = None) -> MonitoringConfig:
     import yaml
 
     if not fleet_file:
-        from physai_ros.serving.config import default_fleet_path
+        from physai_ros.install_paths import default_fleet_file
 
-        fleet_file = default_fleet_path()
+        fleet_file = default_fleet_file()
     try:
         doc = yaml.safe_load(Path(fleet_file).read_text())
     except (OSError, yaml.YAMLError) as e:

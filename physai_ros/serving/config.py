@@ -7,15 +7,14 @@ from __future__ import annotations
 
 import copy
 import math
-import sys
 from dataclasses import dataclass, field
-from importlib import resources
 from pathlib import Path
 from typing import Any, Mapping
 
 import yaml
 
-PACKAGE_PREFIX = "package://physai_ros/"
+from physai_ros.install_paths import PACKAGE_URL_PREFIX, default_fleet_file, resolve_package_url
+PACKAGE_PREFIX = PACKAGE_URL_PREFIX
 FALLBACKS = ("hold", "stop_and_resend", "use_last_plan")
 ESCALATIONS = ("stop_and_call_human",)
 BUILTIN_HORIZON_POLICIES = ("static", "confidence")
@@ -192,16 +191,11 @@ def _replace(robot: RobotConfig, **kw: Any) -> RobotConfig:
 
 
 def resolve_package_path(path: str, base_dir: Path | None = None) -> Path:
-    """`package://physai_ros/<rel>` -> installed file; relative paths are relative to the yaml."""
+    """`package://physai_ros/<rel>` -> the installed file (physai_ros.install_paths: the same
+    rule for a source checkout, a colcon install and a pip install); other relative paths are
+    relative to the yaml."""
     if path.startswith(PACKAGE_PREFIX):
-        rel = path[len(PACKAGE_PREFIX):]
-        # config/ is installed beside the package in a ROS install; in a checkout it is at the root.
-        pkg_root = Path(str(resources.files("physai_ros")))
-        share = Path(sys.prefix) / "share" / "physai_ros" / rel
-        for candidate in (pkg_root / rel, pkg_root.parent / rel, share):
-            if candidate.exists():
-                return candidate
-        return pkg_root / rel
+        return resolve_package_url(path)
     p = Path(path).expanduser()
     if not p.is_absolute() and base_dir is not None:
         p = base_dir / p
@@ -209,7 +203,7 @@ def resolve_package_path(path: str, base_dir: Path | None = None) -> Path:
 
 
 def default_fleet_path() -> Path:
-    return resolve_package_path(PACKAGE_PREFIX + "config/fleet.yaml")
+    return default_fleet_file()
 
 
 # ---- validation helpers: each names the key path and what it expects -----------------------
@@ -562,11 +556,11 @@ def load_fleet(path: str | Path | None = None) -> FleetConfig:
     try:
         text = p.read_text()
     except OSError as e:
-        raise FleetConfigError(f"<file>: cannot read fleet file {str(p)!r}: {e.strerror}") from e
+        raise FleetConfigError(f"cannot read fleet file {str(p)!r}: {e.strerror}") from e
     try:
         doc = yaml.safe_load(text)
     except yaml.YAMLError as e:
-        raise FleetConfigError(f"<file>: {str(p)!r} is not valid YAML: {e}") from e
+        raise FleetConfigError(f"fleet file {str(p)!r} is not valid YAML: {e}") from e
     return parse_fleet(copy.deepcopy(doc), source=str(p.resolve()))
 
 

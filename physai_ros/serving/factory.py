@@ -1,14 +1,14 @@
 """Build the serving core from fleet.yaml: engine instances, scheduler, tokenizer, statistics."""
 from __future__ import annotations
 
-from pathlib import Path
-from typing import Any
+from typing import Any, Callable
 
 from physai_ros.scheduler.base import make_scheduler
 
-from .config import FleetConfig, FleetConfigError, resolve_package_path, tokenizer_path
+from .config import FleetConfig, FleetConfigError, tokenizer_path
 from .core import EngineSlot, ServingCore, default_profile
 from .fault_injection import ENV_VAR, faults_from_env
+from .preflight import checkpoint_dir
 from .preprocess import Normalizer
 from .tokenizer import PromptTokenizer
 
@@ -31,7 +31,7 @@ def build_engine_slots(cfg: FleetConfig, node: Any = None) -> list[EngineSlot]:
             engine = Pi0Engine(Pi0Config.preset(srv.model.preset), device=srv.device,
                                seed=srv.model.seed)
         else:
-            engine = Pi0Engine.from_lerobot_checkpoint(_checkpoint_dir(cfg), device=srv.device)
+            engine = Pi0Engine.from_lerobot_checkpoint(checkpoint_dir(cfg), device=srv.device)
         slots.append(EngineSlot(f"engine_{i}", engine, srv.max_batch, default_profile(srv.max_batch),
                                 standby=i >= srv.engine_instances))
     if srv.remote_engines:
@@ -67,13 +67,8 @@ def _attach_faults(slots: list[EngineSlot]) -> None:
         s.fault = plans.get(s.instance_id)
 
 
-def _checkpoint_dir(cfg: FleetConfig) -> Path:
-    base = Path(cfg.source).parent if not cfg.source.startswith("<") else None
-    return resolve_package_path(cfg.server.model.checkpoint, base)
-
-
 def build_core(cfg: FleetConfig, instance_id: str | None = None, node: Any = None) -> ServingCore:
-    stats = _checkpoint_dir(cfg) / STATS_FILE if cfg.server.model.checkpoint else None
+    stats = checkpoint_dir(cfg) / STATS_FILE if cfg.server.model.checkpoint else None
     return ServingCore(
         engines=build_engine_slots(cfg, node),
         scheduler=make_scheduler(cfg.server.scheduler, **cfg.server.scheduler_params),
@@ -88,7 +83,8 @@ def build_core(cfg: FleetConfig, instance_id: str | None = None, node: Any = Non
     )
 
 
-def profile_local_engines(core: ServingCore, cfg: FleetConfig) -> dict[str, float]:
+def profile_local_engines(core: ServingCore, cfg: FleetConfig,
+                          progress: Callable[[str], None] | None = None) -> dict[str, float]:
     """Measure each local instance's latency-vs-batch profile (server.profile) and give it to
     the scheduler through the slot, replacing the flat default: the batching cap (saturation
     point) and wait-ratio placement then use this machine's real numbers. Doubles as the
@@ -108,9 +104,15 @@ def profile_local_engines(core: ServingCore, cfg: FleetConfig) -> dict[str, floa
         if hasattr(slot.engine, "alive"):
             continue  # remote: advertised by its worker
         t0 = time.perf_counter()
+
+        def on_batch(b: int, n: int, left_s: float, iid: str = slot.instance_id) -> None:
+            if progress is not None:
+                progress(f"profiling {iid}: batch size {b} of {n} done after "
+                         f"{time.perf_counter() - t0:.1f} s, about {left_s:.0f} s left")
+
         with torch.inference_mode():
             slot.profile = measure_profile(
                 slot.engine.infer, slot.engine.config, min(p.max_batch, slot.max_batch), reps=p.reps,
-                views=p.views, tokens=p.tokens or core.tokenizer.max_len)
+                views=p.views, tokens=p.tokens or core.tokenizer.max_len, on_batch=on_batch)
         took[slot.instance_id] = time.perf_counter() - t0
     return took

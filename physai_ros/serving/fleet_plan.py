@@ -33,8 +33,10 @@ class ProcessSpec:
 
 
 def server_spec(cfg: FleetConfig) -> ProcessSpec:
+    # The robot count tells the server which robots were started (cfg may be with_num_robots'
+    # clone of the file's list), so it neither waits for nor reports robots never launched.
     return ProcessSpec("policy_server", "policy_server", "physai_ros.nodes.policy_server", "",
-                       {"fleet_file": cfg.source})
+                       {"fleet_file": cfg.source, "num_robots": len(cfg.robots)})
 
 
 def sim_params(robot: RobotConfig) -> dict[str, Any]:

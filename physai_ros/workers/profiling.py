@@ -32,11 +32,14 @@ def synthetic_inputs(config: Pi0Config, batch: int, views: int, tokens: int, see
 
 def measure_profile(infer: Callable[[list], object], config: Pi0Config, max_batch: int,
                     reps: int = 3, views: int = 2, tokens: int = 32,
-                    clock: Callable[[], float] = time.perf_counter) -> LatencyProfile:
+                    clock: Callable[[], float] = time.perf_counter,
+                    on_batch: Callable[[int, int, float], None] | None = None) -> LatencyProfile:
     """Median latency of `reps` timed calls (after one warm-up) at each batch size 1..max_batch.
 
     The result is made non-decreasing in batch size: on a noisy machine a bigger batch can
     time faster than a smaller one, which would make the scheduler's saturation point arbitrary.
+    on_batch(b, max_batch, seconds_left): called after each batch size with an estimate of what
+    is left (a start-up on a loaded CPU can take minutes; the user should see it progress).
     """
     if max_batch < 1 or reps < 1:
         raise ValueError(f"max_batch and reps must be >= 1, got {max_batch}, {reps}")
@@ -51,6 +54,14 @@ def measure_profile(infer: Callable[[list], object], config: Pi0Config, max_batc
                 infer(batch)
                 times.append(clock() - t0)
             lat.append(max(statistics.median(times), 1e-6))
+            if on_batch is not None:
+                on_batch(b, max_batch, remaining_profile_s(lat[-1], b, max_batch, reps))
     for i in range(1, len(lat)):
         lat[i] = max(lat[i], lat[i - 1])
     return LatencyProfile(tuple(range(1, max_batch + 1)), tuple(lat))
+
+
+def remaining_profile_s(latency_s: float, batch: int, max_batch: int, reps: int) -> float:
+    """Estimated seconds left after measuring `batch`: each later size b costs 1 + reps calls,
+    each about latency_s * b / batch (compute grows about linearly with the batch on a CPU)."""
+    return sum((1 + reps) * latency_s * b / batch for b in range(batch + 1, max_batch + 1))

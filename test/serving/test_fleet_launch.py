@@ -1,8 +1,6 @@
 """launch/fleet.launch.py against recording stand-ins for `launch` and `launch_ros` (the real
-packages are not installable from PyPI): assert on the nodes, namespaces and parameters."""
-import importlib.util
-import sys
-import types
+packages are not installable from PyPI or Debian: test/launch_stand_ins.py): assert on the nodes,
+namespaces and parameters."""
 from pathlib import Path
 
 import pytest
@@ -10,70 +8,14 @@ import yaml
 
 from physai_ros.serving.config import FleetConfigError, default_fleet_path
 
+from launch_stand_ins import build as _build, groups as _groups, load_launch_file
+
 LAUNCH_FILE = Path(__file__).resolve().parents[2] / "launch" / "fleet.launch.py"
 
 
-class _Action:
-    def __init__(self, *args, **kwargs):
-        self.args, self.kwargs = args, kwargs
-
-
-def _stand_ins():
-    launch = types.ModuleType("launch")
-    actions = types.ModuleType("launch.actions")
-    subs = types.ModuleType("launch.substitutions")
-    launch_ros = types.ModuleType("launch_ros")
-    ros_actions = types.ModuleType("launch_ros.actions")
-
-    class LaunchDescription(_Action):
-        pass
-
-    class LaunchConfiguration:
-        def __init__(self, name):
-            self.name = name
-
-        def perform(self, context):
-            return context.launch_configurations[self.name]
-
-    for mod, names in ((actions, ["DeclareLaunchArgument", "GroupAction", "OpaqueFunction", "Shutdown",
-                                  "TimerAction"]), (ros_actions, ["Node", "PushROSNamespace"])):
-        for n in names:
-            setattr(mod, n, type(n, (_Action,), {}))
-    launch.LaunchDescription = LaunchDescription
-    subs.LaunchConfiguration = LaunchConfiguration
-    launch.actions, launch.substitutions, launch_ros.actions = actions, subs, ros_actions
-    return {"launch": launch, "launch.actions": actions, "launch.substitutions": subs,
-            "launch_ros": launch_ros, "launch_ros.actions": ros_actions}
-
-
 @pytest.fixture
-def launch_module(monkeypatch):
-    for name, mod in _stand_ins().items():
-        monkeypatch.setitem(sys.modules, name, mod)
-    spec = importlib.util.spec_from_file_location("fleet_launch_under_test", LAUNCH_FILE)
-    mod = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(mod)
-    return mod
-
-
-def _build(mod, **args):
-    ld = mod.generate_launch_description()
-    entities = ld.args[0]
-    declared = {e.args[0]: e.kwargs["default_value"] for e in entities if type(e).__name__ == "DeclareLaunchArgument"}
-    [opaque] = [e for e in entities if type(e).__name__ == "OpaqueFunction"]
-    ctx = types.SimpleNamespace(launch_configurations={**declared, **args})
-    return declared, opaque.kwargs["function"](ctx)
-
-
-def _groups(actions):
-    out = {}
-    for a in actions:
-        if type(a).__name__ == "GroupAction":
-            ns = [x for x in a.kwargs["actions"] if type(x).__name__ == "PushROSNamespace"]
-            nodes = [x for x in a.kwargs["actions"] if type(x).__name__ == "Node"]
-            assert len(ns) == 1 and a.kwargs["actions"][0] is ns[0], "namespace pushed first"
-            out[ns[0].args[0]] = {n.kwargs["executable"]: n.kwargs for n in nodes}
-    return out
+def launch_module():
+    return load_launch_file(LAUNCH_FILE)
 
 
 def test_declares_the_three_launch_arguments(launch_module):
@@ -87,7 +29,7 @@ def test_default_fleet_server_and_one_namespaced_group_per_robot(launch_module):
     assert len(servers) == 1
     srv = servers[0].kwargs
     assert (srv["package"], srv["executable"], srv["name"]) == ("physai_ros", "policy_server", "policy_server")
-    assert srv["parameters"] == [{"fleet_file": str(default_fleet_path().resolve())}]
+    assert srv["parameters"] == [{"fleet_file": str(default_fleet_path().resolve()), "num_robots": 4}]
     groups = _groups(actions)
     assert sorted(groups) == ["robot_0", "robot_1", "robot_2", "robot_3"]
     for ns, nodes in groups.items():
@@ -109,8 +51,14 @@ def test_num_robots_and_duration_arguments(launch_module):
     [timer] = [a for a in actions if type(a).__name__ == "TimerAction"]
     assert timer.kwargs["period"] == 12.5
     assert type(timer.kwargs["actions"][0]).__name__ == "Shutdown"
+    [server] = [a for a in actions if type(a).__name__ == "Node"]
+    # The server is told which robots were started: it expects robot_4 and robot_5 (clones of
+    # the last entry) and reports no robot that was never launched.
+    assert server.kwargs["parameters"][0]["num_robots"] == 6
     _, actions = _build(launch_module, num_robots="2")
     assert sorted(_groups(actions)) == ["robot_0", "robot_1"]
+    [server] = [a for a in actions if type(a).__name__ == "Node"]
+    assert server.kwargs["parameters"][0]["num_robots"] == 2
 
 
 def test_real_robot_entry_has_no_sim_node(launch_module, tmp_path):

@@ -1,0 +1,70 @@
+"""The files a policy server needs, checked before anything heavy starts.
+
+A missing or unreadable checkpoint used to surface as a traceback in the server's log a minute
+later (after torch imported and the robots had started), while the launcher went on waiting. The
+server and physai-fleet call check_server_files first and stop with one line that names the
+fleet.yaml key, the resolved path and the reason. Pure file checks: no torch import here.
+"""
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+from .config import FleetConfig, resolve_package_path, tokenizer_path
+
+# A LeRobot checkpoint directory: config.json plus one file of weights or a shard index.
+CHECKPOINT_CONFIG = "config.json"
+CHECKPOINT_WEIGHTS = ("model.safetensors", "model.safetensors.index.json")
+
+
+# The policy server's progress lines while it starts carry this; physai-fleet relays them.
+STARTUP_LOG_PREFIX = "startup:"
+
+
+class ServerFilesError(RuntimeError):
+    """A file the server needs is missing or unreadable; the message is for the user as is."""
+
+
+def _readable(path: Path) -> str | None:
+    """Why path cannot be read as a file, or None."""
+    if not path.exists():
+        return "does not exist"
+    if not path.is_file():
+        return "is not a file"
+    if not os.access(path, os.R_OK):
+        return "is not readable (permissions)"
+    return None
+
+
+def checkpoint_dir(cfg: FleetConfig) -> Path | None:
+    """The resolved server.model.checkpoint directory (None for a preset model)."""
+    if cfg.server.model.checkpoint is None:
+        return None
+    base = Path(cfg.source).parent if cfg.source and not cfg.source.startswith("<") else None
+    return resolve_package_path(cfg.server.model.checkpoint, base)
+
+
+def check_server_files(cfg: FleetConfig) -> None:
+    """Raise ServerFilesError naming the first missing or unreadable file the server needs."""
+    where = f" (in {cfg.source})" if cfg.source else ""
+    ckpt = checkpoint_dir(cfg)
+    if ckpt is not None:
+        key = f"server.model.checkpoint {cfg.server.model.checkpoint!r}{where}"
+        if not ckpt.exists():
+            raise ServerFilesError(f"{key}: the checkpoint directory {ckpt} does not exist")
+        if not ckpt.is_dir():
+            raise ServerFilesError(f"{key}: {ckpt} is not a directory (expected a LeRobot "
+                                   f"checkpoint directory with {CHECKPOINT_CONFIG} and model.safetensors)")
+        why = _readable(ckpt / CHECKPOINT_CONFIG)
+        if why:
+            raise ServerFilesError(f"{key}: {ckpt / CHECKPOINT_CONFIG} {why}")
+        weights = [ckpt / name for name in CHECKPOINT_WEIGHTS if (ckpt / name).exists()]
+        if not weights:
+            raise ServerFilesError(f"{key}: {ckpt} has no {' or '.join(CHECKPOINT_WEIGHTS)}")
+        why = _readable(weights[0])
+        if why:
+            raise ServerFilesError(f"{key}: {weights[0]} {why}")
+    tok = tokenizer_path(cfg)
+    why = _readable(tok)
+    if why:
+        raise ServerFilesError(f"server.model.tokenizer {cfg.server.model.tokenizer!r}{where}: {tok} {why}")
