@@ -1,0 +1,58 @@
+"""serving.preflight: the policy server's files are checked before anything heavy starts, and
+the error names the fleet.yaml key, the resolved path and the reason."""
+import shutil
+from pathlib import Path
+
+import pytest
+import yaml
+
+from physai_ros.serving.config import default_fleet_path, load_fleet
+from physai_ros.serving.preflight import ServerFilesError, check_server_files, checkpoint_dir
+
+SHIPPED = checkpoint_dir(load_fleet(None))
+
+
+def _fleet(tmp_path: Path, **model) -> Path:
+    doc = yaml.safe_load(default_fleet_path().read_text())
+    doc["server"]["model"].update(model)
+    p = tmp_path / "fleet.yaml"
+    p.write_text(yaml.safe_dump(doc))
+    return p
+
+
+def test_the_shipped_fleet_passes():
+    check_server_files(load_fleet(None))
+
+
+@pytest.mark.parametrize("break_it, reason", [
+    (lambda d: shutil.rmtree(d), "does not exist"),
+    (lambda d: (shutil.rmtree(d), d.write_text("")), "is not a directory"),
+    (lambda d: (d / "config.json").unlink(), "config.json does not exist"),
+    (lambda d: (d / "model.safetensors").unlink(), "has no model.safetensors or model.safetensors.index.json"),
+    (lambda d: ((d / "model.safetensors").unlink(), (d / "model.safetensors").mkdir()), "is not a file"),
+])
+def test_a_broken_checkpoint_is_named_with_its_key_path_and_reason(tmp_path, break_it, reason):
+    ckpt = tmp_path / "ckpt"
+    shutil.copytree(SHIPPED, ckpt)
+    break_it(ckpt)
+    fleet = _fleet(tmp_path, checkpoint="ckpt")  # relative to the fleet file
+    with pytest.raises(ServerFilesError) as err:
+        check_server_files(load_fleet(fleet))
+    msg = str(err.value)
+    assert msg.startswith("server.model.checkpoint 'ckpt'") and str(fleet) in msg
+    assert str(ckpt) in msg and reason in msg
+
+
+def test_a_missing_tokenizer_is_named(tmp_path):
+    fleet = _fleet(tmp_path, tokenizer="/no/such/tokenizer.json")
+    with pytest.raises(ServerFilesError, match=r"^server\.model\.tokenizer '/no/such/tokenizer.json'.*does not exist"):
+        check_server_files(load_fleet(fleet))
+
+
+def test_a_preset_model_needs_no_checkpoint(tmp_path):
+    doc = yaml.safe_load(default_fleet_path().read_text())
+    doc["server"]["model"] = {"preset": "tiny", "tokenizer": "package://physai_ros/assets/tokenizer.json",
+                              "max_token_len": 48, "seed": 0}
+    p = tmp_path / "fleet.yaml"
+    p.write_text(yaml.safe_dump(doc))
+    check_server_files(load_fleet(p))
