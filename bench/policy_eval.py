@@ -93,9 +93,9 @@ def _chunk_size(cfg) -> int:
 
         return Pi0Config.preset(cfg.server.model.preset).chunk_size
     from physai_ros.engine.weights import read_lerobot_config
-    from physai_ros.serving.factory import _checkpoint_dir
+    from physai_ros.serving.preflight import checkpoint_dir
 
-    return int(read_lerobot_config(_checkpoint_dir(cfg)).get("chunk_size", 50))
+    return int(read_lerobot_config(checkpoint_dir(cfg)).get("chunk_size", 50))
 
 
 def _sweep_order(static: list[int], conf: list[float]) -> list[tuple[str, float]]:

@@ -177,7 +177,7 @@ def main(argv: list[str] | None = None) -> int:
     from rclpy.signals import SignalHandlerOptions
 
     from physai_ros.fleet_monitor import FleetMonitor
-    from physai_ros.fleet_report import contact_sheet, format_summary, summary_doc
+    from physai_ros.fleet_report import contact_sheet, format_summary, rebase_series, summary_doc
     from physai_ros.fleet_startup import StartupRelay
     from physai_ros.serving.preflight import STARTUP_LOG_PREFIX as STARTUP_PREFIX
 
@@ -221,12 +221,12 @@ def main(argv: list[str] | None = None) -> int:
             relay = StartupRelay(group.log_path("policy_server"), STARTUP_PREFIX,
                                  lambda line: print(f"physai-fleet: {line}", flush=True))
             while not stop and time.monotonic() < ready_by and not group.exited() \
-                    and monitor.count_services(REGISTER_SERVICE) == 0:
+                    and not server_answers(monitor, client_status):
                 executor.spin_once(timeout_sec=0.2)
                 relay.poll()
             relay.poll()
             dead = group.exited()
-            if dead or stop or monitor.count_services(REGISTER_SERVICE) == 0:
+            if dead or stop or not server_answers(monitor, client_status):
                 # No summary of a fleet that never ran: say why and stop.
                 for name, rc in dead:
                     print(f"physai-fleet: {name} exited with {rc} before the policy server served:\n"
@@ -249,6 +249,9 @@ def main(argv: list[str] | None = None) -> int:
                 exit_code = 1
                 break
         elapsed = time.monotonic() - started
+        # The monitor's series count from its start, before the server-up wait; elapsed counts
+        # from server-up. Their difference is the warm-up: the report's t = 0 is server-up.
+        warmup_s = None if args.scripted else max(0.0, monitor.clock() - elapsed)
         cpu = {name: round(sec / elapsed, 3) for name, sec in group.cpu_seconds().items()}
         summaries = monitor.summaries()
         print(format_summary(summaries, elapsed), flush=True)
@@ -275,6 +278,8 @@ def main(argv: list[str] | None = None) -> int:
         if capture is not None and not write_trace(capture, args.record_trace, elapsed):
             exit_code = 1
         extra = {"interrupted": stop, "cpu_fraction": cpu, "series": monitor.series()}
+        if warmup_s is not None:
+            extra.update(warmup_s=round(warmup_s, 1), series=rebase_series(extra["series"], warmup_s))
         if serving:
             extra["robots"] = serving  # the base summary plus the serving fields, per robot
         doc = summary_doc(summaries, elapsed, extra)
@@ -367,6 +372,23 @@ def watch_clients(monitor, robots: dict[str, int]) -> dict[str, dict]:
                                     lambda m, ns=ns: status.__setitem__(ns, json.loads(m.data)),
                                     qos.reliable_qos())
     return status
+
+
+def clients_answered(client_status: dict[str, dict]) -> bool:
+    """Whether any robot client has had an answer from the policy server (a registration
+    accepted or refused), from their client_status JSON."""
+    return any(st.get("server_instance") or st.get("registrations", 0) > 0 or st.get("refused", 0) > 0
+               for st in client_status.values())
+
+
+def server_answers(monitor, client_status: dict[str, dict]) -> bool:
+    """The policy server serves: its register service is in the graph and a client got an
+    answer. The service alone is not enough: the server creates it inside its constructor,
+    which then still sets up the robots' topics, the serving thread and the streaming engine,
+    and answers nothing until it returns and spins (74 s on a first run here: an 8-robot
+    --duration 40 run ended before any robot registered, and its summary said "0 rounds,
+    client unregistered" while the client logs showed them served after it)."""
+    return monitor.count_services(REGISTER_SERVICE) > 0 and clients_answered(client_status)
 
 
 def serving_summary(summaries, client_status: dict[str, dict]) -> list[dict]:

@@ -70,6 +70,10 @@ class FleetMonitor(Node):
         self.create_subscription(DiagnosticArray, "/diagnostics", self._on_diagnostics, qos.reliable_qos(50))
         self.create_timer(snapshot_period_s, self._snapshot)
 
+    def clock(self) -> float:
+        """Seconds since this monitor started: the time base of its series and snapshots."""
+        return now_sec(self) - self.t0
+
     def _pub_rate(self, ns: str, stream: str) -> PublishedRate:
         return self.published[ns].setdefault(stream, PublishedRate())
 

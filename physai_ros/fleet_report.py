@@ -90,6 +90,16 @@ def summary_doc(robots: list[RobotSummary], duration_s: float, extra: dict | Non
     return {"duration_s": duration_s, "robots": [asdict(r) for r in robots], **(extra or {})}
 
 
+def rebase_series(series: dict[str, dict[str, dict[str, list[float]]]], origin_s: float) -> dict:
+    """The monitor's `series` block with t counted from origin_s (monitor time) instead of from
+    the monitor's start. physai-fleet passes the moment the policy server served: the monitor
+    starts before the server-up wait, the run's duration_s counts after it, so without this a
+    40 s run's axis reached 220 s; samples from the warm-up keep a negative t."""
+    return {kind: {label: {"t": [round(t - origin_s, 3) for t in s["t"]], "v": list(s["v"])}
+                   for label, s in per_label.items()}
+            for kind, per_label in series.items()}
+
+
 def summary_json(robots: list[RobotSummary], duration_s: float, extra: dict | None = None) -> str:
     return json.dumps(summary_doc(robots, duration_s, extra), indent=2)
 

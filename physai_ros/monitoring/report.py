@@ -6,10 +6,13 @@ Input: the `physai-fleet --summary-json` document. Used fields (all but `id` opt
   robots: [{id (or robot_id), rounds, chunks_executed, latency_ms_p50, latency_ms_p99,
             slo_misses, refused_inputs (a count, or {reason: count}), tasks_completed, slo_ms,
             latency_samples_ms: [...], rates_hz: {stream: Hz}}]
-  duration_s
-  series: {wait_ratio: {label: {t: [...], v: [...]}},      # per robot, t in s from start
+  duration_s                                               # served time: from server-up to the end
+  warmup_s                                                 # start-up before server-up (physai-fleet)
+  series: {wait_ratio: {label: {t: [...], v: [...]}},      # per robot, t in s (see below)
            queue_depth: {label: {t: [...], v: [...]}},     # per engine instance
            stream_rates_hz: {label: {t: [...], v: [...]}}} # per robot stream
+With warmup_s, t = 0 is when the policy server served and t < 0 is the warm-up (shaded, and
+named in the title); without it (older summaries) t counts from the start of the monitor.
 Panels: latency CDF per robot (p50/p99 markers when no samples), wait ratio and queue depth
 over time, stream rates over time (final rates as bars when no series), and a per-robot table.
 Malformed input raises ValueError naming the offending field.
@@ -54,6 +57,8 @@ class RunSummary:
     robots: list[RobotRun]
     duration_s: float | None = None
     series: dict[str, dict[str, Series]] = field(default_factory=dict)
+    # Seconds between the start and server-up; the series' t = 0 is server-up when it is set.
+    warmup_s: float | None = None
 
 
 def _num(x, where: str, integer: bool = False):
@@ -126,7 +131,10 @@ def parse_summary(doc) -> RunSummary:
         if not isinstance(per_label, dict):
             raise ValueError(f"series.{kind} must be an object of label -> {{t, v}}")
         series[kind] = {str(k): _series(s, f"series.{kind}[{k!r}]") for k, s in per_label.items()}
-    return RunSummary(robots, _num(doc.get("duration_s"), "duration_s"), series)
+    warmup = _num(doc.get("warmup_s"), "warmup_s")
+    if warmup is not None and warmup < 0:
+        raise ValueError(f"warmup_s must be >= 0, got {warmup!r}")
+    return RunSummary(robots, _num(doc.get("duration_s"), "duration_s"), series, warmup)
 
 
 def load_summary(path: str | Path) -> RunSummary:
@@ -171,8 +179,42 @@ def _color_for(label: str, i: int, robot_ids: list[str], colors):
     return colors(i)
 
 
+def time_axis_label(run: RunSummary) -> str:
+    """What the x axis of the time panels counts: physai-fleet's series start before the
+    server-up wait, its duration after it, so the axis says which origin it uses."""
+    if run.warmup_s is None:
+        return "time since start (s)"
+    return "time since server-up (s); t < 0, shaded: warm-up"
+
+
+def report_title(run: RunSummary, title: str = "physai-fleet run report") -> str:
+    """'... 8 robot(s), 40 s served after 182 s warm-up': the duration is the served time (what
+    --duration asked for); the warm-up, often longer on a loaded machine, is named beside it so
+    a time axis reaching past the duration is not a surprise."""
+    text = f"{title}: {len(run.robots)} robot(s)"
+    if run.duration_s is not None:
+        text += f", {run.duration_s:.0f} s" + (" served" if run.warmup_s is not None else "")
+    if run.warmup_s:
+        text += f" after {run.warmup_s:.0f} s warm-up (t < 0)"
+    return text
+
+
+def _mark_warmup(ax, run: RunSummary, series: dict[str, Series]) -> None:
+    """Shade the part of t < 0 (server start-up: no round can be served there) that this panel
+    has data for, and mark t = 0 (the axis label names the shade). Only that part: the server's
+    own series start at server-up, and the whole warm-up there would squeeze the served time
+    into a sliver."""
+    if not run.warmup_s:
+        return
+    ts = [t for s in series.values() for t in s.t]
+    if not ts or min(ts) >= 0:
+        return
+    ax.axvspan(max(-run.warmup_s, min(ts)), 0.0, color="0.88", zorder=0, lw=0)
+    ax.axvline(0.0, color="0.35", lw=1.0, ls="--", zorder=1)
+
+
 def _plot_series(ax, series: dict[str, Series], colors, ylabel: str, title: str, what: str, step=False,
-                 robot_ids: list[str] = ()):
+                 robot_ids: list[str] = (), xlabel: str = "time since start (s)"):
     ax.set_title(title, fontsize=12, loc="left", fontweight="bold")
     if not series:
         _no_data(ax, what)
@@ -183,7 +225,7 @@ def _plot_series(ax, series: dict[str, Series], colors, ylabel: str, title: str,
             ax.step(s.t, s.v, where="post", label=label, color=c, lw=1.5)
         else:
             ax.plot(s.t, s.v, label=label, color=c, lw=1.5)
-    ax.set_xlabel("time since start (s)")
+    ax.set_xlabel(xlabel)
     ax.set_ylabel(ylabel)
     ax.grid(alpha=0.3)
     _legend(ax)
@@ -235,7 +277,8 @@ def _log_axis(ax, lo: float, hi: float, axis: str = "x") -> None:
     getattr(ax, f"set_{axis}ticks")([t for t in (1, 3, 10, 30, 100, 300, 1000, 3000, 10000) if lo / 3 <= t <= hi * 3])
 
 
-def _plot_stream_series(ax, series: dict[str, Series], robot_ids: list[str], colors) -> None:
+def _plot_stream_series(ax, series: dict[str, Series], robot_ids: list[str], colors,
+                        xlabel: str = "time since start (s)") -> None:
     """Colour = robot, line style = stream; the legend lists each once instead of every pair."""
     from matplotlib.lines import Line2D
 
@@ -261,7 +304,7 @@ def _plot_stream_series(ax, series: dict[str, Series], robot_ids: list[str], col
     handles += [Line2D([], [], color="0.3", ls=style[st], lw=1.5) for st in streams]
     labels += streams
     ax.legend(handles, labels, fontsize=8, loc="best", framealpha=0.85, ncol=2)
-    ax.set_xlabel("time since start (s)")
+    ax.set_xlabel(xlabel)
     ax.set_ylabel("Hz")
     ax.grid(alpha=0.3, which="both")
 
@@ -269,7 +312,8 @@ def _plot_stream_series(ax, series: dict[str, Series], robot_ids: list[str], col
 def _plot_rates(ax, run: RunSummary, colors) -> None:
     series = run.series.get("stream_rates_hz", {})
     if series:
-        _plot_stream_series(ax, series, [r.robot_id for r in run.robots], colors)
+        _plot_stream_series(ax, series, [r.robot_id for r in run.robots], colors, time_axis_label(run))
+        _mark_warmup(ax, run, series)
         return
     ax.set_title("Stream rates (whole run)", fontsize=12, loc="left", fontweight="bold")
     bars = [(f"{r.robot_id}/{k}", v, i) for i, r in enumerate(run.robots) for k, v in sorted(r.rates_hz.items())]
@@ -343,16 +387,18 @@ def render_dashboard(run: RunSummary, path: str | Path, title: str = "physai-fle
     fig, axes = plt.subplots(2, 3, figsize=(16, 9.5))
     try:
         _plot_latency(axes[0, 0], run.robots, colors)
+        xlabel = time_axis_label(run)
         _plot_series(axes[0, 1], run.series.get("wait_ratio", {}), colors, "wait ratio (sum W / lifetime)",
-                     "Wait ratio", "wait ratio series", robot_ids=[r.robot_id for r in run.robots])
+                     "Wait ratio", "wait ratio series", robot_ids=[r.robot_id for r in run.robots], xlabel=xlabel)
         _plot_series(axes[0, 2], run.series.get("queue_depth", {}), colors, "pending requests",
-                     "Scheduler queue depth", "queue depth series", step=True)
+                     "Scheduler queue depth", "queue depth series", step=True, xlabel=xlabel)
+        for ax, kind in ((axes[0, 1], "wait_ratio"), (axes[0, 2], "queue_depth")):
+            _mark_warmup(ax, run, run.series.get(kind, {}))
         _plot_rates(axes[1, 0], run, colors)
         axes[1, 2].remove()
         axes[1, 1].remove()
         _plot_table(fig.add_subplot(2, 3, (5, 6)), run.robots, colors)
-        dur = f", {run.duration_s:.0f} s" if run.duration_s is not None else ""
-        fig.suptitle(f"{title}: {len(run.robots)} robot(s){dur}", fontsize=15, fontweight="bold")
+        fig.suptitle(report_title(run, title), fontsize=15, fontweight="bold")
         fig.tight_layout(rect=(0, 0, 1, 0.96))
         path = Path(path)
         path.parent.mkdir(parents=True, exist_ok=True)

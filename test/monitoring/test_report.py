@@ -113,3 +113,30 @@ def test_sixteen_robots_keep_the_legend_short():
     matplotlib.pyplot.close(fig)
     assert len(texts) == report.MAX_LEGEND and texts[-1] == "+7 more"
     assert sorted(["robot_10", "robot_2"], key=report._natural) == ["robot_2", "robot_10"]
+
+
+def test_title_and_time_axis_say_what_the_time_counts(tmp_path):
+    """physai-fleet's series start with the monitor, before the server-up wait, and duration_s
+    counts after it: an 8-robot run said "40 s" in its title while its axis ran to 220 s. With
+    warmup_s the title names both spans and the axis counts from server-up (warm-up at t < 0)."""
+    from physai_ros.monitoring.report import report_title, time_axis_label
+
+    doc = synthetic_summary(2, duration_s=40.0)
+    for per_label in doc["series"].values():
+        for s in per_label.values():
+            s["t"] = [t - 182.0 for t in s["t"]]  # as physai-fleet writes them: t = 0 at server-up
+    doc["warmup_s"] = 182.0
+    run = parse_summary(doc)
+    assert run.warmup_s == 182.0
+    assert report_title(run) == "physai-fleet run report: 2 robot(s), 40 s served after 182 s warm-up (t < 0)"
+    assert time_axis_label(run) == "time since server-up (s); t < 0, shaded: warm-up"
+    img = _read(render_dashboard(run, tmp_path / "r.png"))
+    assert img.shape[:2] == (760, 1280)
+    # summaries without warmup_s (older ones, --scripted) keep the old wording
+    old = parse_summary(synthetic_summary(2, duration_s=40.0))
+    assert old.warmup_s is None
+    assert report_title(old) == "physai-fleet run report: 2 robot(s), 40 s"
+    assert time_axis_label(old) == "time since start (s)"
+    doc["warmup_s"] = -1.0
+    with pytest.raises(ValueError, match="warmup_s must be >= 0"):
+        parse_summary(doc)

@@ -85,7 +85,9 @@ def test_fleet_stops_cleanly_on_a_signal(tmp_path):
     proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT)
     try:
         first = proc.stdout.readline().decode()
-        assert "started 3 processes" in first, first
+        assert first.startswith(f"physai-fleet: ROS_DOMAIN_ID={os.environ['ROS_DOMAIN_ID']} "), first
+        second = proc.stdout.readline().decode()
+        assert "started 3 processes" in second, second
         time.sleep(6.0)
         proc.send_signal(signal.SIGTERM)
         rest = proc.communicate(timeout=60)[0].decode(errors="replace")
