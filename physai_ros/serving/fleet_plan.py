@@ -40,9 +40,17 @@ def server_spec(cfg: FleetConfig) -> ProcessSpec:
 
 
 def sim_params(robot: RobotConfig) -> dict[str, Any]:
+    from physai_ros.sim.runtime import SimRobotConfig
+
+    defaults = vars(SimRobotConfig())
     p: dict[str, Any] = {"robot_id": robot.id, "num_views": robot.num_views,
                          "image_width": robot.image_width, "image_height": robot.image_height}
-    p.update(robot.sim)
+    for key, value in robot.sim.items():
+        # rclpy refuses an INTEGER for a DOUBLE parameter: `camera_rate_hz: 15` in fleet.yaml
+        # must reach the node as 15.0, not crash it.
+        if isinstance(defaults.get(key), float) and isinstance(value, int) and not isinstance(value, bool):
+            value = float(value)
+        p[key] = value
     return p
 
 

@@ -1,5 +1,5 @@
 """The process plan physai-fleet, the launch file and the tests share."""
-from physai_ros.serving.fleet_plan import as_fleet_processes, fleet_plan, summary_fields
+from physai_ros.serving.fleet_plan import as_fleet_processes, fleet_plan, sim_params, summary_fields
 
 
 def test_plan_has_server_then_sim_client_controller_per_robot(fleet):
@@ -30,3 +30,14 @@ def test_summary_fields_from_client_status():
     assert summary_fields(None)["rounds"] == 0
     ledger = {"sent": 3, "answered": 3, "lost": 0, "duplicated": 0}
     assert summary_fields({"round_ledger": ledger})["round_ledger"] == ledger
+
+
+def test_integer_sim_rates_reach_the_node_as_floats(fleet):
+    """`camera_rate_hz: 15` in fleet.yaml: rclpy would refuse the INTEGER for the sim's DOUBLE
+    parameter and the sim_robot process would die at start."""
+    from dataclasses import replace
+
+    robot = replace(fleet.robots[0], sim={**fleet.robots[0].sim, "camera_rate_hz": 15, "seed": 3})
+    params = sim_params(robot)
+    assert params["camera_rate_hz"] == 15.0 and isinstance(params["camera_rate_hz"], float)
+    assert params["seed"] == 3 and isinstance(params["seed"], int)
