@@ -12,8 +12,8 @@ ROS share directory (launch/, config/, package.xml) is not: where it lies depend
 - pip (a wheel or `pip install .`): setup.py's data_files land in `<sys.prefix>/share/physai_ros`.
 
 Which one applies is decided from where the imported package lives, never by trying paths until
-one exists: a stale copy elsewhere must not be picked silently. Imports nothing of physai_ros, so
-every layer (config, launch file, nodes, scripts) can use it without import circles.
+one exists: a stale copy elsewhere must not be picked silently. Imports only physai_ros.errors,
+so every layer (config, launch file, nodes, scripts) can use it without import circles.
 """
 from __future__ import annotations
 
@@ -21,12 +21,13 @@ import os
 import sys
 from dataclasses import dataclass
 from pathlib import Path
+from physai_ros.errors import UserInputError
 
 PACKAGE = "physai_ros"
 PACKAGE_URL_PREFIX = f"package://{PACKAGE}/"
 
 
-class InstallLayoutError(FileNotFoundError):
+class InstallLayoutError(FileNotFoundError, UserInputError):
     """physai_ros's share directory (or a file in it) cannot be found; the message says where
     it looked and why."""
 

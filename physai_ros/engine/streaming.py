@@ -423,9 +423,11 @@ class StreamingEngine:
             t.start()
 
     def stop(self, timeout: float = 10.0) -> None:
+        """`timeout`: for both threads together."""
         self._stop.set()
+        end = time.monotonic() + timeout
         for t in self._threads:
-            t.join(timeout)
+            t.join(max(0.0, end - time.monotonic()))
         if self.running:
             raise RuntimeError("a stream thread did not stop in time")
         self._threads = []

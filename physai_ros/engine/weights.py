@@ -25,6 +25,7 @@ import torch
 
 from .params import Weights, infer_config, param_shapes
 from .types import Pi0Config
+from physai_ros.errors import UserInputError
 
 log = logging.getLogger(__name__)
 
@@ -33,7 +34,7 @@ log = logging.getLogger(__name__)
 PROGRESS_MIN_BYTES = 1 << 30
 
 
-class CheckpointError(ValueError):
+class CheckpointError(ValueError, UserInputError):
     """A checkpoint that does not fit pi0; the message names the offending key or file."""
 
 

@@ -113,9 +113,11 @@ class EngineWorkerNode(Node):
             if not self._stop.is_set():
                 self.get_logger().error(f"publishing status failed: {e}")
 
-    def close(self) -> None:
+    def close(self, timeout_s: float) -> None:
+        # A batch (or the start-up profile) in progress is not waited for past the stop budget:
+        # run_node exits without the thread.
         self._stop.set()
-        self._thread.join(timeout=5.0)
+        self._thread.join(timeout=timeout_s)
 
 
 def main(args: list[str] | None = None) -> int:

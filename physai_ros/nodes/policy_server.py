@@ -9,7 +9,8 @@ ROS I/O only; the logic is physai_ros.serving.core.ServingCore.
            "policy_server: <robot_id>" per robot, ": engine <id>" per instance, ": fleet",
            ": registrations" and ": inputs" (refusals not attributable to a served round)
   pub      /<robot_id>/metrics/<name>, /fleet/metrics/<name>  (std_msgs/Float64, for rqt_plot)
-Parameters: fleet_file (default: the embedded config/fleet.yaml).
+Parameters: fleet_file (default: the embedded config/fleet.yaml), num_robots (0: the robots
+listed; N: the first N, cloning the last entry beyond the list, as the launchers start them).
 Inference runs in serving.runner's threads (one per engine instance, so instances compute
 concurrently); DDS callbacks never wait for the engine.
 """
@@ -34,6 +35,7 @@ from physai_ros.nodes.policy_server_streaming import PolicyServerStreaming
 from physai_ros.ros.qos import ACTION_CHUNK_TOPIC, reliable_qos
 from physai_ros.serving.config import load_fleet
 from physai_ros.serving.factory import build_core, profile_local_engines
+from physai_ros.serving.preflight import STARTUP_LOG_PREFIX, check_server_files
 from physai_ros.serving.runner import ServingRunner
 from physai_ros.serving.topics import OBSERVATION_TOPIC, REFRESH_TOPIC, REGISTER_SERVICE
 from physai_ros.serving.ros_msgs import (chunk_to_msg, observation_from_msg,
@@ -45,17 +47,30 @@ class PolicyServerNode(Node):
     def __init__(self):
         super().__init__("policy_server")
         fleet_file = self.declare_parameter("fleet_file", "").value or None
+        # num_robots: how many robots the launcher started (fleet_plan.server_spec), so the
+        # server expects exactly those (a clone robot_<k> beyond the list, or fewer than listed)
+        # and does not report robots that were never launched as unregistered. 0: as listed.
+        num_robots = int(self.declare_parameter("num_robots", 0).value or 0)
         self.fleet = load_fleet(fleet_file)
+        if num_robots > 0:
+            self.fleet = self.fleet.with_num_robots(num_robots)
+        check_server_files(self.fleet)  # a missing checkpoint fails here, named, in one line
+        # "startup:" lines are the progress physai-fleet relays while the user waits.
+        started = time.monotonic()
+        model = self.fleet.server.model
+        self._startup(f"loading {model.checkpoint or 'preset ' + str(model.preset)} on "
+                      f"{self.fleet.server.device} ({self.fleet.server.engine_instances} engine instance(s))")
         # Remote engine proxies publish and subscribe through this node: its executor delivers
         # their results while the worker thread waits in infer().
         self.core = build_core(self.fleet, node=self)
+        self._startup(f"model loaded after {time.monotonic() - started:.1f} s; measuring the "
+                      "latency-vs-batch profile (this is the warm-up)")
         # Measuring the profile runs every batch size once unmeasured first: it is the warm-up.
-        profiled = profile_local_engines(self.core, self.fleet)
+        profiled = profile_local_engines(self.core, self.fleet, progress=self._startup)
         warm_s = max(profiled.values()) if profiled else self.core.warm_up()
         self._robots: dict[str, tuple] = {}  # namespace -> (sub, chunk pub, refresh pub)
         self._pubs_by_robot: dict[str, tuple] = {}
         self._pub_lock = threading.Lock()
-        self.create_service(RegisterRobot, REGISTER_SERVICE, self._on_register)
         self._setup_monitoring(fleet_file)
         # Known robots get their topics now, so DDS discovery is done before the first chunk
         # (a reliable, volatile publisher drops what it sends before a subscriber matches).
@@ -69,6 +84,9 @@ class PolicyServerNode(Node):
             self.create_timer(1.0, self._release_idle_robots)
         # Streaming mode (issue 7) for tasks with `mode: streaming`; None when no task asks.
         self.streaming = PolicyServerStreaming.maybe(self, self.fleet, self.core)
+        # Last: the service appearing in the graph is what clients and physai-fleet take for
+        # "the server is up", so it must not appear before everything it needs exists.
+        self.create_service(RegisterRobot, REGISTER_SERVICE, self._on_register)
         self.get_logger().info(
             f"serving {self.fleet.server.model.preset or self.fleet.server.model.checkpoint} with "
             f"{len(self.core.engines)} engine instance(s), scheduler {self.fleet.server.scheduler}, "
@@ -76,6 +94,9 @@ class PolicyServerNode(Node):
             + (", profiles " + "; ".join(
                 f"{iid}: " + " ".join(f"{b}:{t * 1e3:.0f}ms" for b, t in self.core.engines[iid].profile.to_pairs())
                 for iid in profiled) if profiled else "") + ")")
+
+    def _startup(self, message: str) -> None:
+        self.get_logger().info(f"{STARTUP_LOG_PREFIX} {message}")
 
     # ---- registration and per-robot topics ----------------------------------------------
 
@@ -270,12 +291,17 @@ class PolicyServerNode(Node):
                 f"robot {rid!r} silent for over {timeout:g} s: its "
                 "registration, queue entry and history are freed (it registers again on return)")
 
-    def close(self) -> None:
-        """Called by run_node before destroy_node: stop the worker while publishers still exist."""
+    def close(self, timeout_s: float) -> None:
+        """Called by run_node before destroy_node: stop the worker threads while publishers
+        still exist, all within `timeout_s` (what is left of the stop budget). A thread still
+        inside a batch then is left to run_node, which exits without it."""
+        end = time.monotonic() + timeout_s
         self._stop.set()
-        if getattr(self, "streaming", None) is not None:
-            self.streaming.close()
-        self._runner.stop(timeout=5.0)
+        try:
+            if self.streaming is not None:
+                self.streaming.close(timeout_s)
+        finally:
+            self._runner.stop(timeout=max(0.0, end - time.monotonic()))
 
 
 def main(argv: list[str] | None = None) -> int:

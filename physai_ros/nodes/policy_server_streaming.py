@@ -119,8 +119,8 @@ class PolicyServerStreaming:
         return ChunkResult(robot_id=obs.robot_id, task_id=obs.task_id, round_id=obs.round_id, stamp=obs.stamp,
                            status=STATUS_REFUSED, error=str(refusal), joint_names=reg.joint_names if reg else ())
 
-    def close(self) -> None:
-        self.service.close()
+    def close(self, timeout_s: float) -> None:
+        self.service.close(timeout_s)
 
     # ---- ROS callbacks -------------------------------------------------------------------
 

@@ -267,11 +267,12 @@ class RobotClientNode(Node):
     def _publish_status(self) -> None:
         self.status_pub.publish(String(data=json.dumps(self.status())))
 
-    def close(self) -> None:
+    def close(self, timeout_s: float) -> None:
         """On shutdown (run_node): a last status, so the round ledger a monitor keeps covers
-        every round this client sent, not only those up to the last 1 Hz status."""
+        every round this client sent, not only those up to the last 1 Hz status. Waits for its
+        acknowledgement at most 1 s, and never past `timeout_s` (the stop budget)."""
         self._publish_status()
-        self.status_pub.wait_for_all_acked(Duration(seconds=1.0))
+        self.status_pub.wait_for_all_acked(Duration(seconds=min(1.0, timeout_s)))
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -14,6 +14,7 @@ from typing import Any, Mapping
 import yaml
 
 from physai_ros.install_paths import PACKAGE_URL_PREFIX, default_fleet_file, resolve_package_url
+from physai_ros.errors import UserInputError
 PACKAGE_PREFIX = PACKAGE_URL_PREFIX
 FALLBACKS = ("hold", "stop_and_resend", "use_last_plan")
 ESCALATIONS = ("stop_and_call_human",)
@@ -26,7 +27,7 @@ STREAM_FORCE = ("checkpoint", "random", "none")
 STREAM_WHEN_FULL = ("chunked", "refuse")
 
 
-class FleetConfigError(ValueError):
+class FleetConfigError(ValueError, UserInputError):
     """A fleet.yaml problem; the message starts with the offending key path."""
 
 

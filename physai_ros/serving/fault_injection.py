@@ -10,6 +10,9 @@ fleet.yaml: this is not an operator setting) when it builds its engine slots:
            CUDA OOM or a bad kernel would): those requests get ERROR chunks, the instance lives on.
   die@k    the k-th batch raises InjectedInstanceDeath (a BaseException, not caught by
            `except Exception`): the instance's thread dies, as with a fatal driver error.
+  stall@k  the k-th batch blocks for STALL_S before it runs, as a hung kernel or a very long
+           batch would (a node must still stop within its budget: physai_ros.ros.spin); it
+           says so on stderr first, so a test knows the engine thread is inside the batch.
 
 Batches count from 1 and only batches served by ServingCore.run_batch count (not the start-up
 profile or warm-up). Unset or empty: no fault, no cost.
@@ -17,10 +20,13 @@ profile or warm-up). Unset or empty: no fault, no cost.
 from __future__ import annotations
 
 import os
+import sys
+import time
 from dataclasses import dataclass, field
 
 ENV_VAR = "PHYSAI_FAULT_INJECTION"
-KINDS = ("raise", "die")
+KINDS = ("raise", "die", "stall")
+STALL_S = 600.0
 
 
 class InjectedEngineError(RuntimeError):
@@ -37,9 +43,15 @@ class FaultPlan:
 
     raise_on: frozenset[int] = frozenset()
     die_on: frozenset[int] = frozenset()
+    stall_on: frozenset[int] = frozenset()
     fired: list[str] = field(default_factory=list)
 
     def before_batch(self, instance_id: str, batch_no: int) -> None:
+        if batch_no in self.stall_on:
+            self.fired.append(f"stall@{batch_no}")
+            print(f"{ENV_VAR}: stalling {instance_id} on batch {batch_no} for {STALL_S:g} s",
+                  file=sys.stderr, flush=True)
+            time.sleep(STALL_S)
         if batch_no in self.die_on:
             self.fired.append(f"die@{batch_no}")
             raise InjectedInstanceDeath(f"injected death of {instance_id} on batch {batch_no}")
@@ -49,8 +61,8 @@ class FaultPlan:
 
 
 def parse_fault_spec(spec: str) -> dict[str, FaultPlan]:
-    """`"engine_0:raise@3,engine_1:die@2"` -> {instance_id: FaultPlan}. Raises ValueError with
-    the offending item for anything else (a typo must not silently test nothing)."""
+    """`"engine_0:raise@3,engine_1:die@2,engine_0:stall@5"` -> {instance_id: FaultPlan}. Raises
+    ValueError with the offending item for anything else (a typo must not silently test nothing)."""
     plans: dict[str, dict[str, set[int]]] = {}
     for item in (s.strip() for s in spec.split(",")):
         if not item:
@@ -59,9 +71,9 @@ def parse_fault_spec(spec: str) -> dict[str, FaultPlan]:
         kind, at, num = what.partition("@")
         if not (iid and sep and at and kind in KINDS and num.isdigit() and int(num) >= 1):
             raise ValueError(f"{ENV_VAR}: bad item {item!r}; expected <instance_id>:raise@<k> or "
-                             f"<instance_id>:die@<k> with k >= 1")
-        plans.setdefault(iid, {"raise": set(), "die": set()})[kind].add(int(num))
-    return {iid: FaultPlan(frozenset(p["raise"]), frozenset(p["die"])) for iid, p in plans.items()}
+                             f"<instance_id>:die@<k> or <instance_id>:stall@<k> with k >= 1")
+        plans.setdefault(iid, {k: set() for k in KINDS})[kind].add(int(num))
+    return {iid: FaultPlan(*(frozenset(p[k]) for k in KINDS)) for iid, p in plans.items()}
 
 
 def faults_from_env(environ: dict | None = None) -> dict[str, FaultPlan]:

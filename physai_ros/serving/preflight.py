@@ -11,6 +11,7 @@ import os
 from pathlib import Path
 
 from .config import FleetConfig, resolve_package_path, tokenizer_path
+from physai_ros.errors import UserInputError
 
 # A LeRobot checkpoint directory: config.json plus one file of weights or a shard index.
 CHECKPOINT_CONFIG = "config.json"
@@ -21,7 +22,7 @@ CHECKPOINT_WEIGHTS = ("model.safetensors", "model.safetensors.index.json")
 STARTUP_LOG_PREFIX = "startup:"
 
 
-class ServerFilesError(RuntimeError):
+class ServerFilesError(RuntimeError, UserInputError):
     """A file the server needs is missing or unreadable; the message is for the user as is."""
 
 

@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import queue
 import threading
+import time
 from typing import Callable, Sequence
 
 from .core import BatchWork, ServingCore
@@ -45,11 +46,15 @@ class ServingRunner:
         return self
 
     def stop(self, timeout: float = 5.0) -> None:
+        """Stop the threads, waiting at most `timeout` seconds for all of them together (a node
+        stops within a budget: physai_ros.ros.spin). An instance thread inside a batch may
+        outlive it: it finishes the batch first, and nothing interrupts a torch op."""
         self._stop.set()
         for q in self._queues.values():
             q.put(None)
+        end = time.monotonic() + timeout
         for t in self._threads:
-            t.join(timeout)
+            t.join(max(0.0, end - time.monotonic()))
 
     @property
     def stopped(self) -> bool:

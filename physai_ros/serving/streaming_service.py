@@ -334,11 +334,15 @@ class StreamingService:
             if self.engine.running:
                 self.engine.stop()
 
-    def close(self) -> None:
+    def close(self, timeout: float = 10.0) -> None:
+        """Stop the streams (waiting at most `timeout` s; RuntimeError when a thread is still
+        running then), then free the slots. Stopping first keeps the wait to one bounded join:
+        freeing the last slot would stop the engine with its own timeout."""
         with self._lock:
+            if self.engine.running:
+                self.engine.stop(timeout)
             for rid in list(self._slots):
                 self.release(rid, "shutdown")
-            self.stop()
 
     def _on_segment(self, seg) -> None:
         """Action-expert thread, under the engine's robot-table lock: merge and maybe publish."""
@@ -407,8 +411,8 @@ def build_streaming_service(fleet: FleetConfig, publish: Callable[[SegmentOut], 
     else:
         from physai_ros.engine.weights import load_lerobot_checkpoint
 
-        from .factory import _checkpoint_dir
-        mcfg, weights = load_lerobot_checkpoint(_checkpoint_dir(fleet))
+        from .preflight import checkpoint_dir
+        mcfg, weights = load_lerobot_checkpoint(checkpoint_dir(fleet))
     force = "random" if sc.force == "random" else None
     engine, expert = StreamingExpert.build(mcfg, weights, force=force, device=srv.device, seed=srv.model.seed)
     if sc.force == "none":
