@@ -37,7 +37,7 @@ def test_default_fleet_server_and_one_namespaced_group_per_robot(launch_module):
         assert nodes["robot_client"]["parameters"] == [{"fleet_file": str(default_fleet_path().resolve()), "robot_id": ns}]
         ctrl = nodes["trajectory_controller"]["parameters"][0]
         assert ctrl["robot_id"] == ns and ctrl["joint_names"] == ["joint_0", "joint_1", "joint_2", "joint_3", "gripper"]
-        assert ctrl["control_rate_hz"] == 480.0
+        assert ctrl["control_rate_hz"] == 100.0
         sim = nodes["sim_robot"]["parameters"][0]
         assert sim["robot_id"] == ns and sim["num_joints"] == 4 and sim["image_width"] == 224
     assert _groups(actions)["robot_2"]["sim_robot"]["parameters"][0]["num_views"] == 1

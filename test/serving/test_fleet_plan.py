@@ -11,7 +11,7 @@ def test_plan_has_server_then_sim_client_controller_per_robot(fleet):
     assert cmd[:6] == ["py", "-m", "physai_ros.nodes.robot_client", "--ros-args", "-r", "__ns:=/robot_0"]
     assert f"fleet_file:={fleet.source}" in cmd and "robot_id:=robot_0" in cmd
     ctrl = plan[3].command("py")
-    assert "joint_names:=[joint_0,joint_1,joint_2,joint_3,gripper]" in ctrl and "control_rate_hz:=480.0" in ctrl
+    assert "joint_names:=[joint_0,joint_1,joint_2,joint_3,gripper]" in ctrl and "control_rate_hz:=100.0" in ctrl
     assert [s.name for s in fleet_plan(fleet, controller=False)][:3] == [
         "policy_server", "robot_0/sim_robot", "robot_0/robot_client"]
 
