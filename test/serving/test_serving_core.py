@@ -53,9 +53,11 @@ def test_batch_of_robots_each_gets_its_own_chunk(core, fleet):
         assert c.confidence.shape == (cfg.chunk_size,) and ((c.confidence >= 0) & (c.confidence <= 1)).all()
         assert c.joint_names == r.joints and c.dt == pytest.approx(r.task.action_period_s)
         assert c.inference_ms > 0 and c.queue_ms >= 0 and c.engine_instance == "engine_0"
-    # robot_1 runs the static policy [6]; the stamp is the observation's.
+    # robot_1 runs the static policy [H] of its task in fleet.yaml; the stamp is the observation's.
     by_robot = {c.robot_id: c for c in chunks}
-    assert by_robot["robot_1"].horizon == min(6, cfg.chunk_size)
+    reach = [r for r in fleet.robots if r.id == "robot_1"][0].task
+    assert reach.horizon_policy == "static"
+    assert by_robot["robot_1"].horizon == min(int(reach.horizon_params[0]), cfg.chunk_size)
     assert by_robot["robot_0"].stamp == obs[0].stamp
 
 
