@@ -1,5 +1,5 @@
-"""physai-fleet's start: which ROS domain the fleet runs on, and waiting for the policy server
-while telling the user what it is doing.
+"""physai-fleet's start: which ROS domain the fleet runs on, waiting for the policy server while
+telling the user what it is doing, and when it counts as serving.
 
 Two fleets on one machine used to share ROS domain 0 and cross-talk (robot_0 of one fleet served
 by the other's server). A run now keeps ROS_DOMAIN_ID when the user set it, uses ROS's default 0
@@ -14,6 +14,8 @@ import time
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Callable
+
+from physai_ros.serving.topics import REGISTER_SERVICE
 
 # Fast DDS (RTPS spec 9.6.1.1): participant i of domain d receives discovery unicast on
 # 7400 + 250 d + 10 + 2 i. A domain with a live participant has one of these ports bound.
@@ -122,3 +124,20 @@ class StartupRelay:
         data = self._partial + data
         *lines, self._partial = data.split(b"\n")
         return [ln.decode(errors="replace") for ln in lines]
+
+
+def clients_answered(client_status: dict[str, dict]) -> bool:
+    """Whether any robot client has had an answer from the policy server (a registration
+    accepted or refused), from their client_status JSON."""
+    return any(st.get("server_instance") or st.get("registrations", 0) > 0 or st.get("refused", 0) > 0
+               for st in client_status.values())
+
+
+def server_answers(monitor, client_status: dict[str, dict]) -> bool:
+    """The policy server serves: its register service is in the graph and a client got an
+    answer. The service alone is not enough: the server creates it inside its constructor,
+    which then still sets up the robots' topics, the serving thread and the streaming engine,
+    and answers nothing until it returns and spins (74 s on a first run here: an 8-robot
+    --duration 40 run ended before any robot registered, and its summary said "0 rounds,
+    client unregistered" while the client logs showed them served after it)."""
+    return monitor.count_services(REGISTER_SERVICE) > 0 and clients_answered(client_status)

@@ -21,6 +21,7 @@ import os
 import sys
 from dataclasses import dataclass
 from pathlib import Path
+
 from physai_ros.errors import UserInputError
 
 PACKAGE = "physai_ros"

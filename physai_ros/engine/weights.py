@@ -23,9 +23,10 @@ from typing import Callable, Dict, List, Optional, Tuple
 
 import torch
 
+from physai_ros.errors import UserInputError
+
 from .params import Weights, infer_config, param_shapes
 from .types import Pi0Config
-from physai_ros.errors import UserInputError
 
 log = logging.getLogger(__name__)
 

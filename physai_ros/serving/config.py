@@ -13,8 +13,9 @@ from typing import Any, Mapping
 
 import yaml
 
-from physai_ros.install_paths import PACKAGE_URL_PREFIX, default_fleet_file, resolve_package_url
 from physai_ros.errors import UserInputError
+from physai_ros.install_paths import PACKAGE_URL_PREFIX, default_fleet_file, resolve_package_url
+
 PACKAGE_PREFIX = PACKAGE_URL_PREFIX
 FALLBACKS = ("hold", "stop_and_resend", "use_last_plan")
 ESCALATIONS = ("stop_and_call_human",)

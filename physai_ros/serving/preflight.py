@@ -10,8 +10,9 @@ from __future__ import annotations
 import os
 from pathlib import Path
 
-from .config import FleetConfig, resolve_package_path, tokenizer_path
 from physai_ros.errors import UserInputError
+
+from .config import FleetConfig, resolve_package_path, tokenizer_path
 
 # A LeRobot checkpoint directory: config.json plus one file of weights or a shard index.
 CHECKPOINT_CONFIG = "config.json"
