@@ -82,11 +82,13 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     from physai_ros.serving.preflight import ServerFilesError, check_server_files
 
     try:
-        if args.robots is None:
-            args.robots = 2 if args.scripted else len(_fleet_config(args.fleet).robots)
-        if not args.scripted and args.robots >= 1:
+        if args.scripted:
+            args.robots = 2 if args.robots is None else args.robots
+        else:
+            cfg = _fleet_config(args.fleet)
+            args.robots = len(cfg.robots) if args.robots is None else args.robots
             # Before any process starts: a missing checkpoint is named now, not a minute later.
-            check_server_files(_fleet_config(args.fleet, args.robots))
+            check_server_files(cfg)
     except (FleetConfigError, ServerFilesError, InstallLayoutError) as e:
         ap.exit(2, f"physai-fleet: error: {e}\n")
     if args.robots < 1:

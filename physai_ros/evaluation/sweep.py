@@ -8,10 +8,10 @@ from __future__ import annotations
 import dataclasses
 import json
 from dataclasses import dataclass
-from pathlib import Path
 from typing import Sequence
 
-from physai_ros.serving.config import FleetConfig, RobotConfig, resolve_package_path
+from physai_ros.serving.config import FleetConfig, RobotConfig
+from physai_ros.serving.preflight import checkpoint_dir
 
 from .lockstep import LockstepConfig, SimClock, clone_robots, run_episodes, with_horizon
 from .results import EpisodeResult
@@ -80,11 +80,10 @@ def eval_seeds(task: str, n: int, base: int = EVAL_SEED_BASE) -> list[int]:
 
 def training_manifest(cfg: FleetConfig) -> dict | None:
     """manifest.json next to a checkpoint model (None for a preset or a checkpoint without one)."""
-    m = cfg.server.model
-    if m.checkpoint is None:
+    ckpt = checkpoint_dir(cfg)
+    if ckpt is None:
         return None
-    base = Path(cfg.source).parent if not cfg.source.startswith("<") else None
-    path = resolve_package_path(m.checkpoint, base) / "manifest.json"
+    path = ckpt / "manifest.json"
     return json.loads(path.read_text()) if path.is_file() else None
 
 

@@ -95,10 +95,14 @@ def describe_threads(threads, frames: dict) -> str:
 
 # ---- process plumbing -----------------------------------------------------------------------
 
-def _process_name() -> str:
+def _node_main() -> str | None:
+    """node_main_name for this process, over the node modules in physai_ros/nodes."""
     nodes = {p.stem for p in _NODES_DIR.glob("*.py")} - {"__init__"}
-    return (node_main_name(sys.argv, getattr(sys, "orig_argv", []), nodes)
-            or Path(sys.argv[0] if sys.argv else "node").stem or "node")
+    return node_main_name(sys.argv, getattr(sys, "orig_argv", []), nodes)
+
+
+def _process_name() -> str:
+    return _node_main() or Path(sys.argv[0] if sys.argv else "node").stem or "node"
 
 
 def _log(name: str, msg: str, warn: bool = False, error: bool = False) -> None:
@@ -146,8 +150,7 @@ def guard_start_up() -> None:
     importing physai_ros.nodes elsewhere (tests, launch files) changes no signal handling."""
     if threading.current_thread() is not threading.main_thread():
         return
-    nodes = {p.stem for p in _NODES_DIR.glob("*.py")} - {"__init__"}
-    name = node_main_name(sys.argv, getattr(sys, "orig_argv", []), nodes)
+    name = _node_main()
     if name is None:
         return
 

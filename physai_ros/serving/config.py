@@ -566,6 +566,11 @@ def load_fleet(path: str | Path | None = None) -> FleetConfig:
     return parse_fleet(copy.deepcopy(doc), source=str(p.resolve()))
 
 
+def fleet_dir(cfg: FleetConfig) -> Path | None:
+    """The directory relative paths in the fleet file are relative to (None for a fleet built
+    in memory, whose source is "<...>")."""
+    return Path(cfg.source).parent if cfg.source and not cfg.source.startswith("<") else None
+
+
 def tokenizer_path(cfg: FleetConfig) -> Path:
-    base = Path(cfg.source).parent if cfg.source and not cfg.source.startswith("<") else None
-    return resolve_package_path(cfg.server.model.tokenizer, base)
+    return resolve_package_path(cfg.server.model.tokenizer, fleet_dir(cfg))

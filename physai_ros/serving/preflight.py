@@ -12,7 +12,7 @@ from pathlib import Path
 
 from physai_ros.errors import UserInputError
 
-from .config import FleetConfig, resolve_package_path, tokenizer_path
+from .config import FleetConfig, fleet_dir, resolve_package_path, tokenizer_path
 
 # A LeRobot checkpoint directory: config.json plus one file of weights or a shard index.
 CHECKPOINT_CONFIG = "config.json"
@@ -42,8 +42,7 @@ def checkpoint_dir(cfg: FleetConfig) -> Path | None:
     """The resolved server.model.checkpoint directory (None for a preset model)."""
     if cfg.server.model.checkpoint is None:
         return None
-    base = Path(cfg.source).parent if cfg.source and not cfg.source.startswith("<") else None
-    return resolve_package_path(cfg.server.model.checkpoint, base)
+    return resolve_package_path(cfg.server.model.checkpoint, fleet_dir(cfg))
 
 
 def check_server_files(cfg: FleetConfig) -> None:
