@@ -7,8 +7,11 @@ Call pattern (one server event loop):
     when a batch returns: sched.on_completed(request_id, t_done, generation_s) per request
     for rid in decision.refresh_request_ids: ask that robot for a fresh observation and
         submit it (same task_id and round_id, refresh=True)
-    when a task ends: sched.on_task_finished(task_id)
-The scheduler never calls an engine or a robot itself; its decision is plain data.
+    when a task ends: dropped = sched.on_task_finished(task_id)
+    when an instance was lost with a batch: sched.requeue(request_id, now) per request
+The scheduler never calls an engine or a robot itself; its decision is plain data. Its queue is
+the only place a queued request lives: the server keeps no second one (requests carry their
+payload), and lost work goes back through requeue, never around the scheduler.
 """
 from __future__ import annotations
 
@@ -39,8 +42,15 @@ class Scheduler(Protocol):
     def on_completed(self, request_id: str, now: float, generation_s: float) -> None:
         """The chunk for request_id came back at `now`; generation_s is the engine's compute time."""
 
-    def on_task_finished(self, task_id: str) -> None:
-        """Forget a task's history and drop its queued request, if any."""
+    def on_task_finished(self, task_id: str) -> list[Request]:
+        """Forget a task's history and drop its queued requests; returns them (to answer)."""
+
+    def requeue(self, request_id: str, now: float) -> bool:
+        """An in-flight request whose instance was lost before it ran: queue it again, ahead of
+        everything else (it has waited longest). False when it was not in flight."""
+
+    def queued(self) -> list[Request]:
+        """The requests queued and not dispatched (requeued ones included)."""
 
     def schedule(self, now: float, instances: Sequence[EngineInstanceInfo]) -> SchedulerDecision:
         """One scheduling cycle: batches for the idle instances among `instances`."""

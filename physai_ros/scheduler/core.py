@@ -115,6 +115,8 @@ class QueueScheduler:
         self._table = PendingTable()
         self._held: dict[int, PendingEntry] = {}     # awaiting a refresh (by id(entry))
         self._first: dict[int, PendingEntry] = {}    # selected before, served ahead of all
+        self._requeued: set[str] = set()            # pending again after their instance was lost
+        self._requeue_seq = -(1 << 62)              # requeued work sorts before all other work
         self._by_task: dict[str, str] = {}         # task_id -> pending request_id
         self._inflight: dict[str, tuple[Request, float]] = {}
         self._books: dict[str, TaskBook] = {}
@@ -142,7 +144,7 @@ class QueueScheduler:
         if clash is not None and clash.request.task_id != request.task_id:
             return self._reject(f"duplicate request_id {request.request_id!r} (queued for task "
                                 f"{clash.request.task_id!r})")
-        superseded: tuple[str, ...] = ()
+        superseded: tuple[Request, ...] = ()
         old_id = self._by_task.get(request.task_id)
         if old_id is not None:
             old = self._pending[old_id]
@@ -152,7 +154,7 @@ class QueueScheduler:
             if request.round_id == old.request.round_id:
                 return self._refresh(old, request, now)
             self._drop(old_id)
-            superseded = (old_id,) if old_id != request.request_id else ()
+            superseded = (old.request,) if old_id != request.request_id else ()
             self._counts["superseded"] += 1
         if book is None:
             book = self._books[request.task_id] = TaskBook(request.task_id, request.arrival_time,
@@ -190,12 +192,37 @@ class QueueScheduler:
         if book is not None:
             book.on_complete(req.round_id, now, generation_s if _finite(generation_s) else 0.0)
 
-    def on_task_finished(self, task_id: str) -> None:
-        rid = self._by_task.get(task_id)
-        if rid is not None:
-            self._drop(rid)
+    def on_task_finished(self, task_id: str) -> list[Request]:
+        dropped = [e.request for e in self._pending.values() if e.request.task_id == task_id]
+        for req in dropped:
+            self._drop(req.request_id)
         self._books.pop(task_id, None)
         self._counts["tasks_finished"] += 1
+        return dropped
+
+    def requeue(self, request_id: str, now: float) -> bool:
+        """Lost with its instance: pending again, first in line, never asked for a refresh (it
+        was served from this observation once already) and never superseded by its task's next
+        round (it is not the task's queued request; the next round queues beside it)."""
+        item = self._inflight.get(request_id)
+        book = self._books.get(item[0].task_id) if item is not None else None
+        if item is None or book is None:  # unknown, or its task ended while it was in flight
+            self._counts["requeue_refused"] += 1
+            return False
+        del self._inflight[request_id]
+        self._requeue_seq += 1
+        e = PendingEntry(item[0], book, self._requeue_seq, self._cycle, now, self.default_exec_s)
+        e.refreshed = e.priority = True
+        e.slot = self._table.add(e)
+        self._table.ready[e.slot] = False
+        self._first[id(e)] = e
+        self._pending[request_id] = e
+        self._requeued.add(request_id)
+        self._counts["requeued"] += 1
+        return True
+
+    def queued(self) -> list[Request]:
+        return [e.request for e in self._pending.values()]
 
     def pending(self) -> int:
         return len(self._pending)
@@ -215,7 +242,7 @@ class QueueScheduler:
 
     def stats(self) -> dict[str, Any]:
         return {"scheduler": self.name, "pending": len(self._pending),
-                "in_flight": len(self._inflight), "tasks": len(self._books), "cycles": self._cycle,
+                "in_flight": len(self._inflight), "requeued_waiting": len(self._requeued), "tasks": len(self._books), "cycles": self._cycle,
                 **dict(self._counts), "rejected_by_reason": dict(self._rejects)}
 
     def schedule(self, now: float, instances: Sequence[EngineInstanceInfo]) -> SchedulerDecision:
@@ -305,13 +332,15 @@ class QueueScheduler:
         req = e.request
         self._unlist(e)
         del self._pending[req.request_id]
+        self._requeued.discard(req.request_id)
         if self._by_task.get(req.task_id) == req.request_id:
             del self._by_task[req.task_id]
         self._inflight[req.request_id] = (req, now)
         e.book.on_dispatch(req.round_id, now)
 
     def _forget_idle_tasks(self, now: float) -> None:
-        busy = set(self._by_task) | {req.task_id for req, _ in self._inflight.values()}
+        busy = {e.request.task_id for e in self._pending.values()} | \
+            {req.task_id for req, _ in self._inflight.values()}
         stale = [t for t, b in self._books.items()
                  if t not in busy and now - b.last_seen > self.task_ttl_s]
         for t in stale:
@@ -322,13 +351,14 @@ class QueueScheduler:
         e = self._pending.pop(request_id, None)
         if e is None:
             return
+        self._requeued.discard(request_id)
         self._unlist(e)
         if self._by_task.get(e.request.task_id) == request_id:
             del self._by_task[e.request.task_id]
 
     def _refresh(self, old: PendingEntry, request: Request, now: float) -> SubmitResult:
         """A newer observation for a queued round: keep its place, age and priority."""
-        old_id = old.request.request_id
+        old_id, old_request = old.request.request_id, old.request
         if request.request_id != old_id:
             if request.request_id in self._pending:
                 return self._reject(f"duplicate request_id {request.request_id!r}")
@@ -340,7 +370,7 @@ class QueueScheduler:
             self._promote(old)
             self._set_skip_base(old, self._cycle)
         self._counts["refreshed"] += 1
-        return SubmitResult(True, "refreshed", (old_id,) if request.request_id != old_id else ())
+        return SubmitResult(True, "refreshed", (old_request,) if request.request_id != old_id else ())
 
     def _reject(self, reason: str) -> SubmitResult:
         self._counts["rejected"] += 1

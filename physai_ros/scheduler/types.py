@@ -90,6 +90,8 @@ class Request:
     last_exec_duration is an optional client-side hint (seconds) for the previous round's
     execution length, used when the server has no history for the task (e.g. after restart).
     payload is the server's opaque observation object; the scheduler never looks inside.
+    component names the model component the request is for (the action model today; planner,
+    monitor and language components later): the server picks the model runner by it.
     """
 
     request_id: str
@@ -104,6 +106,7 @@ class Request:
     last_exec_duration: Optional[float] = None
     # True when this observation answers a refresh the scheduler asked for (Observation.refresh).
     refresh: bool = False
+    component: str = "action"
     payload: Any = field(default=None, repr=False, compare=False)
 
 
@@ -167,5 +170,6 @@ class SubmitResult:
     accepted: bool
     reason: str = ""
     # Pending requests this submission replaced (an older round of the same task, or the
-    # stale copy of a refreshed request with a different request_id). The server drops them.
-    superseded: tuple[str, ...] = ()
+    # stale copy of a refreshed request with a different request_id): they left the queue, and
+    # the server answers them (it gets them back here because the queue was their only home).
+    superseded: tuple[Request, ...] = ()

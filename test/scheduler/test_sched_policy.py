@@ -194,10 +194,42 @@ def test_newer_round_supersedes_a_queued_one():
     s = make_scheduler("fifo")
     s.submit(req("t#1", task="t", rnd=1), 0.0)
     res = s.submit(req("t#2", task="t", rnd=2), 0.1)
-    assert res.accepted and res.superseded == ("t#1",) and s.pending() == 1
+    assert res.accepted and [r.request_id for r in res.superseded] == ["t#1"] and s.pending() == 1
     assert not s.submit(req("t#1b", task="t", rnd=1), 0.2).accepted
-    s.on_task_finished("t")
+    assert [r.request_id for r in s.on_task_finished("t")] == ["t#2"]
     assert s.pending() == 0
+
+
+@pytest.mark.parametrize("name", ["fifo", "autellix", "wait_ratio"])
+def test_requeued_work_goes_first_through_the_scheduler(name):
+    """An instance lost with a batch: its requests go back to the scheduler's queue (the only
+    queue), ahead of everything queued meanwhile, beside (not replaced by) their task's next
+    round, and are placed on an instance like any other work."""
+    s = make_scheduler(name)
+    s.submit(req("a#1", task="a", rnd=1), 0.0)
+    d = s.schedule(0.01, [edge(iid="e0")])
+    assert d.dispatched_request_ids == ["a#1"]
+    s.submit(req("b#1", task="b", rnd=1, t=0.02), 0.02)
+    s.submit(req("a#2", task="a", rnd=2, t=0.03), 0.03)
+    assert s.requeue("a#1", 0.04) and not s.requeue("a#1", 0.04)  # no longer in flight
+    assert s.pending() == 3 and s.stats()["requeued_waiting"] == 1
+    assert sorted(r.request_id for r in s.queued()) == ["a#1", "a#2", "b#1"]
+    d = s.schedule(0.05, [edge(iid="e1", max_batch=1)])
+    assert d.dispatched_request_ids == ["a#1"] and d.refresh_request_ids == []
+    assert s.stats()["requeued_waiting"] == 0
+    s.on_completed("a#1", 0.1, 0.05)
+    assert not s.requeue("zz", 0.1) and s.stats()["requeue_refused"] == 2
+
+
+def test_requeue_of_a_finished_task_is_refused_and_finishing_drops_requeued_work():
+    s = make_scheduler("fifo")
+    for t in ("a", "b"):
+        s.submit(req(f"{t}#1", task=t, rnd=1), 0.0)
+    s.schedule(0.01, [edge(iid="e0")])
+    assert s.requeue("a#1", 0.02)
+    assert [r.request_id for r in s.on_task_finished("a")] == ["a#1"]
+    s.on_task_finished("b")
+    assert not s.requeue("b#1", 0.03) and s.pending() == 0
 
 
 def test_abandoned_task_histories_are_forgotten():
