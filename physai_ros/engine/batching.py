@@ -12,6 +12,20 @@ import torch
 
 from .types import EngineInput, Pi0Config
 
+# Camera byte q -> q * (2/255) - 1 in float32: the model's pixel space, as LeRobot's pi0 expects.
+_PIXEL_SCALE = torch.tensor(2.0 / 255.0, dtype=torch.float32)
+
+
+def model_pixels(images: torch.Tensor) -> torch.Tensor:
+    """uint8 camera pixels -> float32 in [-1, 1]; float images (already in model space) pass.
+
+    The one place pixels are scaled: images travel as uint8 from the robot to here (4x fewer
+    bytes through the server and to remote workers), and on a GPU the bytes cross to the device
+    before they become floats."""
+    if images.dtype != torch.uint8:
+        return images
+    return images.to(torch.float32).mul_(_PIXEL_SCALE.to(images.device)).sub_(1.0)
+
 
 @dataclass
 class Batch:
@@ -42,7 +56,8 @@ def collate(
     nv = num_views or max(x.images.shape[0] for x in inputs)
     nl = num_tokens or max(x.tokens.shape[0] for x in inputs)
     s = config.vision.image_size
-    images = torch.zeros(b, nv, 3, s, s, dtype=dtype)
+    as_bytes = all(x.images.dtype == torch.uint8 for x in inputs)
+    images = torch.zeros(b, nv, 3, s, s, dtype=torch.uint8 if as_bytes else dtype)
     image_masks = torch.zeros(b, nv, dtype=torch.bool)
     tokens = torch.zeros(b, nl, dtype=torch.int64)
     token_mask = torch.zeros(b, nl, dtype=torch.bool)
@@ -50,7 +65,7 @@ def collate(
     noise = torch.empty(b, config.chunk_size, config.max_action_dim, dtype=torch.float32)
     for i, x in enumerate(inputs):
         v, n = x.images.shape[0], x.tokens.shape[0]
-        images[i, :v] = x.images
+        images[i, :v] = x.images if as_bytes else model_pixels(x.images)
         image_masks[i, :v] = x.image_masks
         tokens[i, :n] = x.tokens
         token_mask[i, :n] = x.token_mask
@@ -59,8 +74,14 @@ def collate(
             noise[i] = x.noise
         else:
             noise[i] = torch.randn(config.chunk_size, config.max_action_dim, generator=generator)
+    if as_bytes:
+        present = torch.zeros(b, nv, dtype=torch.bool)
+        for i, x in enumerate(inputs):
+            present[i, :x.images.shape[0]] = True
+        # Missing view slots stay exactly 0 (not -1), as for float inputs: masked out anyway.
+        images = model_pixels(images.to(device)).masked_fill_(~present.to(device)[:, :, None, None, None], 0.0)
     return Batch(
-        images=images.to(device),
+        images=images.to(device, dtype),
         image_masks=image_masks.to(device),
         tokens=tokens.to(device),
         token_mask=token_mask.to(device),

@@ -156,7 +156,9 @@ class Pi0Config:
 class EngineInput:
     """One robot's observation, already preprocessed (resized, normalised, tokenised, padded).
 
-    images: float32 [V, 3, S, S] in [-1, 1], S = config.vision.image_size, 1 <= V <= max_views.
+    images: uint8 [V, 3, S, S] camera pixels (as the server sends them; the engine's collation
+        scales them to [-1, 1] once) or float [V, 3, S, S] already in [-1, 1] (training,
+        reference tests); S = config.vision.image_size, 1 <= V <= max_views.
     image_masks: bool [V]; False marks a missing camera (its tokens are masked out).
     tokens: int64 [L]; token_mask: bool [L] (False = padding).
     state: float32 [max_state_dim], normalised and zero padded.
@@ -173,7 +175,7 @@ class EngineInput:
     def validate(self, config: Pi0Config) -> None:
         """Raise EngineInputError naming the first field that does not fit `config`."""
         s = config.vision.image_size
-        _expect(self.images, "images", 4, torch.is_floating_point)
+        _expect(self.images, "images", 4, lambda t: t.dtype == torch.uint8 or t.is_floating_point())
         v = self.images.shape[0]
         if not 1 <= v <= config.max_views or tuple(self.images.shape[1:]) != (3, s, s):
             raise EngineInputError(
