@@ -37,6 +37,6 @@ setup(
     license="Apache-2.0",
     entry_points={
         "console_scripts": [f"{name} = {target}" for name, target in NODES.items()]
-        + ["physai-fleet = physai_ros.fleet:main"],
+        + ["physai-fleet = physai_ros.fleet.cli:main"],
     },
 )

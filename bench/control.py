@@ -25,7 +25,8 @@ import time
 
 import numpy as np
 
-from physai_ros.control import ActionChunkData, MergeRule, TrajectoryBuffer
+from physai_ros.control import MergeRule, TrajectoryBuffer
+from physai_ros.protocol.chunk import ActionChunkData
 
 RULES = (MergeRule.REPLACE, MergeRule.CROSSFADE, MergeRule.WEIGHTED_AVERAGE)
 
@@ -49,8 +50,8 @@ def run_chunks(rule: MergeRule, seconds: float, rate: float, joints: int, seed: 
     for step in range(int(seconds * rate)):
         now = 100.0 + step / rate
         if step % every == 0:
-            chunk = ActionChunkData("r", "t", step // every + 1, now - 0.1, 0.02, names,
-                                    rng.normal(size=(50, joints)), 50)
+            chunk = ActionChunkData("r", "t", step // every + 1, now - 0.1, dt=0.02, joint_names=names,
+                                    actions=rng.normal(size=(50, joints)), horizon=50)
             t0 = perf()
             out = buf.insert(chunk, now)
             times["insert"].append(perf() - t0)

@@ -39,8 +39,7 @@ def camera_inputs(cfg: Pi0Config, batch: int, views: int, seed: int = 0) -> list
     s = cfg.vision.image_size
     out = []
     for _ in range(batch):
-        img = rng.integers(0, 256, (views, 3, s, s), dtype=np.uint8).astype(np.float32) * np.float32(2 / 255)
-        img -= np.float32(1.0)
+        img = rng.integers(0, 256, (views, 3, s, s), dtype=np.uint8)  # bytes: the engine scales them
         out.append(EngineInput(images=torch.from_numpy(img), image_masks=torch.ones(views, dtype=torch.bool),
                                tokens=torch.arange(1, 33), token_mask=torch.ones(32, dtype=torch.bool),
                                state=torch.zeros(cfg.max_state_dim),
@@ -76,8 +75,8 @@ def main() -> int:
     import rclpy
     from rclpy.executors import SingleThreadedExecutor
 
-    from physai_ros.serving import fleet_plan
-    from physai_ros.workers.remote import RemoteEngine
+    from physai_ros.fleet import plan as fleet_plan
+    from physai_ros.ros.remote_engine import RemoteEngine
 
     spec = fleet_plan.ProcessSpec("bench_worker", "engine_worker", "physai_ros.nodes.engine_worker", "",
                                   {"instance_id": "bench_worker", "preset": a.preset, "seed": 3,

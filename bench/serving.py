@@ -51,13 +51,16 @@ def run_case(node, pid, n_robots, views, hw, rounds, timeout_s):
     from physai_ros_interfaces.srv import RegisterRobot
     from sensor_msgs.msg import Image
 
+    from physai_ros.protocol.registration import RobotRegistration
+    from physai_ros.protocol.topics import ACTION_CHUNK_TOPIC, OBSERVATION_TOPIC, REGISTER_SERVICE, robot_topic
+    from physai_ros.ros.codecs.registration import registration_to_request
     from physai_ros.ros.qos import reliable_qos
     from physai_ros.ros.time_conv import time_from_sec
 
     h, w = hw
     tag = f"b{n_robots}_{views}_{h}_{int(time.time() * 1000) % 100000}"
     ids = [f"{tag}_{k}" for k in range(n_robots)]
-    cli = node.create_client(RegisterRobot, "/policy_server/register_robot")
+    cli = node.create_client(RegisterRobot, REGISTER_SERVICE)
     end = time.monotonic() + timeout_s
     while not cli.wait_for_service(timeout_sec=0.5):
         if time.monotonic() > end:
@@ -96,16 +99,16 @@ def run_case(node, pid, n_robots, views, hw, rounds, timeout_s):
         pubs[rid].publish(o)
 
     for rid in ids:
-        req = RegisterRobot.Request(robot_id=rid, task_id="bench", robot_namespace=rid,
-                                    prompt="pick up the cube", num_views=views, image_height=h,
-                                    image_width=w, joint_names=[f"j{i}" for i in range(5)],
-                                    state_dim=5, action_dim=5, control_period=0.02)
+        req = registration_to_request(RobotRegistration(
+            robot_id=rid, task_id="bench", robot_namespace=rid, prompt="pick up the cube", camera_topics=(),
+            num_views=views, image_height=h, image_width=w, joint_names=tuple(f"j{i}" for i in range(5)),
+            state_dim=5, action_dim=5, control_period=0.02))
         fut = cli.call_async(req)
         rclpy.spin_until_future_complete(node, fut, timeout_sec=timeout_s)
         if fut.result() is None or not fut.result().accepted:
             raise RuntimeError(f"registration failed: {fut.result()}")
-        pubs[rid] = node.create_publisher(Observation, f"/{rid}/observation", reliable_qos())
-        node.create_subscription(ActionChunk, f"/{rid}/action_chunk", lambda m, r=rid: on_chunk(m, r),
+        pubs[rid] = node.create_publisher(Observation, robot_topic(rid, OBSERVATION_TOPIC), reliable_qos())
+        node.create_subscription(ActionChunk, robot_topic(rid, ACTION_CHUNK_TOPIC), lambda m, r=rid: on_chunk(m, r),
                                  reliable_qos())
         state[rid] = {"round": 0, "sent": 0.0, "done": 0}
     # Wait until every link matched both ways (a volatile reliable message sent earlier is lost).

@@ -40,6 +40,10 @@ from pathlib import Path
 
 import numpy as np
 
+from physai_ros.protocol.chunk import HOLD_ENGINE_INSTANCE
+from physai_ros.protocol.topics import (ACTION_CHUNK_TOPIC, CLIENT_STATUS_TOPIC, DIAGNOSTICS_TOPIC,
+                                        OBSERVATION_TOPIC, robot_topic)
+
 FLEET_YAML = """\
 server:
   model: {{preset: tiny, tokenizer: package://physai_ros/assets/tokenizer.json, max_token_len: 48, seed: 0}}
@@ -203,11 +207,11 @@ class Observer:
         self._obs_type, self._qos = Observation, reliable_qos(100)
         self._watching_obs: set[str] = set()
         for r in robots:
-            self.node.create_subscription(ActionChunk, f"/{r}/action_chunk",
+            self.node.create_subscription(ActionChunk, robot_topic(r, ACTION_CHUNK_TOPIC),
                                           lambda m, r=r: self._on_chunk(r, m), reliable_qos(100))
-            self.node.create_subscription(String, f"/{r}/client_status",
+            self.node.create_subscription(String, robot_topic(r, CLIENT_STATUS_TOPIC),
                                           lambda m, r=r: self._on_status(r, m), reliable_qos())
-        self.node.create_subscription(DiagnosticArray, "/diagnostics", self._on_diag, reliable_qos(100))
+        self.node.create_subscription(DiagnosticArray, DIAGNOSTICS_TOPIC, self._on_diag, reliable_qos(100))
         self.executor = SingleThreadedExecutor()
         self.executor.add_node(self.node)
         self._stop = threading.Event()
@@ -224,7 +228,7 @@ class Observer:
         sends when its observation topic has a subscriber, so subscribing earlier would make
         it send rounds into the void during the server's warm-up (rounds nobody can answer)."""
         for r in self.sent:
-            topic = f"/{r}/observation"
+            topic = robot_topic(r, OBSERVATION_TOPIC)
             if r not in self._watching_obs and self.node.count_subscribers(topic) > 0:
                 self.node.create_subscription(self._obs_type, topic, lambda m, r=r: self._on_obs(r, m), self._qos)
                 self._watching_obs.add(r)
@@ -235,7 +239,7 @@ class Observer:
 
     def _on_chunk(self, r, m):
         now = time.time()
-        if m.engine_instance == "robot_client":  # the client's own hold chunk
+        if m.engine_instance == HOLD_ENGINE_INSTANCE:  # the client's own hold chunk
             with self.lock:
                 self.holds[r] += 1
             return

@@ -217,6 +217,7 @@ class _RosProbe:
         from sensor_msgs.msg import Image, JointState
         from trajectory_msgs.msg import JointTrajectory
 
+        from physai_ros.protocol import topics
         from physai_ros.ros.qos import reliable_qos, sensor_data_qos
 
         self.node = rclpy.create_node("streaming_bench_probe")
@@ -228,13 +229,21 @@ class _RosProbe:
         self.color = 0
         self.diag = {}
         node = self.node
-        self.cams = [node.create_publisher(Image, f"/robot_{k}/camera_0/image_raw", sensor_data_qos()) for k in range(n_robots)]
-        self.joints = [node.create_publisher(JointState, f"/robot_{k}/joint_states", reliable_qos()) for k in range(n_robots)]
-        self.wrenches = [node.create_publisher(WrenchStamped, f"/robot_{k}/wrench", sensor_data_qos()) for k in range(n_robots)]
-        node.create_subscription(TrajectorySegment, "/robot_0/trajectory_segment", self._on_segment, reliable_qos(500))
-        node.create_subscription(JointTrajectory, "/robot_0/joint_trajectory", self._on_command, reliable_qos(500))
-        node.create_subscription(Observation, "/robot_0/observation", self._on_obs, reliable_qos(100))
-        node.create_subscription(DiagnosticArray, "/diagnostics", self._on_diag, reliable_qos(50))
+        robots = [f"robot_{k}" for k in range(n_robots)]
+
+        def pubs(msg_type, name, profile):
+            return [node.create_publisher(msg_type, topics.robot_topic(r, name), profile) for r in robots]
+
+        self.cams = pubs(Image, topics.camera_topic(0), sensor_data_qos())
+        self.joints = pubs(JointState, topics.JOINT_STATES_TOPIC, reliable_qos())
+        self.wrenches = pubs(WrenchStamped, topics.WRENCH_TOPIC, sensor_data_qos())
+        node.create_subscription(TrajectorySegment, topics.robot_topic(robots[0], topics.TRAJECTORY_SEGMENT_TOPIC),
+                                 self._on_segment, reliable_qos(500))
+        node.create_subscription(JointTrajectory, topics.robot_topic(robots[0], topics.JOINT_TRAJECTORY_TOPIC),
+                                 self._on_command, reliable_qos(500))
+        node.create_subscription(Observation, topics.robot_topic(robots[0], topics.OBSERVATION_TOPIC), self._on_obs,
+                                 reliable_qos(100))
+        node.create_subscription(DiagnosticArray, topics.DIAGNOSTICS_TOPIC, self._on_diag, reliable_qos(50))
         self._img = Image(height=64, width=64, encoding="rgb8", step=64 * 3)
         self._js = JointState(name=["joint_0", "joint_1", "joint_2", "joint_3", "gripper"])
         self._w = WrenchStamped()
@@ -307,21 +316,23 @@ class _RosProbe:
             self.changes.append(None)
 
     def _on_segment(self, m):
+        from physai_ros.ros.codecs.segment import segment_from_msg
         from physai_ros.serving.stream_trace import segment_grid
 
         recv = time.time()
-        pos = np.asarray(m.positions, dtype=np.float32).reshape(m.num_nodes, m.dim)
-        g = segment_grid(m.start_time.sec + m.start_time.nanosec * 1e-9, m.dt, pos, list(m.committed), 480.0)
+        seg = segment_from_msg(m)
+        g = segment_grid(seg.start_time, seg.dt, seg.positions, list(seg.committed), 480.0)
         with self.lock:
             self.segments.append((recv, m.header.stamp.sec * 10**6 + round(m.header.stamp.nanosec / 1e3), m.round_id, g))
 
     def _on_command(self, m):
+        from physai_ros.ros.codecs.joint_trajectory import msg_to_plan
         from physai_ros.serving.stream_trace import command_grid
 
         recv = time.time()
-        g = command_grid(m.header.stamp.sec + m.header.stamp.nanosec * 1e-9,
-                         [p.time_from_start.sec + p.time_from_start.nanosec * 1e-9 for p in m.points],
-                         [list(p.positions) for p in m.points], 480.0)
+        plan = msg_to_plan(m, now=recv)
+        g = command_grid(plan.stamp, [p.time_from_start for p in plan.points],
+                         [list(p.positions) for p in plan.points], 480.0)
         with self.lock:
             self.commands.append((recv, g))
 
@@ -371,7 +382,7 @@ def run_ros_case(args, n_robots: int) -> dict:
     import rclpy
     import yaml
 
-    from physai_ros.serving import fleet_plan
+    from physai_ros.fleet import plan as fleet_plan
     from physai_ros.serving.config import load_fleet
 
     os.environ.setdefault("ROS_AUTOMATIC_DISCOVERY_RANGE", "LOCALHOST")

@@ -6,7 +6,7 @@ sim_robot (simulated robots only), robot_client and trajectory_controller.
 Launch arguments: fleet_file (default: config/fleet.yaml in the package's share directory, found
 through the ament index: physai_ros.install_paths), num_robots (0: the robots listed; N: the first
 N, the last entry cloned as robot_<k> beyond the list), duration (seconds; 0: until Ctrl-C).
-The process plan is physai_ros.serving.fleet_plan, the same one `physai-fleet` runs; the server is
+The process plan is physai_ros.fleet.plan, the same one `physai-fleet` runs; the server is
 told how many robots were started (its num_robots parameter).
 """
 from launch import LaunchDescription
@@ -14,9 +14,9 @@ from launch.actions import DeclareLaunchArgument, GroupAction, OpaqueFunction, S
 from launch.substitutions import LaunchConfiguration
 from launch_ros.actions import Node, PushROSNamespace
 
+from physai_ros.fleet.plan import robot_specs, server_spec
 from physai_ros.install_paths import default_fleet_file
 from physai_ros.serving.config import load_fleet
-from physai_ros.serving.fleet_plan import robot_specs, server_spec
 
 PACKAGE = "physai_ros"
 

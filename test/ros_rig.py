@@ -83,6 +83,6 @@ def wait_for(pred, timeout: float, what: str, detail=None, *, lock=None, check=N
 
 
 def log_of(log_dir, name: str) -> str:
-    """The output of process `name` (a ProcessSpec.name) started with fleet_plan.start."""
+    """The output of process `name` (a ProcessSpec.name) started with fleet.plan.start."""
     path = os.path.join(str(log_dir), name.replace("/", "__") + ".log")
     return open(path, errors="replace").read() if os.path.exists(path) else ""

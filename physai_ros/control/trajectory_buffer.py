@@ -5,12 +5,12 @@ Nodes sit on a fixed grid of ``rate_hz`` ticks of the robot clock (tick ``k`` is
 operation. A node whose time has come is *committed* by :meth:`TrajectoryBuffer.advance` and is
 never written again; later nodes are *tentative* and may be merged with newer chunks.
 
-Chunk action ``k`` is due at ``capture_time + k * dt`` and is interpolated linearly onto the
-grid; the last executed action is held for one ``dt``, so a chunk executed for ``H`` actions
-covers ``[capture_time, capture_time + H * dt)``. Nodes whose time has already passed are dropped
-(latency compensation). A newer chunk supersedes every tentative node from its first node on:
-the overlap is merged by the rule and the older plan's tail beyond the newer chunk is dropped,
-because it answers an older observation.
+Chunk action ``k`` is due at ``stamp + k * dt`` (``stamp``: the capture time of the observation
+it answers) and is interpolated linearly onto the grid; the last executed action is held for one
+``dt``, so a chunk executed for ``H`` actions covers ``[stamp, stamp + H * dt)``. Nodes whose
+time has already passed are dropped (latency compensation). A newer chunk supersedes every
+tentative node from its first node on: the overlap is merged by the rule and the older plan's
+tail beyond the newer chunk is dropped, because it answers an older observation.
 
 Every rejected input leaves the buffer exactly as it was; only the counters change.
 """
@@ -23,7 +23,8 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from physai_ros.control.types import ActionChunkData, ExecutionState, TrajectoryNodes
+from physai_ros.control.types import ExecutionState, TrajectoryNodes
+from physai_ros.protocol.chunk import ActionChunkData
 
 # Slack, in ticks, for float rounding when mapping times onto the grid: a time within a
 # millionth of a tick of a node is that node.
@@ -332,9 +333,9 @@ class TrajectoryBuffer:
         if not np.all(np.isfinite(actions)):
             bad = int(np.count_nonzero(~np.isfinite(actions)))
             raise _Rejected(RejectReason.NON_FINITE, f"{bad} action values are NaN or inf")
-        t0 = float(chunk.capture_time)
+        t0 = float(chunk.stamp)
         if not math.isfinite(t0):
-            raise _Rejected(RejectReason.BAD_TIME, f"capture_time={chunk.capture_time!r}")
+            raise _Rejected(RejectReason.BAD_TIME, f"stamp={chunk.stamp!r}")
         dt = float(chunk.dt)
         if not (math.isfinite(dt) and 0.0 < dt <= self.max_dt):
             raise _Rejected(RejectReason.BAD_DT, f"dt={chunk.dt!r} not in (0, {self.max_dt}]")
@@ -345,7 +346,7 @@ class TrajectoryBuffer:
         if not 1 <= horizon <= actions.shape[0]:
             raise _Rejected(RejectReason.BAD_HORIZON,
                             f"horizon={horizon} not in [1, {actions.shape[0]}]")
-        if chunk.confidence is not None:
+        if chunk.confidence is not None and np.size(chunk.confidence):  # empty: none sent
             conf = np.asarray(chunk.confidence, dtype=np.float64)
             if conf.shape != (actions.shape[0],):
                 raise _Rejected(RejectReason.BAD_CONFIDENCE,
@@ -360,11 +361,11 @@ class TrajectoryBuffer:
                             f"round {int(rnd)} <= last accepted round {self._last_round}")
         if t0 < self._last_capture:
             raise _Rejected(RejectReason.TIME_BACKWARDS,
-                            f"capture_time {t0:.6f} older than last accepted "
+                            f"stamp {t0:.6f} older than last accepted "
                             f"{self._last_capture:.6f}")
         if t0 > now + self.future_tolerance_s:
             raise _Rejected(RejectReason.CAPTURE_IN_FUTURE,
-                            f"capture_time {t0:.6f} is {t0 - now:.3f} s ahead of now")
+                            f"stamp {t0:.6f} is {t0 - now:.3f} s ahead of now")
         if horizon * dt > self.max_span_s:
             raise _Rejected(RejectReason.TOO_LONG,
                             f"horizon*dt = {horizon * dt:.3f} s > {self.max_span_s} s")

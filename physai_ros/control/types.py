@@ -1,4 +1,5 @@
-"""Plain data crossing the boundary between the control logic and the ROS nodes.
+"""Plain data crossing the boundary between the control logic and the ROS nodes (the chunk
+they execute is physai_ros.protocol.chunk.ActionChunkData, shared with the serving side).
 
 All times are float seconds on the robot's clock (the clock that stamped the observation).
 """
@@ -7,25 +8,6 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 import numpy as np
-
-
-@dataclass(frozen=True)
-class ActionChunkData:
-    """One action chunk answering the observation captured at ``capture_time``.
-
-    Action ``k`` is due at ``capture_time + k * dt``; only the first ``horizon`` actions are
-    executed. ``actions`` is ``[N, D]`` with columns in ``joint_names`` order.
-    """
-
-    robot_id: str
-    task_id: str
-    round_id: int
-    capture_time: float
-    dt: float
-    joint_names: tuple[str, ...]
-    actions: np.ndarray
-    horizon: int
-    confidence: np.ndarray | None = None
 
 
 @dataclass(frozen=True)

@@ -14,6 +14,7 @@ c_a < 1 / (1 + t), so ConfidenceHorizon is a threshold on this confidence.
 from __future__ import annotations
 
 import importlib
+import inspect
 from dataclasses import dataclass
 from typing import Protocol, Union, runtime_checkable
 
@@ -89,6 +90,22 @@ class ConfidenceHorizon:
         return HorizonDecision(h, action_confidence(updates), f"{why}; H_thresh={h_thresh}, h_min={self.h_min}")
 
 
+def horizon_class(spec: str) -> type:
+    """The user policy class a "pkg.module:Class" name imports: the one place such a name is
+    resolved. It must be a class: fleet.yaml may name one, and a name like "os:abort" must be
+    refused, never called."""
+    mod_name, sep, cls_name = spec.partition(":")
+    if not sep or not mod_name or not cls_name:
+        raise ValueError(f"horizon policy {spec!r}: expected 'static', 'confidence' or 'pkg.module:Class'")
+    try:
+        obj = getattr(importlib.import_module(mod_name), cls_name)
+    except (ImportError, AttributeError) as e:
+        raise ValueError(f"horizon policy {spec!r} cannot be imported: {e}") from e
+    if not inspect.isclass(obj):
+        raise ValueError(f"horizon policy {spec!r} is not a class")
+    return obj
+
+
 def make_horizon_policy(spec: str, **kwargs) -> HorizonPolicy:
     """"static" / "confidence" or a user class by import path "pkg.module:Class", built with kwargs.
     The class must have decide(updates) -> HorizonDecision."""
@@ -96,14 +113,7 @@ def make_horizon_policy(spec: str, **kwargs) -> HorizonPolicy:
         return StaticHorizon(**kwargs)
     if spec == "confidence":
         return ConfidenceHorizon(**kwargs)
-    mod_name, sep, cls_name = spec.partition(":")
-    if not sep or not mod_name or not cls_name:
-        raise ValueError(f"horizon policy {spec!r}: expected 'static', 'confidence' or 'pkg.module:Class'")
-    try:
-        cls = getattr(importlib.import_module(mod_name), cls_name)
-    except (ImportError, AttributeError) as e:
-        raise ValueError(f"horizon policy {spec!r} cannot be imported: {e}") from e
-    policy = cls(**kwargs)
+    policy = horizon_class(spec)(**kwargs)
     if not isinstance(policy, HorizonPolicy):
         raise ValueError(f"horizon policy {spec!r} has no decide(updates) method")
     return policy

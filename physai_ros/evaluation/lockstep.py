@@ -25,15 +25,15 @@ from typing import Callable, Iterable, Protocol, Sequence
 
 import numpy as np
 
+from physai_ros.control.hold import apply_hold
 from physai_ros.control.joint_trajectory import hold_plan, to_joint_trajectory
 from physai_ros.control.trajectory_buffer import TrajectoryBuffer
-from physai_ros.control.types import ActionChunkData
-from physai_ros.ros.hold import apply_hold
+from physai_ros.protocol.chunk import STATUS_OK, ActionChunkData
+from physai_ros.protocol.observation import ImageData, ObservationData
+from physai_ros.protocol.registration import RegistrationResult, RobotRegistration
 from physai_ros.serving.client_core import RobotClientCore
 from physai_ros.serving.config import RobotConfig
-from physai_ros.serving.fleet_plan import sim_params
-from physai_ros.serving.types import (STATUS_OK, ChunkResult, ImageData, ObservationData,
-                                      RegistrationResult, RobotRegistration)
+from physai_ros.serving.robot_params import sim_params
 from physai_ros.sim.runtime import SimRobotConfig, SimRobotRuntime
 
 from .results import EpisodeResult
@@ -44,7 +44,7 @@ class Server(Protocol):
 
     def register(self, reg: RobotRegistration) -> RegistrationResult: ...
 
-    def submit(self, obs: ObservationData, now: float | None = None) -> list[ChunkResult]: ...
+    def submit(self, obs: ObservationData, now: float | None = None) -> list[ActionChunkData]: ...
 
     def step(self, now: float | None = None): ...  # -> object with .chunks and .refresh
 
@@ -84,15 +84,6 @@ class SimClock:
 def image_data(rgb: np.ndarray) -> ImageData:
     h, w = rgb.shape[:2]
     return ImageData(h, w, "rgb8", w * 3, np.ascontiguousarray(rgb).tobytes())
-
-
-def chunk_data(chunk: ChunkResult) -> ActionChunkData:
-    """ChunkResult -> what the trajectory controller inserts (ros.chunks does this via the message)."""
-    return ActionChunkData(
-        robot_id=chunk.robot_id, task_id=chunk.task_id, round_id=int(chunk.round_id),
-        capture_time=float(chunk.stamp), dt=float(chunk.dt), joint_names=tuple(chunk.joint_names),
-        actions=np.asarray(chunk.actions, dtype=np.float64), horizon=int(chunk.horizon),
-        confidence=np.asarray(chunk.confidence, dtype=np.float64) if len(chunk.confidence) else None)
 
 
 class EpisodeSlot:
@@ -163,12 +154,12 @@ class EpisodeSlot:
         st = self.buffer.execution_state(now)
         self.client.on_exec_info(now, st.actions_remaining, st.control_period, st.exec_phase_start)
 
-    def deliver(self, chunk: ChunkResult, now: float) -> None:
+    def deliver(self, chunk: ActionChunkData, now: float) -> None:
         """The chunk reaches robot_client and trajectory_controller (both subscribe)."""
         self.client.on_chunk(chunk, now)
         if chunk.status == STATUS_OK:
             self.horizons.append(int(chunk.horizon))
-            self.buffer.insert(chunk_data(chunk), now)
+            self.buffer.insert(chunk, now)
 
 
 @dataclass
@@ -184,7 +175,7 @@ def run_episodes(server: Server, robots: Sequence[RobotConfig], seeds: Iterable[
                  clock: SimClock | None = None,
                  on_episode: Callable[[EpisodeResult], None] | None = None,
                  slot_hook: Callable[[list[EpisodeSlot]], None] | None = None,
-                 on_chunk: Callable[[ChunkResult], None] | None = None) -> list[EpisodeResult]:
+                 on_chunk: Callable[[ActionChunkData], None] | None = None) -> list[EpisodeResult]:
     """Run one episode per seed on the robots in `robots` (each a slot; free slots take the next
     seed), all sharing `server`. `clock` must be the clock the server reads (ServingCore.clock).
     on_chunk sees every chunk delivered to a running episode. Returns the results in the order
@@ -200,7 +191,7 @@ def run_episodes(server: Server, robots: Sequence[RobotConfig], seeds: Iterable[
     dt = 1.0 / cfg.physics_rate_hz
     client_every = max(1, round(cfg.physics_rate_hz / cfg.client_rate_hz))
     info_every = max(1, round(cfg.physics_rate_hz / cfg.exec_info_rate_hz))
-    pending: list[tuple[float, int, str, int, ChunkResult]] = []  # (due, seq, robot, episode, chunk)
+    pending: list[tuple[float, int, str, int, ActionChunkData]] = []  # (due, seq, robot, episode, chunk)
     seq = itertools.count()
     results: list[EpisodeResult] = []
     t0 = clock.now
@@ -208,7 +199,7 @@ def run_episodes(server: Server, robots: Sequence[RobotConfig], seeds: Iterable[
         if queue:
             s.start(queue.popleft(), t0)
 
-    def post(chunk: ChunkResult, due: float) -> None:
+    def post(chunk: ActionChunkData, due: float) -> None:
         s = by_id.get(chunk.robot_id)
         if s is not None and s.active:
             heapq.heappush(pending, (due, next(seq), chunk.robot_id, s.episode_id, chunk))

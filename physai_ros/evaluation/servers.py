@@ -9,9 +9,10 @@ from typing import Callable
 
 import numpy as np
 
+from physai_ros.protocol.chunk import STATUS_OK, ActionChunkData
+from physai_ros.protocol.observation import ObservationData
+from physai_ros.protocol.registration import RegistrationResult, RobotRegistration
 from physai_ros.serving.config import FleetConfig
-from physai_ros.serving.types import (STATUS_OK, ChunkResult, ObservationData, RegistrationResult,
-                                      RobotRegistration)
 from physai_ros.sim.expert import ScriptedExpert
 from physai_ros.sim.world import SimWorld
 
@@ -31,7 +32,7 @@ def build_policy_server(cfg: FleetConfig, clock: SimClock):
 
 @dataclass
 class _Step:
-    chunks: list[ChunkResult] = field(default_factory=list)
+    chunks: list[ActionChunkData] = field(default_factory=list)
     refresh: list[tuple[str, int]] = field(default_factory=list)
 
 
@@ -47,17 +48,17 @@ class ExpertServer:
         self.chunk_size = int(chunk_size)
         self.horizon = min(int(horizon or chunk_size), self.chunk_size)
         self.registrations: dict[str, RobotRegistration] = {}
-        self._out: list[ChunkResult] = []
+        self._out: list[ActionChunkData] = []
 
     def register(self, reg: RobotRegistration) -> RegistrationResult:
         self.registrations[reg.robot_id] = reg
         return RegistrationResult(True, "", "expert")
 
-    def submit(self, obs: ObservationData, now: float | None = None) -> list[ChunkResult]:
+    def submit(self, obs: ObservationData, now: float | None = None) -> list[ActionChunkData]:
         reg = self.registrations[obs.robot_id]
         world = copy.deepcopy(self.world_of(obs.robot_id))
         actions = ScriptedExpert(world).rollout(world, self.chunk_size, reg.control_period, in_place=True)
-        self._out.append(ChunkResult(
+        self._out.append(ActionChunkData(
             robot_id=obs.robot_id, task_id=obs.task_id, round_id=obs.round_id, stamp=obs.stamp,
             status=STATUS_OK, joint_names=reg.joint_names, dt=reg.control_period,
             actions=actions.astype(np.float32), horizon=self.horizon,

@@ -1,7 +1,8 @@
 """Monitoring: /diagnostics statuses, numeric metric topics for rqt_plot, run reports.
 
-Importing this package does not import rclpy; the ROS glue lives in `updater` / `ros_updater`
-(the Updater) and in `metrics.MetricsPublisher` (imports std_msgs when constructed).
+Importing this package does not import rclpy; the Updater that publishes the statuses is ROS glue
+(physai_ros.ros.diagnostics_updater), and `metrics.MetricsPublisher` imports std_msgs when
+constructed.
 """
 from physai_ros.monitoring.diagnostics import (
     ERROR,

@@ -5,14 +5,16 @@ a status per named task, published as "<node name>: <task name>" with a hardware
 (OK 0, WARN 1, ERROR 2, STALE 3), a one-line message and string key/value pairs. The class and
 method names follow diagnostic_updater's Python API (`DiagnosticStatusWrapper.summary`,
 `mergeSummary`, `add`, `FunctionDiagnosticTask`, `FrequencyStatus(FrequencyStatusParam(...))`),
-so node code written against it runs on either implementation (see `updater.py`).
+so node code written against it runs on either implementation (the switch is
+physai_ros/ros/diagnostics_updater.py).
 
 Additions for this project, written to work with either implementation's status wrapper:
 `Thresholds` (levels from a fleet.yaml-style mapping) and `MetricsTask` (a task that reports a
 mapping of numbers and grades them). They only ever call `summary(level, message)` and
 `add(key, value)` and pass levels as one byte, which both wrappers accept.
 
-Nothing here touches rclpy or message types; `ros_updater.py` converts to DiagnosticArray.
+Nothing here touches rclpy or message types; physai_ros/ros/diagnostics_publisher.py converts to
+DiagnosticArray.
 """
 from __future__ import annotations
 

@@ -23,11 +23,11 @@ import time
 from physai_ros_interfaces.msg import EngineBatchRequest, EngineBatchResult, EngineWorkerStatus
 from rclpy.node import Node
 
+from physai_ros.protocol.topics import request_topic, result_topic, status_topic
 from physai_ros.ros.qos import latched_qos, reliable_qos
 from physai_ros.ros.spin import run_node
 from physai_ros.workers.codec import encode_status
 from physai_ros.workers.core import WorkerCore
-from physai_ros.workers.topics import request_topic, result_topic, status_topic
 
 
 def build_engine(preset: str, checkpoint: str, seed: int, device: str):

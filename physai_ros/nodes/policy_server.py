@@ -29,18 +29,21 @@ from physai_ros.monitoring.diagnostics import ERROR, OK, MetricsTask, level_byte
 from physai_ros.monitoring.metrics import MetricsPublisher
 from physai_ros.monitoring.refusals import RefusalHealth, RefusalLog
 from physai_ros.monitoring.server_view import ServerView
-from physai_ros.monitoring.updater import Updater
-from physai_ros.ros.spin import run_node
 from physai_ros.nodes.policy_server_streaming import PolicyServerStreaming
-from physai_ros.ros.qos import ACTION_CHUNK_TOPIC, reliable_qos
+from physai_ros.protocol.registration import RegistrationResult
+from physai_ros.protocol.topics import (ACTION_CHUNK_TOPIC, OBSERVATION_TOPIC, REFRESH_TOPIC, REGISTER_SERVICE,
+                                        robot_topic)
+from physai_ros.ros.codecs.chunk import chunk_to_msg
+from physai_ros.ros.codecs.observation import observation_from_msg
+from physai_ros.ros.codecs.registration import registration_from_request, result_to_response
+from physai_ros.ros.diagnostics_updater import Updater
+from physai_ros.ros.qos import reliable_qos
+from physai_ros.ros.remote_engine import remote_engines_on
+from physai_ros.ros.spin import run_node
 from physai_ros.serving.config import load_fleet
 from physai_ros.serving.factory import build_core, profile_local_engines
 from physai_ros.serving.preflight import STARTUP_LOG_PREFIX, check_server_files
 from physai_ros.serving.runner import ServingRunner
-from physai_ros.serving.topics import OBSERVATION_TOPIC, REFRESH_TOPIC, REGISTER_SERVICE
-from physai_ros.serving.ros_msgs import (chunk_to_msg, observation_from_msg,
-                                         registration_from_request)
-
 
 
 class PolicyServerNode(Node):
@@ -62,7 +65,7 @@ class PolicyServerNode(Node):
                       f"{self.fleet.server.device} ({self.fleet.server.engine_instances} engine instance(s))")
         # Remote engine proxies publish and subscribe through this node: its executor delivers
         # their results while the worker thread waits in infer().
-        self.core = build_core(self.fleet, node=self)
+        self.core = build_core(self.fleet, remote_engine=remote_engines_on(self))
         self._startup(f"model loaded after {time.monotonic() - started:.1f} s; measuring the "
                       "latency-vs-batch profile (this is the warm-up)")
         # Measuring the profile runs every batch size once unmeasured first: it is the warm-up.
@@ -107,13 +110,10 @@ class PolicyServerNode(Node):
             if self.streaming is not None:
                 res = self.streaming.on_register(reg, res)
         except Exception as e:  # a malformed request must not take the service down
-            response.accepted, response.reason = False, f"bad_registration: {e}"
-            response.server_instance = self.core.instance_id
+            result_to_response(RegistrationResult(False, f"bad_registration: {e}", self.core.instance_id), response)
             self.registration_refusals.add(str(request.robot_id), "bad_registration", str(e), time.time())
             return response
-        response.accepted, response.reason, response.server_instance = (
-            res.accepted, res.reason, res.server_instance)
-        response.last_round_id = int(res.last_round_id)
+        result_to_response(res, response)
         self._publish_chunks(self.core.take_notices())  # a restarted robot's dropped round
         if res.accepted:
             self._ensure_topics(reg.robot_id, reg.robot_namespace)
@@ -128,10 +128,10 @@ class PolicyServerNode(Node):
         ns = "/" + namespace.strip("/") if namespace.strip("/") else ""
         with self._pub_lock:
             if ns not in self._robots:
-                chunk_pub = self.create_publisher(ActionChunk, f"{ns}/{ACTION_CHUNK_TOPIC}",
+                chunk_pub = self.create_publisher(ActionChunk, robot_topic(ns, ACTION_CHUNK_TOPIC),
                                                   reliable_qos())
-                refresh_pub = self.create_publisher(UInt64, f"{ns}/{REFRESH_TOPIC}", reliable_qos())
-                sub = self.create_subscription(Observation, f"{ns}/{OBSERVATION_TOPIC}",
+                refresh_pub = self.create_publisher(UInt64, robot_topic(ns, REFRESH_TOPIC), reliable_qos())
+                sub = self.create_subscription(Observation, robot_topic(ns, OBSERVATION_TOPIC),
                                                lambda m, ns=ns: self._on_observation(m, ns), reliable_qos())
                 self._robots[ns] = (sub, chunk_pub, refresh_pub)
                 self._owner_by_ns[ns] = robot_id
@@ -154,7 +154,7 @@ class PolicyServerNode(Node):
             owner = self._owner_by_ns.get(ns, ns)
         if claimed_ns != ns:
             self._refuse_input(owner, "robot_id_mismatch",
-                               f"observation on {ns}/{OBSERVATION_TOPIC} claims robot {msg.robot_id[:64]!r}"
+                               f"observation on {robot_topic(ns, OBSERVATION_TOPIC)} claims robot {msg.robot_id[:64]!r}"
                                + (f" (served on {claimed_ns})" if claimed_ns is not None else " (unknown)"))
             return
         try:
@@ -212,7 +212,7 @@ class PolicyServerNode(Node):
         tasks = {name: float(t.slo_ms) for name, t in self.fleet.tasks.items()}
 
         def slo_ms(rid: str):
-            reg = self.core.registrations.get(rid)
+            reg = self.core.registry.get(rid)
             return tasks.get(reg.task_id) if reg is not None and reg.task_id in tasks else slo.get(rid)
         self.view = ServerView(self.monitoring.window_s, slo_ms)
         self._diag_cache: tuple[float, dict] = (-1.0, {})
@@ -220,7 +220,7 @@ class PolicyServerNode(Node):
         self.updater.setHardwareID(str(self.core.instance_id))
         self.metrics = MetricsPublisher(self, period_s=self.monitoring.metrics_period_s)
         self.updater.add(MetricsTask("fleet", self._fleet_metrics, self.monitoring.thresholds,
-                                     ok_message=lambda: f"{len(self.core.registrations)} robot(s) registered"))
+                                     ok_message=lambda: f"{len(self.core.registry)} robot(s) registered"))
         for iid in self.core.engines:
             self.updater.add(f"engine {iid}", lambda stat, iid=iid: self._engine_status(stat, iid))
         reg_health = RefusalHealth(self.registration_refusals, "registration(s)")
@@ -263,7 +263,7 @@ class PolicyServerNode(Node):
         diag = self._core_diagnostics()
         m = {
             "queue_depth": self.core.pending(),
-            "robots_registered": len(self.core.registrations),
+            "robots_registered": len(self.core.registry),
             "rounds_total": sum(d.get("rounds", 0) for d in diag.values()),
             "refused_total": sum(d.get("refused_total", 0) for d in diag.values()) + self.input_refusals.total,
             "registration_refusals": self.registration_refusals.total,

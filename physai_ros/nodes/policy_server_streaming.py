@@ -14,38 +14,21 @@ segment never waits for the executor.
 """
 from __future__ import annotations
 
-import array
-import math
 import threading
 
 from geometry_msgs.msg import WrenchStamped
 from physai_ros_interfaces.msg import TrajectorySegment
 
 from physai_ros.monitoring.diagnostics import OK, WARN, level_byte
-from physai_ros.ros.qos import TRAJECTORY_SEGMENT_TOPIC, reliable_qos, sensor_data_qos
-from physai_ros.ros.time_conv import now_sec, time_from_sec, to_sec
-from physai_ros.serving.streaming_client import STREAM_WRENCH_TOPIC
-from physai_ros.serving.streaming_service import SegmentOut, build_streaming_service, streaming_tasks
-from physai_ros.serving.types import STATUS_REFUSED, ChunkResult, ObservationData, RegistrationResult, RobotRegistration
-
-
-def segment_to_msg(out: SegmentOut) -> TrajectorySegment:
-    msg = TrajectorySegment()
-    stamp = out.wrench_stamp if math.isfinite(out.wrench_stamp) and out.wrench_stamp > 0 else out.tick_time
-    msg.header.stamp = time_from_sec(stamp)
-    msg.robot_id = out.robot_id
-    msg.round_id = int(out.round_id)
-    msg.segment_id = int(out.segment_id)
-    msg.joint_names = list(out.joint_names)
-    msg.start_time = time_from_sec(out.start_time)
-    msg.dt = float(out.dt)
-    n, d = out.positions.shape
-    msg.num_nodes, msg.dim = int(n), int(d)
-    pos = array.array("f")
-    pos.frombytes(out.positions.astype("<f4", copy=False).tobytes())
-    msg.positions = pos
-    msg.committed = [bool(c) for c in out.committed]
-    return msg
+from physai_ros.protocol.chunk import ActionChunkData
+from physai_ros.protocol.observation import ObservationData
+from physai_ros.protocol.registration import RegistrationResult, RobotRegistration
+from physai_ros.protocol.segment import TrajectorySegmentData
+from physai_ros.protocol.topics import STREAM_WRENCH_TOPIC, TRAJECTORY_SEGMENT_TOPIC, robot_topic
+from physai_ros.ros.codecs.segment import segment_to_msg
+from physai_ros.ros.qos import reliable_qos, sensor_data_qos
+from physai_ros.ros.time_conv import now_sec, to_sec
+from physai_ros.serving.streaming_service import build_streaming_service, streaming_tasks
 
 
 class PolicyServerStreaming:
@@ -54,7 +37,7 @@ class PolicyServerStreaming:
         self.fleet = fleet
         self.core = core
         log = node.get_logger()
-        self.service = build_streaming_service(fleet, self._publish, core.tokenizer, core.normalizer,
+        self.service = build_streaming_service(fleet, self._publish, core.runner,
                                                ros_clock=lambda: now_sec(node), log=log.warning)
         self._pubs: dict[str, object] = {}  # robot_id -> segment publisher
         self._subs: dict[str, object] = {}  # namespace -> wrench subscription
@@ -80,10 +63,10 @@ class PolicyServerStreaming:
         with self._lock:
             if robot_id not in self._pubs:
                 self._pubs[robot_id] = self.node.create_publisher(
-                    TrajectorySegment, f"{ns}/{TRAJECTORY_SEGMENT_TOPIC}", reliable_qos(depth=50))
+                    TrajectorySegment, robot_topic(ns, TRAJECTORY_SEGMENT_TOPIC), reliable_qos(depth=50))
             if ns not in self._subs:
                 self._subs[ns] = self.node.create_subscription(
-                    WrenchStamped, f"{ns}/{STREAM_WRENCH_TOPIC}",
+                    WrenchStamped, robot_topic(ns, STREAM_WRENCH_TOPIC),
                     lambda m, rid=robot_id: self._on_wrench(rid, m), sensor_data_qos(10))
 
     # ---- called by policy_server ---------------------------------------------------------
@@ -108,16 +91,14 @@ class PolicyServerStreaming:
     def handles(self, robot_id: str) -> bool:
         return self.service.is_streaming(robot_id)
 
-    def on_observation(self, obs: ObservationData) -> ChunkResult | None:
+    def on_observation(self, obs: ObservationData) -> ActionChunkData | None:
         """Route a streaming robot's observation; a refusal comes back as a REFUSED chunk."""
         refusal = self.service.on_observation(obs)
         if refusal is None:
             return None
         self.node.get_logger().warning(f"streaming: refused observation of {obs.robot_id}: {refusal}",
                                        throttle_duration_sec=1.0)
-        reg = self.core.registrations.get(obs.robot_id)
-        return ChunkResult(robot_id=obs.robot_id, task_id=obs.task_id, round_id=obs.round_id, stamp=obs.stamp,
-                           status=STATUS_REFUSED, error=str(refusal), joint_names=reg.joint_names if reg else ())
+        return self.core.runner.refused(obs, self.core.registry.get(obs.robot_id), refusal)
 
     def close(self, timeout_s: float) -> None:
         self.service.close(timeout_s)
@@ -130,7 +111,7 @@ class PolicyServerStreaming:
         if why is not None and not why.startswith(("waiting_for_observation", "not_streaming")):
             self.node.get_logger().warning(f"streaming: dropped wrench of {robot_id}: {why}", throttle_duration_sec=1.0)
 
-    def _publish(self, out: SegmentOut) -> None:
+    def _publish(self, out: TrajectorySegmentData) -> None:
         pub = self._pubs.get(out.robot_id)
         if pub is not None:
             pub.publish(segment_to_msg(out))

@@ -31,22 +31,26 @@ from rclpy.node import Node
 from sensor_msgs.msg import CompressedImage, Image, JointState
 from std_msgs.msg import Empty, String, UInt64
 
+from physai_ros.control.hold import hold_chunk
 from physai_ros.monitoring.client_view import ClientView
 from physai_ros.monitoring.config import load_monitoring
 from physai_ros.monitoring.diagnostics import MetricsTask
 from physai_ros.monitoring.metrics import MetricsPublisher
-from physai_ros.monitoring.updater import Updater
+from physai_ros.protocol.chunk import HOLD_ENGINE_INSTANCE
+from physai_ros.protocol.topics import (ACTION_CHUNK_TOPIC, CLIENT_STATUS_TOPIC, EXECUTION_INFO_TOPIC,
+                                        OBSERVATION_TOPIC, OPERATOR_RESUME_TOPIC, REFRESH_TOPIC,
+                                        REGISTER_SERVICE, STREAM_WRENCH_TOPIC)
+from physai_ros.ros.codecs.chunk import chunk_from_msg, chunk_to_msg
+from physai_ros.ros.codecs.execution_info import execution_state_from_msg
+from physai_ros.ros.codecs.observation import compressed_image_data, image_data, observation_to_msg
+from physai_ros.ros.codecs.registration import registration_to_request, result_from_response
+from physai_ros.ros.diagnostics_updater import Updater
+from physai_ros.ros.qos import reliable_qos, sensor_data_qos
 from physai_ros.ros.spin import run_node
-from physai_ros.ros.qos import ACTION_CHUNK_TOPIC, EXECUTION_INFO_TOPIC, reliable_qos, sensor_data_qos
 from physai_ros.ros.time_conv import now_sec, to_sec
 from physai_ros.serving.client_core import RobotClientCore
 from physai_ros.serving.config import load_fleet
-from physai_ros.serving.streaming_client import STREAM_WRENCH_TOPIC, StreamingClient
-from physai_ros.serving.ros_msgs import (chunk_from_msg, compressed_image_data, hold_chunk_msg, image_data,
-                                         observation_to_msg, registration_to_request,
-                                         result_from_response)
-from physai_ros.serving.topics import (CLIENT_STATUS_TOPIC, OBSERVATION_TOPIC,
-                                       OPERATOR_RESUME_TOPIC, REFRESH_TOPIC, REGISTER_SERVICE)
+from physai_ros.serving.streaming_client import StreamingClient
 
 # Longest wait for a RegisterRobot reply before the request is dropped and sent again.
 REGISTER_TIMEOUT_S = 5.0
@@ -138,12 +142,12 @@ class RobotClientNode(Node):
         self.core.on_joint_state(list(msg.name), list(msg.position))
 
     def _on_exec(self, msg: ExecutionInfo) -> None:
-        self.view.on_exec_info(msg.actions_remaining, msg.control_period, msg.underruns)
-        self.core.on_exec_info(now_sec(self), msg.actions_remaining, msg.control_period,
-                               to_sec(msg.exec_phase_start))
+        st = execution_state_from_msg(msg)
+        self.view.on_exec_info(st.actions_remaining, st.control_period, st.underruns)
+        self.core.on_exec_info(now_sec(self), st.actions_remaining, st.control_period, st.exec_phase_start)
 
     def _on_chunk(self, msg: ActionChunk) -> None:
-        if msg.engine_instance == "robot_client":
+        if msg.engine_instance == HOLD_ENGINE_INSTANCE:
             return  # our own hold chunk
         try:
             chunk = chunk_from_msg(msg)
@@ -176,8 +180,8 @@ class RobotClientNode(Node):
             self._register()
         if out.hold is not None:
             h = out.hold
-            self.hold_pub.publish(hold_chunk_msg(self.robot.id, self.robot.task.name, h,
-                                                 self.robot.joints))
+            self.hold_pub.publish(chunk_to_msg(hold_chunk(self.robot.id, self.robot.task.name, h,
+                                                          self.robot.joints)))
             self.get_logger().warning(f"SLO fallback: hold (round {h.round_id}): {h.reason}",
                                       throttle_duration_sec=1.0)
         if out.observation is not None:

@@ -13,8 +13,9 @@ from sensor_msgs.msg import JointState
 from std_msgs.msg import String
 from physai_ros_interfaces.msg import ActionChunk
 
+from physai_ros.protocol import topics
 from physai_ros.ros import qos
-from physai_ros.ros.chunks import chunk_to_msg
+from physai_ros.ros.codecs.chunk import chunk_to_msg
 from physai_ros.ros.spin import run_node
 from physai_ros.ros.time_conv import to_sec
 from physai_ros.sim.planner import ScriptedChunkPlanner
@@ -35,9 +36,9 @@ class ScriptedPlannerNode(Node):
         self._status: TaskStatus | None = None
         self.round_id = 0
         self.errors = 0
-        self.pub = self.create_publisher(ActionChunk, qos.ACTION_CHUNK_TOPIC, qos.reliable_qos())
-        self.create_subscription(JointState, qos.JOINT_STATES_TOPIC, self._on_js, qos.reliable_qos())
-        self.create_subscription(String, qos.TASK_STATUS_TOPIC, self._on_status, qos.latched_qos())
+        self.pub = self.create_publisher(ActionChunk, topics.ACTION_CHUNK_TOPIC, qos.reliable_qos())
+        self.create_subscription(JointState, topics.JOINT_STATES_TOPIC, self._on_js, qos.reliable_qos())
+        self.create_subscription(String, topics.TASK_STATUS_TOPIC, self._on_status, qos.latched_qos())
         period = float(p("period_s", 0.4).value)
         self.create_timer(period, self._tick)
 

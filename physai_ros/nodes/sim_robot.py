@@ -19,13 +19,14 @@ from std_msgs.msg import String
 from trajectory_msgs.msg import JointTrajectory
 
 from physai_ros.monitoring.config import load_monitoring
-from physai_ros.monitoring.updater import FrequencyStatus, FrequencyStatusParam, Updater
+from physai_ros.monitoring.robot_health import CommandHealth, episode_status
+from physai_ros.protocol import topics
 from physai_ros.ros import qos
-from physai_ros.ros.health import CommandHealth, episode_status
+from physai_ros.ros.codecs.joint_trajectory import TrajectoryMessageError, msg_to_plan
+from physai_ros.ros.diagnostics_updater import FrequencyStatus, FrequencyStatusParam, Updater
 from physai_ros.ros.image import make_bridge
 from physai_ros.ros.spin import run_node
 from physai_ros.ros.time_conv import now_sec, time_from_sec
-from physai_ros.ros.trajectory import TrajectoryMessageError, msg_to_plan
 from physai_ros.sim.runtime import SimRobotConfig, SimRobotRuntime
 
 # Fast DDS' default shared-memory segment (512 KiB) drops most frames above this size.
@@ -49,12 +50,12 @@ class SimRobotNode(Node):
         self.cfg = config_from_node(self)
         self.rt = SimRobotRuntime(self.cfg)
         self.bridges = [make_bridge() for _ in range(self.cfg.num_views)]
-        self.cam_pubs = [self.create_publisher(Image, qos.camera_topic(i), qos.sensor_data_qos())
+        self.cam_pubs = [self.create_publisher(Image, topics.camera_topic(i), qos.sensor_data_qos())
                          for i in range(self.cfg.num_views)]
-        self.wrench_pub = self.create_publisher(WrenchStamped, qos.WRENCH_TOPIC, qos.sensor_data_qos())
-        self.js_pub = self.create_publisher(JointState, qos.JOINT_STATES_TOPIC, qos.reliable_qos())
-        self.status_pub = self.create_publisher(String, qos.TASK_STATUS_TOPIC, qos.latched_qos())
-        self.create_subscription(JointTrajectory, qos.JOINT_TRAJECTORY_TOPIC, self._on_trajectory,
+        self.wrench_pub = self.create_publisher(WrenchStamped, topics.WRENCH_TOPIC, qos.sensor_data_qos())
+        self.js_pub = self.create_publisher(JointState, topics.JOINT_STATES_TOPIC, qos.reliable_qos())
+        self.status_pub = self.create_publisher(String, topics.TASK_STATUS_TOPIC, qos.latched_qos())
+        self.create_subscription(JointTrajectory, topics.JOINT_TRAJECTORY_TOPIC, self._on_trajectory,
                                  qos.reliable_qos())
         self.bad_trajectories = 0
         self.trajectories_received = 0

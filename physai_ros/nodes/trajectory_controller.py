@@ -5,32 +5,35 @@ streaming mode) and joint_states (the position to hold before the
 first chunk); publishes joint_trajectory (JointTrajectory, reliable) at control_rate_hz,
 execution_info (ExecutionInfo, reliable) and /diagnostics through the monitoring Updater
 ("<ns>/trajectory_controller: buffer", ": rejections", ": joint_trajectory rate"). A robot
-client's hold chunk (physai_ros.ros.hold) stops the buffer instead of being inserted. Run:
+client's hold chunk (physai_ros.control.hold) stops the buffer instead of being inserted. Run:
   python -m physai_ros.nodes.trajectory_controller --ros-args -r __ns:=/robot_0 -p num_joints:=4
 """
 from __future__ import annotations
 
+import dataclasses
 import sys
 from collections import Counter
 
-import numpy as np
 from rclpy.node import Node
 from sensor_msgs.msg import JointState
 from trajectory_msgs.msg import JointTrajectory
 from physai_ros_interfaces.msg import ActionChunk, ExecutionInfo, TrajectorySegment
 
+from physai_ros.control.hold import apply_hold, is_hold_chunk
 from physai_ros.control.joint_trajectory import hold_plan, to_joint_trajectory
+from physai_ros.control.joints import default_joint_names
 from physai_ros.control.trajectory_buffer import TrajectoryBuffer
 from physai_ros.monitoring.config import load_monitoring
-from physai_ros.monitoring.updater import FrequencyStatus, FrequencyStatusParam, Updater
+from physai_ros.monitoring.robot_health import BufferHealth, RejectionHealth
+from physai_ros.protocol import topics
 from physai_ros.ros import qos
-from physai_ros.ros.chunks import ChunkMessageError, chunk_from_msg
-from physai_ros.ros.health import BufferHealth, RejectionHealth
-from physai_ros.ros.hold import apply_hold, is_hold_chunk
+from physai_ros.ros.codecs.chunk import ChunkMessageError, executable_chunk_from_msg
+from physai_ros.ros.codecs.execution_info import execution_info_to_msg
+from physai_ros.ros.codecs.joint_trajectory import plan_to_msg
+from physai_ros.ros.codecs.segment import SegmentMessageError, segment_from_msg
+from physai_ros.ros.diagnostics_updater import FrequencyStatus, FrequencyStatusParam, Updater
 from physai_ros.ros.spin import run_node
-from physai_ros.ros.time_conv import now_sec, time_from_sec, to_sec
-from physai_ros.ros.trajectory import plan_to_msg
-from physai_ros.sim.robot import ArmConfig
+from physai_ros.ros.time_conv import now_sec
 
 
 class TrajectoryControllerNode(Node):
@@ -41,7 +44,7 @@ class TrajectoryControllerNode(Node):
         self.robot_id = p("robot_id", ns or "robot_0").value
         names = list(p("joint_names", [""]).value)
         if not any(names):
-            names = list(ArmConfig(num_joints=p("num_joints", 4).value).joint_names)
+            names = list(default_joint_names(p("num_joints", 4).value))
         self.joint_names = tuple(names)
         self.control_rate = float(p("control_rate_hz", 480.0).value)
         self.lookahead_points = int(p("lookahead_points", 6).value)
@@ -56,12 +59,12 @@ class TrajectoryControllerNode(Node):
         self.holds: Counter = Counter()
         self._holding_round: int | None = None  # a robot_client hold in effect (until the next chunk)
 
-        self.traj_pub = self.create_publisher(JointTrajectory, qos.JOINT_TRAJECTORY_TOPIC, qos.reliable_qos())
-        self.info_pub = self.create_publisher(ExecutionInfo, qos.EXECUTION_INFO_TOPIC, qos.reliable_qos())
-        self.create_subscription(ActionChunk, qos.ACTION_CHUNK_TOPIC, self._on_chunk, qos.reliable_qos())
-        self.create_subscription(TrajectorySegment, qos.TRAJECTORY_SEGMENT_TOPIC, self._on_segment,
+        self.traj_pub = self.create_publisher(JointTrajectory, topics.JOINT_TRAJECTORY_TOPIC, qos.reliable_qos())
+        self.info_pub = self.create_publisher(ExecutionInfo, topics.EXECUTION_INFO_TOPIC, qos.reliable_qos())
+        self.create_subscription(ActionChunk, topics.ACTION_CHUNK_TOPIC, self._on_chunk, qos.reliable_qos())
+        self.create_subscription(TrajectorySegment, topics.TRAJECTORY_SEGMENT_TOPIC, self._on_segment,
                                  qos.reliable_qos(depth=50))
-        self.create_subscription(JointState, qos.JOINT_STATES_TOPIC, self._on_joint_state, qos.reliable_qos())
+        self.create_subscription(JointState, topics.JOINT_STATES_TOPIC, self._on_joint_state, qos.reliable_qos())
         self.create_timer(1.0 / self.control_rate, self._tick)
         self.create_timer(1.0 / float(p("execution_info_rate_hz", 50.0).value), self._publish_info)
         # Levels from fleet.yaml's monitoring block (fleet_file; the embedded one by default);
@@ -113,7 +116,7 @@ class TrajectoryControllerNode(Node):
             self._on_hold(int(msg.round_id))
             return
         try:
-            chunk = chunk_from_msg(msg)
+            chunk = executable_chunk_from_msg(msg)
         except ChunkMessageError as exc:
             self._reject_message("malformed_message", str(exc))
             return
@@ -138,20 +141,18 @@ class TrajectoryControllerNode(Node):
         if msg.robot_id and msg.robot_id != self.robot_id:
             self._reject_message("wrong_robot", f"segment for robot {msg.robot_id!r} reached {self.robot_id!r}")
             return
-        n, d = int(msg.num_nodes), int(msg.dim)
-        if n * d != len(msg.positions) or len(msg.committed) not in (0, n) or n == 0:
-            self._reject_message("malformed_segment", f"{len(msg.positions)} positions, {len(msg.committed)} flags "
-                                                      f"for {n}x{d}")
+        try:
+            seg = segment_from_msg(msg)
+        except SegmentMessageError as exc:
+            self._reject_message("malformed_segment", str(exc))
             return
-        out = self.buffer.insert_segment(
-            to_sec(msg.start_time), float(msg.dt), np.asarray(msg.positions, dtype=float).reshape(n, d),
-            list(msg.committed) if len(msg.committed) else [False] * n, int(msg.round_id), now_sec(self),
-            joint_names=tuple(msg.joint_names))
+        out = self.buffer.insert_segment(seg.start_time, seg.dt, seg.positions, seg.committed, seg.round_id,
+                                         now_sec(self), joint_names=seg.joint_names)
         if out.accepted:
             self._accepted()
         else:
             self.last_message_reject = ""
-            self.get_logger().warning(f"rejected segment {msg.segment_id}: {out.reason} {out.detail}",
+            self.get_logger().warning(f"rejected segment {seg.segment_id}: {out.reason} {out.detail}",
                                       throttle_duration_sec=1.0)
 
     def _tick(self) -> None:
@@ -171,21 +172,10 @@ class TrajectoryControllerNode(Node):
 
     def _publish_info(self) -> None:
         now = now_sec(self)
-        st = self.buffer.execution_state(now)
-        msg = ExecutionInfo()
-        msg.header.stamp = time_from_sec(now)
-        msg.robot_id = self.robot_id
-        msg.executing_round_id = st.executing_round_id
-        msg.exec_phase_start = time_from_sec(max(st.exec_phase_start, 0.0))
-        msg.actions_remaining = st.actions_remaining
-        msg.control_period = st.control_period
-        msg.buffer_nodes = st.buffer_nodes
-        msg.buffer_dry = st.buffer_dry
-        msg.underruns = st.underruns
-        msg.chunks_accepted = st.chunks_accepted
-        msg.chunks_rejected = self.rejected_total
-        msg.last_reject_reason = str(self._last_reason() or "")
-        self.info_pub.publish(msg)
+        # Rejections count the messages refused before the buffer saw them too.
+        st = dataclasses.replace(self.buffer.execution_state(now), chunks_rejected=self.rejected_total,
+                                 last_reject_reason=self._last_reason())
+        self.info_pub.publish(execution_info_to_msg(st, self.robot_id, now))
 
     def _diagnose_buffer(self, stat):
         now = now_sec(self)

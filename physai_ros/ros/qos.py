@@ -1,4 +1,4 @@
-"""QoS profiles of the robot-side topics.
+"""QoS profiles of the robot-side topics (their names: physai_ros.protocol.topics).
 
 Camera and wrench streams are best effort (a late frame is worthless; retransmitting it would
 delay the next one), so their subscribers must be best effort too: a reliable subscriber never
@@ -25,17 +25,3 @@ def latched_qos(depth: int = 1) -> QoSProfile:
     return QoSProfile(history=HistoryPolicy.KEEP_LAST, depth=depth,
                       reliability=ReliabilityPolicy.RELIABLE, durability=DurabilityPolicy.TRANSIENT_LOCAL)
 
-
-# Topic names inside a robot's namespace (the contract the other nodes code against).
-CAMERA_TOPIC = "camera_{i}/image_raw"
-WRENCH_TOPIC = "wrench"
-JOINT_STATES_TOPIC = "joint_states"
-ACTION_CHUNK_TOPIC = "action_chunk"
-TRAJECTORY_SEGMENT_TOPIC = "trajectory_segment"
-EXECUTION_INFO_TOPIC = "execution_info"
-JOINT_TRAJECTORY_TOPIC = "joint_trajectory"
-TASK_STATUS_TOPIC = "task_status"
-
-
-def camera_topic(i: int) -> str:
-    return CAMERA_TOPIC.format(i=i)

@@ -23,11 +23,12 @@ from physai_ros.control.async_trigger import AsyncTrigger
 from physai_ros.control.deadline import (ActionKind, DeadlineConfig, DeadlineMonitor,
                                          DeadlineState)
 from physai_ros.control.latency import LatencyEstimator
+from physai_ros.protocol.chunk import STATUS_OK, STATUS_REFUSED, ActionChunkData
+from physai_ros.protocol.observation import ImageData, ObservationData
+from physai_ros.protocol.registration import RegistrationResult, RobotRegistration
 
 from .config import RobotConfig
 from .round_ledger import RoundLedger
-from .types import (STATUS_OK, STATUS_REFUSED, ChunkResult, ImageData, ObservationData,
-                    RegistrationResult, RobotRegistration)
 
 
 class ClientState(str, enum.Enum):
@@ -187,7 +188,7 @@ class RobotClientCore:
 
     # ---- replies ----------------------------------------------------------------------------
 
-    def on_chunk(self, chunk: ChunkResult, now: float) -> str:
+    def on_chunk(self, chunk: ActionChunkData, now: float) -> str:
         """A chunk on our action_chunk topic (the controller got it too). Returns the match:
         "answered", "late", "unmatched" or "foreign"."""
         if chunk.robot_id != self.robot.id:

@@ -15,6 +15,7 @@ import yaml
 
 from physai_ros.errors import UserInputError
 from physai_ros.install_paths import PACKAGE_URL_PREFIX, default_fleet_file, resolve_package_url
+from physai_ros.protocol.topics import JOINT_STATES_TOPIC, WRENCH_TOPIC
 
 PACKAGE_PREFIX = PACKAGE_URL_PREFIX
 FALLBACKS = ("hold", "stop_and_resend", "use_last_plan")
@@ -47,7 +48,7 @@ class RemoteEngineConfig:
     DDS). Its tier, max_batch and latency profile are the worker's own advertisement."""
 
     instance_id: str
-    timeout_s: float | None  # None: from the advertised profile (physai_ros.workers.remote)
+    timeout_s: float | None  # None: from the advertised profile (physai_ros.ros.remote_engine)
     liveness_timeout_s: float | None  # None: 3 heartbeat periods
 
 
@@ -507,8 +508,8 @@ def _parse_robot(i: int, d: Any, tasks: Mapping[str, TaskConfig]) -> RobotConfig
         camera_topics=_strlist(_req(d, "cameras", path), _join(path, "cameras"), 1, 3),
         image_height=_int(d.get("image_height", 224), _join(path, "image_height"), 1),
         image_width=_int(d.get("image_width", 224), _join(path, "image_width"), 1),
-        wrench_topic=_str(d.get("wrench_topic", "wrench"), _join(path, "wrench_topic")),
-        joint_states_topic=_str(d.get("joint_states_topic", "joint_states"),
+        wrench_topic=_str(d.get("wrench_topic", WRENCH_TOPIC), _join(path, "wrench_topic")),
+        joint_states_topic=_str(d.get("joint_states_topic", JOINT_STATES_TOPIC),
                                 _join(path, "joint_states_topic")),
         joints=joints,
         control_rate_hz=_pos(d.get("control_rate_hz", 480.0), _join(path, "control_rate_hz")),

@@ -5,20 +5,22 @@ from typing import Any, Callable
 
 from physai_ros.scheduler.base import make_scheduler
 
-from .config import FleetConfig, FleetConfigError, tokenizer_path
-from .core import EngineSlot, ServingCore, default_profile
+from .config import FleetConfig, FleetConfigError, RemoteEngineConfig, tokenizer_path
+from .core import ServingCore
 from .fault_injection import ENV_VAR, faults_from_env
+from .instances import EngineSlot, default_profile
+from .normalizer import Normalizer
 from .preflight import checkpoint_dir
-from .preprocess import Normalizer
 from .tokenizer import PromptTokenizer
 
-# Normalisation statistics a checkpoint directory may carry (mean/std for state and action).
-STATS_FILE = "normalization_stats.json"
+# Builds the proxy of one server.remote_engines entry for a model: the policy server node passes
+# one that makes physai_ros.ros.remote_engine.RemoteEngine objects on its own node.
+RemoteEngineFactory = Callable[[RemoteEngineConfig, Any], Any]
 
 
-def build_engine_slots(cfg: FleetConfig, node: Any = None) -> list[EngineSlot]:
-    """Local engines (engine_<i>), then one RemoteEngine proxy per server.remote_engines entry;
-    the proxies publish and subscribe through `node` (the policy server's)."""
+def build_engine_slots(cfg: FleetConfig, remote_engine: RemoteEngineFactory | None = None) -> list[EngineSlot]:
+    """Local engines (engine_<i>), then one proxy per server.remote_engines entry, made by
+    `remote_engine` (the serving layer stays free of ROS: the node supplies the transport)."""
     from physai_ros.engine.engine import Pi0Engine
     from physai_ros.engine.types import Pi0Config
 
@@ -35,9 +37,7 @@ def build_engine_slots(cfg: FleetConfig, node: Any = None) -> list[EngineSlot]:
         slots.append(EngineSlot(f"engine_{i}", engine, srv.max_batch, default_profile(srv.max_batch),
                                 standby=i >= srv.engine_instances))
     if srv.remote_engines:
-        from physai_ros.workers.remote import RemoteEngine
-
-        if node is None:
+        if remote_engine is None:
             raise ValueError("server.remote_engines: reaching engine workers needs a ROS node")
         if slots:
             model = slots[0].engine.config
@@ -48,8 +48,7 @@ def build_engine_slots(cfg: FleetConfig, node: Any = None) -> list[EngineSlot]:
                 "server.engine_instances: with a checkpoint model keep at least one local engine "
                 "instance (the server reads the model's sizes from it)")
         for r in srv.remote_engines:
-            proxy = RemoteEngine(node, r.instance_id, model, timeout_s=r.timeout_s,
-                                 liveness_timeout_s=r.liveness_timeout_s)
+            proxy = remote_engine(r, model)
             # Until the worker advertises, the slot's own cap and default profile stand in.
             slots.append(EngineSlot(r.instance_id, proxy, srv.max_batch, default_profile(srv.max_batch)))
     _attach_faults(slots)
@@ -67,13 +66,14 @@ def _attach_faults(slots: list[EngineSlot]) -> None:
         s.fault = plans.get(s.instance_id)
 
 
-def build_core(cfg: FleetConfig, instance_id: str | None = None, node: Any = None) -> ServingCore:
-    stats = checkpoint_dir(cfg) / STATS_FILE if cfg.server.model.checkpoint else None
+def build_core(cfg: FleetConfig, instance_id: str | None = None,
+               remote_engine: RemoteEngineFactory | None = None) -> ServingCore:
     return ServingCore(
-        engines=build_engine_slots(cfg, node),
+        engines=build_engine_slots(cfg, remote_engine),
         scheduler=make_scheduler(cfg.server.scheduler, **cfg.server.scheduler_params),
         tokenizer=PromptTokenizer(tokenizer_path(cfg), cfg.server.model.max_token_len),
-        normalizer=Normalizer.from_file(stats),
+        # The checkpoint's statistics (ours or a LeRobot checkpoint's); identity for a preset.
+        normalizer=Normalizer.from_checkpoint(checkpoint_dir(cfg)) if cfg.server.model.checkpoint else None,
         max_observation_age_s=cfg.server.max_observation_age_s,
         instance_id=instance_id,
         allowed_horizon_policies=sorted({t.horizon_policy for t in cfg.tasks.values()
@@ -101,7 +101,7 @@ def profile_local_engines(core: ServingCore, cfg: FleetConfig,
         return {}
     took = {}
     for slot in core.engines.values():
-        if hasattr(slot.engine, "alive"):
+        if slot.remote:
             continue  # remote: advertised by its worker
         t0 = time.perf_counter()
 
@@ -113,6 +113,6 @@ def profile_local_engines(core: ServingCore, cfg: FleetConfig,
         with torch.inference_mode():
             slot.profile = measure_profile(
                 slot.engine.infer, slot.engine.config, min(p.max_batch, slot.max_batch), reps=p.reps,
-                views=p.views, tokens=p.tokens or core.tokenizer.max_len, on_batch=on_batch)
+                views=p.views, tokens=p.tokens or core.runner.tokenizer.max_len, on_batch=on_batch)
         took[slot.instance_id] = time.perf_counter() - t0
     return took

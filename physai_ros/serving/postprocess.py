@@ -6,8 +6,6 @@ wire form (Observation.horizon_policy + horizon_params) onto them, caches the bu
 """
 from __future__ import annotations
 
-import importlib
-import inspect
 from functools import lru_cache
 
 import numpy as np
@@ -21,15 +19,8 @@ def _policy(name: str, params: tuple[float, ...]):
         return make_horizon_policy("static", horizon=int(params[0]))
     if name == "confidence":
         return make_horizon_policy("confidence", t=float(params[0]), h_min=int(params[1]))
-    # A user class ("package.module:Class", allowed by fleet.yaml) gets the wire parameters as
-    # `params=(...)`; it must be a class, so a configured typo cannot call an arbitrary function.
-    mod, _, attr = name.partition(":")
-    try:
-        obj = getattr(importlib.import_module(mod), attr)
-    except (ImportError, AttributeError) as e:
-        raise ValueError(f"horizon policy {name!r} cannot be imported: {e}") from None
-    if not inspect.isclass(obj):
-        raise ValueError(f"horizon policy {name!r} is not a class")
+    # A user class ("package.module:Class", allowed by fleet.yaml; engine.horizon.horizon_class
+    # imports it and refuses anything but a class) gets the wire parameters as `params=(...)`.
     return make_horizon_policy(name, params=params) if params else make_horizon_policy(name)
 
 

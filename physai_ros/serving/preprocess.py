@@ -1,21 +1,16 @@
 """Observation -> model input as a pi0 checkpoint expects it.
 
 Images are letterboxed to the model's square size (aspect ratio kept, black padding) because
-stretching would distort the geometry the policy was trained on; pixel values go to [-1, 1].
-State and actions are normalised with the checkpoint's mean/std when it ships statistics, and
-passed through unchanged otherwise (the built-in random-weight model has none).
+stretching would distort the geometry the policy was trained on; pixels stay uint8 (the engine
+scales them to [-1, 1] when it collates a batch).
+State and actions: serving/normalizer.py.
 """
 from __future__ import annotations
-
-import json
-from dataclasses import dataclass
-from pathlib import Path
 
 import cv2
 import numpy as np
 
-# Channels each supported encoding has, and how to turn it into RGB.
-ENCODINGS = {"rgb8": 3, "bgr8": 3, "rgba8": 4, "bgra8": 4, "mono8": 1}
+from physai_ros.protocol.observation import ENCODINGS
 
 
 def image_to_rgb(data: np.ndarray, encoding: str) -> np.ndarray:
@@ -48,65 +43,13 @@ def letterbox(rgb: np.ndarray, size: int) -> np.ndarray:
     return out
 
 
-def to_model_image(rgb: np.ndarray, size: int, out: np.ndarray | None = None) -> np.ndarray:
-    """HxWx3 uint8 RGB -> 3 x size x size float32 in [-1, 1] (written into `out` when given)."""
+def to_model_pixels(rgb: np.ndarray, size: int, out: np.ndarray | None = None) -> np.ndarray:
+    """HxWx3 uint8 RGB -> 3 x size x size uint8, letterboxed (written into `out` when given).
+
+    Pixels stay bytes until the engine's collation (engine.batching.model_pixels) scales them:
+    4x less to copy here and to send to a remote engine worker."""
     boxed = letterbox(rgb, size)
     if out is None:
-        out = np.empty((3, size, size), dtype=np.float32)
-    np.multiply(boxed.transpose(2, 0, 1), np.float32(2.0 / 255.0), out=out, casting="unsafe")
-    out -= 1.0
+        out = np.empty((3, size, size), dtype=np.uint8)
+    out[...] = boxed.transpose(2, 0, 1)
     return out
-
-
-@dataclass(frozen=True)
-class Stats:
-    mean: np.ndarray
-    std: np.ndarray
-
-
-class Normalizer:
-    """State/action (un)normalisation with checkpoint statistics; identity without them."""
-
-    EPS = 1e-8
-
-    def __init__(self, state: Stats | None = None, action: Stats | None = None):
-        self.state = state
-        self.action = action
-
-    @classmethod
-    def from_file(cls, path: str | Path | None) -> "Normalizer":
-        """Reads `{"state": {"mean": [...], "std": [...]}, "action": {...}}` if the file exists."""
-        if path is None or not Path(path).is_file():
-            return cls()
-        doc = json.loads(Path(path).read_text())
-
-        def stats(key: str) -> Stats | None:
-            d = doc.get(key)
-            if d is None:
-                return None
-            mean = np.asarray(d["mean"], dtype=np.float32)
-            std = np.asarray(d["std"], dtype=np.float32)
-            if mean.shape != std.shape or mean.ndim != 1:
-                raise ValueError(f"{path}: {key}.mean and {key}.std must be equal-length lists")
-            return Stats(mean, std)
-
-        return cls(stats("state"), stats("action"))
-
-    def normalize_state(self, state: np.ndarray, pad_to: int) -> np.ndarray:
-        """Normalise then zero-pad to the model's state width."""
-        if state.shape[0] > pad_to:
-            raise ValueError(f"state has {state.shape[0]} values, model takes at most {pad_to}")
-        out = np.zeros(pad_to, dtype=np.float32)
-        s = state.astype(np.float32, copy=False)
-        if self.state is not None:
-            n = s.shape[0]
-            s = (s - self.state.mean[:n]) / (self.state.std[:n] + self.EPS)
-        out[: s.shape[0]] = s
-        return out
-
-    def unnormalize_actions(self, actions: np.ndarray, action_dim: int) -> np.ndarray:
-        """[T, max_action_dim] normalised -> [T, action_dim] in robot units."""
-        a = np.ascontiguousarray(actions[:, :action_dim], dtype=np.float32)
-        if self.action is not None:
-            a = a * (self.action.std[:action_dim] + self.EPS) + self.action.mean[:action_dim]
-        return a

@@ -16,7 +16,7 @@ from __future__ import annotations
 from collections import OrderedDict
 from dataclasses import dataclass, field
 
-from .types import STATUS_ERROR, STATUS_OK
+from physai_ros.protocol.chunk import STATUS_ERROR, STATUS_OK
 
 KEEP_IDS = 1024  # answered ids kept for duplicate detection
 REPORT_IDS = 10  # ids listed per kind in a summary

@@ -17,8 +17,9 @@ import threading
 import time
 from typing import Callable, Sequence
 
+from physai_ros.protocol.chunk import ActionChunkData
+
 from .core import BatchWork, ServingCore
-from .types import ChunkResult
 
 # How long the dispatcher sleeps when requests wait but nothing could be placed (held for a
 # refresh, or waiting for a busy instance); a submit or a finished batch wakes it earlier.
@@ -26,7 +27,7 @@ RETRY_S = 0.005
 
 
 class ServingRunner:
-    def __init__(self, core: ServingCore, on_chunks: Callable[[Sequence[ChunkResult]], None],
+    def __init__(self, core: ServingCore, on_chunks: Callable[[Sequence[ActionChunkData]], None],
                  on_refresh: Callable[[str, int], None],
                  on_error: Callable[[str], None] = lambda msg: None):
         self.core = core

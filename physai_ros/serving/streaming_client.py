@@ -16,11 +16,12 @@ from __future__ import annotations
 import dataclasses
 import math
 
+from physai_ros.protocol.chunk import STATUS_REFUSED, ActionChunkData
+from physai_ros.protocol.observation import ObservationData
+from physai_ros.protocol.registration import RegistrationResult, RobotRegistration
+
 from .client_core import ClientState, RobotClientCore
 from .config import RobotConfig
-from .types import STATUS_REFUSED, ChunkResult, ObservationData, RegistrationResult, RobotRegistration
-
-STREAM_WRENCH_TOPIC = "stream_wrench"  # robot_client -> policy_server, in the robot's namespace
 
 
 class StreamingClient:
@@ -54,7 +55,7 @@ class StreamingClient:
             # Chunked requests in flight are moot: their answers would fight the stream.
             self.core.trigger.abandon()
 
-    def on_chunk(self, chunk: ChunkResult) -> None:
+    def on_chunk(self, chunk: ActionChunkData) -> None:
         """A refusal of a streamed observation: the server no longer streams to us."""
         if self.active and chunk.status == STATUS_REFUSED and chunk.error.startswith(("not_streaming", "unknown_robot")):
             self.active = False

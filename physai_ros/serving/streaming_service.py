@@ -36,9 +36,12 @@ from typing import Any, Callable, Optional
 
 import numpy as np
 
+from physai_ros.protocol.observation import ObservationData
+from physai_ros.protocol.registration import RobotRegistration
+from physai_ros.protocol.segment import TrajectorySegmentData
+
+from .action_runner import ActionModelRunner
 from .config import FleetConfig, StreamingServerConfig, TaskConfig
-from .preprocess import Normalizer, image_to_rgb, to_model_image
-from .types import ObservationData, RobotRegistration
 from .validation import ObservationValidator, Refusal
 
 STREAMING_CAPACITY = "streaming_capacity"
@@ -54,23 +57,6 @@ class Admission:
     accepted: bool
     streaming: bool
     reason: str = ""
-
-
-@dataclass(frozen=True)
-class SegmentOut:
-    """One TrajectorySegment.msg as plain data, ROS clock, robot units."""
-
-    robot_id: str
-    round_id: int  # round id of the observation behind the VLM pass the newest tick read
-    segment_id: int
-    joint_names: tuple[str, ...]
-    start_time: float  # ROS seconds; node i is due at start_time + i * dt
-    dt: float
-    positions: np.ndarray  # float32 [N, D]
-    committed: np.ndarray  # bool [N], a prefix
-    tick_time: float  # ROS seconds of the newest tick merged in
-    wrench_stamp: float  # ROS seconds of the newest wrench sample that tick read (nan: none yet)
-    ticks_merged: int
 
 
 class SegmentMerger:
@@ -137,20 +123,18 @@ class _Slot:
 
 
 class StreamingService:
-    def __init__(self, core, cfg: StreamingServerConfig, publish: Callable[[SegmentOut], None],
-                 tokenizer, normalizer: Normalizer | None = None, image_size: Optional[int] = None,
-                 max_observation_age_s: float = 2.0, ros_clock: Callable[[], float] = time.time,
+    def __init__(self, core, cfg: StreamingServerConfig, publish: Callable[[TrajectorySegmentData], None],
+                 runner: ActionModelRunner, max_observation_age_s: float = 2.0,
+                 ros_clock: Callable[[], float] = time.time,
                  engine_factory: Optional[Callable[..., Any]] = None, log: Callable[[str], None] = print):
+        """runner: the action model's runner, the chunked path's own (one way from an
+        observation to engine inputs and from model actions to robot units)."""
         from physai_ros.engine.streaming import StreamingEngine
 
         self.core = core  # StreamingCore (its clock is the stream clock)
         self.cfg = cfg
         self.publish = publish
-        self.tokenizer = tokenizer
-        self.normalizer = normalizer or Normalizer()
-        mcfg = core.engine.config
-        self.image_size = image_size or mcfg.vision.image_size
-        self.max_state_dim = mcfg.max_state_dim
+        self.runner = runner
         self.ros_clock = ros_clock
         self.log = log
         self.validator = ObservationValidator(max_observation_age_s)
@@ -260,7 +244,7 @@ class StreamingService:
             if refusal is not None:
                 return refusal
             try:
-                inp = self._engine_input(obs, slot)
+                inp = self.runner.prepare(obs, slot.reg)
             except (ValueError, KeyError) as e:
                 return self.validator.count(obs.robot_id, Refusal("preprocessing", str(e)))
             captured = self.to_stream(obs.stamp)
@@ -301,21 +285,6 @@ class StreamingService:
             return f"{BAD_WRENCH}: {e}"
         slot.last_input = self.ros_clock() if now is None else now
         return None
-
-    def _engine_input(self, obs: ObservationData, slot: _Slot):
-        import torch
-
-        from physai_ros.engine.types import EngineInput
-
-        s = self.image_size
-        imgs = np.empty((len(obs.images), 3, s, s), dtype=np.float32)
-        for i, im in enumerate(obs.images):
-            to_model_image(image_to_rgb(im.array(), im.encoding), s, out=imgs[i])
-        enc = self.tokenizer.encode(obs.prompt or slot.reg.prompt)
-        state = self.normalizer.normalize_state(obs.state, self.max_state_dim)
-        return EngineInput(images=torch.from_numpy(imgs), image_masks=torch.ones(len(obs.images), dtype=torch.bool),
-                           tokens=torch.from_numpy(enc.tokens), token_mask=torch.from_numpy(enc.mask),
-                           state=torch.from_numpy(state))
 
     # ---------------------------------------------------------------- streams
     def _start(self) -> None:
@@ -359,10 +328,10 @@ class StreamingService:
         round_id = slot.rounds.get(last.observation_time, slot.last_round)
         slot.last_round = max(slot.last_round, round_id)  # never decreases (buffer rule)
         self._published_round[reg.robot_id] = slot.last_round
-        out = SegmentOut(
+        out = TrajectorySegmentData(
             robot_id=reg.robot_id, round_id=slot.last_round, segment_id=slot.segment_id,
             joint_names=tuple(reg.joint_names), start_time=self.to_ros(group[0].start_time), dt=last.dt,
-            positions=self.normalizer.unnormalize_actions(pos, reg.action_dim), committed=committed,
+            positions=self.runner.unnormalize(pos, reg.action_dim), committed=committed,
             tick_time=self.to_ros(last.tick_time),
             wrench_stamp=self.to_ros(last.wrench_stamp) if math.isfinite(last.wrench_stamp) else math.nan,
             ticks_merged=len(group))
@@ -396,8 +365,8 @@ def streaming_tasks(fleet: FleetConfig) -> list[str]:
     return sorted(n for n, t in fleet.tasks.items() if t.mode == "streaming")
 
 
-def build_streaming_service(fleet: FleetConfig, publish: Callable[[SegmentOut], None], tokenizer,
-                            normalizer: Normalizer | None = None, ros_clock: Callable[[], float] = time.time,
+def build_streaming_service(fleet: FleetConfig, publish: Callable[[TrajectorySegmentData], None], runner: ActionModelRunner,
+                            ros_clock: Callable[[], float] = time.time,
                             log: Callable[[str], None] = print) -> StreamingService:
     """The streams for fleet.yaml's server.streaming over the server's model (the same weights
     as the chunked engine: the preset's seeded random weights, or the checkpoint's)."""
@@ -420,5 +389,5 @@ def build_streaming_service(fleet: FleetConfig, publish: Callable[[SegmentOut], 
     core = StreamingCore(engine, expert, StreamingConfig(
         vlm_hz=sc.vlm_hz, ae_hz=sc.ae_hz, action_hz=sc.action_hz, steps_per_token=sc.steps_per_token,
         max_robots=sc.slots))
-    return StreamingService(core, sc, publish, tokenizer, normalizer, max_observation_age_s=srv.max_observation_age_s,
+    return StreamingService(core, sc, publish, runner, max_observation_age_s=srv.max_observation_age_s,
                             ros_clock=ros_clock, log=log)

@@ -12,8 +12,8 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from .preprocess import ENCODINGS
-from .types import ObservationData, RobotRegistration
+from physai_ros.protocol.observation import ENCODINGS, ObservationData
+from physai_ros.protocol.registration import RobotRegistration
 
 # Refusal reasons (stable names: they appear in diagnostics and in the refused chunk's error).
 UNKNOWN_ROBOT = "unknown_robot"

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from physai_ros.control.types import ActionChunkData
+from physai_ros.protocol.chunk import ActionChunkData
 from physai_ros.sim.expert import ScriptedExpert
 from physai_ros.sim.robot import ArmConfig
 from physai_ros.sim.runtime import TaskStatus
@@ -33,7 +33,7 @@ class ScriptedChunkPlanner:
         c = self._last
         if c is None:
             return None
-        k = int(np.clip(np.floor((t - c.capture_time) / c.dt), 0, c.horizon - 1))
+        k = int(np.clip(np.floor((t - c.stamp) / c.dt), 0, c.horizon - 1))
         return c.actions[k]
 
     def plan(self, positions: np.ndarray, status: TaskStatus, capture_time: float, round_id: int) -> ActionChunkData:
@@ -44,7 +44,7 @@ class ScriptedChunkPlanner:
         self.mirror.success = status.success
         actions = self.expert.rollout(self.mirror, self.num_actions, self.dt, in_place=True)
         chunk = ActionChunkData(robot_id=self.robot_id, task_id=f"{self.robot_id}/episode_{status.episode}",
-                                round_id=round_id, capture_time=capture_time, dt=self.dt,
+                                round_id=round_id, stamp=capture_time, dt=self.dt,
                                 joint_names=self.joint_names, actions=actions, horizon=self.horizon,
                                 confidence=np.ones(self.num_actions))
         self._last = chunk

@@ -12,6 +12,8 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
+from physai_ros.control.joints import default_joint_names
+
 
 @dataclass(frozen=True)
 class ArmConfig:
@@ -46,7 +48,7 @@ class ArmConfig:
 
     @property
     def joint_names(self) -> tuple[str, ...]:
-        return tuple(f"joint_{i}" for i in range(self.num_joints)) + ("gripper",)
+        return default_joint_names(self.num_joints)
 
     @functools.cached_property
     def limits_cached(self) -> tuple[np.ndarray, np.ndarray]:

@@ -18,7 +18,8 @@ physai-trace/1 format (traces.py), through TraceRecorder:
                      chunk seen by the observer, exec_s = horizon x dt, chunk_horizon
 Only chunks that answered OK count; a round the controller never executed (it saw a later round
 executing) is dropped. Everything else that does not fit is counted by reason, never raised.
-No rclpy here: the monitor node converts messages with the *_from_msg helpers.
+No rclpy here: the monitor node decodes the messages (physai_ros/ros/codecs) and hands over the
+plain ObservationData and ActionChunkData.
 """
 from __future__ import annotations
 
@@ -29,14 +30,13 @@ from collections import Counter
 from dataclasses import dataclass, field
 from typing import Any, Optional
 
+from physai_ros.protocol.chunk import HOLD_ENGINE_INSTANCE, STATUS_OK, ActionChunkData
+from physai_ros.protocol.observation import ObservationData
 from physai_ros.sim.traces import TraceRecorder, TraceSet
-
-STATUS_OK = 0                      # ActionChunk.STATUS_OK
-HOLD_ENGINE = "robot_client"       # robot_client's hold chunks carry this engine_instance
 
 
 @dataclass(frozen=True)
-class SeenRequest:
+class _SeenRequest:
     round_id: int
     task_id: str
     capture_s: float
@@ -47,39 +47,21 @@ class SeenRequest:
 
 
 @dataclass(frozen=True)
-class SeenChunk:
+class _SeenChunk:
     round_id: int
     task_id: str
-    status: int
     horizon: int
-    num_actions: int
     dt: float
     capture_s: float
     received_s: float
     queue_ms: float
     inference_ms: float
-    engine_instance: str
-
-
-def _stamp(t: Any) -> float:
-    return float(t.sec) + float(t.nanosec) * 1e-9
-
-
-def request_from_msg(msg: Any, received_s: float) -> SeenRequest:
-    return SeenRequest(int(msg.round_id), str(msg.task_id), _stamp(msg.header.stamp), float(received_s),
-                       int(msg.actions_remaining), float(msg.control_period), bool(msg.refresh))
-
-
-def chunk_from_msg(msg: Any, received_s: float) -> SeenChunk:
-    return SeenChunk(int(msg.round_id), str(msg.task_id), int(msg.status), int(msg.horizon),
-                     int(msg.num_actions), float(msg.dt), _stamp(msg.header.stamp), float(received_s),
-                     float(msg.queue_ms), float(msg.inference_ms), str(msg.engine_instance))
 
 
 @dataclass
 class _Robot:
-    requests: dict[int, SeenRequest] = field(default_factory=dict)
-    chunks: dict[int, SeenChunk] = field(default_factory=dict)
+    requests: dict[int, _SeenRequest] = field(default_factory=dict)
+    chunks: dict[int, _SeenChunk] = field(default_factory=dict)
     executed: set[int] = field(default_factory=set)
     exec_start: dict[int, float] = field(default_factory=dict)  # round -> first action committed
 
@@ -98,11 +80,14 @@ class FleetTraceCapture:
         self._robots = {r: _Robot() for r in robots}
         self.ignored: Counter = Counter()       # reason -> messages not used
 
-    def on_request(self, robot: str, req: SeenRequest, robot_id: str = "") -> None:
+    def on_request(self, robot: str, obs: ObservationData, received_s: float) -> None:
+        """An observation seen on `robot`'s topic at `received_s`."""
         r = self._robots.get(robot)
-        if r is None or (robot_id and robot_id != robot):
+        if r is None or (obs.robot_id and obs.robot_id != robot):
             self.ignored["wrong_robot"] += 1
             return
+        req = _SeenRequest(int(obs.round_id), str(obs.task_id), float(obs.stamp), float(received_s),
+                           int(obs.actions_remaining), float(obs.control_period), bool(obs.refresh))
         if req.round_id < 1 or req.actions_remaining < 0 or not _finite(req.capture_s, req.control_period):
             self.ignored["bad_request"] += 1
             return
@@ -112,18 +97,22 @@ class FleetTraceCapture:
             return
         r.requests[req.round_id] = req
 
-    def on_chunk(self, robot: str, ch: SeenChunk, robot_id: str = "") -> None:
+    def on_chunk(self, robot: str, chunk: ActionChunkData, received_s: float) -> None:
+        """A chunk seen on `robot`'s topic at `received_s`."""
         r = self._robots.get(robot)
-        if r is None or (robot_id and robot_id != robot):
+        if r is None or (chunk.robot_id and chunk.robot_id != robot):
             self.ignored["wrong_robot"] += 1
             return
-        if ch.engine_instance == HOLD_ENGINE:
+        if chunk.engine_instance == HOLD_ENGINE_INSTANCE:
             self.ignored["hold_chunk"] += 1
             return
-        if ch.status != STATUS_OK:
+        if chunk.status != STATUS_OK:
             self.ignored["not_ok"] += 1
             return
-        if not (1 <= ch.horizon <= ch.num_actions) or not _finite(ch.dt, ch.capture_s, ch.queue_ms, ch.inference_ms) \
+        ch = _SeenChunk(int(chunk.round_id), str(chunk.task_id), int(chunk.horizon), float(chunk.dt),
+                        float(chunk.stamp), float(received_s), float(chunk.queue_ms), float(chunk.inference_ms))
+        num_actions = int(chunk.actions.shape[0]) if chunk.actions.ndim == 2 else 0
+        if not (1 <= ch.horizon <= num_actions) or not _finite(ch.dt, ch.capture_s, ch.queue_ms, ch.inference_ms) \
                 or ch.dt <= 0 or ch.queue_ms < 0 or ch.inference_ms < 0:
             self.ignored["bad_chunk"] += 1
             return

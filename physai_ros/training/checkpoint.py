@@ -2,7 +2,7 @@
 
     config.json                 LeRobot PI0 config (sizes, chunk, tokenizer length, features)
     model.safetensors           LeRobot PI0 tensor names (engine.weights.save_lerobot_checkpoint)
-    normalization_stats.json    {"state": {mean, std}, "action": {mean, std}} (serving.factory)
+    normalization_stats.json    {"state": {mean, std}, "action": {mean, std}} (serving.normalizer)
     manifest.json               how it was trained (data, seed, steps, command, time, loss, commit)
 
 The serving loader infers sizes from tensor shapes with its default head parameters (a single
@@ -21,8 +21,8 @@ import torch
 from physai_ros.engine.params import Weights
 from physai_ros.engine.types import Pi0Config
 from physai_ros.engine.weights import save_lerobot_checkpoint
+from physai_ros.serving.normalizer import STATS_FILE
 
-STATS_FILE = "normalization_stats.json"  # the name serving.factory reads
 MANIFEST_FILE = "manifest.json"
 
 

@@ -18,7 +18,10 @@ from typing import Dict, List, Optional, Sequence
 import numpy as np
 
 from physai_ros.control.trajectory_buffer import TrajectoryBuffer
-from physai_ros.control.types import ActionChunkData
+from physai_ros.protocol.chunk import STATUS_OK, ActionChunkData
+from physai_ros.protocol.observation import ImageData, ObservationData
+from physai_ros.protocol.registration import RobotRegistration
+from physai_ros.protocol.topics import camera_topic
 from physai_ros.sim.render import Renderer
 from physai_ros.sim.robot import ArmConfig
 from physai_ros.sim.world import SimWorld
@@ -39,27 +42,24 @@ class LoopConfig:
 def _core(checkpoint: Path, tokenizer_path: Path, max_token_len: int, clock):
     from physai_ros.engine.engine import Pi0Engine
     from physai_ros.scheduler.base import make_scheduler
-    from physai_ros.serving.core import EngineSlot, ServingCore, default_profile
-    from physai_ros.serving.preprocess import Normalizer
+    from physai_ros.serving.core import ServingCore
+    from physai_ros.serving.instances import EngineSlot, default_profile
+    from physai_ros.serving.normalizer import Normalizer
     from physai_ros.serving.tokenizer import PromptTokenizer
-
-    from .checkpoint import STATS_FILE
 
     engine = Pi0Engine.from_lerobot_checkpoint(checkpoint)
     return ServingCore([EngineSlot("engine_0", engine, 1, default_profile(1))], make_scheduler("fifo"),
                        PromptTokenizer(tokenizer_path, max_token_len),
-                       Normalizer.from_file(checkpoint / STATS_FILE), clock=clock)
+                       Normalizer.from_checkpoint(checkpoint), clock=clock)
 
 
 def run_episode(core, clock: list, task: str, prompt: str, seed: int, lc: LoopConfig, robot_id: str) -> dict:
-    from physai_ros.serving.types import STATUS_OK, ImageData, ObservationData, RobotRegistration
-
     world = SimWorld(ArmConfig(num_joints=lc.num_joints), task=task, seed=seed)
     renderer = Renderer(world.arm.cfg, num_views=lc.num_views, width=lc.image_size, height=lc.image_size,
                         object_size=world.scene.object_size, goal_radius=world.scene.goal_radius)
     names = world.arm.cfg.joint_names
     reg = RobotRegistration(robot_id=robot_id, task_id=task, robot_namespace=f"/{robot_id}", prompt=prompt,
-                            camera_topics=tuple(f"camera_{i}/image_raw" for i in range(lc.num_views)),
+                            camera_topics=tuple(camera_topic(i) for i in range(lc.num_views)),
                             num_views=lc.num_views, image_height=lc.image_size, image_width=lc.image_size,
                             joint_names=names, state_dim=len(names), action_dim=len(names),
                             control_period=lc.action_period_s)
@@ -95,13 +95,15 @@ def run_episode(core, clock: list, task: str, prompt: str, seed: int, lc: LoopCo
                 errors += 1
                 next_obs = t + lc.action_period_s
             else:
-                pending = (t + lc.latency_s, ActionChunkData(robot_id, task, round_id, t, c.dt, tuple(c.joint_names),
-                                                             np.asarray(c.actions, float), int(c.horizon)))
+                pending = (t + lc.latency_s, ActionChunkData(robot_id, task, round_id, t, dt=c.dt,
+                                                             joint_names=tuple(c.joint_names),
+                                                             actions=np.asarray(c.actions, float),
+                                                             horizon=int(c.horizon)))
         if pending is not None and t >= pending[0] - 1e-9:
             chunk = pending[1]
             buf.insert(chunk, t)
             rounds += 1
-            next_obs = chunk.capture_time + chunk.horizon * chunk.dt - lc.latency_s
+            next_obs = chunk.stamp + chunk.horizon * chunk.dt - lc.latency_s
             pending = None
         cmd = buf.advance(t)
         if cmd is not None:

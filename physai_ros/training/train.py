@@ -1,7 +1,8 @@
 """Train our pi0 on a recorded expert dataset with the flow-matching objective.
 
-Inputs are built exactly as the serving path builds them (serving.core._engine_input): images
-letterboxed to the model's size and scaled to [-1, 1], the prompt through the fleet's tokenizer,
+Inputs are built exactly as the serving path builds them (serving.action_runner): images
+letterboxed to the model's size as bytes and scaled to [-1, 1] by the engine's own
+engine.batching.model_pixels, the prompt through the fleet's tokenizer,
 the joint positions mean/std-normalised and zero padded; targets are the normalised commands of
 the next `chunk_size` action periods (dataset.chunk_indices). A share of samples masks the
 second camera, since a one-camera robot sends one view (masking is the same as absence: padding
@@ -18,6 +19,7 @@ from typing import Callable, Dict, List, Optional
 import numpy as np
 import torch
 
+from physai_ros.engine.batching import model_pixels
 from physai_ros.engine.types import GemmaSpec, Pi0Config, VisionSpec
 from physai_ros.serving.tokenizer import PromptTokenizer
 
@@ -139,7 +141,7 @@ class BatchMaker:
         pick = g.integers(len(tasks), size=b)
         rows = np.array([g.choice(self.by_task[tasks[k]]) for k in pick])
         prompt_ids = np.array([g.choice(self.task_prompts[tasks[k]]) for k in pick])
-        img = self.images[torch.from_numpy(rows)].float() * np.float32(2.0 / 255.0) - 1.0
+        img = model_pixels(self.images[torch.from_numpy(rows)])
         masks = torch.ones(b, img.shape[1], dtype=torch.bool)
         if img.shape[1] > 1:
             masks[:, 1:] = torch.from_numpy(g.random(b) >= self.tc.single_view_prob)[:, None]

@@ -20,14 +20,10 @@ import numpy as np
 import torch
 from physai_ros_interfaces.msg import EngineBatchRequest, EngineBatchResult, EngineWorkerStatus
 
+from physai_ros.engine.batching import model_pixels
 from physai_ros.engine.types import (EngineInput, EngineInputError, EngineOutput, GemmaSpec,
                                      Pi0Config, VisionSpec)
 from physai_ros.scheduler.types import LatencyProfile
-
-# The server maps camera bytes q to q * (2/255) - 1 in float32 (serving/preprocess.py); images on
-# that grid travel as the bytes themselves.
-_U8_SCALE = np.float32(2.0 / 255.0)
-
 
 class BadRequest(EngineInputError):
     """An EngineBatchRequest that cannot be turned into engine inputs; the message names why."""
@@ -66,17 +62,6 @@ def _np(field, dtype) -> np.ndarray:
     return np.frombuffer(field, dtype=dtype) if len(field) else np.zeros(0, dtype)
 
 
-def _as_u8(images: np.ndarray) -> Optional[np.ndarray]:
-    """The bytes behind float images when they are exactly on the server's pixel grid."""
-    q = np.rint((images + 1.0) * 127.5)
-    if q.min(initial=0) < 0 or q.max(initial=0) > 255:
-        return None
-    q = q.astype(np.uint8)
-    back = q.astype(np.float32) * _U8_SCALE
-    back -= np.float32(1.0)
-    return q if np.array_equal(back, images) else None
-
-
 def _check_len(name: str, got: int, want: int) -> None:
     if got != want:
         raise BadRequest(f"{name}: expected {want} values, got {got}")
@@ -101,11 +86,13 @@ def encode_request(inputs: Sequence[EngineInput], config: Pi0Config, batch_id: s
     m.batch_id, m.instance_id, m.batch_size = batch_id, instance_id, len(inputs)
     m.image_size = config.vision.image_size
     m.num_views = _u32(x.images.shape[0] for x in inputs)
-    images = np.concatenate([x.images.detach().cpu().float().numpy().reshape(-1) for x in inputs])
-    q = _as_u8(images)
-    if q is not None:
+    if all(x.images.dtype == torch.uint8 for x in inputs):
+        # Camera pixels as the server prepared them: the bytes travel, the worker's engine
+        # scales them (engine.batching.model_pixels), as a local engine would.
+        q = np.concatenate([x.images.cpu().numpy().reshape(-1) for x in inputs])
         m.image_encoding, m.images_u8 = EngineBatchRequest.IMAGES_U8, array.array("B", q.tobytes())
-    else:
+    else:  # float images (already in model space) travel as they are
+        images = np.concatenate([model_pixels(x.images).detach().cpu().float().numpy().reshape(-1) for x in inputs])
         m.image_encoding, m.images_f32 = EngineBatchRequest.IMAGES_F32, _f32(images)
     m.image_masks = [bool(v) for x in inputs for v in x.image_masks.tolist()]
     m.num_tokens = _u32(x.tokens.shape[0] for x in inputs)
@@ -143,8 +130,7 @@ def decode_request(m: EngineBatchRequest, config: Pi0Config, max_batch: Optional
     n_px = sum(views) * per_view
     if m.image_encoding == EngineBatchRequest.IMAGES_U8:
         _check_len("images_u8", len(m.images_u8), n_px)
-        images = _np(m.images_u8, np.uint8).astype(np.float32) * _U8_SCALE
-        images -= np.float32(1.0)
+        images = _np(m.images_u8, np.uint8)  # stays bytes: the engine scales them
     elif m.image_encoding == EngineBatchRequest.IMAGES_F32:
         _check_len("images_f32", len(m.images_f32), n_px)
         images = _np(m.images_f32, np.float32).copy()

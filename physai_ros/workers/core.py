@@ -12,12 +12,12 @@ from typing import Any, Callable, Optional
 import torch
 from physai_ros_interfaces.msg import EngineBatchRequest, EngineBatchResult
 
+from physai_ros.protocol.topics import check_instance_id
 from physai_ros.scheduler.types import LatencyProfile
 
 from .codec import (BadRequest, WorkerStatus, config_to_json, decode_request, encode_result,
                     error_result)
 from .profiling import measure_profile
-from .topics import check_instance_id
 
 
 class WorkerCore:

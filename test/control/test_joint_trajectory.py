@@ -4,7 +4,8 @@ import pytest
 
 from physai_ros.control.joint_trajectory import hold_plan, to_joint_trajectory
 from physai_ros.control.trajectory_buffer import TrajectoryBuffer
-from physai_ros.control.types import ActionChunkData, TrajectoryNodes
+from physai_ros.control.types import TrajectoryNodes
+from physai_ros.protocol.chunk import ActionChunkData
 
 JOINTS = ("a", "b")
 
@@ -42,7 +43,8 @@ def test_duplicate_times_are_dropped_and_empty_input_gives_no_points():
 
 def test_from_a_real_buffer_at_480hz():
     b = TrajectoryBuffer(JOINTS, rate_hz=480.0)
-    b.insert(ActionChunkData("r", "t", 1, 2.0, 0.02, JOINTS, np.ones((10, 2)), 10), now=2.0)
+    b.insert(ActionChunkData("r", "t", 1, 2.0, dt=0.02, joint_names=JOINTS, actions=np.ones((10, 2)), horizon=10),
+             now=2.0)
     plan = to_joint_trajectory(b.tentative_nodes(), now=2.0, joint_names=b.joint_names,
                                stride=4)
     tfs = np.array([p.time_from_start for p in plan.points])

@@ -8,7 +8,7 @@ import pytest
 from hypothesis import given, settings, strategies as st
 
 from physai_ros.control.trajectory_buffer import MergeRule, RejectReason, TrajectoryBuffer
-from physai_ros.control.types import ActionChunkData
+from physai_ros.protocol.chunk import ActionChunkData
 
 JOINTS = ("j1", "j2", "j3")
 RATE = 100.0  # 10 ms nodes keep the arithmetic readable; 480 Hz is covered separately
@@ -22,7 +22,7 @@ def ramp(n, start=0.0, step=1.0, dim=3):
 
 def chunk(round_id=1, t0=1.0, dt=0.1, actions=None, horizon=None, names=JOINTS, **kw):
     actions = ramp(5) if actions is None else actions
-    return ActionChunkData(robot_id="r0", task_id="t", round_id=round_id, capture_time=t0, dt=dt,
+    return ActionChunkData(robot_id="r0", task_id="t", round_id=round_id, stamp=t0, dt=dt,
                            joint_names=tuple(names), actions=actions,
                            horizon=len(actions) if horizon is None else horizon, **kw)
 
@@ -274,8 +274,8 @@ def _bad_chunks():
         ("non_finite", r(good, confidence=np.array([1, 1, np.nan, 1, 1.0]))),
         ("bad_confidence", r(good, confidence=np.ones(3))),
         ("stale_round", r(good, round_id=4)),
-        ("stale_round", r(good, round_id=3, capture_time=2.5)),
-        ("time_backwards", r(good, round_id=6, capture_time=1.5)),
+        ("stale_round", r(good, round_id=3, stamp=2.5)),
+        ("time_backwards", r(good, round_id=6, stamp=1.5)),
         ("empty", r(good, actions=np.zeros((0, 3)), horizon=0)),
         ("bad_dt", r(good, dt=0.0)),
         ("bad_dt", r(good, dt=-0.1)),
@@ -284,8 +284,8 @@ def _bad_chunks():
         ("bad_horizon", r(good, horizon=0)),
         ("bad_horizon", r(good, horizon=6)),
         ("bad_horizon", r(good, horizon=2.5)),
-        ("bad_time", r(good, capture_time=float("inf"))),
-        ("capture_in_future", r(good, round_id=6, capture_time=9.0)),
+        ("bad_time", r(good, stamp=float("inf"))),
+        ("capture_in_future", r(good, round_id=6, stamp=9.0)),
         ("malformed", r(good, actions="not numbers")),
         ("malformed", r(good, round_id="seven")),
     ]

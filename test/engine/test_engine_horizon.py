@@ -76,6 +76,8 @@ def test_bad_policies_and_inputs_get_clear_errors():
         make_horizon_policy("nonsense")
     with pytest.raises(ValueError, match="cannot be imported"):
         make_horizon_policy("no_such_module_xyz:Policy")
+    with pytest.raises(ValueError, match="is not a class"):  # never called: "os:abort" would end the process
+        make_horizon_policy("os:getpid")
     with pytest.raises(ValueError, match="expected 1..6"):
         checked_decision(Broken(), figure7_updates())
     with pytest.raises(ValueError, match="NaN"):

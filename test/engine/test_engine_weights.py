@@ -1,12 +1,13 @@
 """Checkpoint loading: key mapping, shape checks, deliberate skips, clear errors, size inference."""
 import json
 
+import numpy as np
 import pytest
 import torch
 
 from physai_ros.engine import CheckpointError, Pi0Config, Pi0Engine, load_lerobot_checkpoint, random_weights
-from physai_ros.engine.normalize import Normalizer
 from physai_ros.engine.weights import SafetensorsFile, lerobot_key, map_key, normalization_stats, save_lerobot_checkpoint
+from physai_ros.serving.normalizer import Normalizer
 
 from engine_helpers import make_input
 
@@ -149,8 +150,10 @@ def test_bf16_load_and_normalisation_stats(tmp_path):
                output_features={"action": {"type": "ACTION", "shape": [5]}},
                normalization_mapping={"STATE": "MEAN_STD", "ACTION": "MEAN_STD"})
     (tmp_path / "config.json").write_text(json.dumps(cfg))
-    n = Normalizer.from_lerobot_checkpoint(tmp_path, 8, 8)
-    assert n.state_mode == "MEAN_STD" and n.action_mode == "IDENTITY"  # no action stats stored
+    # The serving normaliser reads them as a user's LeRobot checkpoint carries them.
+    n = Normalizer.from_checkpoint(tmp_path)
+    assert n.state.mode == "MEAN_STD" and n.action is None  # no action stats stored: identity
     raw = torch.randn(6)
-    torch.testing.assert_close(n.normalize_state(raw)[:6], (raw - mean) / (std + 1e-8))
-    assert n.unnormalize_actions(torch.ones(3, 8)).shape == (3, 5)
+    np.testing.assert_allclose(n.normalize_state(raw.numpy(), 8)[:6], ((raw - mean) / (std + 1e-8)).numpy(),
+                               rtol=1e-6, atol=1e-6)
+    assert n.unnormalize_actions(np.ones((3, 8), np.float32), 5).shape == (3, 5)

@@ -1,6 +1,6 @@
 """physai-fleet's task-completion line (make demo's summary) from the robots' task_status."""
-from physai_ros.fleet import task_completion_line
-from physai_ros.fleet_report import RobotSummary
+from physai_ros.fleet.report import task_completion_line
+from physai_ros.monitoring.robot_summary import RobotSummary
 
 
 def test_completion_line_counts_successes_over_ended_episodes():

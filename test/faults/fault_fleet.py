@@ -8,7 +8,7 @@ import time
 import numpy as np
 import yaml
 
-from physai_ros.serving.types import ImageData, ObservationData
+from physai_ros.protocol.observation import ImageData, ObservationData
 
 IMAGE_HW = (32, 32)
 JOINTS = ["joint_0", "joint_1", "joint_2", "joint_3", "gripper"]

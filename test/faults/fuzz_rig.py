@@ -12,7 +12,7 @@ import array
 import threading
 import time
 
-from physai_ros.fleet_processes import ProcessSpec
+from physai_ros.fleet.processes import ProcessSpec
 from physai_ros.ros.qos import reliable_qos
 
 from process_rig import ProcessRig

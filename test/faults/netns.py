@@ -28,7 +28,7 @@ import time
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from physai_ros.fleet_processes import ProcessSpec
+from physai_ros.fleet.processes import ProcessSpec
 
 ADDR_A = "10.213.0.1"
 ADDR_B = "10.213.0.2"

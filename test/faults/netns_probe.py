@@ -46,6 +46,7 @@ def main(argv=None) -> int:
     from rclpy.executors import SingleThreadedExecutor
     from std_msgs.msg import String
 
+    from physai_ros.protocol.chunk import HOLD_ENGINE_INSTANCE
     from physai_ros.ros.qos import reliable_qos, sensor_data_qos
 
     rclpy.init()
@@ -64,7 +65,7 @@ def main(argv=None) -> int:
         write({"kind": "chunk", "ns": ns, "robot": m.robot_id, "round": int(m.round_id),
                "status": int(m.status), "error": m.error[:200], "engine": m.engine_instance,
                "stamp": stamp, "horizon": int(m.horizon)})
-        if a.robot and m.robot_id == a.robot and m.engine_instance != "robot_client":
+        if a.robot and m.robot_id == a.robot and m.engine_instance != HOLD_ENGINE_INSTANCE:
             with lock:
                 answered[int(m.round_id)] = int(m.status)
 
@@ -122,12 +123,12 @@ def _closed_loop(node, a, write, answered, lock, stop) -> None:
     from physai_ros_interfaces.msg import Observation
     from physai_ros_interfaces.srv import RegisterRobot
 
+    from physai_ros.protocol.observation import ImageData, ObservationData
+    from physai_ros.ros.codecs.observation import observation_to_msg
+    from physai_ros.ros.codecs.registration import registration_to_request, result_from_response
     from physai_ros.ros.qos import reliable_qos
     from physai_ros.serving.client_core import RobotClientCore
     from physai_ros.serving.config import load_fleet
-    from physai_ros.serving.ros_msgs import (observation_to_msg, registration_to_request,
-                                             result_from_response)
-    from physai_ros.serving.types import ImageData, ObservationData
 
     robot = load_fleet(a.fleet).resolve_robot(a.robot)
     reg_core = RobotClientCore(robot)

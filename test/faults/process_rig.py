@@ -1,6 +1,6 @@
 """Real processes for the fault tests, and an in-test ROS node that records what they say.
 
-ProcessRig starts nodes as separate processes (physai_ros.fleet_processes.ProcessGroup), can
+ProcessRig starts nodes as separate processes (physai_ros.fleet.processes.ProcessGroup), can
 SIGKILL one, and spins one in-test node (own rclpy Context) in a thread. Every wait is bounded
 and fails at once, with the processes' log tails, when a process that must live has died.
 """
@@ -12,7 +12,7 @@ import threading
 import time
 from collections import defaultdict
 
-from physai_ros.fleet_processes import ProcessGroup, ProcessSpec
+from physai_ros.fleet.processes import ProcessGroup, ProcessSpec
 from physai_ros.ros.qos import reliable_qos
 
 from ros_rig import SpunNode, wait_for

@@ -24,7 +24,7 @@ sys.path.insert(0, str(Path(__file__).parent))
 
 from fuzz_rig import CTL_JOINTS, JOINTS, Rig, image, now_s, observation, registration, stamp  # noqa: E402
 
-from physai_ros.fleet_processes import ProcessSpec  # noqa: E402
+from physai_ros.fleet.processes import ProcessSpec  # noqa: E402
 
 # No shrinking: the nodes are stateful (round ids, capture times, counters), so replaying a
 # smaller example against them is not the same experiment; the first failing example is reported.

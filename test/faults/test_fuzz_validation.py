@@ -18,8 +18,9 @@ from hypothesis import strategies as st
 from rclpy.exceptions import InvalidTopicNameException
 from rclpy.validate_full_topic_name import validate_full_topic_name
 
+from physai_ros.protocol.observation import ImageData, ObservationData
+from physai_ros.protocol.registration import RobotRegistration
 from physai_ros.serving import validation as V
-from physai_ros.serving.types import ImageData, ObservationData, RobotRegistration
 
 LIMITS = V.ModelLimits(max_views=3, max_state_dim=32, max_action_dim=32)
 

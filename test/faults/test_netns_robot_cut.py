@@ -20,7 +20,8 @@ from pathlib import Path
 import pytest
 import yaml
 
-from physai_ros.serving import fleet_plan
+from physai_ros.fleet import plan as fleet_plan
+from physai_ros.protocol.chunk import HOLD_ENGINE_INSTANCE
 from physai_ros.serving.config import load_fleet
 
 import netns
@@ -36,7 +37,7 @@ RELEASE_S = 4.0  # server.robot_timeout_s: clients re-register every 2 s while c
 CUT_S = RELEASE_S + 3.0  # long enough for the server to free them
 STARTUP_S = 240  # seven processes starting at once; the server alone took 90 s at load 80
 HW = 32
-OK, HOLD = 0, "robot_client"
+OK, HOLD = 0, HOLD_ENGINE_INSTANCE
 
 
 def _fleet(path: Path) -> str:

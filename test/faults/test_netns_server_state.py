@@ -11,10 +11,11 @@ import numpy as np
 import pytest
 import yaml
 
+from physai_ros.protocol.chunk import STATUS_OK, STATUS_REFUSED
+from physai_ros.protocol.observation import ImageData, ObservationData
 from physai_ros.serving.client_core import RobotClientCore
 from physai_ros.serving.config import parse_fleet
 from physai_ros.serving.factory import build_core
-from physai_ros.serving.types import STATUS_OK, STATUS_REFUSED, ImageData, ObservationData
 
 HW = 32
 
@@ -130,7 +131,7 @@ def test_a_silent_robot_is_freed_and_comes_back_above_its_round_ids(env):
     assert core.release_idle(4.0) == []  # silent 3 s < 4 s
     clock.t += 1.5
     assert core.release_idle(4.0) == ["r0"]
-    assert "r0" not in core.registrations and "r0" not in core.diagnostics()
+    assert "r0" not in core.registry.registrations and "r0" not in core.diagnostics()
     # Back: an observation first is refused (unknown robot), which makes the client register.
     [refused] = core.submit(_obs(client, 4, clock.t))
     assert refused.status == STATUS_REFUSED and refused.error.startswith("unknown_robot")

@@ -21,7 +21,8 @@ from pathlib import Path
 import pytest
 import yaml
 
-from physai_ros.fleet_processes import ProcessSpec
+from physai_ros.fleet.processes import ProcessSpec
+from physai_ros.protocol.chunk import HOLD_ENGINE_INSTANCE
 
 import netns
 from netns_probe import ProbeLog
@@ -148,7 +149,7 @@ def _lose_and_recover(rig: Rig, lose, recover, what: str) -> dict:
     rig.wait(lambda: rig.engine("gpu_a")["t"] > first_a["t"] and rig.engine("gpu_a")["level"] == 0, 10,
              "the server to report gpu_a alive again")
     # Every round sent so far was answered exactly once, OK, round ids increasing.
-    answers = [c["round"] for c in rig.probe.chunks() if c["engine"] != "robot_client"]
+    answers = [c["round"] for c in rig.probe.chunks() if c["engine"] != HOLD_ENGINE_INSTANCE]
     assert answers == sorted(set(answers)), answers
     assert not rig.problems(), rig.problems()
     return {"failover_s": first_b["t"] - t_cut, "reuse_s": first_a["t"] - t_back}

@@ -1,7 +1,7 @@
 """Issue 8: the policy server process is SIGKILLed and restarted under a running fleet.
 
 Real processes over real DDS: policy_server, and per robot sim_robot + robot_client +
-trajectory_controller (fleet_plan). Robot `hold_bot` runs the `hold` fallback, `resend_bot`
+trajectory_controller (fleet.plan). Robot `hold_bot` runs the `hold` fallback, `resend_bot`
 `stop_and_resend`. Everything asserted comes from the robot side: the observations the clients
 send, the chunks and hold chunks on their action_chunk topics, client_status, the controllers'
 ExecutionInfo, and the simulated joints.
@@ -18,7 +18,8 @@ import time
 import numpy as np
 import pytest
 
-from physai_ros.serving import fleet_plan
+from physai_ros.fleet import plan as fleet_plan
+from physai_ros.protocol.chunk import HOLD_ENGINE_INSTANCE
 from physai_ros.serving.config import load_fleet
 
 from fault_fleet import robot_entry, write_fleet
@@ -50,10 +51,10 @@ class RobotRecord:
         self.commands = rig.record(JointTrajectory, f"/{ns}/joint_trajectory", reliable_qos(500))
 
     def server_chunks(self, after: float = -np.inf) -> list:
-        return [c for t, c in self.chunks if t > after and c.engine_instance != "robot_client" and c.status == OK]
+        return [c for t, c in self.chunks if t > after and c.engine_instance != HOLD_ENGINE_INSTANCE and c.status == OK]
 
     def holds(self, after: float = -np.inf) -> list:
-        return [(t, c) for t, c in self.chunks if t > after and c.engine_instance == "robot_client"]
+        return [(t, c) for t, c in self.chunks if t > after and c.engine_instance == HOLD_ENGINE_INSTANCE]
 
     def client(self) -> dict:
         return json.loads(self.status[-1][1].data) if self.status else {}
@@ -174,7 +175,7 @@ def test_sigkilled_server_robots_fall_back_reregister_and_resume(fleet):
             # what it had received before the kill (a chunk already in its buffer still runs
             # until the hold), and execution continues above it with the new server's chunks.
             received = {c.round_id for t, c in r.chunks
-                        if t <= t_kill and c.status == OK and c.engine_instance != "robot_client"}
+                        if t <= t_kill and c.status == OK and c.engine_instance != HOLD_ENGINE_INSTANCE}
             during = {m.executing_round_id for s, m in r.info if t_kill < s <= t_restart and m.executing_round_id}
             after = [m.executing_round_id for s, m in r.info if s > t_restart and m.executing_round_id]
             assert during <= received, (ns, during, sorted(received)[-3:])

@@ -17,8 +17,8 @@ from rclpy.signals import SignalHandlerOptions
 
 from physai_ros.monitoring.diagnostics import MetricsTask, Thresholds
 from physai_ros.monitoring.metrics import MetricsPublisher
-from physai_ros.monitoring.updater import BACKEND, FrequencyStatus, FrequencyStatusParam, Updater
 from physai_ros.monitoring.window import SlidingWindow
+from physai_ros.ros.diagnostics_updater import BACKEND, FrequencyStatus, FrequencyStatusParam, Updater
 
 FINAL = 12345.0
 BATCH = 100

@@ -1,8 +1,8 @@
 """physai-fleet's summary logic without rclpy: the series' time base and the robots' serving
 fields (the first 8-robot run showed 0 rounds, "client unregistered" and a 220 s axis for a
 40 s run)."""
-from physai_ros.fleet_startup import clients_answered
-from physai_ros.fleet_report import rebase_series
+from physai_ros.fleet.report import rebase_series
+from physai_ros.fleet.startup import clients_answered
 
 
 def _status(**kw):

@@ -168,7 +168,7 @@ def test_the_embedded_fleet_file_has_a_monitoring_block_and_a_bad_one_fails_the_
 
 
 def test_echo_formats_statuses_worst_first():
-    from physai_ros.monitoring.echo import format_statuses
+    from physai_ros.monitoring.status_text import format_statuses
 
     text = format_statuses({"policy_server: robot_0": (0, "12 rounds", [("rounds", "12")]),
                             "robot_0/robot_client: client": (2, "camera_hz 0 < error 2", []),

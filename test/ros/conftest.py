@@ -12,7 +12,7 @@ import pytest
 
 sys.path.insert(0, str(Path(__file__).parent))
 
-from physai_ros.fleet_processes import ProcessGroup  # noqa: E402
+from physai_ros.fleet.processes import ProcessGroup  # noqa: E402
 from ros_test_helpers import RosHarness  # noqa: E402
 
 

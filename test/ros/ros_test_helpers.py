@@ -8,7 +8,7 @@ import rclpy
 from rclpy.context import Context
 from rclpy.executors import SingleThreadedExecutor
 
-from physai_ros.fleet_processes import ProcessGroup
+from physai_ros.fleet.processes import ProcessGroup
 
 
 class RosHarness:

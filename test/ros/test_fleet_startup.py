@@ -1,4 +1,4 @@
-"""physai-fleet's start (physai_ros.fleet_startup and the CLI's first checks): the ROS domain a
+"""physai-fleet's start (physai_ros.fleet.startup and the CLI's first checks): the ROS domain a
 run picks, the server's start-up progress relayed, and config/file errors as one line, exit 2."""
 import os
 import socket
@@ -8,7 +8,7 @@ import sys
 import pytest
 import yaml
 
-from physai_ros.fleet_startup import (DOMAIN_GAIN, PORT_BASE, UNICAST_OFFSET, StartupRelay,
+from physai_ros.fleet.startup import (DOMAIN_GAIN, PORT_BASE, UNICAST_OFFSET, StartupRelay,
                                       choose_domain, domain_in_use, fleet_nodes_on)
 from physai_ros.serving.config import default_fleet_path
 

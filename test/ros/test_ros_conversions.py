@@ -8,12 +8,19 @@ from physai_ros_interfaces.msg import ActionChunk
 from sensor_msgs.msg import Image
 from trajectory_msgs.msg import JointTrajectory, JointTrajectoryPoint
 
+from physai_ros.control.hold import hold_chunk, is_hold_chunk
 from physai_ros.control.joint_trajectory import JointTrajectoryPlan, TrajectoryPoint
-from physai_ros.control.types import ActionChunkData
-from physai_ros.ros.chunks import ChunkMessageError, chunk_from_msg, chunk_to_msg
+from physai_ros.control.types import ExecutionState
+from physai_ros.protocol import chunk as chunk_codes
+from physai_ros.protocol.chunk import ActionChunkData
+from physai_ros.protocol.segment import TrajectorySegmentData
+from physai_ros.ros.codecs.chunk import ChunkMessageError, chunk_from_msg, chunk_to_msg, executable_chunk_from_msg
+from physai_ros.ros.codecs.execution_info import execution_info_to_msg, execution_state_from_msg
+from physai_ros.ros.codecs.joint_trajectory import TrajectoryMessageError, msg_to_plan, plan_to_msg
+from physai_ros.ros.codecs.segment import SegmentMessageError, segment_from_msg, segment_to_msg
 from physai_ros.ros.image import ImageBridge, ImageConversionError, make_bridge
 from physai_ros.ros.time_conv import duration_from_sec, time_from_sec, to_ns, to_sec
-from physai_ros.ros.trajectory import TrajectoryMessageError, msg_to_plan, plan_to_msg
+from physai_ros.serving.client_core import HoldCommand
 
 
 def test_image_round_trip_reuses_one_buffer_and_reads_without_copy():
@@ -61,15 +68,41 @@ def test_time_conversions():
 
 
 def test_chunk_round_trip():
-    data = ActionChunkData(robot_id="r", task_id="t", round_id=7, capture_time=100.25, dt=0.02,
+    data = ActionChunkData(robot_id="r", task_id="t", round_id=7, stamp=100.25, dt=0.02,
                            joint_names=("a", "b", "c"), actions=np.arange(12, dtype=float).reshape(4, 3),
-                           horizon=3, confidence=np.array([1.0, 0.5, 0.5, 0.25]))
-    back = chunk_from_msg(chunk_to_msg(data))
-    assert (back.robot_id, back.task_id, back.round_id, back.dt, back.joint_names, back.horizon) == (
-        "r", "t", 7, 0.02, ("a", "b", "c"), 3)
-    assert back.capture_time == pytest.approx(100.25, abs=1e-9)
-    np.testing.assert_array_equal(back.actions, data.actions)
-    np.testing.assert_array_equal(back.confidence, data.confidence)
+                           horizon=3, confidence=np.array([1.0, 0.5, 0.5, 0.25]), queue_ms=1.5,
+                           inference_ms=20.25, engine_instance="engine_1")
+    for decode in (chunk_from_msg, executable_chunk_from_msg):
+        back = decode(chunk_to_msg(data))
+        assert (back.robot_id, back.task_id, back.round_id, back.dt, back.joint_names, back.horizon) == (
+            "r", "t", 7, 0.02, ("a", "b", "c"), 3)
+        assert (back.status, back.error, back.queue_ms, back.inference_ms, back.engine_instance) == (
+            0, "", 1.5, 20.25, "engine_1")
+        assert back.stamp == pytest.approx(100.25, abs=1e-9)
+        np.testing.assert_array_equal(back.actions, data.actions)
+        np.testing.assert_array_equal(back.confidence, data.confidence)
+
+
+def test_status_codes_match_the_message_constants():
+    assert (chunk_codes.STATUS_OK, chunk_codes.STATUS_ERROR, chunk_codes.STATUS_REFUSED) == (
+        ActionChunk.STATUS_OK, ActionChunk.STATUS_ERROR, ActionChunk.STATUS_REFUSED)
+
+
+def test_a_refusal_travels_without_actions_and_reads_back_as_one():
+    refusal = ActionChunkData("r", "t", 4, 2.0, status=chunk_codes.STATUS_REFUSED, error="stale: too old")
+    msg = chunk_to_msg(refusal)
+    assert (msg.num_actions, msg.action_dim, len(msg.actions), len(msg.confidence)) == (0, 0, 0, 0)
+    back = chunk_from_msg(msg)
+    assert back.status == chunk_codes.STATUS_REFUSED and back.error == "stale: too old" and back.actions.size == 0
+    with pytest.raises(ChunkMessageError, match="status"):
+        executable_chunk_from_msg(msg)
+
+
+def test_the_clients_hold_chunk_keeps_both_markers_on_the_wire():
+    hold = chunk_from_msg(chunk_to_msg(hold_chunk("r", "t", HoldCommand(3, np.array([0.1, 0.2]), "miss", 5.0, 0.02, 4),
+                                                  ("j0", "j1"))))
+    assert is_hold_chunk(hold.status, hold.error, hold.engine_instance)
+    assert (hold.round_id, hold.horizon, hold.actions.shape) == (3, 4, (4, 2))
 
 
 @pytest.mark.parametrize("mutate,match", [
@@ -77,11 +110,53 @@ def test_chunk_round_trip():
     (lambda m: setattr(m, "confidence", [1.0]), "confidence"),
     (lambda m: setattr(m, "status", ActionChunk.STATUS_ERROR), "status"),
 ])
-def test_chunk_messages_that_cannot_be_read(mutate, match):
-    msg = chunk_to_msg(ActionChunkData("r", "t", 1, 1.0, 0.1, ("a",), np.zeros((4, 1)), 4, np.ones(4)))
+def test_chunk_messages_that_cannot_be_executed(mutate, match):
+    msg = chunk_to_msg(ActionChunkData("r", "t", 1, 1.0, dt=0.1, joint_names=("a",), actions=np.zeros((4, 1)),
+                                       horizon=4, confidence=np.ones(4)))
     mutate(msg)
     with pytest.raises(ChunkMessageError, match=match):
-        chunk_from_msg(msg)
+        executable_chunk_from_msg(msg)
+
+
+def test_segment_round_trip_and_validation():
+    seg = TrajectorySegmentData(robot_id="r", round_id=6, segment_id=11, joint_names=("a", "b"), start_time=20.5,
+                                dt=1 / 480, positions=np.arange(6, dtype=np.float32).reshape(3, 2),
+                                committed=np.array([True, False, False]), tick_time=20.49, wrench_stamp=20.48,
+                                ticks_merged=2)
+    msg = segment_to_msg(seg)
+    assert to_sec(msg.header.stamp) == pytest.approx(20.48)  # the wrench sample's stamp when there is one
+    back = segment_from_msg(msg)
+    assert (back.robot_id, back.round_id, back.segment_id, back.joint_names) == ("r", 6, 11, ("a", "b"))
+    assert back.start_time == pytest.approx(20.5) and back.dt == pytest.approx(1 / 480)
+    assert back.stamp == pytest.approx(20.48)
+    np.testing.assert_array_equal(back.positions, seg.positions)
+    np.testing.assert_array_equal(back.committed, seg.committed)
+    no_wrench = segment_to_msg(TrajectorySegmentData(**{**seg.__dict__, "wrench_stamp": math.nan}))
+    assert to_sec(no_wrench.header.stamp) == pytest.approx(20.49)  # the tick time before any sample
+    no_flags = segment_to_msg(seg)
+    no_flags.committed = []
+    assert not segment_from_msg(no_flags).committed.any()
+    for field, value in (("num_nodes", 4), ("committed", [True]), ("num_nodes", 0)):
+        bad = segment_to_msg(seg)
+        setattr(bad, field, value)
+        if field == "num_nodes" and value == 0:
+            bad.positions, bad.committed = [], []
+        with pytest.raises(SegmentMessageError):
+            segment_from_msg(bad)
+
+
+def test_execution_info_round_trip():
+    st = ExecutionState(executing_round_id=8, exec_phase_start=12.25, actions_remaining=5, control_period=0.02,
+                        buffer_nodes=40, buffer_dry=False, underruns=2, chunks_accepted=9, chunks_rejected=1,
+                        last_reject_reason="stale_round")
+    msg = execution_info_to_msg(st, "robot_3", stamp=13.0)
+    assert msg.robot_id == "robot_3" and to_sec(msg.header.stamp) == pytest.approx(13.0)
+    back = execution_state_from_msg(msg)
+    assert back == ExecutionState(**{**st.__dict__, "exec_phase_start": back.exec_phase_start})
+    assert back.exec_phase_start == pytest.approx(12.25)
+    # before any chunk the phase start is unset (negative): it travels as time zero
+    assert execution_state_from_msg(execution_info_to_msg(ExecutionState(**{**st.__dict__, "exec_phase_start": -1.0}),
+                                                          "r", 1.0)).exec_phase_start == 0.0
 
 
 def test_trajectory_round_trip_and_validation():

@@ -10,15 +10,21 @@ from physai_ros_interfaces.msg import ActionChunk, ExecutionInfo, TrajectorySegm
 from sensor_msgs.msg import JointState
 from trajectory_msgs.msg import JointTrajectory
 
-from physai_ros.control.types import ActionChunkData
-from physai_ros.fleet_processes import ProcessSpec
-from physai_ros.ros.chunks import chunk_to_msg
+from physai_ros.fleet.processes import ProcessSpec
+from physai_ros.protocol.chunk import ActionChunkData
+from physai_ros.ros.codecs.chunk import chunk_to_msg
 from physai_ros.ros.qos import reliable_qos
 from physai_ros.ros.time_conv import now_sec, time_from_sec, to_sec
 from physai_ros.sim.robot import ArmConfig
 from ros_test_helpers import fail_with_logs
 
 pytestmark = pytest.mark.ros
+
+
+def chunk_msg(robot_id, round_id, stamp, names, actions, horizon):
+    """An answer with actions 0.05 s apart, as the policy server would send it."""
+    return chunk_to_msg(ActionChunkData(robot_id, "task", round_id, stamp, dt=0.05, joint_names=names,
+                                        actions=actions, horizon=horizon))
 
 
 def test_controller_drives_sim_joints_to_a_commanded_target(ros, procs):
@@ -50,8 +56,7 @@ def test_controller_drives_sim_joints_to_a_commanded_target(ros, procs):
         start = np.array([js.position[list(js.name).index(k)] for k in names])
         t = now_sec(ros.node)
         ramp = np.clip(np.arange(30) / 10.0, 0.0, 1.0)[:, None]
-        chunk = ActionChunkData("e2e", "task", next(rounds), t, 0.05, names, start + ramp * (target - start), 30)
-        pub.publish(chunk_to_msg(chunk))
+        pub.publish(chunk_msg("e2e", next(rounds), t, names, start + ramp * (target - start), 30))
 
     def arrived():
         js = state["js"]
@@ -75,10 +80,10 @@ def test_controller_drives_sim_joints_to_a_commanded_target(ros, procs):
     t = now_sec(ros.node)
     nan_actions = np.full((5, 4), 0.1)
     nan_actions[2, 1] = math.nan
-    bad = [chunk_to_msg(ActionChunkData("e2e", "task", 500, t, 0.05, names, nan_actions, 5)),
-           chunk_to_msg(ActionChunkData("e2e", "task", 501, t, 0.05, names[:-1] + ("elbow_x",), np.zeros((5, 4)), 5)),
-           chunk_to_msg(ActionChunkData("e2e", "task", 1, t, 0.05, names, np.zeros((5, 4)), 5)),
-           chunk_to_msg(ActionChunkData("someone_else", "task", 502, t, 0.05, names, np.zeros((5, 4)), 5))]
+    bad = [chunk_msg("e2e", 500, t, names, nan_actions, 5),
+           chunk_msg("e2e", 501, t, names[:-1] + ("elbow_x",), np.zeros((5, 4)), 5),
+           chunk_msg("e2e", 1, t, names, np.zeros((5, 4)), 5),
+           chunk_msg("someone_else", 502, t, names, np.zeros((5, 4)), 5)]
     for m in bad:
         pub.publish(m)
     ok = ros.spin_until(lambda: state["info"].chunks_rejected >= rejected_before + 4, timeout=15.0)

@@ -7,7 +7,7 @@ from pathlib import Path
 
 import pytest
 
-from physai_ros.fleet_processes import ProcessGroup, ProcessSpec
+from physai_ros.fleet.processes import ProcessGroup, ProcessSpec
 
 HERE = Path(__file__).parent
 

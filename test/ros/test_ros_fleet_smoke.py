@@ -10,9 +10,9 @@ import time
 import cv2
 import pytest
 
-from physai_ros.fleet import build_fleet, fleet_env, parse_args
-from physai_ros.fleet_processes import ProcessSpec
-from physai_ros.ros.health import TIMING_REASONS
+from physai_ros.fleet.cli import build_fleet, fleet_env, parse_args
+from physai_ros.fleet.processes import ProcessSpec
+from physai_ros.monitoring.robot_health import TIMING_REASONS
 
 pytestmark = [pytest.mark.ros, pytest.mark.slow]
 

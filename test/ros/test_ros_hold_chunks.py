@@ -1,7 +1,7 @@
 """The robot client's hold chunks against a real trajectory_controller process, over DDS.
 
 This process plays the robot client and the policy server on action_chunk: a chunk, then an
-SLO miss answered with a hold chunk (built by the client's own hold_chunk_msg), then the late or
+SLO miss answered with a hold chunk (built by the client's own control.hold.hold_chunk), then the late or
 resent answer. A keep-waiting hold (round r-1) must let the late answer to r execute although
 its capture time is older than the hold; a give-up hold (r+1) must refuse the answer to r and
 take the resend's answer r+2, whose image was also captured before the hold. Checked through
@@ -14,13 +14,13 @@ import pytest
 from diagnostic_msgs.msg import DiagnosticArray
 from physai_ros_interfaces.msg import ActionChunk, ExecutionInfo
 
-from physai_ros.control.types import ActionChunkData
-from physai_ros.fleet_processes import ProcessSpec
-from physai_ros.ros.chunks import chunk_to_msg
+from physai_ros.control.hold import hold_chunk
+from physai_ros.fleet.processes import ProcessSpec
+from physai_ros.protocol.chunk import ActionChunkData
+from physai_ros.ros.codecs.chunk import chunk_to_msg
 from physai_ros.ros.qos import reliable_qos
 from physai_ros.ros.time_conv import now_sec
 from physai_ros.serving.client_core import HoldCommand
-from physai_ros.serving.ros_msgs import hold_chunk_msg
 from physai_ros.sim.robot import ArmConfig
 from ros_test_helpers import fail_with_logs
 
@@ -52,13 +52,14 @@ def test_hold_chunks_keep_or_give_up_the_awaited_answer(ros, procs):
     def answer(rnd, capture, value):
         # 5 s of plan, so no action has expired by the time it arrives even on a loaded machine
         actions = np.full((50, len(names)), value)
-        return chunk_to_msg(ActionChunkData(RID, "task", rnd, capture, 0.1, names, actions, 50))
+        return chunk_to_msg(ActionChunkData(RID, "task", rnd, capture, dt=0.1, joint_names=names, actions=actions,
+                                            horizon=50))
 
     def hold(rnd, now):
         # Stamped `now`, newer than the answers that follow: the controller must not let a hold's
         # stamp decide anything (inserting it as a chunk would refuse them as time_backwards).
         cmd = HoldCommand(rnd, np.zeros(len(names)), "SLO miss (test)", capture_time=now, dt=0.02, num_actions=3)
-        return hold_chunk_msg(RID, "task", cmd, names)
+        return chunk_to_msg(hold_chunk(RID, "task", cmd, names))
 
     def info():
         return state["info"]

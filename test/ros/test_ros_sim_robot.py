@@ -13,9 +13,9 @@ from geometry_msgs.msg import WrenchStamped
 from sensor_msgs.msg import Image, JointState
 from std_msgs.msg import String
 
-from physai_ros.fleet import fastdds_profile_path
-from physai_ros.fleet_processes import ProcessSpec
-from physai_ros.fleet_report import RateCounter
+from physai_ros.fleet.cli import fastdds_profile_path
+from physai_ros.fleet.processes import ProcessSpec
+from physai_ros.monitoring.robot_summary import RateCounter
 from physai_ros.ros.image import ImageBridge
 from physai_ros.ros.qos import latched_qos, reliable_qos, sensor_data_qos
 from physai_ros.sim.runtime import TaskStatus

@@ -11,12 +11,14 @@ import sys
 import pytest
 from physai_ros_interfaces.msg import ActionChunk, Observation
 
-from physai_ros.scheduler import LatencyProfile
-from physai_ros.sim.fleet_sim import InstanceSpec, SimConfig, poisson_arrivals, run_offline, run_online
-from physai_ros.sim.trace_capture import FleetTraceCapture, chunk_from_msg, request_from_msg
-from physai_ros.sim.traces import RoundTrace, load_traces, save_traces
+from physai_ros.ros.codecs.chunk import chunk_from_msg
+from physai_ros.ros.codecs.observation import observation_from_msg
 from physai_ros.ros.time_conv import time_from_sec
+from physai_ros.scheduler import LatencyProfile
 from physai_ros.serving.config import default_fleet_path, load_fleet, resolve_package_path
+from physai_ros.sim.fleet_sim import InstanceSpec, SimConfig, poisson_arrivals, run_offline, run_online
+from physai_ros.sim.trace_capture import FleetTraceCapture
+from physai_ros.sim.traces import RoundTrace, load_traces, save_traces
 
 # chunk_size of the model config/fleet.yaml serves (the trained sim policy's config.json)
 _MODEL = load_fleet(None).server.model
@@ -36,16 +38,17 @@ def obs(rid, remaining, t, robot="robot_0", refresh=False):
 def chunk(rid, horizon, t, robot="robot_0", status=ActionChunk.STATUS_OK, n=8, dt=0.1, engine="engine_0",
           inference_ms=40.0, queue_ms=5.0):
     m = ActionChunk(robot_id=robot, task_id="pick", round_id=rid, status=status, dt=dt, num_actions=n,
-                    horizon=horizon, queue_ms=queue_ms, inference_ms=inference_ms, engine_instance=engine)
+                    action_dim=1, actions=[0.0] * n, horizon=horizon, queue_ms=queue_ms, inference_ms=inference_ms,
+                    engine_instance=engine)
     m.header.stamp = time_from_sec(t)
     return m
 
 
 def feed(cap, robot, msg, received):
     if isinstance(msg, Observation):
-        cap.on_request(robot, request_from_msg(msg, received), msg.robot_id)
+        cap.on_request(robot, observation_from_msg(msg), received)
     else:
-        cap.on_chunk(robot, chunk_from_msg(msg, received), msg.robot_id)
+        cap.on_chunk(robot, chunk_from_msg(msg), received)
 
 
 def test_rounds_pair_chunks_with_the_next_request_in_any_arrival_order(tmp_path):

@@ -3,7 +3,7 @@ import time
 
 import numpy as np
 
-from physai_ros.serving.types import ImageData, ObservationData
+from physai_ros.protocol.observation import ImageData, ObservationData
 def make_image(h=224, w=224, encoding="rgb8", value=None, seed=0):
     c = {"rgb8": 3, "bgr8": 3, "mono8": 1, "rgba8": 4}.get(encoding, 3)
     rng = np.random.default_rng(seed)

@@ -9,7 +9,7 @@ from collections import defaultdict
 
 import yaml
 
-from physai_ros.serving import fleet_plan
+from physai_ros.fleet import plan as fleet_plan
 from physai_ros.serving.config import load_fleet
 
 from ros_rig import SpunNode, log_of, wait_for

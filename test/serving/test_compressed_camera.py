@@ -13,9 +13,9 @@ from rclpy.executors import SingleThreadedExecutor
 from rclpy.parameter import Parameter
 from sensor_msgs.msg import CompressedImage, Image
 
+from physai_ros.ros.codecs.observation import compressed_image_data, image_msg
 from physai_ros.ros.qos import sensor_data_qos
 from physai_ros.serving.config import FleetConfigError, default_fleet_path, parse_fleet
-from physai_ros.serving.ros_msgs import _image_msg, compressed_image_data
 
 TOPIC = "camera_0/image_raw/compressed"
 
@@ -103,7 +103,7 @@ def test_robot_client_subscribes_and_decodes_a_real_compressed_publisher(tmp_pat
         assert np.array_equal(im.array(), img)
         assert client.core._image_stamps[0] == pytest.approx(1234.0)
         # The Observation carries the decoded Image itself (decoded once, not re-encoded).
-        assert isinstance(im.source, Image) and _image_msg(im, 0.0) is im.source
+        assert isinstance(im.source, Image) and image_msg(im, 0.0) is im.source
         # A corrupt frame is counted, logged, and leaves the last good frame in place.
         bad = CompressedImage(format="jpeg")
         bad.data = b"\xff\xd8 truncated"

@@ -29,10 +29,10 @@ for extra in (HERE, HERE.parent / "streaming_ros"):
     if str(extra) not in sys.path:
         sys.path.insert(0, str(extra))
 
+from physai_ros.protocol.chunk import STATUS_OK  # noqa: E402
 from physai_ros.serving.client_core import RobotClientCore  # noqa: E402
 from physai_ros.serving.config import load_fleet, parse_fleet  # noqa: E402
 from physai_ros.serving.factory import build_core  # noqa: E402
-from physai_ros.serving.types import STATUS_OK  # noqa: E402
 
 from serving_helpers import make_image, make_obs  # noqa: E402
 

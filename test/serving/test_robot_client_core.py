@@ -3,8 +3,9 @@ import dataclasses
 
 import numpy as np
 
+from physai_ros.protocol.chunk import STATUS_OK, STATUS_REFUSED, ActionChunkData
+from physai_ros.protocol.registration import RegistrationResult
 from physai_ros.serving.client_core import ClientState, RobotClientCore
-from physai_ros.serving.types import STATUS_OK, STATUS_REFUSED, ChunkResult, RegistrationResult
 
 from serving_helpers import make_image
 
@@ -26,7 +27,7 @@ def client(fleet, fallback=None, max_miss=None, slo_ms=None, robot=0):
 
 
 def ok_chunk(c, round_id, stamp, n=8):
-    return ChunkResult(robot_id=c.robot.id, task_id=c.task.name, round_id=round_id, stamp=stamp,
+    return ActionChunkData(robot_id=c.robot.id, task_id=c.task.name, round_id=round_id, stamp=stamp,
                        status=STATUS_OK, joint_names=c.robot.joints, dt=0.02,
                        actions=np.zeros((n, len(c.robot.joints)), np.float32), horizon=n)
 
@@ -166,15 +167,16 @@ def test_server_restart_reregisters_and_round_ids_keep_increasing(fleet):
 
 
 def _buffer_chunk(c, round_id, capture, positions, n, dt):
-    from physai_ros.control.types import ActionChunkData
-
-    return ActionChunkData(robot_id=c.robot.id, task_id=c.task.name, round_id=round_id, capture_time=capture,
+    return ActionChunkData(robot_id=c.robot.id, task_id=c.task.name, round_id=round_id, stamp=capture,
                            dt=dt, joint_names=c.robot.joints,
                            actions=np.tile(np.asarray(positions, float).reshape(1, -1), (n, 1)), horizon=n)
 
 
 def _hold_data(c, h):
-    return _buffer_chunk(c, h.round_id, h.capture_time, h.positions, h.num_actions, h.dt)
+    """The hold chunk the robot client sends for HoldCommand `h`."""
+    from physai_ros.control.hold import hold_chunk
+
+    return hold_chunk(c.robot.id, c.task.name, h, c.robot.joints)
 
 
 def test_hold_chunks_work_with_the_real_trajectory_buffer(fleet):

@@ -6,7 +6,8 @@ import numpy as np
 import pytest
 import yaml
 
-from physai_ros.serving import fleet_plan
+from physai_ros.fleet import plan as fleet_plan
+from physai_ros.protocol.chunk import HOLD_ENGINE_INSTANCE
 from physai_ros.serving.config import default_fleet_path
 
 from serving_ros_harness import Watcher, running_fleet
@@ -49,7 +50,7 @@ def _has_controller():
 
 
 def _ok(chunks):
-    return [c for c in chunks if c.status == OK and c.engine_instance != "robot_client"]
+    return [c for c in chunks if c.status == OK and c.engine_instance != HOLD_ENGINE_INSTANCE]
 
 
 def test_robots_register_stream_and_each_gets_its_own_chunks(fleet_env):
@@ -146,7 +147,7 @@ def test_slo_miss_triggers_fallback_then_escalates_to_stopped(fleet_env):
     with w.lock:
         st = w.status["robot_2"]
         assert st["slo_misses"] >= 2 and st["fallbacks"].get("hold", 0) >= 1
-        holds = [c for c in w.chunks["robot_2"] if c.engine_instance == "robot_client"]
+        holds = [c for c in w.chunks["robot_2"] if c.engine_instance == HOLD_ENGINE_INSTANCE]
         assert holds and all(h.num_actions >= 1 and h.horizon == h.num_actions for h in holds)
         last = np.asarray(holds[-1].actions).reshape(holds[-1].num_actions, holds[-1].action_dim)
         assert (last == last[0]).all(), "a hold repeats one position"

@@ -9,10 +9,10 @@ import threading
 
 import pytest
 
+from physai_ros.protocol.chunk import STATUS_OK
 from physai_ros.serving.client_core import RobotClientCore
 from physai_ros.serving.factory import build_core
 from physai_ros.serving.runner import ServingRunner
-from physai_ros.serving.types import STATUS_OK
 
 from serving_helpers import make_obs
 

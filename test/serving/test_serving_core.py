@@ -5,10 +5,11 @@ import time
 import numpy as np
 import pytest
 
+from physai_ros.protocol.chunk import STATUS_ERROR, STATUS_OK, STATUS_REFUSED
+from physai_ros.protocol.observation import ImageData
 from physai_ros.serving import validation as V
 from physai_ros.serving.client_core import RobotClientCore
 from physai_ros.serving.factory import build_core
-from physai_ros.serving.types import STATUS_ERROR, STATUS_OK, STATUS_REFUSED, ImageData
 
 from serving_helpers import make_image, make_obs
 
@@ -122,7 +123,7 @@ def test_bad_registrations_are_refused_with_reasons(core, fleet):
     for bad in cases:
         res = core.register(replace(bad, robot_id="bad_robot"))
         assert not res.accepted and res.reason.startswith(V.BAD_REGISTRATION), res
-    assert "bad_robot" not in core.registrations
+    assert "bad_robot" not in core.registry.registrations
 
 
 def test_reregistration_continues_round_ids_above_the_robots_history(core, fleet):

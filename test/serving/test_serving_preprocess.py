@@ -3,9 +3,12 @@ import json
 
 import numpy as np
 import pytest
+import torch
 
+from physai_ros.engine.batching import model_pixels
 from physai_ros.serving.config import load_fleet, tokenizer_path
-from physai_ros.serving.preprocess import Normalizer, image_to_rgb, letterbox, to_model_image
+from physai_ros.serving.normalizer import Normalizer
+from physai_ros.serving.preprocess import image_to_rgb, letterbox, to_model_pixels
 from physai_ros.serving.tokenizer import PromptTokenizer, build_default_tokenizer
 
 
@@ -54,13 +57,19 @@ def test_letterbox_keeps_aspect_ratio_and_pads_black():
     assert (tall[:, :56] == 0).all() and (tall[:, 56:168] == 9).all()
 
 
-def test_model_image_range_layout_and_encodings():
+def test_model_pixels_layout_range_and_encodings():
     rgb = np.zeros((2, 2, 3), np.uint8)
     rgb[..., 0] = 255
-    out = to_model_image(rgb, 2)
-    assert out.shape == (3, 2, 2) and out.dtype == np.float32
-    np.testing.assert_allclose(out[0], 1.0)
-    np.testing.assert_allclose(out[1:], -1.0)
+    out = to_model_pixels(rgb, 2)
+    assert out.shape == (3, 2, 2) and out.dtype == np.uint8  # bytes until the engine collates
+    assert (out[0] == 255).all() and (out[1:] == 0).all()
+    scaled = model_pixels(torch.from_numpy(out))  # the engine's input stage: [-1, 1], float32
+    assert scaled.dtype == torch.float32
+    np.testing.assert_allclose(scaled[0].numpy(), 1.0)
+    np.testing.assert_allclose(scaled[1:].numpy(), -1.0)
+    grid = torch.arange(256, dtype=torch.uint8)
+    expected = grid.numpy().astype(np.float32) * np.float32(2.0 / 255.0) - np.float32(1.0)
+    np.testing.assert_array_equal(model_pixels(grid).numpy(), expected)  # exactly q*(2/255)-1
     bgr = rgb[..., ::-1].copy()
     np.testing.assert_array_equal(image_to_rgb(bgr, "bgr8"), rgb)
     mono = np.full((2, 2, 1), 7, np.uint8)

@@ -2,7 +2,7 @@
 import dataclasses
 
 from physai_ros.serving.config import ProfileConfig
-from physai_ros.serving.core import default_profile
+from physai_ros.serving.instances import default_profile
 from physai_ros.serving.factory import build_core, profile_local_engines
 
 
@@ -36,7 +36,7 @@ def test_start_up_profile_replaces_the_flat_default_and_sets_the_batch_cap(fleet
         assert prof.batch_sizes == (1, 2, 3) and prof != default_profile(8)
         assert list(prof.latencies_s) == sorted(prof.latencies_s)
         # What the scheduler is told: the measured profile, and a cap at its saturation point.
-        info = core._instance_info(slot, 0.0)
+        info = core.pool.info(slot, 0.0)
         assert info.profile is prof
         assert info.batch_cap(tol) == min(prof.saturation_batch(tol), slot.max_batch)
         assert diag[iid]["profile"] == prof.to_pairs()

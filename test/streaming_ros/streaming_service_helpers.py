@@ -13,10 +13,12 @@ import yaml
 from physai_ros.engine.streaming import StreamingConfig, StreamingCore
 from physai_ros.engine.streaming_expert import StreamingExpert
 from physai_ros.engine.types import Pi0Config
+from physai_ros.protocol.observation import ImageData
+from physai_ros.protocol.registration import RobotRegistration
+from physai_ros.serving.action_runner import ActionModelRunner
 from physai_ros.serving.config import default_fleet_path, parse_fleet, tokenizer_path
 from physai_ros.serving.streaming_service import StreamingService
 from physai_ros.serving.tokenizer import PromptTokenizer
-from physai_ros.serving.types import ImageData, RobotRegistration
 
 from serving_helpers import make_obs  # test/serving is on sys.path (test/streaming_ros/conftest.py)
 
@@ -106,8 +108,8 @@ def build_service(fleet, clock=None, manual=True, normalizer=None, published=Non
         with lock:
             published.append(out)
 
-    svc = StreamingService(core, sc, publish, PromptTokenizer(tokenizer_path(fleet), 48), normalizer,
-                           max_observation_age_s=fleet.server.max_observation_age_s,
+    runner = ActionModelRunner(CFG, PromptTokenizer(tokenizer_path(fleet), 48), normalizer)
+    svc = StreamingService(core, sc, publish, runner, max_observation_age_s=fleet.server.max_observation_age_s,
                            ros_clock=lambda: clock() + ROS_OFFSET,
                            engine_factory=ManualStreams if manual else None, log=lambda m: None)
     return svc, clock, published

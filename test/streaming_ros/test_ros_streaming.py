@@ -10,7 +10,7 @@ import numpy as np
 import pytest
 import yaml
 
-from physai_ros.serving import fleet_plan
+from physai_ros.fleet import plan as fleet_plan
 from physai_ros.serving.config import default_fleet_path
 from physai_ros.serving.stream_trace import matching_ticks
 

@@ -4,9 +4,11 @@ import dataclasses
 
 import numpy as np
 
+from physai_ros.protocol.chunk import STATUS_OK, STATUS_REFUSED, ActionChunkData
+from physai_ros.protocol.observation import ImageData
+from physai_ros.protocol.registration import RegistrationResult
 from physai_ros.serving.client_core import RobotClientCore
 from physai_ros.serving.streaming_client import StreamingClient
-from physai_ros.serving.types import STATUS_OK, STATUS_REFUSED, ChunkResult, ImageData, RegistrationResult
 
 from streaming_service_helpers import fleet
 
@@ -41,9 +43,9 @@ def test_streaming_starts_only_on_the_servers_explicit_grant_and_falls_back():
     # The server lost our slot (timeout, restart): back to chunked, and register again.
     core.tick(100.0)  # consumes the pending registration
     assert not core.tick(100.1).register
-    sc.on_chunk(ChunkResult(robot.id, robot.task.name, 12, 1.0, STATUS_REFUSED, error="not_streaming: robot ..."))
+    sc.on_chunk(ActionChunkData(robot.id, robot.task.name, 12, 1.0, STATUS_REFUSED, error="not_streaming: robot ..."))
     assert not sc.active and sc.fallbacks == 1 and core.tick(100.2).register
-    sc.on_chunk(ChunkResult(robot.id, robot.task.name, 14, 1.0, STATUS_OK))  # inactive: nothing changes
+    sc.on_chunk(ActionChunkData(robot.id, robot.task.name, 14, 1.0, STATUS_OK))  # inactive: nothing changes
     assert sc.fallbacks == 1
 
 

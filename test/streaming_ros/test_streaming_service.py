@@ -9,7 +9,7 @@ import pytest
 
 from physai_ros.control.trajectory_buffer import TrajectoryBuffer
 from physai_ros.serving.config import FleetConfigError, parse_fleet
-from physai_ros.serving.preprocess import Normalizer, Stats
+from physai_ros.serving.normalizer import FeatureStats, Normalizer
 
 from streaming_service_helpers import one_torch_thread  # noqa: F401 (autouse)
 from streaming_service_helpers import (ROS_OFFSET, build_service, fleet, fleet_doc, observation,
@@ -81,7 +81,8 @@ def test_slots_admission_chunked_fallback_refusal_and_release():
 # ---------------------------------------------------------------- segments
 def test_published_segments_keep_every_committed_node_on_the_ros_grid_in_robot_units():
     f = fleet(slots=2, segment_rate_hz=60.0)  # 480 Hz ticks, at most 60 messages/s: ~8 ticks merged
-    stats = Normalizer(action=Stats(mean=np.arange(8, dtype=np.float32), std=np.full(8, 2.0, np.float32)))
+    stats = Normalizer(action=FeatureStats("MEAN_STD", mean=np.arange(8, dtype=np.float32),
+                                           std=np.full(8, 2.0, np.float32)))
     svc, clock, pub = build_service(f, normalizer=stats)
     robots = f.robots[:2]
     for r in robots:

@@ -10,12 +10,14 @@ import pytest
 import torch
 import yaml
 
+from physai_ros.protocol.observation import ImageData, ObservationData
+from physai_ros.protocol.registration import RobotRegistration
 from physai_ros.serving.config import default_fleet_path, parse_fleet
 from physai_ros.serving.factory import build_core
 from physai_ros.serving.tokenizer import PromptTokenizer
-from physai_ros.serving.types import ImageData, ObservationData, RobotRegistration
 from physai_ros.sim.robot import ArmConfig
-from physai_ros.training.checkpoint import STATS_FILE, save_policy
+from physai_ros.serving.normalizer import STATS_FILE
+from physai_ros.training.checkpoint import save_policy
 from physai_ros.training.dataset import (DatasetError, EncodedEpisode, chunk_indices, image_key, load_dataset,
                                          write_dataset)
 from physai_ros.training.expert_data import RecordConfig, record_cell
@@ -61,15 +63,14 @@ def test_recording_is_a_lerobot_dataset(dataset_dir):
 
 
 def test_loaded_frames_match_what_the_server_would_feed(dataset_dir):
-    from physai_ros.serving.preprocess import to_model_image
+    from physai_ros.serving.preprocess import to_model_pixels
 
     data = load_dataset(dataset_dir, image_size=24)
     assert data.images.shape[1:] == (2, 3, 24, 24) and data.images.dtype == np.uint8
     # Re-render frame 0 of the reach episode and preprocess it the serving way.
     ep = next(record_cell(RecordConfig(task="reach", seed=5, episodes=1, image_width=48, image_height=32, fps=10)))
-    served = to_model_image(ep.images[0][1], 24)
-    ours = data.images[0, 1].astype(np.float32) * np.float32(2.0 / 255.0) - 1.0
-    np.testing.assert_array_equal(ours, served)
+    served = to_model_pixels(ep.images[0][1], 24)
+    np.testing.assert_array_equal(data.images[0, 1], served)  # the same bytes; the engine scales both
     np.testing.assert_array_equal(data.state[: len(ep)], np.stack(ep.state))
     # The episode's actions are the expert's commands, which the arm's state then follows.
     assert np.abs(data.action[len(ep) - 1] - data.state[len(ep) - 1]).max() < 0.05
@@ -122,7 +123,7 @@ def test_loss_decreases_and_checkpoint_runs_unchanged_in_serving(dataset_dir, tm
     engine = next(iter(core.engines.values())).engine
     assert engine.config == res.config
     stats = json.loads((ckpt / STATS_FILE).read_text())
-    np.testing.assert_allclose(core.normalizer.action.std, stats["action"]["std"])
+    np.testing.assert_allclose(core.runner.normalizer.action.std, stats["action"]["std"])
 
     # A real observation through the server's preprocessing, sampled by the serving engine (fast
     # path) and by the training module's reference sampler with the same noise.
@@ -133,13 +134,13 @@ def test_loss_decreases_and_checkpoint_runs_unchanged_in_serving(dataset_dir, tm
     obs = ObservationData("r0", "reach", 2, 0.0, tuple(ImageData(224, 224, "rgb8", 672, im.tobytes())
                                                           for im in ep.images[3]),
                           ep.state[3], ep.wrench[3], 0.0, PROMPTS["reach"][0], 0.0, 0, 0.1, "static", (4.0,))
-    from physai_ros.engine.types import EngineInput
+    from physai_ros.engine.batching import model_pixels
 
-    inp = core._engine_input(obs, EngineInput)
+    inp = core.runner.prepare(obs, core.registry.get("r0"))  # uint8 views: the engine scales them
     noise, _ = sample_noise_and_time((1, TINY.chunk_size, 8), torch.Generator().manual_seed(5))
     inp.noise = noise[0]
     served = engine.infer([inp])[0].actions
-    ref, _ = model.sample(inp.images[None], inp.image_masks[None], inp.tokens[None], inp.token_mask[None],
+    ref, _ = model.sample(model_pixels(inp.images)[None], inp.image_masks[None], inp.tokens[None], inp.token_mask[None],
                           inp.state[None], noise)
     torch.testing.assert_close(served, ref[0], atol=2e-4, rtol=1e-4)
     assert torch.isfinite(served).all()

@@ -9,11 +9,11 @@ from physai_ros_interfaces.msg import EngineBatchRequest, EngineBatchResult
 
 from physai_ros.engine.engine import Pi0Engine
 from physai_ros.engine.types import EngineInputError
+from physai_ros.fleet import plan as fleet_plan
+from physai_ros.protocol.topics import request_topic, result_topic
 from physai_ros.ros.qos import reliable_qos
-from physai_ros.serving import fleet_plan
-from physai_ros.workers.remote import (RemoteEngine, RemoteEngineError, RemoteEngineTimeout,
+from physai_ros.ros.remote_engine import (RemoteEngine, RemoteEngineError, RemoteEngineTimeout,
                                        RemoteEngineUnavailable)
-from physai_ros.workers.topics import request_topic, result_topic
 
 from ros_rig import SpunNode, log_of, wait_for
 from worker_harness import STARTUP_S, worker_spec

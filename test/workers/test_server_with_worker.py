@@ -9,7 +9,8 @@ from collections import defaultdict
 import pytest
 import yaml
 
-from physai_ros.serving import fleet_plan
+from physai_ros.fleet import plan as fleet_plan
+from physai_ros.protocol.chunk import HOLD_ENGINE_INSTANCE
 from physai_ros.serving.config import default_fleet_path, load_fleet
 
 from ros_rig import SpunNode, log_of, wait_for
@@ -117,7 +118,7 @@ def test_fleet_is_served_by_the_worker_process(env):
         # e.g. an observation that went stale on a loaded machine, carry no engine instance, and
         # hold chunks come from the robot client.)
         engine_chunks = [c for ns in ROBOTS for c in w.chunks[ns]
-                         if c.status != c.STATUS_REFUSED and c.engine_instance != "robot_client"]
+                         if c.status != c.STATUS_REFUSED and c.engine_instance != HOLD_ENGINE_INSTANCE]
         assert engine_chunks and all(c.engine_instance == WORKER for c in engine_chunks), \
             sorted({(c.status, c.engine_instance, c.error[:60]) for c in engine_chunks})
     wait_for(lambda: w.engine.get("alive") == "True", 10, "engine diagnostics", lambda: str(w.engine))

@@ -9,11 +9,12 @@ import numpy as np
 import pytest
 import yaml
 
+from physai_ros.protocol.chunk import STATUS_OK
+from physai_ros.protocol.observation import ImageData, ObservationData
 from physai_ros.serving.client_core import RobotClientCore
 from physai_ros.serving.config import FleetConfigError, default_fleet_path, parse_fleet
 from physai_ros.serving.factory import build_core
-from physai_ros.serving.types import STATUS_OK, ImageData, ObservationData
-from physai_ros.workers.remote import RemoteEngine
+from physai_ros.ros.remote_engine import RemoteEngine, remote_engines_on
 
 from ros_rig import SpunNode
 
@@ -74,7 +75,7 @@ def test_dead_worker_gets_no_work_while_the_local_engine_serves(doc):
         build_core(cfg)
     spun = SpunNode("serving_wiring_test")
     try:
-        core = build_core(cfg, instance_id="t", node=spun.node)
+        core = build_core(cfg, instance_id="t", remote_engine=remote_engines_on(spun.node))
         ghost = core.engines["ghost_worker"].engine
         assert isinstance(ghost, RemoteEngine) and ghost.config == core.model_config
         assert not ghost.alive

@@ -1,7 +1,7 @@
 """A real engine_worker process for the worker tests (the in-test node and waits: test/ros_rig.py)."""
 from __future__ import annotations
 
-from physai_ros.serving import fleet_plan
+from physai_ros.fleet import plan as fleet_plan
 
 # Process start-up (imports, engine build, profile measurement, discovery) on a loaded 2-core box.
 STARTUP_S = 90

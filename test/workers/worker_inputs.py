@@ -6,18 +6,16 @@ from physai_ros.engine.types import EngineInput
 
 
 def make_inputs(cfg, n, seed=0, on_grid=True, noise=True, views=None, tokens=None):
-    """Inputs as ServingCore builds them: camera bytes mapped to [-1, 1] (on_grid) or arbitrary
-    floats; view counts and prompt lengths vary per robot unless given."""
+    """Inputs as the server builds them: uint8 camera pixels (on_grid) or arbitrary floats in
+    [-1, 1]; view counts and prompt lengths vary per robot unless given."""
     rng = np.random.default_rng(seed)
     s = cfg.vision.image_size
     out = []
     for i in range(n):
         v = views or 1 + i % cfg.max_views
         L = tokens or 5 + 3 * i
-        if on_grid:
-            u8 = rng.integers(0, 256, (v, 3, s, s), dtype=np.uint8)
-            img = u8.astype(np.float32) * np.float32(2.0 / 255.0)
-            img -= np.float32(1.0)
+        if on_grid:  # camera bytes, as the server's action runner prepares them
+            img = rng.integers(0, 256, (v, 3, s, s), dtype=np.uint8)
         else:
             img = rng.uniform(-1, 1, (v, 3, s, s)).astype(np.float32)
         mask = np.ones(v, bool)

@@ -1,10 +1,11 @@
 """The one import switch: ROS's diagnostic_updater when it is installed, ours otherwise.
 
-    from physai_ros.monitoring.updater import Updater, FrequencyStatus, FrequencyStatusParam
+    from physai_ros.ros.diagnostics_updater import Updater, FrequencyStatus, FrequencyStatusParam
 
 Both offer Updater(node, period), setHardwareID, add(task) / add(name, fn), and status wrappers
 with summary/mergeSummary/add, so node code does not care which one it got. `MetricsTask` and
-`Thresholds` from diagnostics.py work with either. Importing this module imports rclpy.
+`Thresholds` from physai_ros.monitoring.diagnostics work with either. Importing this module
+imports rclpy, so it is ROS glue (here) while the tasks it runs stay in monitoring/.
 """
 from __future__ import annotations
 
@@ -27,7 +28,7 @@ except ImportError:
         FrequencyStatusParam,
         FunctionDiagnosticTask,
     )
-    from physai_ros.monitoring.ros_updater import Updater
+    from physai_ros.ros.diagnostics_publisher import Updater
 
     BACKEND = "physai_ros"
 

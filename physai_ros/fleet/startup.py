@@ -15,7 +15,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Callable
 
-from physai_ros.serving.topics import REGISTER_SERVICE
+from physai_ros.protocol.topics import REGISTER_SERVICE
 
 # Fast DDS (RTPS spec 9.6.1.1): participant i of domain d receives discovery unicast on
 # 7400 + 250 d + 10 + 2 i. A domain with a live participant has one of these ports bound.

@@ -1,8 +1,8 @@
 """A `ros2 topic echo` stand-in for where ros2cli is not installed (as with the PyPI wheels):
 prints /diagnostics as rqt_robot_monitor groups it, or the values of metric topics.
 
-    python -m physai_ros.monitoring.echo diagnostics [--filter robot_0] [--seconds 5] [--values]
-    python -m physai_ros.monitoring.echo metrics /robot_0/metrics/latency_ms_p99 /fleet/metrics/queue_depth
+    python -m physai_ros.nodes.echo diagnostics [--filter robot_0] [--seconds 5] [--values]
+    python -m physai_ros.nodes.echo metrics /robot_0/metrics/latency_ms_p99 /fleet/metrics/queue_depth
 
 `diagnostics` collects the statuses for --seconds and prints the newest of each, worst first
 (level, name, message, and with --values the key/values); `metrics` prints every Float64 it
@@ -14,25 +14,13 @@ import argparse
 import sys
 import time
 
-from physai_ros.monitoring.diagnostics import LEVEL_NAMES
-
-
-def _level(lvl) -> int:
-    return lvl[0] if isinstance(lvl, (bytes, bytearray)) else int(lvl)
-
-
-def format_statuses(statuses: dict, values: bool = False) -> str:
-    """name -> (level, message, [(key, value)]) as text, worst level first, then by name."""
-    lines = []
-    for name, (lvl, msg, kvs) in sorted(statuses.items(), key=lambda kv: (-kv[1][0], kv[0])):
-        lines.append(f"{LEVEL_NAMES.get(lvl, str(lvl)):5} {name}: {msg}")
-        if values:
-            lines += [f"        {k} = {v}" for k, v in kvs]
-    return "\n".join(lines)
+from physai_ros.monitoring.status_text import format_statuses, level_int
+from physai_ros.protocol.topics import DIAGNOSTICS_TOPIC
+from physai_ros.ros.qos import reliable_qos
 
 
 def main(argv: list[str] | None = None) -> int:
-    ap = argparse.ArgumentParser(prog="physai_ros.monitoring.echo", description=__doc__.split("\n\n")[0])
+    ap = argparse.ArgumentParser(prog="physai_ros.nodes.echo", description=__doc__.split("\n\n")[0])
     sub = ap.add_subparsers(dest="what", required=True)
     d = sub.add_parser("diagnostics")
     d.add_argument("--filter", default="", help="only statuses whose name contains this")
@@ -46,8 +34,6 @@ def main(argv: list[str] | None = None) -> int:
     import rclpy
     from rclpy.executors import SingleThreadedExecutor
 
-    from physai_ros.ros.qos import reliable_qos
-
     rclpy.init()
     node = rclpy.create_node("physai_echo")
     got: dict = {}
@@ -57,8 +43,8 @@ def main(argv: list[str] | None = None) -> int:
         def on_diag(arr):
             for st in arr.status:
                 if args.filter in st.name:
-                    got[st.name] = (_level(st.level), st.message, [(kv.key, kv.value) for kv in st.values])
-        node.create_subscription(DiagnosticArray, "/diagnostics", on_diag, reliable_qos(100))
+                    got[st.name] = (level_int(st.level), st.message, [(kv.key, kv.value) for kv in st.values])
+        node.create_subscription(DiagnosticArray, DIAGNOSTICS_TOPIC, on_diag, reliable_qos(100))
     else:
         from std_msgs.msg import Float64
 

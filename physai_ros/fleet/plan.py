@@ -1,6 +1,7 @@
 """Which processes a fleet runs, derived from fleet.yaml (one plan for physai-fleet, the launch
 file and the tests): the policy server, and per robot sim_robot (when simulated), robot_client
-and trajectory_controller in the robot's namespace.
+and trajectory_controller in the robot's namespace. The robot-side nodes' parameters come from
+physai_ros.serving.robot_params, which evaluation's lock-step episodes share without ROS.
 """
 from __future__ import annotations
 
@@ -10,7 +11,9 @@ import sys
 from dataclasses import dataclass, field
 from typing import Any
 
-from .config import FleetConfig, RobotConfig
+from physai_ros.fleet.processes import ProcessSpec as FleetProcessSpec
+from physai_ros.serving.config import FleetConfig, RobotConfig
+from physai_ros.serving.robot_params import controller_params, sim_params
 
 
 @dataclass(frozen=True)
@@ -25,10 +28,8 @@ class ProcessSpec:
         return self.as_fleet_process().argv(python)
 
     def as_fleet_process(self):
-        """This spec as physai_ros.fleet_processes.ProcessSpec (what physai-fleet's ProcessGroup
+        """This spec as physai_ros.fleet.processes.ProcessSpec (what physai-fleet's ProcessGroup
         runs, and the one place that renders ROS arguments)."""
-        from physai_ros.fleet_processes import ProcessSpec as FleetProcessSpec
-
         return FleetProcessSpec(self.name, self.module, self.namespace, dict(self.parameters))
 
 
@@ -37,26 +38,6 @@ def server_spec(cfg: FleetConfig) -> ProcessSpec:
     # clone of the file's list), so it neither waits for nor reports robots never launched.
     return ProcessSpec("policy_server", "policy_server", "physai_ros.nodes.policy_server", "",
                        {"fleet_file": cfg.source, "num_robots": len(cfg.robots)})
-
-
-def sim_params(robot: RobotConfig) -> dict[str, Any]:
-    from physai_ros.sim.runtime import SimRobotConfig
-
-    defaults = vars(SimRobotConfig())
-    p: dict[str, Any] = {"robot_id": robot.id, "num_views": robot.num_views,
-                         "image_width": robot.image_width, "image_height": robot.image_height}
-    for key, value in robot.sim.items():
-        # rclpy refuses an INTEGER for a DOUBLE parameter: `camera_rate_hz: 15` in fleet.yaml
-        # must reach the node as 15.0, not crash it.
-        if isinstance(defaults.get(key), float) and isinstance(value, int) and not isinstance(value, bool):
-            value = float(value)
-        p[key] = value
-    return p
-
-
-def controller_params(robot: RobotConfig) -> dict[str, Any]:
-    return {"robot_id": robot.id, "joint_names": list(robot.joints),
-            "control_rate_hz": float(robot.control_rate_hz)}
 
 
 def robot_specs(cfg: FleetConfig, robot: RobotConfig, controller: bool = True) -> list[ProcessSpec]:
@@ -113,21 +94,5 @@ def stop(procs: list[subprocess.Popen], timeout_s: float = 5.0) -> None:
 
 
 def as_fleet_processes(plan: list[ProcessSpec]) -> list:
-    """The plan as physai_ros.fleet_processes.ProcessSpec (what physai-fleet's ProcessGroup runs)."""
+    """The plan as physai_ros.fleet.processes.ProcessSpec (what physai-fleet's ProcessGroup runs)."""
     return [s.as_fleet_process() for s in plan]
-
-
-def summary_fields(client_status: dict | None) -> dict[str, Any]:
-    """The serving part of a robot's physai-fleet summary, from its robot_client's client_status
-    JSON (topic /<ns>/client_status)."""
-    st = client_status or {}
-    refused = st.get("refused", 0)
-    return {
-        "rounds": st.get("chunks_ok", 0),
-        "latency_ms_p50": st.get("latency_ms_p50"),
-        "latency_ms_p99": st.get("latency_ms_p99"),
-        "slo_misses": st.get("slo_misses", 0),
-        "refused_inputs": refused,
-        "client_state": st.get("state", "unknown"),
-        "round_ledger": st.get("round_ledger"),
-    }

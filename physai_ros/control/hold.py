@@ -1,9 +1,9 @@
 """Hold chunks: how the robot client stops the trajectory controller on an SLO miss.
 
-The client (physai_ros/serving/client_core.py, ros_msgs.hold_chunk_msg) sends an ordinary
-ActionChunk repeating the current position, ``error == "hold"`` and
-``engine_instance == "robot_client"``. Its round id carries the decision (observations use even
-ids r):
+The client (physai_ros/serving/client_core.py decides, `hold_chunk` builds) sends an ordinary
+ActionChunk repeating the current position, marked by ``error == HOLD_ERROR`` and
+``engine_instance == HOLD_ENGINE_INSTANCE`` (physai_ros.protocol.chunk). Its round id carries
+the decision (observations use even ids r):
   - r-1: keep waiting for round r (fallback ``hold``): the late answer must still be executed;
   - r+1: give round r up (``stop_and_resend``, escalation): r must be refused, the resend
     (r+2, whatever its capture time) taken.
@@ -11,22 +11,32 @@ Inserted like a chunk, its stamp would become the newest capture time, and any a
 before it would be refused as ``time_backwards``. So the controller never inserts it: it stops
 the buffer (holding the last commanded position) and only raises the stale-round bar to the
 hold's own id. That single rule serves both variants, whatever the hold's stamp.
-
-No rclpy here: the node calls these with the message fields.
 """
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import Sequence
+
+import numpy as np
 
 from physai_ros.control.trajectory_buffer import TrajectoryBuffer
-
-HOLD_ERROR = "hold"
-HOLD_SOURCE = "robot_client"
+from physai_ros.protocol.chunk import HOLD_ENGINE_INSTANCE, HOLD_ERROR, STATUS_OK, ActionChunkData
 
 
 def is_hold_chunk(status: int, error: str, engine_instance: str) -> bool:
     """Both markers, so a server chunk whose error text happens to be "hold" is not a hold."""
-    return status == 0 and error == HOLD_ERROR and engine_instance == HOLD_SOURCE
+    return status == STATUS_OK and error == HOLD_ERROR and engine_instance == HOLD_ENGINE_INSTANCE
+
+
+def hold_chunk(robot_id: str, task_id: str, hold, joint_names: Sequence[str]) -> ActionChunkData:
+    """A client_core.HoldCommand as the chunk the controller recognises: `num_actions` copies of
+    `positions`, `dt` apart, stamped with the hold's capture time."""
+    n = int(hold.num_actions)
+    return ActionChunkData(
+        robot_id=robot_id, task_id=task_id, round_id=int(hold.round_id), stamp=hold.capture_time,
+        status=STATUS_OK, error=HOLD_ERROR, joint_names=tuple(joint_names), dt=float(hold.dt),
+        actions=np.tile(np.asarray(hold.positions, np.float32).reshape(1, -1), (n, 1)), horizon=n,
+        confidence=np.ones(n, np.float32), engine_instance=HOLD_ENGINE_INSTANCE)
 
 
 @dataclass(frozen=True)

@@ -14,13 +14,18 @@ from std_msgs.msg import String
 from trajectory_msgs.msg import JointTrajectory
 from physai_ros_interfaces.msg import ActionChunk, ExecutionInfo, Observation
 
-from physai_ros.fleet_report import PublishedRate, RateCounter, RobotSummary
+from physai_ros.control.types import ExecutionState
+from physai_ros.monitoring.robot_summary import PublishedRate, RateCounter, RobotSummary
+from physai_ros.protocol import topics
+from physai_ros.protocol.chunk import HOLD_ENGINE_INSTANCE, STATUS_OK
 from physai_ros.ros import qos
+from physai_ros.ros.codecs.chunk import chunk_from_msg
+from physai_ros.ros.codecs.execution_info import execution_state_from_msg
+from physai_ros.ros.codecs.observation import observation_from_msg
 from physai_ros.ros.image import ImageBridge
 from physai_ros.ros.time_conv import now_sec, to_sec
-from physai_ros.serving.topics import OBSERVATION_TOPIC
 from physai_ros.sim.runtime import TaskStatus
-from physai_ros.sim.trace_capture import FleetTraceCapture, chunk_from_msg, request_from_msg
+from physai_ros.sim.trace_capture import FleetTraceCapture
 
 
 class FleetMonitor(Node):
@@ -35,7 +40,7 @@ class FleetMonitor(Node):
         self.bridge = ImageBridge()
         self.rates: dict[str, dict[str, RateCounter]] = {}
         self.status: dict[str, TaskStatus] = {}
-        self.info: dict[str, ExecutionInfo] = {}
+        self.info: dict[str, ExecutionState] = {}
         self.frames: dict[str, list[tuple[float, np.ndarray]]] = {}
         self.published: dict[str, dict[str, PublishedRate]] = {}
         # "<ns>/<stream>" -> (t since start, Hz) from each diagnostics update
@@ -55,19 +60,20 @@ class FleetMonitor(Node):
             self._newest[ns] = [None] * views
             sd, rel = qos.sensor_data_qos(), qos.reliable_qos()
             if probe_all:
-                self._count(ns, WrenchStamped, qos.WRENCH_TOPIC, sd)
-                self._count(ns, JointTrajectory, qos.JOINT_TRAJECTORY_TOPIC, rel)
-            self._count(ns, JointState, qos.JOINT_STATES_TOPIC, rel)
-            self._count(ns, ExecutionInfo, qos.EXECUTION_INFO_TOPIC, rel, self._on_info)
+                self._count(ns, WrenchStamped, topics.WRENCH_TOPIC, sd)
+                self._count(ns, JointTrajectory, topics.JOINT_TRAJECTORY_TOPIC, rel)
+            self._count(ns, JointState, topics.JOINT_STATES_TOPIC, rel)
+            self._count(ns, ExecutionInfo, topics.EXECUTION_INFO_TOPIC, rel, self._on_info)
             for i in range(views):
-                self._count(ns, Image, qos.camera_topic(i), sd, self._image_cb(i))
-            self.create_subscription(String, f"/{ns}/{qos.TASK_STATUS_TOPIC}", self._status_cb(ns), qos.latched_qos())
+                self._count(ns, Image, topics.camera_topic(i), sd, self._image_cb(i))
+            self.create_subscription(String, topics.robot_topic(ns, topics.TASK_STATUS_TOPIC), self._status_cb(ns),
+                                     qos.latched_qos())
             self.latency_ms[ns] = []
-            self.create_subscription(ActionChunk, f"/{ns}/{qos.ACTION_CHUNK_TOPIC}",
+            self.create_subscription(ActionChunk, topics.robot_topic(ns, topics.ACTION_CHUNK_TOPIC),
                                      lambda m, ns=ns: self._on_chunk(ns, m), qos.reliable_qos(50))
             if capture is not None:
                 self._follow_rounds(ns, capture)
-        self.create_subscription(DiagnosticArray, "/diagnostics", self._on_diagnostics, qos.reliable_qos(50))
+        self.create_subscription(DiagnosticArray, topics.DIAGNOSTICS_TOPIC, self._on_diagnostics, qos.reliable_qos(50))
         self.create_timer(snapshot_period_s, self._snapshot)
 
     def clock(self) -> float:
@@ -79,7 +85,7 @@ class FleetMonitor(Node):
 
     def _on_chunk(self, ns: str, msg: ActionChunk) -> None:
         # Served rounds only: not refusals, not a robot_client's own hold chunk.
-        if msg.status != 0 or msg.engine_instance == "robot_client":
+        if msg.status != STATUS_OK or msg.engine_instance == HOLD_ENGINE_INSTANCE:
             return
         samples = self.latency_ms[ns]
         samples.append(round((now_sec(self) - to_sec(msg.header.stamp)) * 1e3, 2))
@@ -137,21 +143,21 @@ class FleetMonitor(Node):
             if then is not None:
                 then(ns, msg)
 
-        self.create_subscription(msg_type, f"/{ns}/{topic}", cb, profile)
+        self.create_subscription(msg_type, topics.robot_topic(ns, topic), cb, profile)
 
     def _follow_rounds(self, ns: str, capture: FleetTraceCapture) -> None:
         # Reliable like their publishers: a lost request or chunk would shift the trace's rounds.
         self.create_subscription(
-            Observation, f"/{ns}/{OBSERVATION_TOPIC}",
-            lambda m: capture.on_request(ns, request_from_msg(m, now_sec(self)), m.robot_id), qos.reliable_qos(50))
+            Observation, topics.robot_topic(ns, topics.OBSERVATION_TOPIC),
+            lambda m: capture.on_request(ns, observation_from_msg(m), now_sec(self)), qos.reliable_qos(50))
         self.create_subscription(
-            ActionChunk, f"/{ns}/{qos.ACTION_CHUNK_TOPIC}",
-            lambda m: capture.on_chunk(ns, chunk_from_msg(m, now_sec(self)), m.robot_id), qos.reliable_qos(50))
+            ActionChunk, topics.robot_topic(ns, topics.ACTION_CHUNK_TOPIC),
+            lambda m: capture.on_chunk(ns, chunk_from_msg(m), now_sec(self)), qos.reliable_qos(50))
 
     def _on_info(self, ns: str, msg: ExecutionInfo) -> None:
-        self.info[ns] = msg
+        st = self.info[ns] = execution_state_from_msg(msg)
         if self.capture is not None:
-            self.capture.on_executing(ns, int(msg.executing_round_id), to_sec(msg.exec_phase_start))
+            self.capture.on_executing(ns, st.executing_round_id, st.exec_phase_start)
 
     def _image_cb(self, i: int):
         def cb(ns: str, msg: Image) -> None:

@@ -1,5 +1,8 @@
 """RemoteEngine: the server-side stand-in for an engine_worker, with the local engine's API.
 
+ROS glue (it publishes and subscribes through a node): the policy server node builds these and
+hands them to serving.factory, which never touches ROS itself.
+
 It has `.config` and `.infer(list[EngineInput]) -> list[EngineOutput]`, so the serving core holds
 it in an EngineSlot like a local Pi0Engine. It publishes each batch on the worker's request
 topic through a node it is given, and blocks the calling (inference) thread until the result
@@ -23,12 +26,12 @@ from typing import Any, Callable, Optional
 from physai_ros_interfaces.msg import EngineBatchRequest, EngineBatchResult, EngineWorkerStatus
 
 from physai_ros.engine.types import EngineOutput, Pi0Config
+from physai_ros.protocol.topics import check_instance_id, request_topic, result_topic, status_topic
 from physai_ros.ros.qos import latched_qos, reliable_qos
 from physai_ros.scheduler.types import LatencyProfile
 
-from .codec import (BadResult, WorkerStatus, config_from_json, decode_result, decode_status,
-                    encode_request)
-from .topics import check_instance_id, request_topic, result_topic, status_topic
+from physai_ros.workers.codec import (BadResult, WorkerStatus, config_from_json, decode_result,
+                                     decode_status, encode_request)
 
 
 # How often a waiting infer() checks the worker's heartbeat.
@@ -286,3 +289,14 @@ class RemoteEngine:
             "errors": self.stats.errors, "unavailable": self.stats.unavailable,
             "unmatched_results": self.stats.unmatched_results, "network_rtt_ms": round(self.network_rtt_s * 1e3, 3),
         }
+
+
+def remote_engines_on(node: Any) -> Callable[[Any, Pi0Config], "RemoteEngine"]:
+    """serving.factory's remote-engine factory: proxies for fleet.yaml's server.remote_engines
+    entries that publish and subscribe through `node` (the policy server's, whose executor
+    delivers their results while an instance thread waits in infer())."""
+    def make(entry: Any, model: Pi0Config) -> RemoteEngine:
+        return RemoteEngine(node, entry.instance_id, model, timeout_s=entry.timeout_s,
+                            liveness_timeout_s=entry.liveness_timeout_s)
+
+    return make

@@ -1,8 +1,9 @@
 """Our rclpy Updater: runs the tasks of a DiagnosticTaskVector every `period` seconds on the
 given node's timer and publishes one diagnostic_msgs/DiagnosticArray on /diagnostics.
 
-Thin on purpose: everything but the message conversion and the timer is in diagnostics.py.
-Use it through updater.py, which prefers ROS's diagnostic_updater when that is installed.
+Thin on purpose: everything but the message conversion and the timer is in
+physai_ros.monitoring.diagnostics. Use it through diagnostics_updater.py, which prefers ROS's
+diagnostic_updater when that is installed.
 """
 from __future__ import annotations
 
@@ -10,8 +11,7 @@ from diagnostic_msgs.msg import DiagnosticArray, DiagnosticStatus, KeyValue
 from rclpy.node import Node
 
 from physai_ros.monitoring.diagnostics import DiagnosticStatusWrapper, DiagnosticTaskVector, level_byte
-
-DIAGNOSTICS_TOPIC = "/diagnostics"  # absolute: rqt_robot_monitor and the aggregator listen there
+from physai_ros.protocol.topics import DIAGNOSTICS_TOPIC
 
 
 def to_msg(stat: DiagnosticStatusWrapper) -> DiagnosticStatus:

@@ -4,8 +4,8 @@ summary and saves a contact sheet of the camera views. --scripted runs the robot
 scripted expert instead of the policy server. --record-trace PATH writes what the robots' rounds
 looked like as task traces (physai-trace/1) for the trace-driven fleet simulator.
 
-The fleet is a list of ProcessSpec (see fleet_processes.py): build_fleet() returns it, and later
-issues add the policy server and robot clients to it.
+The fleet is a list of ProcessSpec (physai_ros.fleet.processes): build_fleet() returns it, from the
+serving plan (physai_ros.fleet.plan) or, with --scripted, the scripted robots below.
 """
 from __future__ import annotations
 
@@ -19,7 +19,7 @@ import threading
 import time
 from pathlib import Path
 
-from physai_ros.fleet_processes import ProcessGroup, ProcessSpec
+from physai_ros.fleet.processes import ProcessGroup, ProcessSpec
 
 SHM_PROFILE_BYTES = 300_000  # frames above this need the 16 MB shared-memory profile
 # With localhost discovery Fast DDS announces a participant to 32 participant ids by default; a
@@ -123,7 +123,7 @@ def _fleet_config(path, robots=None):
 def build_fleet(args: argparse.Namespace) -> list[ProcessSpec]:
     if args.scripted:
         return [spec for k in range(args.robots) for spec in robot_specs(k, args)]
-    from physai_ros.serving.fleet_plan import as_fleet_processes, fleet_plan
+    from physai_ros.fleet.plan import as_fleet_processes, fleet_plan
 
     return as_fleet_processes(fleet_plan(_fleet_config(args.fleet, args.robots)))
 
@@ -165,7 +165,7 @@ def main(argv: list[str] | None = None) -> int:
     faulthandler.enable()
     args = parse_args(argv)
     env = fleet_env(args)
-    from physai_ros.fleet_startup import choose_domain
+    from physai_ros.fleet.startup import choose_domain
 
     domain = choose_domain(env)
     env["ROS_DOMAIN_ID"] = str(domain.domain_id)
@@ -179,9 +179,10 @@ def main(argv: list[str] | None = None) -> int:
     import rclpy
     from rclpy.signals import SignalHandlerOptions
 
-    from physai_ros.fleet_monitor import FleetMonitor
-    from physai_ros.fleet_report import contact_sheet, format_summary, rebase_series, summary_doc
-    from physai_ros.fleet_startup import StartupRelay, server_answers
+    from physai_ros.fleet.report import (contact_sheet, format_serving, format_summary, rebase_series,
+                                         serving_summary, summary_doc, task_completion_line)
+    from physai_ros.fleet.startup import StartupRelay, server_answers
+    from physai_ros.nodes.fleet_monitor import FleetMonitor
     from physai_ros.serving.preflight import STARTUP_LOG_PREFIX as STARTUP_PREFIX
 
     stop = False
@@ -260,13 +261,8 @@ def main(argv: list[str] | None = None) -> int:
         print(format_summary(summaries, elapsed), flush=True)
         print(task_completion_line(summaries), flush=True)
         serving = [] if args.scripted else serving_summary(summaries, client_status)
-        for r in serving:
-            print(f"  {r['id']} serving: rounds {r['rounds']}, chunks executed {r['chunks_executed']}, "
-                  f"latency p50 {_ms(r['latency_ms_p50'])} p99 {_ms(r['latency_ms_p99'])}, "
-                  f"SLO misses {r['slo_misses']}, refused inputs {r['refused_inputs']}, "
-                  f"tasks completed {r['tasks_completed']}, client {r['client_state']}"
-                  + (f", streaming ({r['stream_observations']} observations streamed; segments, not chunks)"
-                     if r.get("mode") == "streaming" else ""), flush=True)
+        for line in format_serving(serving):
+            print(line, flush=True)
         frames = [(ns, monitor.frames[ns]) for ns in monitor.frames]
         if any(cells for _, cells in frames):
             import cv2
@@ -366,44 +362,12 @@ def watch_clients(monitor, robots: dict[str, int]) -> dict[str, dict]:
 
     from std_msgs.msg import String
 
+    from physai_ros.protocol.topics import CLIENT_STATUS_TOPIC, robot_topic
     from physai_ros.ros import qos
-    from physai_ros.serving.topics import CLIENT_STATUS_TOPIC
 
     status: dict[str, dict] = {}
     for ns in robots:
-        monitor.create_subscription(String, f"/{ns}/{CLIENT_STATUS_TOPIC}",
+        monitor.create_subscription(String, robot_topic(ns, CLIENT_STATUS_TOPIC),
                                     lambda m, ns=ns: status.__setitem__(ns, json.loads(m.data)),
                                     qos.reliable_qos())
     return status
-
-
-def serving_summary(summaries, client_status: dict[str, dict]) -> list[dict]:
-    from dataclasses import asdict
-
-    from physai_ros.serving.fleet_plan import summary_fields
-    from physai_ros.serving.streaming_client import summary_fields as streaming_fields
-
-    out = []
-    for s in summaries:
-        st = client_status.get(s.robot_id)
-        out.append({"id": s.robot_id, **asdict(s), **summary_fields(st), **streaming_fields(st)})
-    return out
-
-
-def task_completion_line(summaries) -> str:
-    """Fleet total from the sim robots' task_status. An episode still running at the end is
-    neither a success nor a failure yet, so the rate is over ended episodes only: successes
-    count the moment they happen, timeouts when the robot resets, so ended = both together."""
-    done = sum(s.tasks_completed for s in summaries)
-    ended = done + sum(s.timeouts for s in summaries)
-    rate = f"{done / ended:.0%} of ended episodes" if ended else "no episode ended yet"
-    per = ", ".join(f"{s.robot_id} {s.tasks_completed}/{s.tasks_completed + s.timeouts}" for s in summaries)
-    return f"physai-fleet: tasks completed {done} ({rate}); per robot completed/ended: {per}"
-
-
-def _ms(v) -> str:
-    return "-" if v is None else f"{v:.1f} ms"
-
-
-if __name__ == "__main__":
-    sys.exit(main())

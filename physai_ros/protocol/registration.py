@@ -1,0 +1,39 @@
+"""The RegisterRobot service as plain data: what a robot asks for and what the server answers.
+
+Shared by the robot client (which builds the request), the policy server (which admits it) and
+evaluation (which registers simulated robots without ROS).
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+
+@dataclass(frozen=True)
+class RobotRegistration:
+    """RegisterRobot.srv request."""
+
+    robot_id: str
+    task_id: str
+    robot_namespace: str
+    prompt: str
+    camera_topics: tuple[str, ...]
+    num_views: int
+    image_height: int
+    image_width: int
+    joint_names: tuple[str, ...]
+    state_dim: int
+    action_dim: int
+    control_period: float
+    streaming: bool = False
+    last_round_id: int = 0
+    client_session: str = ""
+
+
+@dataclass(frozen=True)
+class RegistrationResult:
+    """RegisterRobot.srv response."""
+
+    accepted: bool
+    reason: str
+    server_instance: str
+    last_round_id: int = 0  # the highest round the server accepted from this robot

@@ -1,0 +1,121 @@
+"""The action model's runner: observation -> engine input, engine output -> action chunk.
+
+One runner per model kind (nano-vllm's model runner: prepare inputs, run the engine, finish
+outputs). The chunked path (serving.core) and the streaming path (serving.streaming_service)
+both prepare their engine inputs here, so one observation becomes the same engine input
+whichever path serves it. Components added later (planner, monitor, language) get runners of
+their own beside this one, selected by the request's `component`.
+"""
+from __future__ import annotations
+
+from typing import Any
+
+import numpy as np
+
+from physai_ros.protocol.chunk import STATUS_ERROR, STATUS_OK, STATUS_REFUSED, ActionChunkData
+from physai_ros.protocol.observation import ObservationData
+from physai_ros.protocol.registration import RobotRegistration
+
+from .postprocess import decide_horizon
+from .normalizer import Normalizer
+from .preprocess import image_to_rgb, to_model_pixels
+from .tokenizer import PromptTokenizer
+from .validation import Refusal
+
+ACTION = "action"  # the component name of requests for the action model
+
+
+class ActionModelRunner:
+    component = ACTION
+
+    def __init__(self, model_config: Any, tokenizer: PromptTokenizer, normalizer: Normalizer | None = None):
+        if tokenizer.max_len > model_config.max_tokens or tokenizer.vocab_size > model_config.vocab_size:
+            raise ValueError(
+                f"tokenizer ({tokenizer.vocab_size} ids, {tokenizer.max_len} tokens) does not fit the "
+                f"model (vocab {model_config.vocab_size}, max_tokens {model_config.max_tokens})")
+        self.model_config = model_config
+        self.tokenizer = tokenizer
+        self.normalizer = normalizer or Normalizer()
+        self.image_size = model_config.vision.image_size
+        self.max_state_dim = model_config.max_state_dim
+
+    # ---- inputs ------------------------------------------------------------------------
+
+    def warm(self, reg: RobotRegistration) -> None:
+        """Tokenise the robot's prompt at registration, off the hot path (the result is cached)."""
+        self.tokenizer.encode(reg.prompt)
+
+    def prepare(self, obs: ObservationData, reg: RobotRegistration) -> Any:
+        """The engine input of one observation: letterboxed uint8 views (the engine scales them),
+        the prompt's tokens, the normalised, zero-padded state. ValueError/KeyError on an input
+        that cannot be converted (a refusal or an error chunk for that robot only)."""
+        import torch
+
+        from physai_ros.engine.types import EngineInput
+
+        s = self.image_size
+        imgs = np.empty((len(obs.images), 3, s, s), dtype=np.uint8)
+        for i, im in enumerate(obs.images):
+            to_model_pixels(image_to_rgb(im.array(), im.encoding), s, out=imgs[i])
+        enc = self.tokenizer.encode(obs.prompt or reg.prompt)
+        state = self.normalizer.normalize_state(obs.state, self.max_state_dim)
+        return EngineInput(
+            images=torch.from_numpy(imgs), image_masks=torch.ones(len(obs.images), dtype=torch.bool),
+            tokens=torch.from_numpy(enc.tokens), token_mask=torch.from_numpy(enc.mask),
+            state=torch.from_numpy(state))
+
+    def blank_input(self, views: int = 1) -> Any:
+        """A black-frame input of the model's sizes, for warming an engine up."""
+        import torch
+
+        from physai_ros.engine.types import EngineInput
+
+        s, n = self.image_size, self.tokenizer.max_len
+        return EngineInput(
+            images=torch.zeros(views, 3, s, s, dtype=torch.uint8), image_masks=torch.ones(views, dtype=torch.bool),
+            tokens=torch.zeros(n, dtype=torch.int64), token_mask=torch.ones(n, dtype=torch.bool),
+            state=torch.zeros(self.max_state_dim))
+
+    @staticmethod
+    def execute(engine: Any, inputs: list) -> list:
+        import torch
+
+        with torch.inference_mode():
+            return engine.infer(inputs)
+
+    # ---- outputs -----------------------------------------------------------------------
+
+    def unnormalize(self, actions: np.ndarray, action_dim: int) -> np.ndarray:
+        """[T, max_action_dim] model actions -> [T, action_dim] in robot units."""
+        return self.normalizer.unnormalize_actions(actions, action_dim)
+
+    def finish(self, obs: ObservationData, reg: RobotRegistration, output: Any, instance_id: str,
+               queue_ms: float, inference_ms: float) -> ActionChunkData:
+        """The chunk a robot receives: robot-unit actions and the horizon its policy chose. A
+        user-supplied horizon policy that fails gives an ERROR chunk for that robot only."""
+        actions = self.unnormalize(output.actions.detach().float().cpu().numpy(), reg.action_dim)
+        updates = output.updates.detach().float().cpu().numpy()
+        name = obs.horizon_policy or "static"
+        params = tuple(obs.horizon_params) if obs.horizon_policy else (actions.shape[0],)
+        try:
+            decision = decide_horizon(name, params, updates, reg.action_dim)
+        except Exception as e:  # a user-supplied policy failing is that robot's problem only
+            return self.error(obs, reg, f"horizon policy {name!r} failed: {e}", instance_id)
+        return ActionChunkData(
+            robot_id=obs.robot_id, task_id=obs.task_id, round_id=obs.round_id, stamp=obs.stamp,
+            status=STATUS_OK, joint_names=reg.joint_names, dt=reg.control_period,
+            actions=actions, horizon=int(decision.horizon),
+            confidence=np.asarray(decision.confidence, dtype=np.float32),
+            queue_ms=queue_ms, inference_ms=inference_ms, engine_instance=instance_id)
+
+    @staticmethod
+    def error(obs: ObservationData, reg: RobotRegistration | None, msg: str, instance_id: str) -> ActionChunkData:
+        return ActionChunkData(robot_id=obs.robot_id, task_id=obs.task_id, round_id=obs.round_id,
+                               stamp=obs.stamp, status=STATUS_ERROR, error=msg,
+                               joint_names=reg.joint_names if reg else (), engine_instance=instance_id)
+
+    @staticmethod
+    def refused(obs: ObservationData, reg: RobotRegistration | None, refusal: Refusal) -> ActionChunkData:
+        return ActionChunkData(robot_id=obs.robot_id, task_id=obs.task_id, round_id=obs.round_id,
+                               stamp=obs.stamp, status=STATUS_REFUSED, error=str(refusal),
+                               joint_names=reg.joint_names if reg else ())

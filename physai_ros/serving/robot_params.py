@@ -1,0 +1,32 @@
+"""The parameters of a fleet robot's robot-side nodes (sim_robot, trajectory_controller), derived
+from its fleet.yaml entry. One derivation for the launcher's process plan (physai_ros.fleet.plan)
+and for evaluation's lock-step episodes, which build the same simulated robot without ROS, so
+the two cannot drift apart; it sits here, beside RobotConfig, below both.
+"""
+from __future__ import annotations
+
+from typing import Any
+
+from physai_ros.serving.config import RobotConfig
+
+
+def sim_params(robot: RobotConfig) -> dict[str, Any]:
+    """The sim_robot node's parameters (SimRobotConfig fields) for this robot, as rclpy takes them."""
+    from physai_ros.sim.runtime import SimRobotConfig
+
+    defaults = vars(SimRobotConfig())
+    p: dict[str, Any] = {"robot_id": robot.id, "num_views": robot.num_views,
+                         "image_width": robot.image_width, "image_height": robot.image_height}
+    for key, value in robot.sim.items():
+        # rclpy refuses an INTEGER for a DOUBLE parameter: `camera_rate_hz: 15` in fleet.yaml
+        # must reach the node as 15.0, not crash it.
+        if isinstance(defaults.get(key), float) and isinstance(value, int) and not isinstance(value, bool):
+            value = float(value)
+        p[key] = value
+    return p
+
+
+def controller_params(robot: RobotConfig) -> dict[str, Any]:
+    """The trajectory_controller node's parameters for this robot (its joints and control rate)."""
+    return {"robot_id": robot.id, "joint_names": list(robot.joints),
+            "control_rate_hz": float(robot.control_rate_hz)}
