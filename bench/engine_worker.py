@@ -75,14 +75,14 @@ def main() -> int:
     import rclpy
     from rclpy.executors import SingleThreadedExecutor
 
-    from physai_ros.fleet import plan as fleet_plan
+    from physai_ros.fleet.processes import ProcessSpec, start_process, stop_processes
     from physai_ros.ros.remote_engine import RemoteEngine
 
-    spec = fleet_plan.ProcessSpec("bench_worker", "engine_worker", "physai_ros.nodes.engine_worker", "",
-                                  {"instance_id": "bench_worker", "preset": a.preset, "seed": 3,
-                                   "max_batch": a.max_batch, "profile_reps": 1, "torch_threads": 1})
+    spec = ProcessSpec("bench_worker", "physai_ros.nodes.engine_worker", "",
+                       {"instance_id": "bench_worker", "preset": a.preset, "seed": 3,
+                        "max_batch": a.max_batch, "profile_reps": 1, "torch_threads": 1})
     logs = tempfile.mkdtemp(prefix="bench_worker_")
-    proc = fleet_plan.start(spec, logs)
+    proc = start_process(spec, logs)
     rclpy.init()
     node = rclpy.create_node("bench_remote")
     ex = SingleThreadedExecutor()
@@ -128,7 +128,7 @@ def main() -> int:
     finally:
         stop.set()
         spin.join(2)
-        fleet_plan.stop([proc])
+        stop_processes([proc])
         node.destroy_node()
         rclpy.try_shutdown()
     out["pi0_sizes_kib_2views"], out["pi0_encode_ms_2views"] = message_sizes(a.max_batch)

@@ -383,6 +383,7 @@ def run_ros_case(args, n_robots: int) -> dict:
     import yaml
 
     from physai_ros.fleet import plan as fleet_plan
+    from physai_ros.fleet.processes import start_process, stop_processes
     from physai_ros.serving.config import load_fleet
 
     os.environ.setdefault("ROS_AUTOMATIC_DISCOVERY_RANGE", "LOCALHOST")
@@ -396,7 +397,7 @@ def run_ros_case(args, n_robots: int) -> dict:
     procs = []
     try:
         for spec in fleet_plan.fleet_plan(cfg):
-            procs.append(fleet_plan.start(spec, str(tmp / "logs")))
+            procs.append(start_process(spec, str(tmp / "logs")))
         # Warm-up: server start, registrations, every robot streaming.
         end = time.monotonic() + args.ros_startup_s
         while time.monotonic() < end:
@@ -419,7 +420,7 @@ def run_ros_case(args, n_robots: int) -> dict:
             diag = dict(probe.diag)
     finally:
         probe.close()
-        fleet_plan.stop(procs)
+        stop_processes(procs)
     quick = _loop_latencies(impulses, segs, cmds, key=lambda s: s[1])
     slow = _loop_latencies(changes, segs, cmds, key=lambda s: obs.get(s[2]))
     out = {

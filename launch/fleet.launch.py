@@ -23,7 +23,7 @@ PACKAGE = "physai_ros"
 
 def _node(spec, name):
     return Node(package=PACKAGE, executable=spec.executable, name=name,
-                parameters=[dict(spec.parameters)], output="screen", emulate_tty=True)
+                parameters=[dict(spec.params)], output="screen", emulate_tty=True)
 
 
 def _setup(context, *args, **kwargs):

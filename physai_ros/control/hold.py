@@ -23,11 +23,6 @@ from physai_ros.control.trajectory_buffer import TrajectoryBuffer
 from physai_ros.protocol.chunk import HOLD_ENGINE_INSTANCE, HOLD_ERROR, STATUS_OK, ActionChunkData
 
 
-def is_hold_chunk(status: int, error: str, engine_instance: str) -> bool:
-    """Both markers, so a server chunk whose error text happens to be "hold" is not a hold."""
-    return status == STATUS_OK and error == HOLD_ERROR and engine_instance == HOLD_ENGINE_INSTANCE
-
-
 def hold_chunk(robot_id: str, task_id: str, hold, joint_names: Sequence[str]) -> ActionChunkData:
     """A client_core.HoldCommand as the chunk the controller recognises: `num_actions` copies of
     `positions`, `dt` apart, stamped with the hold's capture time."""

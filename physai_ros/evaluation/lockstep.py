@@ -81,7 +81,8 @@ class SimClock:
         return self.now
 
 
-def image_data(rgb: np.ndarray) -> ImageData:
+def rendered_image_data(rgb: np.ndarray) -> ImageData:
+    """A rendered HxWx3 RGB frame as the camera message's plain data (rgb8)."""
     h, w = rgb.shape[:2]
     return ImageData(h, w, "rgb8", w * 3, np.ascontiguousarray(rgb).tobytes())
 
@@ -144,7 +145,7 @@ class EpisodeSlot:
         out = self.runtime.tick(now)
         if out.images is not None:
             for i, rgb in enumerate(out.images):
-                self.client.on_image(i, image_data(rgb), now)
+                self.client.on_image(i, rendered_image_data(rgb), now)
         if out.joint_state is not None:
             self.client.on_joint_state(list(self.runtime.joint_names), list(out.joint_state[0]))
         if out.wrench is not None:

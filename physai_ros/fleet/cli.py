@@ -98,7 +98,8 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     return args
 
 
-def robot_specs(k: int, args: argparse.Namespace) -> list[ProcessSpec]:
+def scripted_robot_specs(k: int, args: argparse.Namespace) -> list[ProcessSpec]:
+    """--scripted: robot k with the scripted planner instead of a policy server and client."""
     tasks = [t.strip() for t in args.tasks.split(",") if t.strip()]
     task = tasks[k % len(tasks)]
     ns = f"robot_{k}"
@@ -122,10 +123,10 @@ def _fleet_config(path, robots=None):
 
 def build_fleet(args: argparse.Namespace) -> list[ProcessSpec]:
     if args.scripted:
-        return [spec for k in range(args.robots) for spec in robot_specs(k, args)]
-    from physai_ros.fleet.plan import as_fleet_processes, fleet_plan
+        return [spec for k in range(args.robots) for spec in scripted_robot_specs(k, args)]
+    from physai_ros.fleet.plan import fleet_plan
 
-    return as_fleet_processes(fleet_plan(_fleet_config(args.fleet, args.robots)))
+    return fleet_plan(_fleet_config(args.fleet, args.robots))
 
 
 def monitored_robots(args: argparse.Namespace) -> dict[str, int]:

@@ -1,7 +1,8 @@
 """Start, watch and stop the fleet's ROS node processes, described as plain data.
 
-A fleet is a list of ProcessSpec (name, module, namespace, parameters); other parts of the
-project extend it by appending specs (a policy server, robot clients) and reuse ProcessGroup.
+A fleet is a list of ProcessSpec (name, module, namespace, parameters; physai_ros.fleet.plan
+derives it from fleet.yaml, the launch file reads the same specs); ProcessGroup runs them, and
+start_process / stop_processes are the one way to start and stop a child, for tests too.
 Children run in their own session so a terminal's Ctrl-C reaches only the fleet, which then
 stops them in reverse start order (SIGTERM, then SIGKILL after a grace period).
 """
@@ -31,6 +32,7 @@ class ProcessSpec:
     namespace: str = ""
     params: dict[str, object] = field(default_factory=dict)
     env: dict[str, str] = field(default_factory=dict)
+    executable: str = ""  # the node's console script (setup.py), what `ros2 launch` starts
 
     def argv(self, python: str = sys.executable) -> list[str]:
         cmd = [python, "-m", self.module, "--ros-args"]
@@ -39,6 +41,50 @@ class ProcessSpec:
         for k, v in self.params.items():
             cmd += ["-p", f"{k}:={_param_value(v)}"]
         return cmd
+
+
+def log_file(log_dir: str | Path, name: str) -> Path:
+    """Where the output of process `name` goes ("/" in a namespaced name becomes "__")."""
+    return Path(log_dir) / f"{name.replace('/', '__')}.log"
+
+
+def start_process(spec: ProcessSpec, log_dir: str | Path | None = None,
+                  env: dict[str, str] | None = None) -> subprocess.Popen:
+    """Start one child in its own session (a terminal's Ctrl-C reaches only us; we stop the
+    children in order, and a kill reaches their own children), output to log_dir/<name>.log."""
+    out = subprocess.DEVNULL
+    if log_dir is not None:
+        Path(log_dir).mkdir(parents=True, exist_ok=True)
+        out = open(log_file(log_dir, spec.name), "wb")
+    try:
+        return subprocess.Popen(spec.argv(), stdout=out, stderr=subprocess.STDOUT,
+                                env={**(os.environ if env is None else env), **spec.env, "PYTHONUNBUFFERED": "1"},
+                                start_new_session=True)
+    finally:
+        if out is not subprocess.DEVNULL:
+            out.close()  # the child has its own copy
+
+
+def stop_processes(popens: list[subprocess.Popen], grace_s: float = 5.0) -> None:
+    """SIGTERM each (in the order given; the nodes shut down cleanly on it), then SIGKILL the
+    session of whatever is still running after grace_s."""
+    for p in popens:
+        if p.poll() is None:
+            try:
+                p.send_signal(signal.SIGTERM)
+            except ProcessLookupError:
+                pass
+    deadline = time.monotonic() + grace_s
+    for p in popens:
+        try:
+            p.wait(timeout=max(0.0, deadline - time.monotonic()))
+        except subprocess.TimeoutExpired:
+            # A child ignoring SIGTERM: kill its whole session (it may have children).
+            try:
+                os.killpg(p.pid, signal.SIGKILL)
+            except ProcessLookupError:
+                pass
+            p.wait(timeout=5.0)
 
 
 @dataclass
@@ -57,21 +103,8 @@ class ProcessGroup:
     def start(self, spec: ProcessSpec) -> RunningProcess:
         if any(p.spec.name == spec.name for p in self.procs):
             raise ValueError(f"duplicate process name {spec.name!r}")
-        log_path = None
-        if self.log_dir is not None:
-            self.log_dir.mkdir(parents=True, exist_ok=True)
-            log_path = self.log_dir / f"{spec.name.replace('/', '_')}.log"
-            out = open(log_path, "wb")
-        else:
-            out = subprocess.DEVNULL
-        env = {**self.env, **spec.env, "PYTHONUNBUFFERED": "1"}
-        try:
-            popen = subprocess.Popen(spec.argv(), stdout=out, stderr=subprocess.STDOUT, env=env,
-                                     start_new_session=True)
-        finally:
-            if out is not subprocess.DEVNULL:
-                out.close()
-        proc = RunningProcess(spec, popen, log_path)
+        popen = start_process(spec, self.log_dir, self.env)
+        proc = RunningProcess(spec, popen, log_file(self.log_dir, spec.name) if self.log_dir else None)
         self.procs.append(proc)
         return proc
 
@@ -85,23 +118,7 @@ class ProcessGroup:
 
     def stop(self, grace_s: float = 5.0) -> dict[str, int]:
         """Stop every child (reverse start order); returns their exit codes."""
-        for p in reversed(self.procs):
-            if p.popen.poll() is None:
-                try:
-                    p.popen.send_signal(signal.SIGTERM)
-                except ProcessLookupError:
-                    pass
-        deadline = time.monotonic() + grace_s
-        for p in self.procs:
-            try:
-                p.popen.wait(timeout=max(0.0, deadline - time.monotonic()))
-            except subprocess.TimeoutExpired:
-                # A child ignoring SIGTERM: kill its whole session (it may have children).
-                try:
-                    os.killpg(p.popen.pid, signal.SIGKILL)
-                except ProcessLookupError:
-                    pass
-                p.popen.wait(timeout=5.0)
+        stop_processes([p.popen for p in reversed(self.procs)], grace_s)
         return {p.spec.name: p.popen.returncode for p in self.procs}
 
     def cpu_seconds(self) -> dict[str, float]:

@@ -17,7 +17,7 @@ from physai_ros_interfaces.msg import ActionChunk, ExecutionInfo, Observation
 from physai_ros.control.types import ExecutionState
 from physai_ros.monitoring.robot_summary import PublishedRate, RateCounter, RobotSummary
 from physai_ros.protocol import topics
-from physai_ros.protocol.chunk import HOLD_ENGINE_INSTANCE, STATUS_OK
+from physai_ros.protocol.chunk import STATUS_OK, is_hold_chunk
 from physai_ros.ros import qos
 from physai_ros.ros.codecs.chunk import chunk_from_msg
 from physai_ros.ros.codecs.execution_info import execution_state_from_msg
@@ -85,7 +85,7 @@ class FleetMonitor(Node):
 
     def _on_chunk(self, ns: str, msg: ActionChunk) -> None:
         # Served rounds only: not refusals, not a robot_client's own hold chunk.
-        if msg.status != STATUS_OK or msg.engine_instance == HOLD_ENGINE_INSTANCE:
+        if msg.status != STATUS_OK or is_hold_chunk(msg.status, msg.error, msg.engine_instance):
             return
         samples = self.latency_ms[ns]
         samples.append(round((now_sec(self) - to_sec(msg.header.stamp)) * 1e3, 2))

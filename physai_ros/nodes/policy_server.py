@@ -50,7 +50,7 @@ class PolicyServerNode(Node):
     def __init__(self):
         super().__init__("policy_server")
         fleet_file = self.declare_parameter("fleet_file", "").value or None
-        # num_robots: how many robots the launcher started (fleet_plan.server_spec), so the
+        # num_robots: how many robots the launcher started (physai_ros.fleet.plan.server_spec), so the
         # server expects exactly those (a clone robot_<k> beyond the list, or fewer than listed)
         # and does not report robots that were never launched as unregistered. 0: as listed.
         num_robots = int(self.declare_parameter("num_robots", 0).value or 0)
@@ -212,7 +212,7 @@ class PolicyServerNode(Node):
         tasks = {name: float(t.slo_ms) for name, t in self.fleet.tasks.items()}
 
         def slo_ms(rid: str):
-            reg = self.core.registry.get(rid)
+            reg = self.core.registration(rid)
             return tasks.get(reg.task_id) if reg is not None and reg.task_id in tasks else slo.get(rid)
         self.view = ServerView(self.monitoring.window_s, slo_ms)
         self._diag_cache: tuple[float, dict] = (-1.0, {})
@@ -220,7 +220,7 @@ class PolicyServerNode(Node):
         self.updater.setHardwareID(str(self.core.instance_id))
         self.metrics = MetricsPublisher(self, period_s=self.monitoring.metrics_period_s)
         self.updater.add(MetricsTask("fleet", self._fleet_metrics, self.monitoring.thresholds,
-                                     ok_message=lambda: f"{len(self.core.registry)} robot(s) registered"))
+                                     ok_message=lambda: f"{self.core.registered_robots()} robot(s) registered"))
         for iid in self.core.engines:
             self.updater.add(f"engine {iid}", lambda stat, iid=iid: self._engine_status(stat, iid))
         reg_health = RefusalHealth(self.registration_refusals, "registration(s)")
@@ -263,7 +263,7 @@ class PolicyServerNode(Node):
         diag = self._core_diagnostics()
         m = {
             "queue_depth": self.core.pending(),
-            "robots_registered": len(self.core.registry),
+            "robots_registered": self.core.registered_robots(),
             "rounds_total": sum(d.get("rounds", 0) for d in diag.values()),
             "refused_total": sum(d.get("refused_total", 0) for d in diag.values()) + self.input_refusals.total,
             "registration_refusals": self.registration_refusals.total,

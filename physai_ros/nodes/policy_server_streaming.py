@@ -37,7 +37,7 @@ class PolicyServerStreaming:
         self.fleet = fleet
         self.core = core
         log = node.get_logger()
-        self.service = build_streaming_service(fleet, self._publish, core.runner,
+        self.service = build_streaming_service(fleet, self._publish, core.action_runner,
                                                ros_clock=lambda: now_sec(node), log=log.warning)
         self._pubs: dict[str, object] = {}  # robot_id -> segment publisher
         self._subs: dict[str, object] = {}  # namespace -> wrench subscription
@@ -98,7 +98,7 @@ class PolicyServerStreaming:
             return None
         self.node.get_logger().warning(f"streaming: refused observation of {obs.robot_id}: {refusal}",
                                        throttle_duration_sec=1.0)
-        return self.core.runner.refused(obs, self.core.registry.get(obs.robot_id), refusal)
+        return self.core.action_runner.refused(obs, self.core.registration(obs.robot_id), refusal)
 
     def close(self, timeout_s: float) -> None:
         self.service.close(timeout_s)

@@ -36,7 +36,7 @@ from physai_ros.monitoring.client_view import ClientView
 from physai_ros.monitoring.config import load_monitoring
 from physai_ros.monitoring.diagnostics import MetricsTask
 from physai_ros.monitoring.metrics import MetricsPublisher
-from physai_ros.protocol.chunk import HOLD_ENGINE_INSTANCE
+from physai_ros.protocol.chunk import is_hold_chunk
 from physai_ros.protocol.topics import (ACTION_CHUNK_TOPIC, CLIENT_STATUS_TOPIC, EXECUTION_INFO_TOPIC,
                                         OBSERVATION_TOPIC, OPERATOR_RESUME_TOPIC, REFRESH_TOPIC,
                                         REGISTER_SERVICE, STREAM_WRENCH_TOPIC)
@@ -147,7 +147,7 @@ class RobotClientNode(Node):
         self.core.on_exec_info(now_sec(self), st.actions_remaining, st.control_period, st.exec_phase_start)
 
     def _on_chunk(self, msg: ActionChunk) -> None:
-        if msg.engine_instance == HOLD_ENGINE_INSTANCE:
+        if is_hold_chunk(msg.status, msg.error, msg.engine_instance):
             return  # our own hold chunk
         try:
             chunk = chunk_from_msg(msg)

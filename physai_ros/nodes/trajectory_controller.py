@@ -19,7 +19,8 @@ from sensor_msgs.msg import JointState
 from trajectory_msgs.msg import JointTrajectory
 from physai_ros_interfaces.msg import ActionChunk, ExecutionInfo, TrajectorySegment
 
-from physai_ros.control.hold import apply_hold, is_hold_chunk
+from physai_ros.control.hold import apply_hold
+from physai_ros.protocol.chunk import is_hold_chunk
 from physai_ros.control.joint_trajectory import hold_plan, to_joint_trajectory
 from physai_ros.control.joints import default_joint_names
 from physai_ros.control.trajectory_buffer import TrajectoryBuffer

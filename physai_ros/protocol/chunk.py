@@ -16,7 +16,14 @@ STATUS_OK, STATUS_ERROR, STATUS_REFUSED = 0, 1, 2
 # A robot client stops its trajectory controller with an ordinary chunk carrying both markers
 # (physai_ros.control.hold). Observers skip these: they are no answer of the server.
 HOLD_ERROR = "hold"
-HOLD_ENGINE_INSTANCE = "robot_client"
+HOLD_ENGINE_INSTANCE = "robot_client"  # reserved: no engine instance may take this name
+
+
+def is_hold_chunk(status: int, error: str, engine_instance: str) -> bool:
+    """Whether a chunk (data or message fields) is a robot client's own hold, not a server
+    answer. Both markers, so a server chunk whose error text happens to be "hold" is not one;
+    the one test every side uses."""
+    return status == STATUS_OK and error == HOLD_ERROR and engine_instance == HOLD_ENGINE_INSTANCE
 
 
 @dataclass(frozen=True)

@@ -112,7 +112,10 @@ class TaskBook:
             self._first_wait_open = False
             if self.count_first_wait:
                 self.wait_sum += max(0.0, now - self.t_start)
-        self.last_dispatched_round = round_id
+        # A requeued (lost) older round dispatched again must not lower it: the task's newer
+        # round was served, and a late refresh of that one would otherwise pass as new.
+        last = self.last_dispatched_round
+        self.last_dispatched_round = round_id if last is None else max(last, round_id)
         self._close_waits()
 
     def on_complete(self, round_id: int, now: float, generation_s: float) -> None:

@@ -79,6 +79,11 @@ class LatencyProfile:
         return [[b, t] for b, t in zip(self.batch_sizes, self.latencies_s)]
 
 
+# The component of a request for the action model (the only one today; the pipeline and
+# language issues add planner, monitor and text components, each with its own model runner).
+ACTION = "action"
+
+
 @dataclass
 class Request:
     """One pending inference request: one round of one task (Kairos §4's client fields).
@@ -106,7 +111,7 @@ class Request:
     last_exec_duration: Optional[float] = None
     # True when this observation answers a refresh the scheduler asked for (Observation.refresh).
     refresh: bool = False
-    component: str = "action"
+    component: str = ACTION
     payload: Any = field(default=None, repr=False, compare=False)
 
 

@@ -15,14 +15,14 @@ import numpy as np
 from physai_ros.protocol.chunk import STATUS_ERROR, STATUS_OK, STATUS_REFUSED, ActionChunkData
 from physai_ros.protocol.observation import ObservationData
 from physai_ros.protocol.registration import RobotRegistration
+from physai_ros.scheduler.types import ACTION
 
-from .postprocess import decide_horizon
 from .normalizer import Normalizer
+from .postprocess import decide_horizon
 from .preprocess import image_to_rgb, to_model_pixels
 from .tokenizer import PromptTokenizer
 from .validation import Refusal
 
-ACTION = "action"  # the component name of requests for the action model
 
 
 class ActionModelRunner:

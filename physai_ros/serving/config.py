@@ -15,6 +15,7 @@ import yaml
 
 from physai_ros.errors import UserInputError
 from physai_ros.install_paths import PACKAGE_URL_PREFIX, default_fleet_file, resolve_package_url
+from physai_ros.protocol.chunk import HOLD_ENGINE_INSTANCE
 from physai_ros.protocol.topics import JOINT_STATES_TOPIC, WRENCH_TOPIC
 
 PACKAGE_PREFIX = PACKAGE_URL_PREFIX
@@ -299,9 +300,10 @@ def _parse_remote_engines(v: Any, path: str) -> tuple[RemoteEngineConfig, ...]:
         if not iid.replace("_", "a").isalnum() or not iid[0].isalpha():
             raise FleetConfigError(f"{p}.instance_id: expected letters, digits and '_' starting with "
                                    f"a letter (it becomes a ROS topic name), got {iid!r}")
-        if iid.startswith("engine_") or iid in (r.instance_id for r in out):
+        if iid.startswith("engine_") or iid == HOLD_ENGINE_INSTANCE or iid in (r.instance_id for r in out):
             raise FleetConfigError(f"{p}.instance_id: expected a unique id not starting with "
-                                   f"'engine_' (local instances use those), got {iid!r}")
+                                   f"'engine_' (local instances use those) and not {HOLD_ENGINE_INSTANCE!r} "
+                                   f"(the robot client's hold marker), got {iid!r}")
         opt = {k: _pos(d[k], _join(p, k)) if d.get(k) is not None else None
                for k in ("timeout_s", "liveness_timeout_s")}
         out.append(RemoteEngineConfig(iid, **opt))

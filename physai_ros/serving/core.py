@@ -27,9 +27,9 @@ from typing import Any, Callable, Sequence
 from physai_ros.protocol.chunk import ActionChunkData
 from physai_ros.protocol.observation import ObservationData
 from physai_ros.protocol.registration import RegistrationResult, RobotRegistration
-from physai_ros.scheduler.types import Request
+from physai_ros.scheduler.types import ACTION, Request
 
-from .action_runner import ACTION, ActionModelRunner
+from .action_runner import ActionModelRunner
 from .instances import EngineSlot, InstancePool
 from .normalizer import Normalizer
 from .registry import RobotRegistry, TaskEnded
@@ -55,8 +55,8 @@ class ServingCore:
         self.events, self.failover = self.pool.events, self.pool.failover
         cfg = engines[0].engine.config
         self.model_config = cfg
-        self.runner = ActionModelRunner(cfg, tokenizer, normalizer)
-        self.runners = {ACTION: self.runner}
+        self.action_runner = ActionModelRunner(cfg, tokenizer, normalizer)
+        self.runners = {ACTION: self.action_runner}
         self.limits = ModelLimits(cfg.max_views, cfg.max_state_dim, cfg.max_action_dim)
         self.instance_id = instance_id or uuid.uuid4().hex[:12]
         self.registry = RobotRegistry(self.limits, self.instance_id, max_observation_age_s,
@@ -76,13 +76,13 @@ class ServingCore:
     def warm_up(self, views: int = 1) -> float:
         """One inference per local engine instance on a blank input, so the first robot's first
         round does not pay for lazy initialisation (and miss its SLO). Returns the slowest, s."""
-        blank = self.runner.blank_input(views)
+        blank = self.action_runner.blank_input(views)
         worst = 0.0
         for slot in self.engines.values():
             if slot.remote:
                 continue  # an engine_worker warms itself up while measuring its profile
             t0 = time.perf_counter()
-            self.runner.execute(slot.engine, [blank])
+            self.action_runner.execute(slot.engine, [blank])
             worst = max(worst, time.perf_counter() - t0)
         return worst
 
@@ -129,9 +129,17 @@ class ServingCore:
             if refusal is None:
                 refusal = self._enqueue(obs, reg, now, notices)
             if refusal is not None:
-                return [self.runner.refused(obs, reg, refusal)]
+                return [self.action_runner.refused(obs, reg, refusal)]
             self._work.notify_all()
             return notices + self._drain_notices()
+
+    def registration(self, robot_id: str) -> RobotRegistration | None:
+        with self._lock:
+            return self.registry.get(robot_id)
+
+    def registered_robots(self) -> int:
+        with self._lock:
+            return len(self.registry)
 
     def take_notices(self) -> list[ActionChunkData]:
         """Answers for accepted requests that were dropped (see _end_task), to publish."""
@@ -152,7 +160,8 @@ class ServingCore:
         for comp in self.runners:
             key = scheduler_task_key(ended.robot_id, ended.task_id, comp)
             for req in self.scheduler.on_task_finished(key):
-                self._notices.append(self.runners[req.component].refused(
+                self._attempts.pop(req.request_id, None)  # a requeued one ends here too
+                self._notices.append(self.runners.get(req.component, self.action_runner).refused(
                     req.payload, ended.registration, Refusal("superseded", ended.why)))
         self._last_task.pop(ended.robot_id, None)
         if ended.released:
@@ -177,7 +186,7 @@ class ServingCore:
             return self.registry.count_refusal(obs.robot_id, Refusal("scheduler", res.reason))
         for old in res.superseded:
             if old.round_id != obs.round_id:  # the same round is a refresh: nothing to answer
-                notices.append(self.runners[old.component].refused(
+                notices.append(self.runners.get(old.component, self.action_runner).refused(
                     old.payload, reg, Refusal("superseded", f"round {obs.round_id} replaced it")))
         return None
 
@@ -208,22 +217,26 @@ class ServingCore:
             self.pool.fail(self.engines[instance_id], why)
             self._work.notify_all()
 
-    def requeue(self, work: BatchWork) -> None:
+    def requeue(self, work: BatchWork) -> list[ActionChunkData]:
         """Work handed to an instance that never ran it (lost with the instance): back to the
-        scheduler's queue, to run on another instance."""
+        scheduler's queue, to run on another instance. It never ran, so this does not count as
+        a dispatch attempt. Returns the answers to publish now (a request whose task ended
+        meanwhile gets an ERROR chunk instead)."""
         with self._lock:
             out: list[ActionChunkData] = []
             now = self.clock()
             again = self._retry_lost(work.requests, self.engines[work.instance_id],
-                                     "its instance was lost before it ran", out, limit=False, now=now)
+                                     "its instance was lost before it ran", out, limit=False, now=now,
+                                     count=False)
             for req in work.requests:
                 if req.request_id not in again:  # answered with an error: no longer in flight
+                    self._attempts.pop(req.request_id, None)
                     self.scheduler.on_completed(req.request_id, now, 0.0)
-            self._notices.extend(out)
             self._work.notify_all()
+            return out
 
     def _retry_lost(self, lost: list[Request], slot: EngineSlot, why: str, out: list[ActionChunkData],
-                    limit: bool, now: float) -> set[str]:
+                    limit: bool, now: float, count: bool = True) -> set[str]:
         """Queue requests lost with their instance for another one, through the scheduler (under
         the lock). With `limit`, a request lost MAX_DISPATCH_ATTEMPTS times gets an ERROR chunk
         instead (a worker that keeps vanishing must not bounce a request forever), as does one
@@ -237,7 +250,8 @@ class ServingCore:
             elif not self.scheduler.requeue(req.request_id, now):
                 out.append(self._error(req, f"{why} (its task ended meanwhile)", slot))
             else:
-                self._attempts[req.request_id] = n + 1
+                if count:
+                    self._attempts[req.request_id] = n + 1
                 again.add(req.request_id)
         self.failover["redispatched"] += len(again)
         return again
@@ -293,7 +307,8 @@ class ServingCore:
         BaseException (the instance is dead; it is re-raised so its thread ends with it)."""
         batch, reqs, dispatched = work.batch, work.requests, work.dispatched
         slot = self.engines[batch.instance_id]
-        runner = self.runners[reqs[0].component]
+        # One model per batch: the scheduler batches requests of one component per instance.
+        runner = self.runners.get(reqs[0].component)
         inputs, ok_reqs, out, outputs, lost = [], [], [], [], []
         fatal: BaseException | None = None
         lost_why = ""
@@ -305,8 +320,8 @@ class ServingCore:
         try:
             for req in reqs:
                 try:
-                    if req.component != runner.component:
-                        raise ValueError(f"a {req.component!r} request in a {runner.component!r} batch")
+                    if runner is None or req.component != runner.component:
+                        raise ValueError(f"no model runner for a {req.component!r} request in this batch")
                     reg = regs[req.robot_id]
                     if reg is None:
                         raise KeyError(req.robot_id)
@@ -368,8 +383,9 @@ class ServingCore:
             with self._lock:
                 return self._error(req, msg, slot)
         self.registry.record_error(req.robot_id)
-        return self.runners[req.component].error(req.payload, self.registry.get(req.robot_id), msg,
-                                                  slot.instance_id)
+        # An unknown component still gets an answer (through the action runner's chunk type).
+        runner = self.runners.get(req.component, self.action_runner)
+        return runner.error(req.payload, self.registry.get(req.robot_id), msg, slot.instance_id)
 
     # ---- reporting -----------------------------------------------------------------------
 

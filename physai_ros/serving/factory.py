@@ -113,6 +113,6 @@ def profile_local_engines(core: ServingCore, cfg: FleetConfig,
         with torch.inference_mode():
             slot.profile = measure_profile(
                 slot.engine.infer, slot.engine.config, min(p.max_batch, slot.max_batch), reps=p.reps,
-                views=p.views, tokens=p.tokens or core.runner.tokenizer.max_len, on_batch=on_batch)
+                views=p.views, tokens=p.tokens or core.action_runner.tokenizer.max_len, on_batch=on_batch)
         took[slot.instance_id] = time.perf_counter() - t0
     return took

@@ -2,7 +2,8 @@
 
 The one normaliser of the package (the chunked and streaming paths reach it through the action
 runner; closed-loop training evaluation uses it too). LeRobot's formulas per feature:
-  MEAN_STD: (x - mean) / (std + 1e-8), inverse x * std + mean
+  MEAN_STD: (x - mean) / (std + 1e-8), inverse x * std + mean (our own statistics file:
+            x * (std + 1e-8) + mean, the exact inverse of how training/train.py normalised)
   MIN_MAX:  2 (x - min) / (max - min + 1e-8) - 1, inverse (x + 1) / 2 (max - min) + min
   IDENTITY: unchanged (also whatever a checkpoint carries no statistics for).
 Statistics come from our own `normalization_stats.json` (what training/checkpoint.py writes)
@@ -32,6 +33,9 @@ class FeatureStats:
     std: np.ndarray | None = None
     min: np.ndarray | None = None
     max: np.ndarray | None = None
+    # MEAN_STD inverse as x * (std + EPS) + mean: our checkpoints were trained on targets
+    # normalised with (std + EPS), so this undoes them exactly (LeRobot's inverse omits EPS).
+    inverse_adds_eps: bool = False
 
     def __post_init__(self):
         need = {"MEAN_STD": ("mean", "std"), "MIN_MAX": ("min", "max")}.get(self.mode)
@@ -52,7 +56,8 @@ class FeatureStats:
     def inverse(self, x: np.ndarray) -> np.ndarray:
         n = x.shape[-1]
         if self.mode == "MEAN_STD":
-            return x * self.std[:n] + self.mean[:n]
+            std = self.std[:n] + EPS if self.inverse_adds_eps else self.std[:n]
+            return x * std + self.mean[:n]
         return (x + 1) / 2 * (self.max[:n] - self.min[:n]) + self.min[:n]
 
 
@@ -79,7 +84,7 @@ class Normalizer:
             if d is None:
                 return None
             try:
-                return FeatureStats("MEAN_STD", _vector(d["mean"]), _vector(d["std"]))
+                return FeatureStats("MEAN_STD", _vector(d["mean"]), _vector(d["std"]), inverse_adds_eps=True)
             except (KeyError, ValueError) as e:
                 raise ValueError(f"{path}: {key}: {e}") from None
 
@@ -97,9 +102,7 @@ class Normalizer:
 
         def feature(kind: str) -> FeatureStats | None:
             key = next((k for k, f in feats.items() if f.get("type") == kind), None)
-            if key is None:
-                raise CheckpointError(f"{path}/config.json: no {kind} feature declared")
-            mode, s = mapping.get(kind, "IDENTITY"), stats.get(key, {})
+            mode, s = mapping.get(kind, "IDENTITY"), stats.get(key, {}) if key else {}
             if mode == "IDENTITY" or not s:
                 return None
             if mode not in MODES:

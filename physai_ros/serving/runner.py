@@ -93,7 +93,9 @@ class ServingRunner:
                 except queue.Empty:
                     break
                 if work is not None:
-                    self.core.requeue(work)
+                    answers = self.core.requeue(work)
+                    if answers:
+                        self._call(self.on_chunks, answers)
 
     def _instance_loop(self, instance_id: str) -> None:
         q = self._queues[instance_id]

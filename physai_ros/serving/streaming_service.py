@@ -134,7 +134,7 @@ class StreamingService:
         self.core = core  # StreamingCore (its clock is the stream clock)
         self.cfg = cfg
         self.publish = publish
-        self.runner = runner
+        self.action_runner = runner
         self.ros_clock = ros_clock
         self.log = log
         self.validator = ObservationValidator(max_observation_age_s)
@@ -244,7 +244,7 @@ class StreamingService:
             if refusal is not None:
                 return refusal
             try:
-                inp = self.runner.prepare(obs, slot.reg)
+                inp = self.action_runner.prepare(obs, slot.reg)
             except (ValueError, KeyError) as e:
                 return self.validator.count(obs.robot_id, Refusal("preprocessing", str(e)))
             captured = self.to_stream(obs.stamp)
@@ -331,7 +331,7 @@ class StreamingService:
         out = TrajectorySegmentData(
             robot_id=reg.robot_id, round_id=slot.last_round, segment_id=slot.segment_id,
             joint_names=tuple(reg.joint_names), start_time=self.to_ros(group[0].start_time), dt=last.dt,
-            positions=self.runner.unnormalize(pos, reg.action_dim), committed=committed,
+            positions=self.action_runner.unnormalize(pos, reg.action_dim), committed=committed,
             tick_time=self.to_ros(last.tick_time),
             wrench_stamp=self.to_ros(last.wrench_stamp) if math.isfinite(last.wrench_stamp) else math.nan,
             ticks_merged=len(group))

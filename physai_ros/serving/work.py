@@ -5,9 +5,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from physai_ros.protocol.chunk import ActionChunkData
-from physai_ros.scheduler.types import Batch, Request
-
-from .action_runner import ACTION
+from physai_ros.scheduler.types import ACTION, Batch, Request
 
 
 @dataclass(frozen=True)

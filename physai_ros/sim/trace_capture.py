@@ -30,7 +30,7 @@ from collections import Counter
 from dataclasses import dataclass, field
 from typing import Any, Optional
 
-from physai_ros.protocol.chunk import HOLD_ENGINE_INSTANCE, STATUS_OK, ActionChunkData
+from physai_ros.protocol.chunk import STATUS_OK, ActionChunkData, is_hold_chunk
 from physai_ros.protocol.observation import ObservationData
 from physai_ros.sim.traces import TraceRecorder, TraceSet
 
@@ -103,7 +103,7 @@ class FleetTraceCapture:
         if r is None or (chunk.robot_id and chunk.robot_id != robot):
             self.ignored["wrong_robot"] += 1
             return
-        if chunk.engine_instance == HOLD_ENGINE_INSTANCE:
+        if is_hold_chunk(chunk.status, chunk.error, chunk.engine_instance):
             self.ignored["hold_chunk"] += 1
             return
         if chunk.status != STATUS_OK:

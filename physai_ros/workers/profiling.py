@@ -16,13 +16,14 @@ from physai_ros.scheduler.types import LatencyProfile
 
 
 def synthetic_inputs(config: Pi0Config, batch: int, views: int, tokens: int, seed: int = 0) -> list[EngineInput]:
-    """Well-formed inputs of a typical shape (content does not change pi0's compute)."""
+    """Well-formed inputs of a typical shape, as the server sends them (uint8 camera pixels,
+    so the profile includes the engine's pixel scaling); content does not change pi0's compute."""
     g = torch.Generator().manual_seed(seed)
     s = config.vision.image_size
     views = max(1, min(views, config.max_views))
     tokens = max(1, min(tokens, config.max_tokens))
     return [EngineInput(
-        images=torch.rand(views, 3, s, s, generator=g) * 2 - 1,
+        images=torch.randint(0, 256, (views, 3, s, s), generator=g, dtype=torch.uint8),
         image_masks=torch.ones(views, dtype=torch.bool),
         tokens=torch.randint(0, config.vocab_size, (tokens,), generator=g),
         token_mask=torch.ones(tokens, dtype=torch.bool),

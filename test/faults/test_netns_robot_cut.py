@@ -73,12 +73,12 @@ class Rig:
         self.server_log = ProbeLog(tmp / "server_host.jsonl")
         probe = str(Path(__file__).with_name("netns_probe.py"))
         ns = ",".join(ROBOTS)
-        L.spawn(L.a, fleet_plan.server_spec(cfg).as_fleet_process(), self.logs)
+        L.spawn(L.a, fleet_plan.server_spec(cfg), self.logs)
         L.spawn(L.a, [sys.executable, probe, "--out", self.server_log.path, "--diag"], self.logs,
                 name="probe_server_host")
         for robot in cfg.robots:
             for spec in fleet_plan.robot_specs(cfg, robot):
-                L.spawn(L.b, spec.as_fleet_process(), self.logs)
+                L.spawn(L.b, spec, self.logs)
         L.spawn(L.b, [sys.executable, probe, "--out", self.robot_log.path, "--chunks", ns, "--status", ns,
                       "--obs", ns, "--diag"], self.logs, name="probe_robot_host")
 

@@ -85,7 +85,7 @@ def fleet(tmp_path_factory):
     try:
         recs = {ns: RobotRecord(rig, ns) for ns in ROBOTS}  # first, so they see every message
         for spec in fleet_plan.fleet_plan(cfg):
-            rig.start(spec.as_fleet_process() if spec.name != "policy_server"
+            rig.start(spec if spec.name != "policy_server"
                       else server_spec("policy_server", fleet_file))
         yield rig, cfg, fleet_file, recs
     finally:

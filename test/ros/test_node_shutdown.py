@@ -107,7 +107,7 @@ def rig(tmp_path_factory):
     # Warm-up: a profile long enough (tiny model, 500 reps) to be mid-way when stopped.
     warm = _write(d / "warmup.yaml", fleet_doc(robots=("w0",), server={"profile": {"reps": 500, "max_batch": 4}}))
     cfg = load_fleet(serving)
-    robot = [s.as_fleet_process() for s in fleet_plan.robot_specs(cfg, cfg.robot("r0"))]
+    robot = fleet_plan.robot_specs(cfg, cfg.robot("r0"))
     client = next(s for s in robot if s.name.endswith("robot_client"))
     specs = [
         # Its own namespace: it never gets to its services, but its node stays apart from the other server's.

@@ -8,7 +8,8 @@ from physai_ros_interfaces.msg import ActionChunk
 from sensor_msgs.msg import Image
 from trajectory_msgs.msg import JointTrajectory, JointTrajectoryPoint
 
-from physai_ros.control.hold import hold_chunk, is_hold_chunk
+from physai_ros.control.hold import hold_chunk
+from physai_ros.protocol.chunk import is_hold_chunk
 from physai_ros.control.joint_trajectory import JointTrajectoryPlan, TrajectoryPoint
 from physai_ros.control.types import ExecutionState
 from physai_ros.protocol import chunk as chunk_codes

@@ -243,3 +243,18 @@ def test_abandoned_task_histories_are_forgotten():
         s.schedule(1.0 + k * 0.01, [edge(busy_until=100.0)])
     st = s.stats()
     assert st["tasks_forgotten"] == 1 and st["tasks"] == 1 and st["pending"] == 1
+
+
+def test_a_requeued_older_round_does_not_reopen_a_newer_served_round():
+    """Round 6 was dispatched after round 5; 5 is lost and served again: a late refresh of 6
+    must still be refused as already served (otherwise 6 would be answered twice)."""
+    s = make_scheduler("fifo")
+    s.submit(req("t#5", task="t", rnd=5), 0.0)
+    s.schedule(0.01, [edge(iid="e0")])
+    s.submit(req("t#6", task="t", rnd=6, t=0.02), 0.02)
+    s.schedule(0.03, [edge(iid="e1")])
+    assert s.requeue("t#5", 0.04)
+    assert s.schedule(0.05, [edge(iid="e2")]).dispatched_request_ids == ["t#5"]
+    late = s.submit(req("t#6b", task="t", rnd=6, t=0.06), 0.06)
+    assert not late.accepted and "already served" in late.reason
+

@@ -36,10 +36,10 @@ def obs(rid, remaining, t, robot="robot_0", refresh=False):
 
 
 def chunk(rid, horizon, t, robot="robot_0", status=ActionChunk.STATUS_OK, n=8, dt=0.1, engine="engine_0",
-          inference_ms=40.0, queue_ms=5.0):
+          inference_ms=40.0, queue_ms=5.0, error=""):
     m = ActionChunk(robot_id=robot, task_id="pick", round_id=rid, status=status, dt=dt, num_actions=n,
                     action_dim=1, actions=[0.0] * n, horizon=horizon, queue_ms=queue_ms, inference_ms=inference_ms,
-                    engine_instance=engine)
+                    engine_instance=engine, error=error)
     m.header.stamp = time_from_sec(t)
     return m
 
@@ -119,7 +119,7 @@ def test_bad_and_foreign_messages_are_counted_not_raised():
     cap = FleetTraceCapture(["robot_0"], t0=T0)
     feed(cap, "robot_0", chunk(2, 4, T0, robot="robot_9"), T0)                   # wrong robot id
     feed(cap, "robot_7", chunk(2, 4, T0, robot="robot_7"), T0)                   # not in the fleet
-    feed(cap, "robot_0", chunk(1, 1, T0, engine="robot_client"), T0)             # a client's hold chunk
+    feed(cap, "robot_0", chunk(1, 1, T0, engine="robot_client", error="hold"), T0)  # a client's hold chunk
     feed(cap, "robot_0", chunk(2, 4, T0, status=ActionChunk.STATUS_REFUSED), T0)
     feed(cap, "robot_0", chunk(4, 9, T0, n=8), T0)                               # horizon > actions
     feed(cap, "robot_0", chunk(6, 0, T0), T0)                                    # horizon 0

@@ -9,7 +9,7 @@ from collections import defaultdict
 
 import yaml
 
-from physai_ros.fleet import plan as fleet_plan
+from physai_ros.fleet.processes import start_process, stop_processes
 from physai_ros.serving.config import load_fleet
 
 from ros_rig import SpunNode, log_of, wait_for
@@ -23,13 +23,13 @@ class Fleet:
         self.procs: dict[str, object] = {}
 
     def start(self, spec):
-        self.procs[spec.name] = fleet_plan.start(spec, self.log_dir)
+        self.procs[spec.name] = start_process(spec, self.log_dir)
 
     def stop(self, name):
-        fleet_plan.stop([self.procs.pop(name)])
+        stop_processes([self.procs.pop(name)])
 
     def stop_all(self):
-        fleet_plan.stop(list(self.procs.values()))
+        stop_processes(list(self.procs.values()))
         self.procs.clear()
 
     def log(self, name):

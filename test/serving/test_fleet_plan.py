@@ -1,5 +1,5 @@
 """The process plan physai-fleet, the launch file and the tests share."""
-from physai_ros.fleet.plan import as_fleet_processes, fleet_plan
+from physai_ros.fleet.plan import fleet_plan
 from physai_ros.fleet.report import summary_fields
 from physai_ros.serving.robot_params import sim_params
 
@@ -9,19 +9,22 @@ def test_plan_has_server_then_sim_client_controller_per_robot(fleet):
     assert [s.name for s in plan[:4]] == ["policy_server", "robot_0/sim_robot", "robot_0/robot_client",
                                           "robot_0/trajectory_controller"]
     assert len(plan) == 1 + 3 * len(fleet.robots)
-    cmd = plan[2].command("py")
+    cmd = plan[2].argv("py")
     assert cmd[:6] == ["py", "-m", "physai_ros.nodes.robot_client", "--ros-args", "-r", "__ns:=/robot_0"]
     assert f"fleet_file:={fleet.source}" in cmd and "robot_id:=robot_0" in cmd
-    ctrl = plan[3].command("py")
+    ctrl = plan[3].argv("py")
     assert "joint_names:=[joint_0,joint_1,joint_2,joint_3,gripper]" in ctrl and "control_rate_hz:=100.0" in ctrl
     assert [s.name for s in fleet_plan(fleet, controller=False)][:3] == [
         "policy_server", "robot_0/sim_robot", "robot_0/robot_client"]
 
 
-def test_plan_converts_to_physai_fleet_process_specs(fleet):
-    specs = as_fleet_processes(fleet_plan(fleet.with_num_robots(5)))
+def test_plan_specs_carry_what_physai_fleet_and_the_launch_file_need(fleet):
+    specs = fleet_plan(fleet.with_num_robots(5))
     assert len(specs) == 16 and specs[-1].namespace == "robot_4"
-    assert specs[1].argv("py") == fleet_plan(fleet.with_num_robots(5))[1].command("py")
+    # The launch file starts the console script with the same parameters physai-fleet passes.
+    assert [s.executable for s in specs[:4]] == ["policy_server", "sim_robot", "robot_client",
+                                                 "trajectory_controller"]
+    assert specs[0].params["num_robots"] == 5 and specs[2].params["robot_id"] == "robot_0"
 
 
 def test_summary_fields_from_client_status():

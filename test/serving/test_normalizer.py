@@ -61,3 +61,29 @@ def test_our_statistics_file_wins_over_stored_buffers(tmp_path):
     n = Normalizer.from_checkpoint(d)
     np.testing.assert_allclose(n.unnormalize_actions(np.zeros((1, 4), np.float32), 2), [[1.0, 2.0]])
     assert Normalizer.from_checkpoint(tmp_path / "nowhere").state is None
+
+
+def test_a_served_lerobot_checkpoint_uses_its_stored_statistics():
+    """A LeRobot checkpoint is served with the normalisation stored beside its weights (before
+    the serving redesign only our own statistics file was read, and a LeRobot checkpoint's
+    state and actions went through un-normalised)."""
+    from pathlib import Path
+
+    import yaml
+
+    from physai_ros.engine.weights import normalization_stats
+    from physai_ros.serving.config import default_fleet_path, parse_fleet
+    from physai_ros.serving.factory import build_core
+
+    ckpt = Path(__file__).resolve().parents[1] / "fixtures" / "lerobot_pi0" / "checkpoint"
+    doc = yaml.safe_load(default_fleet_path().read_text())
+    doc["server"]["model"] = {"checkpoint": str(ckpt), "tokenizer": "package://physai_ros/assets/tokenizer.json",
+                              "max_token_len": 16}
+    core = build_core(parse_fleet(doc, source=str(default_fleet_path())), instance_id="lerobot")
+    stored = normalization_stats(ckpt, feature_names=["observation.state", "action"])
+    n = core.action_runner.normalizer
+    assert n.state.mode == n.action.mode == "MEAN_STD"
+    np.testing.assert_array_equal(n.state.std, stored["observation.state"]["std"].numpy())
+    np.testing.assert_array_equal(n.action.mean, stored["action"]["mean"].numpy())
+    acts = np.zeros((2, core.model_config.max_action_dim), np.float32)
+    np.testing.assert_allclose(n.unnormalize_actions(acts, 5), np.tile(stored["action"]["mean"].numpy(), (2, 1)))

@@ -123,7 +123,7 @@ def test_loss_decreases_and_checkpoint_runs_unchanged_in_serving(dataset_dir, tm
     engine = next(iter(core.engines.values())).engine
     assert engine.config == res.config
     stats = json.loads((ckpt / STATS_FILE).read_text())
-    np.testing.assert_allclose(core.runner.normalizer.action.std, stats["action"]["std"])
+    np.testing.assert_allclose(core.action_runner.normalizer.action.std, stats["action"]["std"])
 
     # A real observation through the server's preprocessing, sampled by the serving engine (fast
     # path) and by the training module's reference sampler with the same noise.
@@ -136,7 +136,7 @@ def test_loss_decreases_and_checkpoint_runs_unchanged_in_serving(dataset_dir, tm
                           ep.state[3], ep.wrench[3], 0.0, PROMPTS["reach"][0], 0.0, 0, 0.1, "static", (4.0,))
     from physai_ros.engine.batching import model_pixels
 
-    inp = core.runner.prepare(obs, core.registry.get("r0"))  # uint8 views: the engine scales them
+    inp = core.action_runner.prepare(obs, core.registry.get("r0"))  # uint8 views: the engine scales them
     noise, _ = sample_noise_and_time((1, TINY.chunk_size, 8), torch.Generator().manual_seed(5))
     inp.noise = noise[0]
     served = engine.infer([inp])[0].actions

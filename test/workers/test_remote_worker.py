@@ -9,7 +9,7 @@ from physai_ros_interfaces.msg import EngineBatchRequest, EngineBatchResult
 
 from physai_ros.engine.engine import Pi0Engine
 from physai_ros.engine.types import EngineInputError
-from physai_ros.fleet import plan as fleet_plan
+from physai_ros.fleet.processes import start_process, stop_processes
 from physai_ros.protocol.topics import request_topic, result_topic
 from physai_ros.ros.qos import reliable_qos
 from physai_ros.ros.remote_engine import (RemoteEngine, RemoteEngineError, RemoteEngineTimeout,
@@ -27,7 +27,7 @@ IID = "test_worker"
 def env(tmp_path_factory, tiny):
     log_dir = tmp_path_factory.mktemp("worker_logs")
     spec = worker_spec(IID)
-    proc = fleet_plan.start(spec, str(log_dir))
+    proc = start_process(spec, str(log_dir))
     spun = SpunNode("remote_engine_test")
     try:
         proxy = RemoteEngine(spun.node, IID, tiny)
@@ -36,7 +36,7 @@ def env(tmp_path_factory, tiny):
         yield proxy, proc, spun, (lambda: log_of(log_dir, spec.name))
     finally:
         spun.close()
-        fleet_plan.stop([proc])
+        stop_processes([proc])
 
 
 def test_worker_advertises_its_measured_profile(env):

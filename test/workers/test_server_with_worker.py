@@ -10,6 +10,7 @@ import pytest
 import yaml
 
 from physai_ros.fleet import plan as fleet_plan
+from physai_ros.fleet.processes import start_process, stop_processes
 from physai_ros.protocol.chunk import HOLD_ENGINE_INSTANCE
 from physai_ros.serving.config import default_fleet_path, load_fleet
 
@@ -87,14 +88,14 @@ def env(tmp_path_factory):
     watch = None
     try:
         watch = Watch()
-        procs["worker"] = fleet_plan.start(wspec, str(logs))
+        procs["worker"] = start_process(wspec, str(logs))
         for spec in fleet_plan.fleet_plan(cfg):
-            procs[spec.name] = fleet_plan.start(spec, str(logs))
+            procs[spec.name] = start_process(spec, str(logs))
         yield cfg, procs, watch, wspec, logs
     finally:
         if watch is not None:
             watch.close()
-        fleet_plan.stop(list(procs.values()))
+        stop_processes(list(procs.values()))
 
 
 def _logs(logs, *names):
@@ -133,14 +134,14 @@ def test_fleet_is_served_by_the_worker_process(env):
 def test_worker_death_is_reported_and_a_restarted_worker_serves_again(env):
     cfg, procs, w, wspec, logs = env
     wait_for(lambda: all(len(w.served(ns)) >= 1 for ns in ROBOTS), STARTUP_S, "service")
-    fleet_plan.stop([procs.pop("worker")])
+    stop_processes([procs.pop("worker")])
     wait_for(lambda: w.engine.get("alive") == "False", 20, "the server to report the worker dead",
              lambda: str(w.engine))
     with w.lock:
         assert w.engine["level"] == 2 and "not alive" in w.engine["message"]
     assert procs["policy_server"].poll() is None, "the server keeps running"
     n = {ns: len(w.served(ns)) for ns in ROBOTS}
-    procs["worker"] = fleet_plan.start(wspec, str(logs))
+    procs["worker"] = start_process(wspec, str(logs))
     wait_for(lambda: all(len(w.served(ns)) >= n[ns] + 3 for ns in ROBOTS), STARTUP_S,
              "service from the restarted worker", lambda: _logs(logs, "policy_server", wspec.name))
     wait_for(lambda: w.engine.get("alive") == "True", 10, "the server to report it alive again",

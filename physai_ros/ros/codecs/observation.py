@@ -18,6 +18,7 @@ from ._arrays import f32_field, f32_values, safe_time
 
 
 def image_data(msg: Image) -> ImageData:
+    """sensor_msgs/Image -> ImageData, the buffer not copied (the message rides along as source)."""
     return ImageData(int(msg.height), int(msg.width), msg.encoding, int(msg.step), msg.data, msg)
 
 
