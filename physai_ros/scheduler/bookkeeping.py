@@ -11,16 +11,16 @@ Wait between round j and j+1, by the dominant phase of round j:
 wait ratio = sum_j W_j / (now - task start).
 
 Open question of the paper, decided here (docs/scheduler.md): the round a pending request
-belongs to has no successor yet, so its W is not recorded. We count it *provisionally, as if
-the request were dispatched now*, with the same dominant-phase rule:
-    generation side:  W = now - G_j.end
-    execution side:   W = max(0, now + Ĝ - E_j.end), Ĝ = |G_j| (the next chunk cannot start
-                      executing before it is generated)
-This is the value the recorded W_j will have at least, so it converges to Algorithm 1's value
-at dispatch. While the robot still has slack (execution side, now + Ĝ < E_j.end) the request
-is not urgent yet and its ratio would drift down as the lifetime grows; the scheduler holds a
-queued request's ratio at no less than its value at submission (see PendingEntry), so being
-skipped never lowers a request's priority.
+belongs to has no successor yet, so its W is not recorded. We count the wait that is already
+happening, with the same dominant-phase rule (the default, provisional_wait="paper"):
+    generation side:  W = now - G_j.end          (the next generation could have started)
+    execution side:   W = max(0, now - E_j.end)  (the robot has run dry and is waiting)
+A robot that is still executing its previous chunk is not waiting, so nothing is counted for
+it: the paper's definition of wait as delay relative to when the next chunk is needed (§3.2).
+The earlier reading, provisional_wait="lookahead", counted the execution side from
+E_j.end - |G_j| (the moment the next generation must start for the robot never to run dry);
+it counts a robot that is busy executing as waiting, which the paper does not (issue 20's
+audit: 0.408 instead of 0.102 on its example). Kept as an option for the ablation.
 The task's first request has no previous round, and Algorithm 1 only sums waits between
 consecutive rounds, so by default its queueing delay is not a wait (count_first_wait=False).
 With count_first_wait=True it counts as the wait of a zero-length round at task start; that
@@ -68,14 +68,16 @@ class TaskBook:
     plus running sums, so memory and time per event are O(1) regardless of task length."""
 
     __slots__ = (
-        "task_id", "t_start", "wait_sum", "attained_s", "count_first_wait",
+        "task_id", "t_start", "wait_sum", "attained_s", "count_first_wait", "lookahead",
         "last_exec_s", "last_gen_s", "_rounds", "_first_wait_open", "last_dispatched_round",
         "rounds_completed", "last_seen",
     )
 
-    def __init__(self, task_id: str, t_start: float, count_first_wait: bool = False) -> None:
+    def __init__(self, task_id: str, t_start: float, count_first_wait: bool = False,
+                 lookahead: bool = False) -> None:
         self.task_id = task_id
         self.t_start = t_start
+        self.lookahead = lookahead   # provisional_wait="lookahead": execution side from E.end - |G|
         self.wait_sum = 0.0          # sum of closed W_j
         self.attained_s = 0.0        # accumulated generation service (Autellix's priority)
         self.count_first_wait = count_first_wait
@@ -137,10 +139,7 @@ class TaskBook:
             if self._first_wait_open and self.count_first_wait:
                 return max(0.0, now - self.t_start)
             return 0.0
-        if prev.generation_dominant():
-            return max(0.0, now - prev.g_end)
-        g_hat = prev.g_len or 0.0
-        return max(0.0, now + g_hat - prev.e_end)
+        return max(0.0, now - self._anchor_of(prev))
 
     def wait_anchor(self, round_id: int) -> float:
         """Time from which the pending round's provisional wait grows: ongoing_wait(now) ==
@@ -149,9 +148,12 @@ class TaskBook:
         prev = self._previous_completed(round_id)
         if prev is None:
             return self.t_start if (self._first_wait_open and self.count_first_wait) else float("inf")
+        return self._anchor_of(prev)
+
+    def _anchor_of(self, prev: RoundRecord) -> float:
         if prev.generation_dominant():
             return prev.g_end
-        return prev.e_end - (prev.g_len or 0.0)
+        return prev.e_end - (prev.g_len or 0.0) if self.lookahead else prev.e_end
 
     def wait_ratio(self, now: float, round_id: int) -> float:
         """sum W / lifetime, including the pending round's provisional wait, clipped to [0, 1]."""

@@ -9,7 +9,7 @@ from typing import Any, Optional, Sequence
 import numpy as np
 
 from physai_ros.scheduler.bookkeeping import TaskBook
-from physai_ros.scheduler.placement import place
+from physai_ros.scheduler.placement import PLACEMENT_RULES, place
 from physai_ros.scheduler.table import OrderedView, PendingTable
 from physai_ros.scheduler.types import (
     Batch,
@@ -20,18 +20,28 @@ from physai_ros.scheduler.types import (
 )
 
 
+# How a pending round's ongoing wait is counted (bookkeeping.py): "paper" from when the robot
+# actually waits; "lookahead" from when the next generation must start (our earlier reading).
+PROVISIONAL_WAITS = ("paper", "lookahead")
+
+
 class PendingEntry:
     """A queued request plus what the policies need to rank it in O(1)."""
 
     __slots__ = ("request", "book", "seq", "skip_base", "wait_sum", "anchor", "t_start",
-                 "ratio_floor", "exec_est", "refresh_asked_at", "refreshed", "priority", "slot")
+                 "ratio_floor", "hold_floor", "exec_est", "refresh_asked_at", "refreshed", "priority",
+                 "first_rank", "slot")
 
     def __init__(self, request: Request, book: TaskBook, seq: int, cycle: int, now: float,
-                 default_exec_s: float) -> None:
+                 default_exec_s: float, hold_floor: bool = False) -> None:
         self.request = request
         self.book = book
         self.seq = seq                     # submission order (FIFO and tie-breaks)
         self.skip_base = cycle             # skipped = scheduler cycle - skip_base
+        self.hold_floor = hold_floor       # hold_ratio_floor (not the paper's; see rebind)
+        # Order among requests served ahead of all (requeued, or selected and held for a
+        # refresh): the order they were selected in, not the order they arrived in.
+        self.first_rank: tuple = (0, seq)
         self.refresh_asked_at: Optional[float] = None
         self.refreshed = False             # a refresh was done (or timed out): never ask twice
         self.priority = False              # selected before but held for a refresh: serve first
@@ -40,13 +50,15 @@ class PendingEntry:
 
     def rebind(self, now: float, default_exec_s: float) -> None:
         """Freeze the task's wait-ratio parameters for this round (they are constant while the
-        request is queued) and the ratio floor that keeps skipping from lowering priority."""
+        request is queued). With hold_floor (hold_ratio_floor=True, not in the paper, which
+        relies on aging) the ratio never drops below its value now, at submission."""
         book, req = self.book, self.request
         self.wait_sum = book.wait_sum
         self.anchor = book.wait_anchor(req.round_id)
         self.t_start = book.t_start
         self.ratio_floor = 0.0
-        self.ratio_floor = self.wait_ratio(now)
+        if self.hold_floor:
+            self.ratio_floor = self.wait_ratio(now)
         last = book.last_exec_s if book.last_exec_s is not None else req.last_exec_duration
         # Floor at one control period: an estimate of 0 could never age (0 x (1 + skipped)).
         self.exec_est = max(last if last is not None else default_exec_s, req.control_period)
@@ -98,9 +110,21 @@ class QueueScheduler:
 
     def __init__(self, *, stale_after_s: Optional[float] = None, refresh_timeout_s: float = 0.25,
                  saturation_tolerance: float = 0.05, default_exec_s: float = 0.0,
-                 count_first_wait: bool = False, task_ttl_s: float = 600.0) -> None:
+                 count_first_wait: bool = False, task_ttl_s: float = 600.0,
+                 provisional_wait: str = "paper", hold_ratio_floor: bool = False,
+                 placement_rule: str = "paper") -> None:
+        """provisional_wait, hold_ratio_floor, placement_rule: the paper's behaviour by default;
+        the other values are this project's earlier readings, kept for the ablation
+        (docs/scheduler.md, "Algorithm 1, step by step")."""
         if stale_after_s is not None and not (stale_after_s > 0):
             raise ValueError("stale_after_s must be > 0 or None")
+        if provisional_wait not in PROVISIONAL_WAITS:
+            raise ValueError(f"provisional_wait: expected one of {PROVISIONAL_WAITS}, got {provisional_wait!r}")
+        if placement_rule not in PLACEMENT_RULES:
+            raise ValueError(f"placement_rule: expected one of {PLACEMENT_RULES}, got {placement_rule!r}")
+        self.provisional_wait = provisional_wait
+        self.hold_ratio_floor = bool(hold_ratio_floor)
+        self.placement_rule = placement_rule
         if not (refresh_timeout_s >= 0) or not (0 <= saturation_tolerance < 1) or default_exec_s < 0:
             raise ValueError("refresh_timeout_s >= 0, 0 <= saturation_tolerance < 1, default_exec_s >= 0")
         self.stale_after_s = stale_after_s
@@ -158,11 +182,13 @@ class QueueScheduler:
             self._counts["superseded"] += 1
         if book is None:
             book = self._books[request.task_id] = TaskBook(request.task_id, request.arrival_time,
-                                                            self.count_first_wait)
+                                                            self.count_first_wait,
+                                                            lookahead=self.provisional_wait == "lookahead")
         book.on_request(request.round_id, request.arrival_time, request.exec_phase_start,
                         request.actions_remaining, request.control_period)
         self._seq += 1
-        entry = PendingEntry(request, book, self._seq, self._cycle, now, self.default_exec_s)
+        entry = PendingEntry(request, book, self._seq, self._cycle, now, self.default_exec_s,
+                             self.hold_ratio_floor)
         entry.slot = self._table.add(entry)
         self._pending[request.request_id] = entry
         self._by_task[request.task_id] = request.request_id
@@ -211,8 +237,10 @@ class QueueScheduler:
             return False
         del self._inflight[request_id]
         self._requeue_seq += 1
-        e = PendingEntry(item[0], book, self._requeue_seq, self._cycle, now, self.default_exec_s)
+        e = PendingEntry(item[0], book, self._requeue_seq, self._cycle, now, self.default_exec_s,
+                         self.hold_ratio_floor)
         e.refreshed = e.priority = True
+        e.first_rank = (-1, self._requeue_seq)  # ahead of refreshed ones, oldest loss first
         e.slot = self._table.add(e)
         self._table.ready[e.slot] = False
         self._first[id(e)] = e
@@ -256,18 +284,20 @@ class QueueScheduler:
                 # No fresh observation came: serve the one we have rather than starve it.
                 self._counts["refresh_timeouts"] += 1
                 self._promote(e)
-        first = sorted(self._first.values(), key=lambda e: e.seq)
+        first = sorted(self._first.values(), key=lambda e: e.first_rank)
         slots = self._table.ready_slots()
         ordered = OrderedView(first, self.order_slots(slots, now) if len(slots) else slots,
                               self._table.entries)
 
         refresh: list[str] = []
         while True:
-            placed = place(ordered, instances, now, self.saturation_tolerance)
+            placed = place(ordered, instances, now, self.saturation_tolerance, self.placement_rule)
             stale = [e for _, items in placed for e in items if self._is_stale(e, now)]
             if not stale:
                 break
-            for e in stale:
+            for k, e in enumerate(stale):
+                # Selected in this order: served in this order once the fresh observation is in.
+                e.first_rank = (self._counts["decisions"], len(refresh) + k)
                 e.refresh_asked_at = now
                 e.refreshed = True
                 self._first.pop(id(e), None)
@@ -288,9 +318,9 @@ class QueueScheduler:
             # leave the table, so one global counter does it in O(1).
             self._cycle += 1
             self._counts["dispatched"] += sum(len(b.request_ids) for b in batches)
-        for rid in refresh:
-            # Held for a refresh counts as selected: reset its skip counter.
-            self._set_skip_base(self._pending[rid], self._cycle)
+        # A request held for a refresh keeps its skip counter (Alg. 1 l.24 resets it when the
+        # request is dispatched); while held it is not ranked, and once refreshed it is served
+        # ahead of all in the order it was selected.
         return SchedulerDecision(batches, refresh, now)
 
     # ---- for subclasses ---------------------------------------------------------------
@@ -300,7 +330,7 @@ class QueueScheduler:
 
     def order(self, now: float) -> list[PendingEntry]:
         """The full order a decision at `now` would consider (for tests and diagnostics)."""
-        first = sorted(self._first.values(), key=lambda e: e.seq)
+        first = sorted(self._first.values(), key=lambda e: e.first_rank)
         slots = self._table.ready_slots()
         return list(OrderedView(first, self.order_slots(slots, now) if len(slots) else slots,
                                 self._table.entries))
@@ -316,10 +346,6 @@ class QueueScheduler:
         self._held.pop(id(e), None)
         self._first[id(e)] = e
         self._table.ready[e.slot] = False
-
-    def _set_skip_base(self, e: PendingEntry, cycle: int) -> None:
-        e.skip_base = cycle
-        self._table.skip_base[e.slot] = cycle
 
     def _unlist(self, e: PendingEntry) -> None:
         self._held.pop(id(e), None)
@@ -368,7 +394,6 @@ class QueueScheduler:
         old.request = request
         if old.refresh_asked_at is not None:
             self._promote(old)
-            self._set_skip_base(old, self._cycle)
         self._counts["refreshed"] += 1
         return SubmitResult(True, "refreshed", (old_request,) if request.request_id != old_id else ())
 

@@ -4,12 +4,19 @@ Only idle instances get a batch (an instance runs one batch at a time, pi0 has n
 continuous batching across diffusion steps). Each batch holds at most the instance's cap: the
 saturation point of its latency-vs-batch profile, bounded by the engine's max_batch.
 The edge tier takes the first N_e requests (N_e = total free edge slots). Each later request
-goes to an idle cloud instance only if its completion there (network round trip + profile
-latency at the cloud batch size) is earlier than its expected completion on the edge, where it
-would queue behind the edge's current and already-queued batches; at most N_c go to the cloud.
-Comparing completion times (not cloud latency against edge queueing alone) is the paper's
-rule with the edge's own compute time added to the edge side, so that equal-speed tiers are
-not favoured by accident.
+would queue on the edge behind the edge's current and already-queued batches; it goes to an
+idle cloud instance instead (at most N_c go there) when:
+  placement_rule="paper" (default; Alg. 1 l.17, §3.2.3): the cloud latency, network round trip
+      included, is lower than its expected queueing delay at the edge (the time until an edge
+      instance can start it);
+  placement_rule="completion" (our earlier reading): its completion on the cloud is earlier than
+      its completion on the edge, i.e. the edge's own compute time is added to the edge side.
+Worked example (docs/scheduler.md, test_cloud_offload_rule_worked_example): edge busy for
+0.15 s more, edge batch 0.10 s, cloud RTT 0.10 s + compute 0.08 s. Paper: 0.18 < 0.15 is false,
+the request waits for the edge and completes at 0.25 s; completion rule: 0.18 < 0.25, it goes to
+the cloud and completes at 0.18 s. The paper's rule offloads only when the queue alone already
+costs more than the whole cloud trip: more conservative, it keeps requests on the edge where
+the paper's deployments prefer them (§3.2.3), at the price of some completion time.
 """
 from __future__ import annotations
 
@@ -21,10 +28,11 @@ from physai_ros.scheduler.types import EngineInstanceInfo
 T = TypeVar("T")
 
 IDLE_EPS_S = 1e-9
+PLACEMENT_RULES = ("paper", "completion")
 
 
 def place(ordered: Sequence[T], instances: Sequence[EngineInstanceInfo], now: float,
-          saturation_tolerance: float = 0.05) -> list[tuple[EngineInstanceInfo, list[T]]]:
+          saturation_tolerance: float = 0.05, rule: str = "paper") -> list[tuple[EngineInstanceInfo, list[T]]]:
     """Assign a prefix-and-overflow subset of `ordered` to idle instances.
 
     Returns (instance, items) for every instance that got at least one item, in instance order
@@ -65,13 +73,14 @@ def place(ordered: Sequence[T], instances: Sequence[EngineInstanceInfo], now: fl
             if heap:
                 free_at, k, slots = heap[0]
                 einst = edge[k]
-                edge_done = free_at + einst.service_time(einst.batch_cap(saturation_tolerance))
+                edge_delay = free_at - now  # expected queueing delay at the edge
+                if rule == "completion":
+                    edge_delay += einst.service_time(einst.batch_cap(saturation_tolerance))
             else:
-                edge_done = float("inf")
+                edge_delay = float("inf")
             cinst, ccap = cloud_slots[ci]
             n_c = len(out.get(id(cinst), ()))
-            cloud_done = now + cinst.service_time(n_c + 1)
-            if cloud_done < edge_done:
+            if cinst.service_time(n_c + 1) < edge_delay:  # cloud latency, network included
                 out.setdefault(id(cinst), []).append(item)
                 if n_c + 1 >= ccap:
                     ci += 1

@@ -74,6 +74,25 @@ def test_longest_estimated_execution_first_with_aging():
     assert order == ["long", "n0", "n1", "short"]
 
 
+def test_intra_bucket_and_bucket_count_ablations():
+    """§5.5: the in-bucket order is a parameter (longest estimated execution first, the
+    paper's; FIFO; shortest first), and buckets=0 orders by the raw wait ratio."""
+    def sched(**kw):
+        s = make_scheduler("wait_ratio", **kw)
+        for rid, hint, t in (("long", 2.0, 0.0), ("short", 0.2, 0.01), ("mid", 1.0, 0.02)):
+            s.submit(req(rid, t=t, hint=hint), t)   # first rounds: ratio 0, one bucket
+        return s
+    assert [e.request.request_id for e in sched().order(0.1)] == ["long", "mid", "short"]
+    assert [e.request.request_id for e in sched(intra_bucket="fifo").order(0.1)] == ["long", "short", "mid"]
+    assert [e.request.request_id for e in sched(intra_bucket="shortest_exec").order(0.1)] == ["short", "mid", "long"]
+    inf = sched(buckets=0)
+    assert inf.bucket("long", 0.1) == -1 and len(inf.order(0.1)) == 3
+    with pytest.raises(ValueError, match="intra_bucket"):
+        make_scheduler("wait_ratio", intra_bucket="random")
+    with pytest.raises(ValueError, match="buckets"):
+        make_scheduler("wait_ratio", buckets=-1)
+
+
 def test_fifo_and_autellix_orders():
     inst = [edge(max_batch=1)]
     fifo = make_scheduler("fifo")
@@ -114,34 +133,53 @@ def test_batches_stop_at_the_saturation_point():
     assert s.pending() == 6
 
 
-def test_edge_first_then_cloud_only_when_it_finishes_sooner():
+@pytest.mark.parametrize("rule", ["paper", "completion"])
+def test_edge_first_then_cloud_only_when_it_pays(rule):
     prof_e = LatencyProfile.from_pairs([[1, 0.15], [2, 0.2], [4, 0.4]])   # saturates at 2
     prof_c = LatencyProfile.from_pairs([[1, 0.05], [2, 0.06], [4, 0.1]])   # saturates at 4
     fast_cloud = EngineInstanceInfo("cloud0", "cloud", prof_c, network_rtt_s=0.1)
-    s = make_scheduler("fifo")
+    s = make_scheduler("fifo", placement_rule=rule)
     for k in range(4):
         s.submit(req(f"r{k}", t=k * 0.01), 0.05)
     d = s.schedule(0.05, [edge(prof_e), fast_cloud])
-    # Edge takes r0, r1. r2 on the edge would finish after this batch and the next:
-    # 0.05 + 0.2 + 0.2 = 0.45 > cloud 0.05 + 0.1 + 0.05 = 0.2 -> cloud. r3: cloud at batch 2
-    # finishes 0.05 + 0.1 + 0.06 = 0.21 < 0.45 -> cloud too.
+    # Edge takes r0, r1 and is then busy 0.2 s. r2 on the cloud: 0.1 + 0.05 = 0.15 s, less than
+    # its edge queueing delay 0.2 (paper) and its edge completion 0.2 + 0.2 (completion rule);
+    # r3 at cloud batch 2: 0.16 s, also less -> both go to the cloud under either rule.
     assert {b.instance_id: b.request_ids for b in d.batches} == {"edge0": ("r0", "r1"), "cloud0": ("r2", "r3")}
 
     slow_cloud = EngineInstanceInfo("cloud0", "cloud", prof_c, network_rtt_s=0.5)
-    s = make_scheduler("fifo")
+    s = make_scheduler("fifo", placement_rule=rule)
     for k in range(3):
         s.submit(req(f"r{k}", t=k * 0.01), 0.05)
     d = s.schedule(0.05, [edge(prof_e), slow_cloud])
-    # cloud 0.05 + 0.5 + 0.05 = 0.6 > edge 0.45: r2 stays queued for the edge.
+    # cloud 0.5 + 0.05 = 0.55 s: more than 0.2 and than 0.4: r2 stays queued for the edge.
     assert [b.instance_id for b in d.batches] == ["edge0"] and s.pending() == 1
 
-    # Busy edge: nothing is placed on it; the cloud takes a request only when sooner.
-    s = make_scheduler("fifo")
+    # Busy edge (0.01 s more): nothing is placed on it. Fast cloud 0.15 s against an edge
+    # queueing delay of 0.01 s (paper: stay) or an edge completion of 0.21 s (completion: go).
+    s = make_scheduler("fifo", placement_rule=rule)
     s.submit(req("r0"), 0.0)
     busy = edge(prof_e, busy_until=0.01)
-    assert s.schedule(0.0, [busy, slow_cloud]).batches == []     # edge at 0.01+0.2 beats 0.55
+    assert s.schedule(0.0, [busy, slow_cloud]).batches == []
     d = s.schedule(0.0, [busy, fast_cloud])
-    assert [b.instance_id for b in d.batches] == ["cloud0"]       # 0.15 < 0.21
+    assert [b.instance_id for b in d.batches] == ([] if rule == "paper" else ["cloud0"])
+
+
+def test_cloud_offload_rule_worked_example():
+    """docs/scheduler.md: the edge is busy 0.15 s more, an edge batch takes 0.10 s; the cloud
+    takes 0.10 s RTT + 0.08 s. Paper (Alg. 1 l.17): cloud latency 0.18 < edge queueing delay
+    0.15? No: the request waits for the edge and completes at 0.15 + 0.10 = 0.25 s. Completion
+    rule: 0.18 < 0.25: cloud, done at 0.18 s."""
+    e = EngineInstanceInfo("edge0", "edge", LatencyProfile.constant(0.10), 0.0, busy_until=0.15, max_batch=1)
+    c = EngineInstanceInfo("cloud0", "cloud", LatencyProfile.constant(0.08), network_rtt_s=0.10)
+    got = {}
+    for rule in ("paper", "completion"):
+        s = make_scheduler("fifo", placement_rule=rule)
+        s.submit(req("r0"), 0.0)
+        got[rule] = [b.instance_id for b in s.schedule(0.0, [e, c]).batches]
+    assert got == {"paper": [], "completion": ["cloud0"]}
+    with pytest.raises(ValueError, match="placement_rule"):
+        make_scheduler("fifo", placement_rule="fastest")
 
 
 def test_stale_observation_is_refreshed_before_dispatch():
@@ -164,6 +202,27 @@ def test_stale_observation_is_refreshed_before_dispatch():
     assert s.schedule(0.6, inst).batches == []
     assert s.schedule(0.71, inst).dispatched_request_ids == ["r"]
     assert s.stats()["refresh_timeouts"] == 1
+
+
+def test_refreshed_requests_keep_their_aging_and_the_order_they_were_selected_in():
+    """Two stale requests selected in one cycle, the higher-priority one submitted later: once
+    both fresh observations are in they are served in the order they were selected (not the
+    order they arrived in), and being held for a refresh does not reset a skip counter (Alg. 1
+    l.24 resets it at dispatch)."""
+    s = make_scheduler("fifo", stale_after_s=0.1, refresh_timeout_s=5.0)
+    s.submit(req("a", t=0.02, captured=0.0), 0.5)
+    s.submit(req("b", t=0.01, captured=0.0), 0.5)   # older arrival: FIFO selects b first
+    two = [edge(iid="e0", max_batch=1), edge(iid="e1", max_batch=1)]
+    assert s.schedule(0.5, two).refresh_request_ids == ["b", "a"]
+    s.submit(req("c", t=0.6), 0.6)
+    assert s.schedule(0.6, [edge(iid="e2", max_batch=1)]).dispatched_request_ids == ["c"]
+    skipped_before = s.skipped("b")
+    # Fresh observations arrive, a's first (submission order a, b).
+    s.submit(Request("a", "robot_a", "a", 0, 0.02, 0.7, None, 0, P, refresh=True), 0.7)
+    s.submit(Request("b", "robot_b", "b", 0, 0.01, 0.71, None, 0, P, refresh=True), 0.71)
+    assert s.skipped("b") == skipped_before >= 1
+    d = s.schedule(0.72, [edge(iid="e3", max_batch=1)])
+    assert d.dispatched_request_ids == ["b"]
 
 
 def test_bad_input_is_rejected_counted_and_never_raises():
