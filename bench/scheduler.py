@@ -10,6 +10,12 @@ Kairos Table 2) plus the scheduler-only and horizon-only ablations; decision_ms 
 count. Latencies are simulated seconds (deterministic per seed); decision_ms is wall time on
 this machine (noisy on a shared box: min and median over repetitions are reported).
 
+--libero (or a --workload file with `generator: libero`, e.g. bench/workloads/libero_a6000.yaml or
+mixed_exec_a6000.yaml) runs the LIBERO-like benchmark of bench/sched_libero.py instead: rates
+as fractions of the saturation rate up to the highest stable one, FIFO / Autellix / wait ratio
+with static and dynamic horizon, Kairos Table-2 reductions, the §5.5 ablations, edge / cloud /
+hybrid, and offline fleets; --chart PATH also draws the Figure-12-like PNG.
+
 --traces replays recorded task traces (physai-trace/1, e.g. from `physai-fleet --record-trace`)
 instead of the synthetic workload: tasks are drawn from the file with replacement and keep their
 recorded horizons, so only the "recorded" horizon column exists; engines come from --workload,
@@ -33,6 +39,7 @@ from physai_ros.sim.traces import WorkloadSpec, build_trace, sample_task_specs
 
 SCHEDULERS = ("fifo", "autellix", "wait_ratio")
 REPO = Path(__file__).resolve().parents[1]
+DEFAULT_WORKLOAD = REPO / "bench" / "workloads" / "pi0_edge.yaml"
 
 
 def load_workload(path: Path) -> dict:
@@ -125,18 +132,34 @@ def decision_times(counts=(100, 1000, 10000), reps=15, seed=0) -> dict:
 
 def main(argv=None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
-    ap.add_argument("--workload", type=Path, default=REPO / "bench" / "workloads" / "pi0_edge.yaml")
+    ap.add_argument("--workload", type=Path, default=DEFAULT_WORKLOAD)
     ap.add_argument("--seed", type=int, default=0)
     ap.add_argument("--json", action="store_true", help="print the JSON result (default: a table)")
     ap.add_argument("--quick", action="store_true", help="fewer tasks, no 1,000-robot fleet")
     ap.add_argument("--out", type=Path, help="also write the JSON here")
     ap.add_argument("--traces", type=Path, help="replay recorded traces (physai-trace/1 file)")
     ap.add_argument("--rates", default=None,
-                    help="with --traces: comma list of task arrival rates per second (default: the "
+                    help="with --traces or --libero: comma list of task arrival rates per second (default: the "
                          "workload's; recorded tasks from physai-fleet are long, so use lower ones)")
     ap.add_argument("--ablation", action="store_true",
-                    help="only: wait-ratio parameter variants, static horizon, peak rate and 100 robots")
+                    help="only: wait-ratio parameter variants (incl. issue 20's paper-vs-earlier readings), "
+                         "static horizon, peak rate and 100 robots; offload rule with a cloud tier")
+    ap.add_argument("--libero", action="store_true",
+                    help="the LIBERO-like workload (bench/workloads/libero_a6000.yaml unless --workload "
+                         "names another `generator: libero` file)")
+    ap.add_argument("--model", help="with --libero: which model of the workload file serves (pi05, pi0)")
+    ap.add_argument("--edge-max-batch", type=int, help="with --libero: hard batch cap of the edge GPU")
+    ap.add_argument("--chart", type=Path, help="with --libero: write the Figure-12-like PNG here")
+    ap.add_argument("--set", action="append", default=[], metavar="KEY.PATH=VALUE",
+                    help="with --libero: override a workload-file value (YAML syntax), e.g. "
+                         "--set workload.suites.short_exec.weight=1; repeatable")
     args = ap.parse_args(argv)
+    if args.out:
+        args.out.parent.mkdir(parents=True, exist_ok=True)
+    if args.libero and args.workload == DEFAULT_WORKLOAD:
+        args.workload = REPO / "bench" / "workloads" / "libero_a6000.yaml"
+    if args.libero or yaml.safe_load(args.workload.read_text()).get("generator") == "libero":
+        return libero_main(args)
     if args.traces:
         return replay_recorded(args)
     if args.ablation:
@@ -209,6 +232,19 @@ ABLATIONS = {
     "B=2": ("wait_ratio", {"buckets": 2}),
     "B=1000 (~continuous)": ("wait_ratio", {"buckets": 1000}),
     "count_first_wait": ("wait_ratio", {"count_first_wait": True}),
+    # Issue 20: the paper's readings are the defaults; these restore our earlier ones, one at a time.
+    "provisional_wait=lookahead": ("wait_ratio", {"provisional_wait": "lookahead"}),
+    "hold_ratio_floor=True": ("wait_ratio", {"hold_ratio_floor": True}),
+    "lookahead + hold floor (pre-issue-20)": ("wait_ratio", {"provisional_wait": "lookahead",
+                                                             "hold_ratio_floor": True}),
+    "B=0 (infinite buckets)": ("wait_ratio", {"buckets": 0}),
+    "intra_bucket=fifo": ("wait_ratio", {"intra_bucket": "fifo"}),
+    "intra_bucket=shortest_exec": ("wait_ratio", {"intra_bucket": "shortest_exec"}),
+}
+# Edge + cloud at the peak rate: the paper's offload rule and our earlier completion-time rule.
+CLOUD_ABLATIONS = {
+    "edge+cloud, placement_rule=paper": ("wait_ratio", {}),
+    "edge+cloud, placement_rule=completion": ("wait_ratio", {"placement_rule": "completion"}),
 }
 
 
@@ -224,12 +260,24 @@ def ablation(args) -> int:
         spec, 100 * int(doc["offline"]["tasks_per_robot"]), random.Random(args.seed + 2))]
     out = {}
     for label, (name, extra) in ABLATIONS.items():
-        def cfg():
-            c = sim_config(doc, name, instances(doc), args.seed)
+        def cfg(cloud=False):
+            c = sim_config(doc, name, instances(doc, cloud=cloud), args.seed)
             c.scheduler_params.update(extra)
             return c
+        try:
+            make_scheduler(name, **extra)
+        except ValueError as exc:   # an option the scheduler does not have (yet)
+            out[label] = {"skipped": str(exc)}
+            continue
         out[label] = {f"online_{rate:g}_per_s": summarize(run_online(static, arr, cfg())),
                       "offline_100_robots": summarize(run_offline(fleet, 100, cfg()))}
+    for label, (name, extra) in CLOUD_ABLATIONS.items():
+        c = sim_config(doc, name, instances(doc, cloud=True), args.seed)
+        c.scheduler_params.update(extra)
+        try:
+            out[label] = {f"online_{rate:g}_per_s": summarize(run_online(static, arr, c))}
+        except ValueError as exc:
+            out[label] = {"skipped": str(exc)}
     text = json.dumps(out, indent=1)
     if args.out:
         args.out.write_text(text + "\n")
@@ -237,8 +285,8 @@ def ablation(args) -> int:
         print(text)
     else:
         for label, cell in out.items():
-            print(f"{label:24s}", "  ".join(f"{k}: avg {v['avg_s']:.1f} p25 {v['p25_s']:.1f} p95 {v['p95_s']:.1f}"
-                                            for k, v in cell.items()))
+            print(f"{label:38s}", cell.get("skipped") or "  ".join(
+                f"{k}: avg {v['avg_s']:.1f} p25 {v['p25_s']:.1f} p95 {v['p95_s']:.1f}" for k, v in cell.items()))
     return 0
 
 
@@ -273,6 +321,46 @@ def replay_recorded(args) -> int:
     if args.out:
         args.out.write_text(text + "\n")
     print(text if args.json else f"peak: vs FIFO {result['reduction_vs_fifo_avg']}, vs Autellix {result['reduction_vs_autellix_avg']}")
+    return 0
+
+
+def libero_main(args) -> int:
+    """The LIBERO-like benchmark (bench/sched_libero.py) and its chart (bench/sched_chart.py)."""
+    sys.path.insert(0, str(REPO / "bench"))
+    import sched_libero
+
+    t_start = time.time()
+    doc = yaml.safe_load(args.workload.read_text())
+    for item in args.set:
+        path, _, value = item.partition("=")
+        *parents, leaf = path.split(".")
+        node = doc
+        for key in parents:
+            node = node.setdefault(key, {})
+        node[leaf] = yaml.safe_load(value)
+    doc = sched_libero.prepare(doc, args.model, args.edge_max_batch)
+    rates = [float(x) for x in args.rates.split(",")] if args.rates else None
+    res = sched_libero.libero_bench(doc, args.seed, args.quick, rates,
+                                    progress=lambda m: print(f"[{time.time() - t_start:6.1f}s] {m}", file=sys.stderr))
+    res = {"workload_file": str(args.workload.relative_to(REPO)) if args.workload.is_relative_to(REPO)
+           else str(args.workload), "overrides": args.set, "edge_max_batch": args.edge_max_batch,
+           **res, "bench_wall_s": round(time.time() - t_start, 1)}
+    text = json.dumps(res, indent=1)
+    if args.out:
+        args.out.write_text(text + "\n")
+    if args.chart:
+        import sched_chart
+        sched_chart.figure12(res, args.chart)
+    if args.json:
+        print(text)
+    else:
+        top = res["highest_stable_rate_per_s"]
+        print(f"saturation rate {res['saturation_rate_per_s']}/s, highest stable {top}/s")
+        for rate, cell in res["by_rate"].items():
+            print(f"rate {rate}/s{'' if cell['stable'] else ' (unstable)'}: " + "  ".join(
+                f"{k} {cell[k]['avg_s']:.1f}/{cell[k]['p25_s']:.1f}/{cell[k]['p95_s']:.1f}"
+                for k in sched_libero.POLICIES))
+        print("Table 2 at the highest stable rate:", json.dumps(res["table2_at_highest_stable"]))
     return 0
 
 
