@@ -37,6 +37,14 @@ def test_scheduler_parameters_reach_the_scheduler(doc):
             s.count_first_wait) == ("wait_ratio", 7, 3, 0.2, 0.1, 60.0, True)
     # The plain-name form still works and leaves the scheduler's own defaults.
     assert parse_fleet(_mut(doc, lambda d: d["server"].update(scheduler="autellix"))).server.scheduler_params == {}
+    # The ablation knobs (docs/scheduler.md) reach it too; a bad value is named with its key path.
+    knobs = {"name": "wait_ratio", "buckets": 0, "intra_bucket": "fifo", "provisional_wait": "lookahead",
+             "hold_ratio_floor": True, "placement_rule": "completion"}
+    s = build_core(parse_fleet(_mut(doc, lambda d: d["server"].update(scheduler=knobs, profile=False)))).scheduler
+    assert (s.buckets, s.intra_bucket, s.provisional_wait, s.hold_ratio_floor, s.placement_rule) == (
+        0, "fifo", "lookahead", True, "completion")
+    with pytest.raises(FleetConfigError, match=r"^server\.scheduler: placement_rule: expected one of"):
+        parse_fleet(_mut(doc, lambda d: d["server"].update(scheduler={"name": "fifo", "placement_rule": "fast"})))
 
 
 def test_profile_settings_and_default(doc):
@@ -66,8 +74,10 @@ CASES = [
     (lambda d: d["server"].update(scheduler={"buckets": 3}), r"^server\.scheduler\.name: missing"),
     (lambda d: d["server"].update(scheduler={"name": "fifo", "buckets": 3}),
      r"^server\.scheduler\.buckets: unknown key \(expected one of \['count_first_wait'"),
-    (lambda d: d["server"].update(scheduler={"name": "wait_ratio", "buckets": 0}),
-     r"^server\.scheduler\.buckets: expected an integer >= 1, got 0"),
+    (lambda d: d["server"].update(scheduler={"name": "wait_ratio", "buckets": -1}),
+     r"^server\.scheduler\.buckets: expected an integer >= 0, got -1"),   # 0: infinitely many
+    (lambda d: d["server"].update(scheduler={"name": "wait_ratio", "aging_interval": 0}),
+     r"^server\.scheduler\.aging_interval: expected an integer >= 1, got 0"),
     (lambda d: d["server"].update(scheduler={"name": "wait_ratio", "aging_interval": 2.5}),
      r"^server\.scheduler\.aging_interval: expected an integer >= 1"),
     (lambda d: d["server"].update(scheduler={"name": "wait_ratio", "stale_after_s": 0}),
