@@ -5,12 +5,13 @@ from typing import Any, Callable
 
 from physai_ros.scheduler.base import make_scheduler
 
-from .config import FleetConfig, FleetConfigError, RemoteEngineConfig, tokenizer_path
+from .config import FleetConfig, FleetConfigError, tokenizer_path
 from .core import ServingCore
 from .fault_injection import ENV_VAR, faults_from_env
 from .instances import EngineSlot, default_profile
 from .normalizer import Normalizer
 from .preflight import checkpoint_dir
+from .server_config import RemoteEngineConfig
 from .tokenizer import PromptTokenizer
 
 # Builds the proxy of one server.remote_engines entry for a model: the policy server node passes

@@ -41,7 +41,8 @@ from physai_ros.protocol.registration import RobotRegistration
 from physai_ros.protocol.segment import TrajectorySegmentData
 
 from .action_runner import ActionModelRunner
-from .config import FleetConfig, StreamingServerConfig, TaskConfig
+from .config import FleetConfig, TaskConfig
+from .server_config import StreamingServerConfig
 from .validation import ObservationValidator, Refusal
 
 STREAMING_CAPACITY = "streaming_capacity"

@@ -1,7 +1,7 @@
 """Local engine instances measure their latency-vs-batch profile at start-up (server.profile)."""
 import dataclasses
 
-from physai_ros.serving.config import ProfileConfig
+from physai_ros.serving.server_config import ProfileConfig
 from physai_ros.serving.instances import default_profile
 from physai_ros.serving.factory import build_core, profile_local_engines
 

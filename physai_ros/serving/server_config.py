@@ -1,0 +1,249 @@
+"""fleet.yaml's `server:` section: the model, engine instances, remote engine workers, the
+scheduler and its parameters, the latency profile measurement and streaming."""
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any, Mapping
+
+from physai_ros.protocol.chunk import HOLD_ENGINE_INSTANCE
+
+from .config_fields import FleetConfigError, integer, join_key, mapping, no_unknown, number, required, string
+
+SCHEDULERS = ("fifo", "autellix", "wait_ratio")
+DEVICES = ("cpu", "cuda")
+STREAM_FORCE = ("checkpoint", "random", "none")
+STREAM_WHEN_FULL = ("chunked", "refuse")
+
+
+@dataclass(frozen=True)
+class ModelConfig:
+    preset: str | None
+    checkpoint: str | None
+    tokenizer: str
+    max_token_len: int
+    seed: int
+
+
+@dataclass(frozen=True)
+class RemoteEngineConfig:
+    """An engine instance in an `engine_worker` process, possibly on another host (reached over
+    DDS). Its tier, max_batch and latency profile are the worker's own advertisement."""
+
+    instance_id: str
+    timeout_s: float | None  # None: from the advertised profile (physai_ros.ros.remote_engine)
+    liveness_timeout_s: float | None  # None: 3 heartbeat periods
+
+
+@dataclass(frozen=True)
+class ProfileConfig:
+    """Start-up measurement of each local engine's latency-vs-batch profile
+    (physai_ros.workers.profiling): the scheduler's batching cap and placement use it."""
+
+    reps: int = 1            # timed calls per batch size (after one warm-up call)
+    max_batch: int = 4       # measure batch sizes 1..min(this, server.max_batch)
+    views: int = 2           # camera views of the synthetic inputs
+    tokens: int | None = None  # prompt tokens; None: the model's max_token_len
+
+
+@dataclass(frozen=True)
+class StreamingServerConfig:
+    """server.streaming: the shared VLM + action-expert streams (realtime-vla section 6). Every
+    streaming robot is a slot in the batch of the same two streams, so the rates are the
+    server's, not a task's (physai_ros.serving.streaming_service)."""
+
+    slots: int = 1               # robots served in streaming mode at once
+    vlm_hz: float = 30.0         # VLM stream (camera rate)
+    ae_hz: float = 480.0         # action-expert stream
+    action_hz: float = 50.0      # the checkpoint's action rate (token spacing of the window)
+    steps_per_token: float | None = None  # AE ticks from noise to final; None: model's num_steps
+    force: str = "checkpoint"    # force token: checkpoint (if it has force_proj.*) | random | none
+    when_full: str = "chunked"   # no free slot: serve the robot chunked, or refuse it
+    timeout_s: float = 2.0       # a robot silent this long loses its slot
+    torch_threads: int = 1       # intra-op threads of the streams (tiny ops: 1 is fastest)
+
+
+@dataclass(frozen=True)
+class ServerConfig:
+    node_name: str
+    model: ModelConfig
+    device: str
+    engine_instances: int
+    max_batch: int
+    scheduler: str
+    max_observation_age_s: float
+    remote_engines: tuple[RemoteEngineConfig, ...] = ()
+    # Constructor parameters for make_scheduler(scheduler, **scheduler_params).
+    scheduler_params: Mapping[str, Any] = field(default_factory=dict)
+    profile: ProfileConfig | None = field(default_factory=ProfileConfig)  # None: flat default
+    streaming: StreamingServerConfig = field(default_factory=StreamingServerConfig)
+    # Admission and hot standby (ROSA section 3.4.4; physai_ros.serving.core.ServingCore).
+    max_robots: int | None = None  # robots registered at once; None: no limit
+    robot_idle_release_s: float = 10.0  # a robot silent this long (no observation, no
+    #   registration) gives its place up when a new robot needs it
+    standby_instances: int = 0  # extra local engines, warm, serving only when an active one dies
+    # A robot silent this long (link cut, client dead) is freed at once: registration, queued
+    # request, scheduler history (it registers again on return). None: only robot_idle_release_s
+    # under capacity pressure. Set it above the clients' 2 s keep-alive re-registration.
+    robot_timeout_s: float | None = None
+
+
+def _parse_model(d: Any, path: str) -> ModelConfig:
+    d = mapping(d, path)
+    no_unknown(d, {"preset", "checkpoint", "tokenizer", "max_token_len", "seed"}, path)
+    preset = d.get("preset")
+    checkpoint = d.get("checkpoint")
+    if (preset is None) == (checkpoint is None):
+        raise FleetConfigError(f"{path}: expected exactly one of 'preset' or 'checkpoint'")
+    if preset is not None:
+        string(preset, join_key(path, "preset"))
+    if checkpoint is not None:
+        string(checkpoint, join_key(path, "checkpoint"))
+    return ModelConfig(
+        preset=preset,
+        checkpoint=checkpoint,
+        tokenizer=string(required(d, "tokenizer", path), join_key(path, "tokenizer")),
+        max_token_len=integer(d.get("max_token_len", 48), join_key(path, "max_token_len"), 4),
+        seed=integer(d.get("seed", 0), join_key(path, "seed"), 0),
+    )
+
+
+def _parse_remote_engines(v: Any, path: str) -> tuple[RemoteEngineConfig, ...]:
+    if not isinstance(v, list):
+        raise FleetConfigError(f"{path}: expected a list, got {v!r}")
+    out: list[RemoteEngineConfig] = []
+    for i, d in enumerate(v):
+        p = f"{path}[{i}]"
+        d = mapping(d, p)
+        no_unknown(d, {"instance_id", "timeout_s", "liveness_timeout_s"}, p)
+        iid = string(required(d, "instance_id", p), join_key(p, "instance_id"))
+        if not iid.replace("_", "a").isalnum() or not iid[0].isalpha():
+            raise FleetConfigError(f"{p}.instance_id: expected letters, digits and '_' starting with "
+                                   f"a letter (it becomes a ROS topic name), got {iid!r}")
+        if iid.startswith("engine_") or iid == HOLD_ENGINE_INSTANCE or iid in (r.instance_id for r in out):
+            raise FleetConfigError(f"{p}.instance_id: expected a unique id not starting with "
+                                   f"'engine_' (local instances use those) and not {HOLD_ENGINE_INSTANCE!r} "
+                                   f"(the robot client's hold marker), got {iid!r}")
+        opt = {k: number(d[k], join_key(p, k)) if d.get(k) is not None else None
+               for k in ("timeout_s", "liveness_timeout_s")}
+        out.append(RemoteEngineConfig(iid, **opt))
+    return tuple(out)
+
+
+# Scheduler parameters fleet.yaml may set, with their checks; names are the constructors'
+# keyword arguments (physai_ros.scheduler.core.QueueScheduler, wait_ratio.WaitRatioScheduler).
+_QUEUE_PARAMS = {
+    "stale_after_s": "pos_or_null", "refresh_timeout_s": "nonneg", "saturation_tolerance": "fraction",
+    "default_exec_s": "nonneg", "count_first_wait": "bool", "task_ttl_s": "pos",
+    # The paper's readings by default; the others are the ablation's (docs/scheduler.md).
+    "provisional_wait": "str", "hold_ratio_floor": "bool", "placement_rule": "str",
+}
+SCHEDULER_PARAMS = {
+    "fifo": _QUEUE_PARAMS, "autellix": _QUEUE_PARAMS,
+    "wait_ratio": {**_QUEUE_PARAMS, "buckets": "int0", "aging_interval": "int1", "intra_bucket": "str"},
+}
+
+
+def _parse_scheduler(v: Any, path: str) -> tuple[str, dict[str, Any]]:
+    """`fifo` or `{name: wait_ratio, buckets: 10, aging_interval: 4, stale_after_s: 0.2, ...}`."""
+    if isinstance(v, str):
+        return string(v, path, SCHEDULERS), {}
+    d = mapping(v, path)
+    name = string(required(d, "name", path), join_key(path, "name"), SCHEDULERS)
+    allowed = SCHEDULER_PARAMS[name]
+    no_unknown(d, {"name", *allowed}, path)
+    params: dict[str, Any] = {}
+    for key, kind in allowed.items():
+        if key not in d:
+            continue
+        p, x = join_key(path, key), d[key]
+        if kind == "pos_or_null":
+            params[key] = None if x is None else number(x, p)
+        elif kind == "pos":
+            params[key] = number(x, p)
+        elif kind == "nonneg":
+            params[key] = number(x, p, allow_zero=True)
+        elif kind == "fraction":
+            if not (isinstance(x, (int, float)) and not isinstance(x, bool) and 0 <= x < 1):
+                raise FleetConfigError(f"{p}: expected a number in [0, 1), got {x!r}")
+            params[key] = float(x)
+        elif kind == "bool":
+            if not isinstance(x, bool):
+                raise FleetConfigError(f"{p}: expected true or false, got {x!r}")
+            params[key] = x
+        elif kind == "str":  # the allowed values: the constructor's check below
+            params[key] = string(x, p)
+        else:
+            params[key] = integer(x, p, 0 if kind == "int0" else 1)
+    from physai_ros.scheduler.base import make_scheduler
+
+    try:  # the constructor's own checks, so nothing surfaces later in the server
+        make_scheduler(name, **params)
+    except ValueError as e:
+        raise FleetConfigError(f"{path}: {e}") from None
+    return name, params
+
+
+def _parse_profile(v: Any, path: str) -> ProfileConfig | None:
+    """`false` keeps the flat default profile; a mapping sets the measurement."""
+    if v is False or v is None:
+        return None
+    if v is True:
+        return ProfileConfig()
+    d = mapping(v, path)
+    no_unknown(d, {"reps", "max_batch", "views", "tokens"}, path)
+    dflt = ProfileConfig()
+    tokens = d.get("tokens")
+    return ProfileConfig(
+        reps=integer(d.get("reps", dflt.reps), join_key(path, "reps"), 1),
+        max_batch=integer(d.get("max_batch", dflt.max_batch), join_key(path, "max_batch"), 1),
+        views=integer(d.get("views", dflt.views), join_key(path, "views"), 1),
+        tokens=None if tokens is None else integer(tokens, join_key(path, "tokens"), 1),
+    )
+
+
+def parse_server(d: Any) -> ServerConfig:
+    path = "server"
+    d = mapping(d, path)
+    no_unknown(d, {"node_name", "model", "device", "engine_instances", "max_batch", "scheduler",
+                    "max_observation_age_s", "remote_engines", "profile", "streaming",
+                    "max_robots", "robot_idle_release_s", "standby_instances", "robot_timeout_s"}, path)
+    remote = _parse_remote_engines(d.get("remote_engines", []), join_key(path, "remote_engines"))
+    # Local instances may be 0 when engine workers serve (a server host without a GPU).
+    engine_instances = integer(d.get("engine_instances", 1), join_key(path, "engine_instances"),
+                            0 if remote else 1)
+    scheduler, scheduler_params = _parse_scheduler(d.get("scheduler", "fifo"), join_key(path, "scheduler"))
+    return ServerConfig(
+        node_name=string(d.get("node_name", "policy_server"), join_key(path, "node_name")),
+        model=_parse_model(required(d, "model", path), join_key(path, "model")),
+        device=string(d.get("device", "cpu"), join_key(path, "device"), DEVICES),
+        engine_instances=engine_instances,
+        max_batch=integer(d.get("max_batch", 8), join_key(path, "max_batch"), 1),
+        scheduler=scheduler,
+        scheduler_params=scheduler_params,
+        profile=_parse_profile(d.get("profile", True), join_key(path, "profile")),
+        max_observation_age_s=number(d.get("max_observation_age_s", 2.0),
+                                   join_key(path, "max_observation_age_s")),
+        remote_engines=remote,
+        max_robots=None if d.get("max_robots") is None else integer(d["max_robots"], join_key(path, "max_robots"), 1),
+        robot_idle_release_s=number(d.get("robot_idle_release_s", 10.0), join_key(path, "robot_idle_release_s")),
+        standby_instances=integer(d.get("standby_instances", 0), join_key(path, "standby_instances"), 0),
+        robot_timeout_s=None if d.get("robot_timeout_s") is None else number(d["robot_timeout_s"],
+                                                                           join_key(path, "robot_timeout_s")),
+        streaming=_parse_streaming(d.get("streaming", {}), join_key(path, "streaming")),
+    )
+
+
+def _parse_streaming(v: Any, path: str) -> StreamingServerConfig:
+    d = mapping(v, path)
+    dflt = StreamingServerConfig()
+    no_unknown(d, set(vars(dflt)), path)
+    out = {}
+    for key in ("vlm_hz", "ae_hz", "action_hz", "timeout_s"):
+        out[key] = number(d.get(key, getattr(dflt, key)), join_key(path, key))
+    out["slots"] = integer(d.get("slots", dflt.slots), join_key(path, "slots"), 1)
+    out["torch_threads"] = integer(d.get("torch_threads", dflt.torch_threads), join_key(path, "torch_threads"), 1)
+    spt = d.get("steps_per_token")
+    out["steps_per_token"] = None if spt is None else number(spt, join_key(path, "steps_per_token"))
+    out["force"] = string(d.get("force", dflt.force), join_key(path, "force"), STREAM_FORCE)
+    out["when_full"] = string(d.get("when_full", dflt.when_full), join_key(path, "when_full"), STREAM_WHEN_FULL)
+    return StreamingServerConfig(**out)
