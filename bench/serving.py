@@ -22,6 +22,7 @@ import subprocess
 import sys
 import tempfile
 import time
+from collections import Counter
 from pathlib import Path
 
 import numpy as np
@@ -74,6 +75,7 @@ def run_case(node, pid, n_robots, views, hw, rounds, timeout_s):
         imgs.append(im)
     pubs, state = {}, {}
     results = []
+    not_ok = Counter()
 
     def on_chunk(msg, rid):
         t = time.perf_counter()
@@ -81,6 +83,9 @@ def run_case(node, pid, n_robots, views, hw, rounds, timeout_s):
         if msg.round_id != st["round"]:
             return
         results.append(((t - st["sent"]) * 1e3, msg.inference_ms, msg.queue_ms, msg.status))
+        if msg.status != 0:
+            # The reason before the ':' (e.g. "stale_timestamp"), so a run with refusals says why.
+            not_ok[msg.error.split(":", 1)[0] or f"status {msg.status}"] += 1
         st["done"] += 1
         if st["done"] < rounds:
             send(rid)
@@ -128,14 +133,14 @@ def run_case(node, pid, n_robots, views, hw, rounds, timeout_s):
     cpu_srv, cpu_me = proc_cpu_s(pid) - cpu0_srv, time.process_time() - cpu0_me
     ok = [r for r in results if r[3] == 0]
     if not ok:
-        raise RuntimeError(f"no chunks came back ({len(results)} replies)")
+        raise RuntimeError(f"no OK chunks came back ({len(results)} replies: {dict(not_ok)})")
     lat = np.array([r[0] for r in ok])
     inf = np.array([r[1] for r in ok])
     over = lat - inf
     n = len(ok)
     queue = np.array([r[2] for r in ok])
     return {
-        "served": n, "lost": rounds * n_robots - n, "wall_s": wall,
+        "served": n, "lost": rounds * n_robots - len(results), "not_ok": dict(not_ok), "wall_s": wall,
         "latency_ms_p50": float(np.percentile(lat, 50)), "latency_ms_p99": float(np.percentile(lat, 99)),
         "engine_ms_p50": float(np.percentile(inf, 50)),
         "queue_ms_p50": float(np.percentile(queue, 50)),
@@ -182,7 +187,8 @@ def main(argv=None):
             if not args.json:
                 print(f"{name}: overhead p50 {r['overhead_ms_p50']:.2f} ms p99 {r['overhead_ms_p99']:.2f} ms "
                       f"(latency p50 {r['latency_ms_p50']:.1f}, engine p50 {r['engine_ms_p50']:.1f}, "
-                      f"server CPU/obs {r['server_cpu_ms_per_obs']:.2f} ms, client {r['client_cpu_ms_per_obs']:.2f} ms)",
+                      f"server CPU/obs {r['server_cpu_ms_per_obs']:.2f} ms, client {r['client_cpu_ms_per_obs']:.2f} ms)"
+                      + (f"; not OK: {r['not_ok']}" if r["not_ok"] else "") + (f"; lost: {r['lost']}" if r["lost"] else ""),
                       flush=True)
     finally:
         out["load_average_end"] = os.getloadavg()
