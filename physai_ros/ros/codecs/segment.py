@@ -1,15 +1,13 @@
 """physai_ros_interfaces/TrajectorySegment <-> protocol.segment.TrajectorySegmentData."""
 from __future__ import annotations
 
-import array
-
 import numpy as np
 from physai_ros_interfaces.msg import TrajectorySegment
 
 from physai_ros.protocol.segment import TrajectorySegmentData
 from physai_ros.ros.time_conv import time_from_sec, to_sec
 
-from ._arrays import f32_values
+from ._arrays import f32_field, f32_values
 
 
 class SegmentMessageError(ValueError):
@@ -27,9 +25,7 @@ def segment_to_msg(seg: TrajectorySegmentData) -> TrajectorySegment:
     msg.dt = float(seg.dt)
     n, d = seg.positions.shape
     msg.num_nodes, msg.dim = int(n), int(d)
-    pos = array.array("f")
-    pos.frombytes(seg.positions.astype("<f4", copy=False).tobytes())
-    msg.positions = pos
+    msg.positions = f32_field(seg.positions)
     msg.committed = [bool(c) for c in seg.committed]
     return msg
 
