@@ -1,8 +1,11 @@
-"""Retrain the embedded sim policy from scratch: record expert data, train, write the checkpoint.
+"""Retrain the embedded sim policy: record expert data, train, record recovery rounds (DAgger and
+perturbed-expert episodes labelled by the expert), train on everything, write the checkpoint.
 
     .venv/bin/python scripts/train_policy.py --out physai_ros/assets/policy/sim_pi0
 
-See docs/training.md for the data layout, model size, objective and measured time.
+From scratch that is --first-minutes of expert-only training, then per --dagger-rounds a
+recording driven by the policy so far and --minutes of training on all data. With --init the
+given checkpoint is the first driver (and its normalisation is kept). See docs/training.md.
 """
 from __future__ import annotations
 
@@ -49,6 +52,32 @@ def interface(a, tc, cells, prompts) -> dict:
     }
 
 
+def per_task(text: str) -> dict:
+    """"pick_and_place=100,reach=50" -> {"pick_and_place": 100, "reach": 50}."""
+    out = {}
+    for item in filter(None, (x.strip() for x in text.split(","))):
+        task, sep, n = item.partition("=")
+        if not sep or task not in ("pick_and_place", "reach") or not n.isdigit():
+            raise ValueError(f"expected task=count (tasks pick_and_place, reach), got {item!r}")
+        out[task] = int(n)
+    return out
+
+
+def rollout_jobs(round_index: int, dagger_n: dict, perturbed_n: dict, seed: int) -> list:
+    """Seeds of round r: their own blocks above the expert cells' (which end below 200000) and
+    far below the evaluation's (10 000 000 up), so no episode is seen twice."""
+    from physai_ros.training.rollouts import RolloutJob
+
+    jobs = []
+    for d, (driver, counts) in enumerate((("policy", dagger_n), ("perturbed_expert", perturbed_n))):
+        for t, task in enumerate(("pick_and_place", "reach")):
+            n = counts.get(task, 0)
+            base = 300_000 + round_index * 40_000 + (2 * d + t) * 10_000
+            if n:
+                jobs.append(RolloutJob(task, driver, tuple(range(base, base + n)), seed=seed * 100 + round_index))
+    return jobs
+
+
 def publish(tmp: Path, out: Path) -> None:
     """Swap a freshly written checkpoint into place (readers never see a half-written one)."""
     old = out.with_name(out.name + ".old")
@@ -80,13 +109,33 @@ def main(argv=None) -> int:
     ap.add_argument("--init", default="", help="start from this checkpoint's weights (continue training) "
                     "instead of the seeded random init")
     ap.add_argument("--status-file", default="", help="append a line here whenever the checkpoint changes")
+    ap.add_argument("--dagger-rounds", type=int, default=1,
+                    help="recovery rounds (0: expert demonstrations only, trained --minutes)")
+    ap.add_argument("--first-minutes", type=float, default=35.0,
+                    help="from scratch with --dagger-rounds > 0: expert-only training before round 1")
+    ap.add_argument("--rollout-data", default=str(REPO / "out/sim_recovery_data"),
+                    help="recovery datasets, one directory per round")
+    ap.add_argument("--reuse-rollouts", action="store_true", help="use the rounds already in --rollout-data")
+    ap.add_argument("--dagger-episodes", default="pick_and_place=100,reach=100",
+                    help="policy-driven episodes per task and round")
+    ap.add_argument("--perturbed-episodes", default="pick_and_place=200,reach=100",
+                    help="perturbed-expert episodes per task and round")
     a = ap.parse_args(argv)
+    if a.dagger_rounds < 0:
+        ap.error("--dagger-rounds must be >= 0")
+    try:
+        dagger_n, perturbed_n = per_task(a.dagger_episodes), per_task(a.perturbed_episodes)
+    except ValueError as e:
+        ap.error(str(e))
 
     import torch
 
     from physai_ros.serving.tokenizer import PromptTokenizer
-    from physai_ros.training.checkpoint import git_commit, save_policy
-    from physai_ros.training.dataset import load_dataset, read_info
+    from physai_ros.training.checkpoint import (git_commit, save_policy, stats_from_checkpoint,
+                                                weights_from_safetensors_dir)
+    from physai_ros.training.dataset import load_dataset, merge_datasets, read_info
+    from physai_ros.training.policy_model import TrainablePi0
+    from physai_ros.training.rollouts import record_rollouts
     from physai_ros.training.expert_data import RecordConfig
     from physai_ros.training.record import plan_cells, record_dataset
     from physai_ros.training.train import TrainConfig, summarise_curve, train
@@ -103,19 +152,21 @@ def main(argv=None) -> int:
     info = read_info(data_dir)
     tc = TrainConfig(steps=a.steps, batch_size=a.batch_size, seed=a.seed, max_minutes=a.minutes)
     t0 = time.perf_counter()
-    data = load_dataset(data_dir, tc.size.image_size)
-    print(f"loaded {len(data)} frames of {data.episodes_used} episodes ({data.episodes_skipped} unsuccessful "
-          f"skipped) in {time.perf_counter() - t0:.0f} s", flush=True)
+    parts = [load_dataset(data_dir, tc.size.image_size)]
+    print(f"loaded {len(parts[0])} frames of {parts[0].episodes_used} episodes ({parts[0].episodes_skipped} "
+          f"unsuccessful skipped) in {time.perf_counter() - t0:.0f} s", flush=True)
     tokenizer = PromptTokenizer(a.tokenizer, tc.size.max_tokens)
     prompts = fleet_prompts(Path(a.fleet))
     views = sorted(k for k, f in info["features"].items() if f["dtype"] == "image")
     joint_names = info["features"]["observation.state"]["names"]
-    data_info = {"frames": len(data), "episodes": data.episodes_used, "fps": data.fps}
     command = " ".join([Path(sys.executable).name, *sys.argv]) if argv is None else "train_policy.main(...)"
+    stages: list = []
+    rollouts: list = []
 
     def write(res, final: bool) -> None:
         manifest = {
-            "policy": "pi0 (physai_ros engine), trained from scratch on scripted-expert demonstrations",
+            "policy": "pi0 (physai_ros engine), trained from scratch on scripted-expert demonstrations"
+                      + (" and expert-labelled recovery rounds (DAgger, perturbed expert)" if rollouts else ""),
             "final": final,
             "command": command,
             "git_commit": git_commit(REPO),
@@ -124,13 +175,18 @@ def main(argv=None) -> int:
             "training_seconds": round(res.seconds, 1),
             "total_seconds": round(time.perf_counter() - t_start, 1),
             "torch_threads": torch.get_num_threads(),
-            "data": {"path": str(data_dir), "format": "LeRobot dataset v2.1 (parquet + PNG)", "recording": record_summary, **data_info,
+            "data": {"path": str(data_dir), "format": "LeRobot dataset v2.1 (parquet + PNG)", "recording": record_summary,
+                     "frames": len(parts[0]), "episodes": parts[0].episodes_used, "fps": parts[0].fps,
                      "cells_per_task": a.cells_per_task, "episodes_per_cell": a.episodes_per_cell},
+            "recovery_rounds": rollouts,
+            "stages": stages,
             "prompts": res.prompts,
-            "interface": interface(a, tc, cells, prompts),
+            "interface": {**interface(a, tc, cells, prompts),
+                          "rollout_seeds": {f"round_{r['round']}": {f"{j['driver']}_{j['task']}": {"range": j["range"]}
+                                                                    for j in r["jobs"]} for r in rollouts}},
             "model": dataclasses.asdict(tc.size),
             "train": {k: v for k, v in dataclasses.asdict(tc).items() if k != "size"},
-            "continued_from": continued_from if a.init else None,
+            "continued_from": continued_from,
             "objective": "flow matching: x_t = t noise + (1-t) a, target noise - a, t ~ Beta(1.5,1)*0.999+0.001",
             "loss": summarise_curve(res.loss_curve),
         }
@@ -146,19 +202,53 @@ def main(argv=None) -> int:
             with open(a.status_file, "a") as f:
                 f.write(line + "\n")
 
-    model = None
-    if a.init:
-        from physai_ros.training.checkpoint import weights_from_safetensors_dir
-        from physai_ros.training.policy_model import TrainablePi0
+    def run_stage(name: str, minutes: float, model, stats, final: bool):
+        data = merge_datasets(parts, tc.size.chunk_size, tc.action_rate_hz)
+        stage_tc = dataclasses.replace(tc, max_minutes=minutes)
+        res = train(data, stage_tc, tokenizer, prompts, log=lambda m: print(m, flush=True), model=model,
+                    snapshot=(lambda r: write(r, False)) if a.snapshot_minutes > 0 else None,
+                    snapshot_every_s=a.snapshot_minutes * 60, stats=stats)
+        by_driver = {d: data.driver.count(d) for d in sorted(set(data.driver))}
+        stages.append({"stage": name, "frames": by_driver, "steps": res.steps, "training_seconds": round(res.seconds, 1),
+                       "minutes_budget": minutes, "loss": summarise_curve(res.loss_curve)})
+        write(res, final)
+        return res
 
+    model, stats, driver, continued_from = None, None, None, None
+    if a.init:
         model = TrainablePi0(tc.size.config(), weights=weights_from_safetensors_dir(a.init))
+        stats = stats_from_checkpoint(a.init)
         prior = json.loads((Path(a.init) / "manifest.json").read_text())
-        continued_from = {k: prior.get(k) for k in ("command", "steps", "training_seconds", "loss", "seed")}
-    res = train(data, tc, tokenizer, prompts, log=lambda m: print(m, flush=True), model=model,
-                snapshot=(lambda r: write(r, False)) if a.snapshot_minutes > 0 else None,
-                snapshot_every_s=a.snapshot_minutes * 60)
-    del data
-    write(res, True)
+        continued_from = {k: prior.get(k) for k in ("command", "steps", "training_seconds", "loss", "seed",
+                                                     "stages", "continued_from")}
+        # The driver of round 1 must not change under us (--out may be --init): a copy.
+        driver = Path(a.rollout_data) / "driver_init"
+        shutil.rmtree(driver, ignore_errors=True)
+        shutil.copytree(a.init, driver)
+    elif a.dagger_rounds > 0:
+        res = run_stage("expert demonstrations", a.first_minutes, None, None, False)
+        model = TrainablePi0(tc.size.config(), weights=res.weights)
+        stats = {"state": res.state_stats, "action": res.action_stats}
+        driver = out
+    res = None
+    for r in range(a.dagger_rounds):
+        round_dir = Path(a.rollout_data) / f"round_{r}"
+        jobs = rollout_jobs(r, dagger_n, perturbed_n, a.seed)
+        summary = None
+        if not (a.reuse_rollouts and (round_dir / "meta" / "info.json").is_file()):
+            shutil.rmtree(round_dir, ignore_errors=True)
+            summary = record_rollouts(round_dir, jobs, Path(a.fleet), checkpoint=driver, workers=a.workers,
+                                      joint_names=joint_names, log=lambda m: print(m, flush=True))
+        parts.append(load_dataset(round_dir, tc.size.image_size))
+        rollouts.append({"round": r, "path": str(round_dir), "driver_checkpoint": str(driver), "recording": summary,
+                         "frames": len(parts[-1]),
+                         "jobs": [{"driver": j.driver, "task": j.task, "range": [j.seeds[0], j.seeds[-1] + 1]}
+                                  for j in jobs]})
+        res = run_stage(f"recovery round {r + 1}", a.minutes, model, stats, r == a.dagger_rounds - 1)
+        model = TrainablePi0(tc.size.config(), weights=res.weights)
+        driver = out
+    if res is None:
+        run_stage("expert demonstrations", a.minutes, model, stats, True)
     if a.eval_episodes > 0:
         from physai_ros.training.closed_loop import evaluate_checkpoint
 

@@ -176,11 +176,13 @@ def run_episodes(server: Server, robots: Sequence[RobotConfig], seeds: Iterable[
                  clock: SimClock | None = None,
                  on_episode: Callable[[EpisodeResult], None] | None = None,
                  slot_hook: Callable[[list[EpisodeSlot]], None] | None = None,
-                 on_chunk: Callable[[ActionChunkData], None] | None = None) -> list[EpisodeResult]:
+                 on_chunk: Callable[[ActionChunkData], None] | None = None,
+                 on_tick: Callable[[EpisodeSlot, float], None] | None = None) -> list[EpisodeResult]:
     """Run one episode per seed on the robots in `robots` (each a slot; free slots take the next
     seed), all sharing `server`. `clock` must be the clock the server reads (ServingCore.clock).
-    on_chunk sees every chunk delivered to a running episode. Returns the results in the order
-    the episodes finished."""
+    on_chunk sees every chunk delivered to a running episode; on_tick(slot, now) runs after each
+    running slot's physics tick (a recorder reads its world there). Returns the results in the order the
+    episodes finished."""
     clock = clock or SimClock()
     queue = deque(int(s) for s in seeds)
     slots = [EpisodeSlot(r, cfg, setting) for r in robots]
@@ -222,6 +224,8 @@ def run_episodes(server: Server, robots: Sequence[RobotConfig], seeds: Iterable[
             if not s.active:
                 continue
             s.control(now)
+            if on_tick is not None:
+                on_tick(s, now)
             if tick % info_every == 0:
                 s.exec_info(now)
             if s.over():

@@ -67,3 +67,9 @@ def weights_from_safetensors_dir(path) -> Weights:
 
     _, w = load_lerobot_checkpoint(path, dtype=torch.float32)
     return w
+
+
+def stats_from_checkpoint(path) -> Dict[str, Dict[str, np.ndarray]]:
+    """The normalisation statistics save_policy wrote ({"state"|"action": {mean, std}})."""
+    raw = json.loads((Path(path) / STATS_FILE).read_text())
+    return {k: {s: np.asarray(raw[k][s], np.float32) for s in ("mean", "std")} for k in ("state", "action")}

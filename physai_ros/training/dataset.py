@@ -14,13 +14,18 @@ timestamp, frame_index, episode_index, index, task_index, next.done, next.succes
 A training sample's action chunk is the `action` of later frames at the action rate, LeRobot's
 delta_timestamps ({"action": [0, 1/rate, ...]}); past the episode's end the last action is held
 (the robot holds its last command), which LeRobot marks as action_is_pad instead.
+
+Recovery episodes (training.rollouts: driven by the policy or a perturbed expert) are different:
+what was executed is not what should have been, so each frame carries its own label, the chunk
+the scripted expert would command from the state reached, in an extra `action_chunk` column
+([chunk, dim]); `action` is that chunk's first action. episodes.jsonl names the `driver`.
 """
 from __future__ import annotations
 
 import json
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Dict, List, Sequence
+from typing import Dict, List, Optional, Sequence
 
 import cv2
 import numpy as np
@@ -56,10 +61,12 @@ class EncodedEpisode:
     wrench: np.ndarray
     action: np.ndarray
     success_flags: np.ndarray
+    labels: Optional[np.ndarray] = None  # [n, chunk, dim]: per-frame expert chunks (recovery data)
+    driver: str = "expert"  # who moved the robot: expert | policy | perturbed_expert
 
     @staticmethod
     def encode(ep: Episode) -> "EncodedEpisode":
-        png = [[_png(im) for im in views] for views in ep.images]
+        png = [[encode_png(im) for im in views] for views in ep.images]
         return EncodedEpisode(ep.task, ep.prompt, ep.seed, ep.success, png, np.stack(ep.state),
                               np.stack(ep.wrench), np.stack(ep.action), np.asarray(ep.success_flags, dtype=bool))
 
@@ -67,7 +74,7 @@ class EncodedEpisode:
         return len(self.png)
 
 
-def _png(rgb: np.ndarray) -> bytes:
+def encode_png(rgb: np.ndarray) -> bytes:
     ok, buf = cv2.imencode(".png", np.ascontiguousarray(rgb[..., ::-1]))
     if not ok:
         raise RuntimeError("PNG encoding failed")
@@ -92,6 +99,9 @@ def write_dataset(root, episodes: Sequence[EncodedEpisode], fps: int, joint_name
         raise DatasetError("no episodes to write")
     views = len(episodes[0].png[0])
     h, w = decode_png(episodes[0].png[0][0]).shape[:2]
+    labelled = episodes[0].labels is not None
+    if any((ep.labels is not None) != labelled for ep in episodes):
+        raise DatasetError("episodes with and without per-frame label chunks cannot share a dataset")
     tasks: Dict[str, int] = {}
     index = 0
     img_type = pa.struct([("bytes", pa.binary()), ("path", pa.string())])
@@ -111,12 +121,15 @@ def write_dataset(root, episodes: Sequence[EncodedEpisode], fps: int, joint_name
             cols["task_index"] = pa.array(np.full(n, t_idx, dtype=np.int64))
             cols["next.done"] = pa.array(np.arange(n) == n - 1)
             cols["next.success"] = pa.array(ep.success_flags)
+            if labelled:
+                cols["action_chunk"] = pa.array(list(ep.labels.reshape(n, -1).astype(np.float32)),
+                                                type=pa.list_(pa.float32()))
             path = root / DATA_PATH.format(episode_chunk=e // CHUNKS_SIZE, episode_index=e)
             path.parent.mkdir(parents=True, exist_ok=True)
             pq.write_table(pa.table(cols), path)
             index += n
             ep_log.write(json.dumps({"episode_index": e, "tasks": [ep.prompt], "length": n, "success": ep.success,
-                                     "sim_task": ep.task, "seed": ep.seed}) + "\n")
+                                     "sim_task": ep.task, "seed": ep.seed, "driver": ep.driver}) + "\n")
     with open(root / "meta" / "tasks.jsonl", "w") as f:
         for task, i in tasks.items():
             f.write(json.dumps({"task_index": i, "task": task}) + "\n")
@@ -135,6 +148,9 @@ def write_dataset(root, episodes: Sequence[EncodedEpisode], fps: int, joint_name
         "next.done": {"dtype": "bool", "shape": [1], "names": None},
         "next.success": {"dtype": "bool", "shape": [1], "names": None},
     })
+    if labelled:
+        features["action_chunk"] = {"dtype": "float32", "shape": list(episodes[0].labels.shape[1:]),
+                                    "names": ["step", "joint"]}
     info = {
         "codebase_version": CODEBASE_VERSION, "robot_type": robot_type, "total_episodes": len(episodes),
         "total_frames": index, "total_tasks": len(tasks), "total_videos": 0,
@@ -153,7 +169,8 @@ def write_dataset(root, episodes: Sequence[EncodedEpisode], fps: int, joint_name
 
 @dataclass
 class LoadedDataset:
-    """Frames of the successful episodes, images letterboxed to the model's size (uint8)."""
+    """Frames of the successful expert episodes and of every recovery episode (their labels are
+    the expert's from whatever state was reached), images letterboxed to the model's size."""
 
     fps: int
     images: np.ndarray  # uint8 [N, V, 3, S, S]
@@ -167,6 +184,8 @@ class LoadedDataset:
     stats: dict
     episodes_used: int
     episodes_skipped: int
+    label_chunks: Optional[np.ndarray] = None  # float32 [N, chunk, D]: the targets when known per frame
+    driver: List[str] = field(default_factory=list)  # per frame
 
     def __len__(self) -> int:
         return int(self.state.shape[0])
@@ -191,10 +210,15 @@ def load_dataset(root, image_size: int, only_successful: bool = True) -> LoadedD
     episodes = [json.loads(line) for line in (root / "meta" / "episodes.jsonl").read_text().splitlines() if line]
     stats = json.loads((root / "meta" / "stats.json").read_text())
     imgs, state, wrench, action, ep_idx, ends, prompts, sim = [], [], [], [], [], [], [], []
+    labels, drivers = [], []
+    label_shape = info["features"].get("action_chunk", {}).get("shape")
     used = skipped = 0
     rows = 0
     for ep in episodes:
-        if only_successful and not ep.get("success", True):
+        driver = ep.get("driver", "expert")
+        # A failed expert episode teaches failure; a failed recovery episode is labelled by the
+        # expert frame by frame, and its frames are the point of recording it.
+        if only_successful and driver == "expert" and not ep.get("success", True):
             skipped += 1
             continue
         e = ep["episode_index"]
@@ -213,13 +237,45 @@ def load_dataset(root, image_size: int, only_successful: bool = True) -> LoadedD
         ends.append(np.full(n, rows + n, np.int64))
         prompts += ep["tasks"] * n
         sim += [ep.get("sim_task", "")] * n
+        drivers += [driver] * n
+        if label_shape:
+            labels.append(np.asarray(cols["action_chunk"], np.float32).reshape(n, *label_shape))
         rows += n
         used += 1
     if not used:
         raise DatasetError(f"{root}: no usable episodes ({skipped} unsuccessful skipped)")
     return LoadedDataset(info["fps"], np.concatenate(imgs), np.concatenate(state), np.concatenate(wrench),
                          np.concatenate(action), np.concatenate(ep_idx), np.concatenate(ends), prompts, sim, stats,
-                         used, skipped)
+                         used, skipped, np.concatenate(labels) if label_shape else None, drivers)
+
+
+def merge_datasets(parts: Sequence[LoadedDataset], chunk: int, action_rate_hz: float) -> LoadedDataset:
+    """One dataset of several (expert demonstrations and recovery rounds), every frame with its
+    target chunk made explicit: a part's own label chunks, or its later frames' actions."""
+    if not parts:
+        raise DatasetError("no datasets to merge")
+    fps = parts[0].fps
+    if any(p.fps != fps for p in parts):
+        raise DatasetError(f"datasets differ in fps: {[p.fps for p in parts]}")
+    labels, ends, episodes, offset, ep_base = [], [], [], 0, 0
+    for p in parts:
+        if p.label_chunks is not None:
+            if p.label_chunks.shape[1] != chunk:
+                raise DatasetError(f"label chunks hold {p.label_chunks.shape[1]} actions, the model {chunk}")
+            labels.append(p.label_chunks)
+        else:
+            labels.append(p.action[chunk_indices(np.arange(len(p)), p.episode_end, p.fps, action_rate_hz, chunk)])
+        ends.append(p.episode_end + offset)
+        episodes.append(p.episode + ep_base)
+        offset += len(p)
+        ep_base += int(p.episode.max()) + 1
+    cat = np.concatenate
+    return LoadedDataset(
+        fps, cat([p.images for p in parts]), cat([p.state for p in parts]), cat([p.wrench for p in parts]),
+        cat([p.action for p in parts]), cat(episodes), cat(ends), [x for p in parts for x in p.prompts],
+        [x for p in parts for x in p.sim_task], parts[0].stats, sum(p.episodes_used for p in parts),
+        sum(p.episodes_skipped for p in parts), cat(labels).astype(np.float32),
+        [x for p in parts for x in (p.driver or ["expert"] * len(p))])
 
 
 def chunk_indices(rows: np.ndarray, episode_end: np.ndarray, fps: int, action_rate_hz: float, chunk: int) -> np.ndarray:

@@ -107,17 +107,27 @@ class BatchMaker:
     """Samples training batches from a loaded dataset; tasks are drawn equally often."""
 
     def __init__(self, data: LoadedDataset, tc: TrainConfig, tokenizer: PromptTokenizer,
-                 prompts: Dict[str, List[str]], gen: np.random.Generator):
+                 prompts: Dict[str, List[str]], gen: np.random.Generator,
+                 stats: Optional[Dict[str, Dict[str, np.ndarray]]] = None):
+        """stats ({"state": {mean, std}, "action": ...}) fixes the normalisation, as continuing
+        from a checkpoint must: its weights were learnt against its own statistics."""
         self.tc, self.gen = tc, gen
         cfg = tc.size.config()
         self.chunk, self.maxd = cfg.chunk_size, cfg.max_state_dim
         self.dim = data.state.shape[1]
         self.images = torch.from_numpy(data.images)
-        self.state_stats, self.action_stats = norm_stats(data.state), norm_stats(data.action)
+        if stats is not None:
+            self.state_stats, self.action_stats = stats["state"], stats["action"]
+        else:
+            self.state_stats, self.action_stats = norm_stats(data.state), norm_stats(data.action)
         self.state = (data.state - self.state_stats["mean"]) / (self.state_stats["std"] + 1e-8)
-        self.action = (data.action - self.action_stats["mean"]) / (self.action_stats["std"] + 1e-8)
-        rows = np.arange(len(data))
-        self.chunks = chunk_indices(rows, data.episode_end, data.fps, tc.action_rate_hz, self.chunk)
+        if data.label_chunks is not None:
+            targets = data.label_chunks
+        else:
+            rows = np.arange(len(data))
+            targets = data.action[chunk_indices(rows, data.episode_end, data.fps, tc.action_rate_hz, self.chunk)]
+        # [N, chunk, D]: the normalised commands each frame's answer should hold.
+        self.targets = ((targets - self.action_stats["mean"]) / (self.action_stats["std"] + 1e-8)).astype(np.float32)
         self.by_task = {t: np.flatnonzero(np.asarray(data.sim_task) == t) for t in sorted(set(data.sim_task))}
         # Every prompt a task may be asked with, tokenised as the server does (dataset's own first).
         self.task_prompts: Dict[str, List[int]] = {}
@@ -148,16 +158,17 @@ class BatchMaker:
         state = torch.zeros(b, self.maxd)
         state[:, : self.dim] = torch.from_numpy(self.state[rows])
         actions = torch.zeros(b, self.chunk, self.maxd)
-        actions[:, :, : self.dim] = torch.from_numpy(self.action[self.chunks[rows]])
+        actions[:, :, : self.dim] = torch.from_numpy(self.targets[rows])
         pid = torch.from_numpy(prompt_ids)
         return img, masks, self.tokens[pid], self.token_mask[pid], state, actions
 
 
 def train(data: LoadedDataset, tc: TrainConfig, tokenizer: PromptTokenizer, prompts: Dict[str, List[str]],
           log: Callable[[str], None] = print, model: Optional[TrainablePi0] = None,
-          snapshot: Optional[Callable[["TrainResult"], None]] = None, snapshot_every_s: float = 0.0) -> TrainResult:
+          snapshot: Optional[Callable[["TrainResult"], None]] = None, snapshot_every_s: float = 0.0,
+          stats: Optional[Dict[str, Dict[str, np.ndarray]]] = None) -> TrainResult:
     """snapshot(result) is called every snapshot_every_s seconds with the EMA weights so far (an
-    early checkpoint others can build on while training goes on)."""
+    early checkpoint others can build on while training goes on). stats: see BatchMaker."""
     torch.set_num_threads(tc.threads)
     torch.manual_seed(tc.seed)
     cfg = tc.size.config()
@@ -166,7 +177,7 @@ def train(data: LoadedDataset, tc: TrainConfig, tokenizer: PromptTokenizer, prom
                          f"model (vocab {cfg.vocab_size}, max_tokens {cfg.max_tokens})")
     if data.images.shape[-1] != cfg.vision.image_size:
         raise ValueError(f"dataset images are {data.images.shape[-1]} px, the model takes {cfg.vision.image_size}")
-    maker = BatchMaker(data, tc, tokenizer, prompts, np.random.default_rng(tc.seed))
+    maker = BatchMaker(data, tc, tokenizer, prompts, np.random.default_rng(tc.seed), stats)
     model = model or TrainablePi0(cfg, seed=tc.seed)
     ema = copy.deepcopy(model.params) if tc.ema > 0 else None
     opt = torch.optim.AdamW(model.parameters(), lr=tc.lr, betas=(0.9, 0.95), weight_decay=1e-10)
