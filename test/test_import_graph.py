@@ -27,7 +27,7 @@ SOURCES = {"physai_ros": REPO / "physai_ros", "physai_ros.kernels": REPO / "kern
 # placed here on purpose (test_every_package_has_a_layer).
 LAYERS: list[tuple[str, tuple[str, ...]]] = [
     ("foundation", ("", "errors", "install_paths", "protocol", "kernels")),  # "": physai_ros/__init__
-    ("logic", ("control", "scheduler", "engine")),
+    ("logic", ("control", "scheduler", "engine", "security")),
     ("simulation, monitoring", ("sim", "monitoring")),
     ("serving", ("workers", "serving")),
     ("training, evaluation", ("training", "evaluation")),

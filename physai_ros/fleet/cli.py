@@ -162,6 +162,11 @@ def _abandon_teardown(exit_code) -> None:
 
 
 def main(argv: list[str] | None = None) -> int:
+    argv = sys.argv[1:] if argv is None else argv
+    if argv[:1] == ["keys"]:
+        from physai_ros.fleet.keys_cli import main as keys_main
+
+        return keys_main(argv[1:])
     # A crash inside DDS teardown (seen once as SIGSEGV after a 49-process soak) should say where.
     faulthandler.enable()
     args = parse_args(argv)
