@@ -7,7 +7,7 @@ confidence-threshold t sweep).
         [--preset tiny] [--tasks pick_and_place,reach] [--tradeoff-task pick_and_place]
         [--static 1,2,4,7,10] [--thresholds 0,0.05,0.1,0.2,0.5] [--h-min 1] [--slots 8]
         [--latency-ms 50] [--jobs 2] [--deadline-min M] [--plot docs/images/policy_tradeoff.png]
-        [--out out/policy_eval.json]
+        [--robot pick_and_place=robot_2] [--out out/policy_eval.json]
 
 Every episode runs through the real serving path (physai_ros.serving.core.ServingCore built by
 serving.factory from fleet.yaml: engine, tokenizer, normalisation, horizon policy, scheduler;
@@ -55,6 +55,9 @@ def parse_args(argv=None) -> argparse.Namespace:
     ap.add_argument("--slots", type=int, default=8, help="robots evaluated concurrently per setting (batched)")
     ap.add_argument("--latency-ms", type=float, default=50.0, help="modeled observation->chunk latency")
     ap.add_argument("--max-episode-s", type=float, default=None, help="cut episodes short (smoke runs)")
+    ap.add_argument("--robot", action="append", default=[], metavar="TASK=ROBOT_ID",
+                    help="evaluate TASK as this fleet.yaml robot runs it (its cameras, its task's horizon "
+                         "policy); default: the first robot running TASK")
     ap.add_argument("--jobs", type=int, default=min(2, os.cpu_count() or 1), help="settings run in parallel")
     ap.add_argument("--plot", default="docs/images/policy_tradeoff.png", help="PNG path ('' for none)")
     ap.add_argument("--out", default=None, help="also write the JSON document here (updated after every setting)")
@@ -63,6 +66,12 @@ def parse_args(argv=None) -> argparse.Namespace:
     args = ap.parse_args(argv)
     if args.episodes < 1 or args.slots < 1 or args.jobs < 1:
         ap.error("--episodes, --slots and --jobs must be >= 1")
+    args.robot_of = {}
+    for item in args.robot:
+        task, sep, rid = item.partition("=")
+        if not sep or not task or not rid:
+            ap.error(f"--robot expects TASK=ROBOT_ID, got {item!r}")
+        args.robot_of[task] = rid
     return args
 
 
@@ -125,15 +134,21 @@ def main(argv=None) -> int:
     # episodes are shared (same seeds, same setting).
     default_of, expert_of, order = {}, {}, []
     for task in tasks:
-        r = task_robot(cfg, task)
-        default_of[task] = Setting(task, r.task.horizon_policy, tuple(r.task.horizon_params))
-        expert_of[task] = Setting(task, "expert", (chunk,))
+        rid = args.robot_of.get(task, "")
+        try:
+            r = task_robot(cfg, task, rid)
+        except ValueError as e:
+            print(f"policy_eval: {e}", file=sys.stderr)
+            return 2
+        default_of[task] = Setting(task, r.task.horizon_policy, tuple(r.task.horizon_params), rid)
+        expert_of[task] = Setting(task, "expert", (chunk,), rid)
         order += [default_of[task], expert_of[task]]
     sweep = {}
     if tt:
-        task_robot(cfg, tt)
+        rid = args.robot_of.get(tt, "")
+        task_robot(cfg, tt, rid)
         for pol, x in _sweep_order(static, thresholds):
-            sweep[(pol, x)] = Setting(tt, pol, (x,) if pol == "static" else (x, h_min))
+            sweep[(pol, x)] = Setting(tt, pol, (x,) if pol == "static" else (x, h_min), rid)
             order.append(sweep[(pol, x)])
     # The trade-off task's settings first, other tasks' last (a task the policy fails runs every
     # episode to its timeout: the most expensive settings, and the least informative).
@@ -198,8 +213,8 @@ def build_doc(ctx: dict, done: dict) -> dict:
     per_task, main_eps, exp_eps = {}, [], []
     for task in tasks:
         d, e = ctx["default_of"][task], ctx["expert_of"][task]
-        r = task_robot(cfg, task)
-        entry = {"fleet_task": r.task.name, "prompt": r.task.prompt, "horizon_policy": r.task.horizon_policy,
+        r = task_robot(cfg, task, args.robot_of.get(task, ""))
+        entry = {"robot": r.id, "views": r.num_views, "fleet_task": r.task.name, "prompt": r.task.prompt, "horizon_policy": r.task.horizon_policy,
                  "horizon_params": list(r.task.horizon_params), "policy": None, "expert": None}
         if d in done:
             entry["policy"] = summarize(d.policy, d.parameter, done[d][0]).as_dict()

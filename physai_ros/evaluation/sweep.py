@@ -27,15 +27,17 @@ class Setting:
     task: str                   # sim task: "reach" | "pick_and_place"
     policy: str                 # "static" | "confidence" | "expert" | "default" (fleet.yaml's own)
     params: tuple[float, ...] = ()
+    robot: str = ""             # the fleet.yaml robot to clone; "" = the first running `task`
 
     @property
     def label(self) -> str:
+        task = f"{self.task}@{self.robot}" if self.robot else self.task
         if self.policy == "default":
-            return f"{self.task} fleet.yaml default"
+            return f"{task} fleet.yaml default"
         if self.policy == "expert":
-            return f"{self.task} expert"
+            return f"{task} expert"
         p = ",".join(f"{x:g}" for x in self.params)
-        return f"{self.task} {self.policy}({p})"
+        return f"{task} {self.policy}({p})"
 
     @property
     def parameter(self) -> float:
@@ -43,17 +45,19 @@ class Setting:
         return float(self.params[0]) if self.params else float("nan")
 
 
-def task_robot(cfg: FleetConfig, task: str) -> RobotConfig:
-    """The first robot in fleet.yaml that runs sim task `task` (its cameras, joints, fleet task)."""
+def task_robot(cfg: FleetConfig, task: str, robot_id: str = "") -> RobotConfig:
+    """The first robot in fleet.yaml that runs sim task `task` (its cameras, joints, fleet task),
+    or the robot `robot_id`, which must run it."""
     for r in cfg.robots:
-        if r.simulated and r.sim.get("task", "pick_and_place") == task:
+        if r.simulated and r.sim.get("task", "pick_and_place") == task and robot_id in ("", r.id):
             return r
-    raise ValueError(f"no simulated robot in {cfg.source} runs sim task {task!r}")
+    which = f"robot {robot_id!r}" if robot_id else "simulated robot"
+    raise ValueError(f"no {which} in {cfg.source} runs sim task {task!r}")
 
 
 def run_setting(cfg: FleetConfig, setting: Setting, seeds: Sequence[int], slots: int = 8,
                 lockstep: LockstepConfig = LockstepConfig(), on_chunk=None) -> list[EpisodeResult]:
-    base = task_robot(cfg, setting.task)
+    base = task_robot(cfg, setting.task, setting.robot)
     if setting.policy in ("static", "confidence"):
         base = with_horizon(base, setting.policy, setting.params)
     elif setting.policy not in ("default", "expert"):

@@ -78,3 +78,15 @@ def test_lockstep_config_rejects_bad_rates():
         LockstepConfig(latency_s=-1)
     with pytest.raises(ValueError):
         LockstepConfig(client_rate_hz=1000)
+
+
+def test_a_setting_can_name_the_fleet_robot_it_evaluates(tiny_fleet):
+    # robot_2 of the default fleet runs pick and place with one camera; the first one has two.
+    assert task_robot(tiny_fleet, "pick_and_place").num_views == 2
+    assert task_robot(tiny_fleet, "pick_and_place", "robot_2").num_views == 1
+    with pytest.raises(ValueError, match="robot 'robot_1'.*pick_and_place"):
+        task_robot(tiny_fleet, "pick_and_place", "robot_1")  # a reach robot
+    lock = LockstepConfig(latency_s=0.05, max_episode_s=0.3)
+    setting = Setting("pick_and_place", "static", (3,), robot="robot_2")
+    (r,) = run_setting(tiny_fleet, setting, [103], slots=1, lockstep=lock)
+    assert setting.label == "pick_and_place@robot_2 static(3)" and r.rounds >= 1 and r.errors == 0
