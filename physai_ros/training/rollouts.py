@@ -31,6 +31,7 @@ from physai_ros.evaluation.lockstep import EpisodeSlot, LockstepConfig, SimClock
 from physai_ros.evaluation.servers import ExpertServer
 from physai_ros.protocol.observation import ObservationData
 from physai_ros.sim.expert import ScriptedExpert
+from physai_ros.sim.tasks import make_task
 from physai_ros.sim.world import SimWorld
 
 from .dataset import EncodedEpisode, encode_png, write_dataset
@@ -133,9 +134,8 @@ class FrameRecorder:
         labels = np.stack(rec["labels"])
         flags = np.asarray(rec["flags"], bool)
         flags[-1] = bool(result.success)
-        world = SimWorld(task=self.job.task)
         self.episodes.append(EncodedEpisode(
-            task=self.job.task, prompt=world.task.prompt, seed=int(result.seed), success=bool(result.success),
+            task=self.job.task, prompt=make_task(self.job.task).prompt, seed=int(result.seed), success=bool(result.success),
             png=rec["png"], state=np.stack(rec["state"]), wrench=np.stack(rec["wrench"]), action=labels[:, 0],
             success_flags=flags, labels=labels, driver=self.job.driver))
 
