@@ -16,6 +16,7 @@ session key never travels. Engine workers use the same exchange with kind "worke
 """
 from __future__ import annotations
 
+import dataclasses
 import hashlib
 import os
 import time
@@ -91,7 +92,7 @@ class Requester:
         nonce = os.urandom(NONCE_BYTES)
         unsigned = RegistrationProof(self.ident.kind, self.ident.name, nonce, _raw(eph.public_key()),
                                      self.clock(), b"")
-        proof = RegistrationProof(**{**unsigned.__dict__, "signature": self.key.sign(unsigned.transcript(content))})
+        proof = dataclasses.replace(unsigned, signature=self.key.sign(unsigned.transcript(content)))
         self._pending = (proof, content, eph)
         return proof
 

@@ -249,6 +249,16 @@ def load_dataset(root, image_size: int, only_successful: bool = True) -> LoadedD
                          used, skipped, np.concatenate(labels) if label_shape else None, drivers)
 
 
+def target_chunks(data: LoadedDataset, chunk: int, action_rate_hz: float) -> np.ndarray:
+    """[N, chunk, D]: what each frame's answer should command: its own label chunk (recovery
+    data), or the actions of its later frames at the action rate (demonstrations)."""
+    if data.label_chunks is not None:
+        if data.label_chunks.shape[1] != chunk:
+            raise DatasetError(f"label chunks hold {data.label_chunks.shape[1]} actions, the model {chunk}")
+        return data.label_chunks
+    return data.action[chunk_indices(np.arange(len(data)), data.episode_end, data.fps, action_rate_hz, chunk)]
+
+
 def merge_datasets(parts: Sequence[LoadedDataset], chunk: int, action_rate_hz: float) -> LoadedDataset:
     """One dataset of several (expert demonstrations and recovery rounds), every frame with its
     target chunk made explicit: a part's own label chunks, or its later frames' actions."""
@@ -259,12 +269,7 @@ def merge_datasets(parts: Sequence[LoadedDataset], chunk: int, action_rate_hz: f
         raise DatasetError(f"datasets differ in fps: {[p.fps for p in parts]}")
     labels, ends, episodes, offset, ep_base = [], [], [], 0, 0
     for p in parts:
-        if p.label_chunks is not None:
-            if p.label_chunks.shape[1] != chunk:
-                raise DatasetError(f"label chunks hold {p.label_chunks.shape[1]} actions, the model {chunk}")
-            labels.append(p.label_chunks)
-        else:
-            labels.append(p.action[chunk_indices(np.arange(len(p)), p.episode_end, p.fps, action_rate_hz, chunk)])
+        labels.append(target_chunks(p, chunk, action_rate_hz))
         ends.append(p.episode_end + offset)
         episodes.append(p.episode + ep_base)
         offset += len(p)

@@ -31,6 +31,7 @@ from physai_ros.evaluation.lockstep import EpisodeSlot, LockstepConfig, SimClock
 from physai_ros.evaluation.servers import ExpertServer
 from physai_ros.protocol.observation import ObservationData
 from physai_ros.sim.expert import ScriptedExpert
+from physai_ros.sim.robot import ArmConfig
 from physai_ros.sim.tasks import make_task
 from physai_ros.sim.world import SimWorld
 
@@ -114,7 +115,7 @@ class FrameRecorder:
         rec = self.open.get(slot.robot.id)
         if rec is None or rec["episode"] != slot.episode_id:
             rec = self.open[slot.robot.id] = {"episode": slot.episode_id, "ticks": 0, "png": [], "state": [],
-                                              "wrench": [], "labels": [], "flags": []}
+                                              "wrench": [], "labels": []}
         rec["ticks"] += 1
         world = slot.runtime.world
         if (rec["ticks"] - 1) % self.every or world.done:
@@ -125,14 +126,13 @@ class FrameRecorder:
         rec["wrench"].append(snap.wrench.astype(np.float32))
         rec["labels"].append(expert_label(world, self.job.chunk_size, 1.0 / self.job.action_rate_hz,
                                           self.job.expert_hz))
-        rec["flags"].append(False)
 
     def on_episode(self, result) -> None:
         rec = self.open.pop(result.robot_id, None)
         if not rec or not rec["png"]:
             return
         labels = np.stack(rec["labels"])
-        flags = np.asarray(rec["flags"], bool)
+        flags = np.zeros(len(labels), bool)  # next.success: only the last frame can be a success
         flags[-1] = bool(result.success)
         self.episodes.append(EncodedEpisode(
             task=self.job.task, prompt=make_task(self.job.task).prompt, seed=int(result.seed), success=bool(result.success),
@@ -159,9 +159,8 @@ def run_job(job: RolloutJob, fleet_cfg, lock: Optional[LockstepConfig] = None) -
         server = build_policy_server(fleet_cfg, clock)
     else:
         by_id: dict = {}
-        world = SimWorld(task=job.task)
         server = PerturbedExpertServer(lambda rid: by_id[rid].runtime.world, job.chunk_size,
-                                       max(1, job.chunk_size // 2), job, world.arm.cfg.gripper_max_width)
+                                       max(1, job.chunk_size // 2), job, ArmConfig().gripper_max_width)
         hook = lambda slots: by_id.update({s.robot.id: s for s in slots})  # noqa: E731
     run_episodes(server, robots, job.seeds, lock, f"{job.driver} {job.task}", clock=clock, slot_hook=hook,
                  on_episode=recorder.on_episode, on_tick=recorder.on_tick)
@@ -199,7 +198,7 @@ def record_rollouts(root, jobs: Sequence[RolloutJob], fleet_path, checkpoint=Non
     episodes = [ep for eps in per_job for ep in eps]
     if not episodes:
         raise RuntimeError("rollouts recorded no frames")
-    names = list(joint_names) or list(SimWorld().arm.cfg.joint_names)
+    names = list(joint_names) or list(ArmConfig().joint_names)
     write_dataset(Path(root), episodes, fps=jobs[0].fps, joint_names=names)
     summary: dict = {"episodes": len(episodes), "frames": sum(len(e) for e in episodes),
                      "seconds": round(time.perf_counter() - t0, 1), "by": {}}

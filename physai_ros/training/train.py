@@ -23,7 +23,7 @@ from physai_ros.engine.batching import model_pixels
 from physai_ros.engine.types import GemmaSpec, Pi0Config, VisionSpec
 from physai_ros.serving.tokenizer import PromptTokenizer
 
-from .dataset import LoadedDataset, chunk_indices
+from .dataset import LoadedDataset, target_chunks
 from .policy_model import TrainablePi0
 
 # Minimum std used for normalisation: a feature that never moves in the data (it happens in tiny
@@ -121,11 +121,7 @@ class BatchMaker:
         else:
             self.state_stats, self.action_stats = norm_stats(data.state), norm_stats(data.action)
         self.state = (data.state - self.state_stats["mean"]) / (self.state_stats["std"] + 1e-8)
-        if data.label_chunks is not None:
-            targets = data.label_chunks
-        else:
-            rows = np.arange(len(data))
-            targets = data.action[chunk_indices(rows, data.episode_end, data.fps, tc.action_rate_hz, self.chunk)]
+        targets = target_chunks(data, self.chunk, tc.action_rate_hz)
         # [N, chunk, D]: the normalised commands each frame's answer should hold.
         self.targets = ((targets - self.action_stats["mean"]) / (self.action_stats["std"] + 1e-8)).astype(np.float32)
         self.by_task = {t: np.flatnonzero(np.asarray(data.sim_task) == t) for t in sorted(set(data.sim_task))}
