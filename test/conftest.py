@@ -10,3 +10,13 @@ os.environ.setdefault("ROS_DOMAIN_ID", str(random.randint(1, 100)))
 # two cores: one torch thread per process avoids oversubscription (measured: test/engine 107 s ->
 # 52 s on a loaded machine). Child processes inherit it.
 os.environ.setdefault("OMP_NUM_THREADS", "1")
+# The fleet's auto keystore (physai_ros.security.config) is a throwaway one per test session:
+# identities tests create (junk robot ids included) never reach the user's own auto keystore.
+if "PHYSAI_ROS_AUTO_KEYSTORE" not in os.environ:
+    import atexit
+    import shutil
+    import tempfile
+
+    _keys_dir = tempfile.mkdtemp(prefix="physai_keys_")
+    atexit.register(shutil.rmtree, _keys_dir, True)
+    os.environ["PHYSAI_ROS_AUTO_KEYSTORE"] = os.path.join(_keys_dir, "keystore")

@@ -8,7 +8,9 @@ ROS I/O only; the logic is physai_ros.workers.core.WorkerCore.
 Parameters: instance_id (worker_0), tier (edge|cloud), preset (tiny) or checkpoint (a LeRobot
 checkpoint directory; wins when set), seed (0: random weights for a preset), device (cpu|cuda),
 max_batch (8), heartbeat_period_s (0.5), profile_reps (3), profile_views (2), profile_tokens (32),
-queue_limit (16), torch_threads (0: torch's default).
+queue_limit (16), torch_threads (0: torch's default), fleet_file, keystore, insecure
+(physai_ros.ros.node_security: requests must carry the server's signature; results and status
+are signed with this worker's key, identity worker/<instance_id>).
 At start-up the worker measures its latency-vs-batch profile (batch 1..max_batch) and
 advertises it; requests that arrive meanwhile wait in the queue. Inference runs in its own
 thread so heartbeats keep flowing during a long batch.
@@ -24,8 +26,14 @@ from physai_ros_interfaces.msg import EngineBatchRequest, EngineBatchResult, Eng
 from rclpy.node import Node
 
 from physai_ros.protocol.topics import request_topic, result_topic, status_topic
+from physai_ros.ros.message_digest import digest
+from physai_ros.ros.node_security import node_security, open_endpoint
 from physai_ros.ros.qos import latched_qos, reliable_qos
 from physai_ros.ros.spin import run_node
+from physai_ros.security.endpoints import BATCH_RESULT, WORKER_STATUS, WorkerAuth
+from physai_ros.security.handshake import AuthError
+from physai_ros.security.keystore import Identity
+from physai_ros.security.message_auth import RefusalLog
 from physai_ros.workers.codec import encode_status
 from physai_ros.workers.core import WorkerCore
 
@@ -46,7 +54,13 @@ class EngineWorkerNode(Node):
             ("instance_id", "worker_0"), ("tier", "edge"), ("preset", "tiny"), ("checkpoint", ""),
             ("seed", 0), ("device", "cpu"), ("max_batch", 8), ("heartbeat_period_s", 0.5),
             ("profile_reps", 3), ("profile_views", 2), ("profile_tokens", 32), ("queue_limit", 16),
-            ("torch_threads", 0))}
+            ("torch_threads", 0), ("fleet_file", ""))}
+        sec, base = node_security(self)
+        iid = p["instance_id"]
+        self.auth = open_endpoint(self, sec, base, [sec.server, Identity("worker", iid)],
+                                  lambda ks: WorkerAuth(ks, iid, sec.server))
+        self.auth_refusals = RefusalLog(self.get_logger().warning)
+        self._pub_lock = threading.Lock()  # sign and publish in one step (results, status)
         if p["torch_threads"] > 0:
             import torch
 
@@ -69,6 +83,13 @@ class EngineWorkerNode(Node):
                                f"{p['max_batch']}): measuring the latency profile")
 
     def _on_request(self, msg: EngineBatchRequest) -> None:
+        if self.auth is not None:
+            try:
+                self.auth.check_request(digest(msg), msg.auth)
+            except AuthError as e:  # not from the fleet's server: not run, not answered
+                self.auth_refusals.refused(f"batch {msg.batch_id[:64]!r}", e)
+                self.core.last_error = f"refused {sum(self.auth_refusals.counts.values())} unauthenticated request(s), last: {e}"
+                return
         try:
             self._queue.put_nowait((msg, time.monotonic()))
         except queue.Full:
@@ -99,7 +120,10 @@ class EngineWorkerNode(Node):
     def _publish(self, res: EngineBatchResult) -> None:
         try:
             res.header.stamp = self.get_clock().now().to_msg()
-            self._result_pub.publish(res)
+            with self._pub_lock:
+                if self.auth is not None:
+                    res.auth = self.auth.signer.sign(BATCH_RESULT, digest(res))
+                self._result_pub.publish(res)
         except Exception as e:  # context shutting down
             if not self._stop.is_set():
                 self.get_logger().error(f"publishing result {res.batch_id!r} failed: {e}")
@@ -108,7 +132,10 @@ class EngineWorkerNode(Node):
         try:
             msg = encode_status(self.core.status())
             msg.header.stamp = self.get_clock().now().to_msg()
-            self._status_pub.publish(msg)
+            with self._pub_lock:
+                if self.auth is not None:
+                    msg.auth = self.auth.signer.sign(WORKER_STATUS, digest(msg))
+                self._status_pub.publish(msg)
         except Exception as e:
             if not self._stop.is_set():
                 self.get_logger().error(f"publishing status failed: {e}")

@@ -37,9 +37,14 @@ from physai_ros.ros.codecs.chunk import chunk_to_msg
 from physai_ros.ros.codecs.observation import observation_from_msg
 from physai_ros.ros.codecs.registration import registration_from_request, result_to_response
 from physai_ros.ros.diagnostics_updater import Updater
+from physai_ros.ros.message_digest import digest
+from physai_ros.ros.node_security import node_security, open_endpoint, security_diagnostics
 from physai_ros.ros.qos import reliable_qos
 from physai_ros.ros.remote_engine import remote_engines_on
 from physai_ros.ros.spin import run_node
+from physai_ros.security.endpoints import CHUNK, ServerAuth
+from physai_ros.security.handshake import AuthError
+from physai_ros.security.keystore import Identity
 from physai_ros.serving.config import load_fleet
 from physai_ros.serving.factory import build_core, profile_local_engines
 from physai_ros.serving.preflight import STARTUP_LOG_PREFIX, check_server_files
@@ -58,6 +63,14 @@ class PolicyServerNode(Node):
         if num_robots > 0:
             self.fleet = self.fleet.with_num_robots(num_robots)
         check_server_files(self.fleet)  # a missing checkpoint fails here, named, in one line
+        # Authentication (physai_ros.security): None only with an explicit insecure: true. Set up
+        # before the engines: remote engine proxies sign their requests with it.
+        sec, base = node_security(self, self.fleet)
+        self.security = sec
+        need = [sec.server] + [Identity("robot", r.id) for r in self.fleet.robots] + \
+            [Identity("worker", w.instance_id) for w in self.fleet.server.remote_engines]
+        self.auth = open_endpoint(self, sec, base, need, lambda ks: ServerAuth(ks, sec.server, sec.max_skew_s))
+        self._sign_lock = threading.Lock()  # sign and publish in one step: counters arrive in order
         # "startup:" lines are the progress physai-fleet relays while the user waits.
         started = time.monotonic()
         model = self.fleet.server.model
@@ -106,6 +119,14 @@ class PolicyServerNode(Node):
     def _on_register(self, request, response):
         try:
             reg = registration_from_request(request)
+            session = None
+            if self.auth is not None:
+                try:
+                    grant, key = self.auth.register(reg.robot_id, digest(request, skip=("auth_proof",)),
+                                                    request.auth_proof)
+                except AuthError as e:
+                    return self._refuse_registration(reg.robot_id, f"unauthenticated_{e.reason}", str(e), response)
+                session = (grant, key)
             res = self.core.register(reg)
             if self.streaming is not None:
                 res = self.streaming.on_register(reg, res)
@@ -114,6 +135,9 @@ class PolicyServerNode(Node):
             self.registration_refusals.add(str(request.robot_id), "bad_registration", str(e), time.time())
             return response
         result_to_response(res, response)
+        if res.accepted and session is not None:
+            self.auth.start_session(reg.robot_id, session[1])
+            response.auth_grant = session[0]
         self._publish_chunks(self.core.take_notices())  # a restarted robot's dropped round
         if res.accepted:
             self._ensure_topics(reg.robot_id, reg.robot_namespace)
@@ -122,6 +146,13 @@ class PolicyServerNode(Node):
             self.registration_refusals.add(reg.robot_id, reason, detail, time.time())
             self.get_logger().warning(f"refused registration of {reg.robot_id!r}: {res.reason}",
                                       throttle_duration_sec=1.0)
+        return response
+
+    def _refuse_registration(self, robot_id: str, reason: str, detail: str, response):
+        result_to_response(RegistrationResult(False, f"{reason}: {detail}", self.core.instance_id), response)
+        self.registration_refusals.add(str(robot_id)[:64], reason, detail, time.time())
+        self.get_logger().warning(f"refused registration of {str(robot_id)[:64]!r}: {reason}: {detail}",
+                                  throttle_duration_sec=1.0)
         return response
 
     def _ensure_topics(self, robot_id: str, namespace: str) -> None:
@@ -157,6 +188,8 @@ class PolicyServerNode(Node):
                                f"observation on {robot_topic(ns, OBSERVATION_TOPIC)} claims robot {msg.robot_id[:64]!r}"
                                + (f" (served on {claimed_ns})" if claimed_ns is not None else " (unknown)"))
             return
+        if self.auth is not None and not self._authentic(msg, owner):
+            return
         try:
             obs = observation_from_msg(msg)
         except Exception as e:
@@ -170,6 +203,18 @@ class PolicyServerNode(Node):
         for chunk in self.core.submit(obs):
             self._publish(chunk)
 
+    def _authentic(self, msg: Observation, owner: str) -> bool:
+        try:
+            self.auth.check_observation(msg.robot_id, digest(msg), msg.auth)
+            return True
+        except AuthError as e:
+            if e.reason == "no_session" and self.core.registration(msg.robot_id) is None:
+                # Not registered here at all (this server restarted): the core answers with a
+                # signed REFUSED "not registered", which makes the client register again.
+                return True
+            self._refuse_input(owner, f"unauthenticated_{e.reason}", str(e))
+            return False
+
     def _refuse_input(self, owner: str, reason: str, detail: str) -> None:
         self.input_refusals.add(owner, reason, detail, time.time())
         self.get_logger().warning(f"refused observation ({reason}): {detail}", throttle_duration_sec=1.0)
@@ -181,7 +226,11 @@ class PolicyServerNode(Node):
             # Unknown robot: nowhere to answer on; the refusal is still counted by the core.
             return
         try:
-            pubs[1].publish(chunk_to_msg(chunk))
+            msg = chunk_to_msg(chunk)
+            with self._sign_lock:
+                if self.auth is not None:
+                    msg.auth = self.auth.sign(CHUNK, digest(msg))
+                pubs[1].publish(msg)
             self.view.on_chunk(chunk.robot_id, int(chunk.status), chunk.stamp, queue_ms=float(chunk.queue_ms))
         except Exception as e:  # shutting down (context gone) or a broken message
             if not self._stop.is_set():
@@ -227,6 +276,16 @@ class PolicyServerNode(Node):
         self.updater.add("registrations", reg_health.run)
         input_health = RefusalHealth(self.input_refusals, "observation(s) with a wrong robot_id or unreadable")
         self.updater.add("inputs", input_health.run)
+        self.updater.add("security", security_diagnostics(self.security, self._auth_refusals))
+
+    def _auth_refusals(self) -> dict:
+        out: dict = {}
+        for log in (self.registration_refusals, self.input_refusals):
+            for snap in log.snapshot().values():
+                for reason, n in snap.by_reason.items():
+                    if reason.startswith("unauthenticated_"):
+                        out[reason] = out.get(reason, 0) + n
+        return out
 
     def _core_diagnostics(self) -> dict:
         # One core snapshot per update, shared by every robot's task.

@@ -26,8 +26,10 @@ from physai_ros.protocol.registration import RegistrationResult, RobotRegistrati
 from physai_ros.protocol.segment import TrajectorySegmentData
 from physai_ros.protocol.topics import STREAM_WRENCH_TOPIC, TRAJECTORY_SEGMENT_TOPIC, robot_topic
 from physai_ros.ros.codecs.segment import segment_to_msg
+from physai_ros.ros.message_digest import digest
 from physai_ros.ros.qos import reliable_qos, sensor_data_qos
 from physai_ros.ros.time_conv import now_sec, to_sec
+from physai_ros.security.endpoints import SEGMENT
 from physai_ros.serving.streaming_service import build_streaming_service, streaming_tasks
 
 
@@ -114,7 +116,11 @@ class PolicyServerStreaming:
     def _publish(self, out: TrajectorySegmentData) -> None:
         pub = self._pubs.get(out.robot_id)
         if pub is not None:
-            pub.publish(segment_to_msg(out))
+            msg = segment_to_msg(out)
+            auth = getattr(self.node, "auth", None)
+            if auth is not None:  # signed by the server: the controller executes nothing else
+                msg.auth = auth.sign(SEGMENT, digest(msg))
+            pub.publish(msg)
 
     def _reap(self) -> None:
         for rid in self.service.reap():

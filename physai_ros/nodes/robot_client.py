@@ -45,9 +45,15 @@ from physai_ros.ros.codecs.execution_info import execution_state_from_msg
 from physai_ros.ros.codecs.observation import compressed_image_data, image_data, observation_to_msg
 from physai_ros.ros.codecs.registration import registration_to_request, result_from_response
 from physai_ros.ros.diagnostics_updater import Updater
+from physai_ros.ros.message_digest import digest
+from physai_ros.ros.node_security import node_security, open_endpoint, security_diagnostics
 from physai_ros.ros.qos import reliable_qos, sensor_data_qos
 from physai_ros.ros.spin import run_node
 from physai_ros.ros.time_conv import now_sec, to_sec
+from physai_ros.security.endpoints import HOLD, RobotAuth
+from physai_ros.security.handshake import AuthError
+from physai_ros.security.keystore import Identity
+from physai_ros.security.message_auth import RefusalLog
 from physai_ros.serving.client_core import RobotClientCore
 from physai_ros.serving.config import load_fleet
 from physai_ros.serving.streaming_client import StreamingClient
@@ -63,7 +69,14 @@ class RobotClientNode(Node):
         fleet_file = self.declare_parameter("fleet_file", "").value or None
         robot_id = self.declare_parameter("robot_id", "").value or self.get_namespace().strip("/")
         tick_hz = float(self.declare_parameter("tick_rate_hz", 100.0).value)
-        self.robot = load_fleet(fleet_file).resolve_robot(robot_id)
+        fleet = load_fleet(fleet_file)
+        self.robot = fleet.resolve_robot(robot_id)
+        # Authentication: registration proof, observation MACs, signed holds, checked chunks.
+        self.security, base = node_security(self, fleet)
+        sec = self.security
+        self.auth = open_endpoint(self, sec, base, [sec.server, Identity("robot", self.robot.id)],
+                                  lambda ks: RobotAuth(ks, self.robot.id, sec.server))
+        self.auth_refusals = RefusalLog(self.get_logger().warning)
         self.core = RobotClientCore(self.robot)
         # Streaming mode (issue 7): None unless the robot's task has `mode: streaming`.
         self.streaming = StreamingClient.for_robot(self.robot, self.core)
@@ -123,7 +136,7 @@ class RobotClientNode(Node):
             return
         obs = self.streaming.on_frame(view, stamp)
         if obs is not None:
-            self.obs_pub.publish(observation_to_msg(obs))
+            self._send(obs)
 
     def _on_wrench(self, msg: WrenchStamped) -> None:
         f, t = msg.wrench.force, msg.wrench.torque
@@ -149,6 +162,12 @@ class RobotClientNode(Node):
     def _on_chunk(self, msg: ActionChunk) -> None:
         if is_hold_chunk(msg.status, msg.error, msg.engine_instance):
             return  # our own hold chunk
+        if self.auth is not None:
+            try:
+                self.auth.check_chunk(digest(msg), msg.auth)
+            except AuthError as e:  # not the server's: counted, logged once per burst, ignored
+                self.auth_refusals.refused(f"chunk round {msg.round_id}", e)
+                return
         try:
             chunk = chunk_from_msg(msg)
         except Exception:
@@ -166,7 +185,7 @@ class RobotClientNode(Node):
     def _on_refresh(self, msg: UInt64) -> None:
         obs = self.core.refresh(int(msg.data), now_sec(self))
         if obs is not None:
-            self.obs_pub.publish(observation_to_msg(obs))
+            self._send(obs)
 
     # ---- periodic work ------------------------------------------------------------------
 
@@ -180,15 +199,27 @@ class RobotClientNode(Node):
             self._register()
         if out.hold is not None:
             h = out.hold
-            self.hold_pub.publish(chunk_to_msg(hold_chunk(self.robot.id, self.robot.task.name, h,
-                                                          self.robot.joints)))
+            msg = chunk_to_msg(hold_chunk(self.robot.id, self.robot.task.name, h, self.robot.joints))
+            if self.auth is not None:  # the controller takes holds signed by this robot only
+                msg.auth = self.auth.signer.sign(HOLD, digest(msg))
+            self.hold_pub.publish(msg)
             self.get_logger().warning(f"SLO fallback: hold (round {h.round_id}): {h.reason}",
                                       throttle_duration_sec=1.0)
         if out.observation is not None:
-            self.obs_pub.publish(observation_to_msg(out.observation))
+            self._send(out.observation)
         while self._escalations_logged < len(self.core.escalations):
             self.get_logger().error(self.core.escalations[self._escalations_logged])
             self._escalations_logged += 1
+
+    def _send(self, obs) -> None:
+        msg = observation_to_msg(obs)
+        if self.auth is not None:
+            try:
+                msg.auth = self.auth.tag_observation(digest(msg))
+            except AuthError as e:  # no session yet: the server would refuse it anyway
+                self.auth_refusals.refused(f"sending round {obs.round_id}", e)
+                return
+        self.obs_pub.publish(msg)
 
     def _register(self) -> None:
         fut = self._register_future
@@ -203,8 +234,11 @@ class RobotClientNode(Node):
         if not self.register_client.service_is_ready():
             self.core.on_register_failed()
             return
-        fut = self.register_client.call_async(registration_to_request(
-            self.streaming.registration() if self.streaming is not None else self.core.registration()))
+        request = registration_to_request(
+            self.streaming.registration() if self.streaming is not None else self.core.registration())
+        if self.auth is not None:
+            request.auth_proof = self.auth.proof(digest(request, skip=("auth_proof",)))
+        fut = self.register_client.call_async(request)
         fut.add_done_callback(self._on_register_done)
         self._register_future = fut
         self._register_sent_at = time.monotonic()
@@ -219,6 +253,14 @@ class RobotClientNode(Node):
             return
         before = self.core.server_instance
         result = result_from_response(resp)
+        if result.accepted and self.auth is not None:
+            try:
+                self.auth.on_grant(resp.auth_grant)
+            except AuthError as e:  # not our fleet's server (or it runs insecure): not registered
+                self.auth_refusals.refused("session grant", e)
+                self.get_logger().error(f"registration answer refused: {e}", throttle_duration_sec=5.0)
+                self.core.on_register_failed()
+                return
         self.core.on_registered(result)
         if self.streaming is not None:
             was = self.streaming.active
@@ -244,6 +286,8 @@ class RobotClientNode(Node):
             "unreadable_chunks": self._unreadable,
             "unreadable_images": self._unreadable_images,
             "wrench_dropped": self.view.wrench_dropped,
+            "insecure": self.security.insecure,
+            "auth_refused": dict(self.auth_refusals.counts),
             "round_ledger": ledger.as_dict(),
             **(self.streaming.status() if self.streaming is not None else {}),
         }
@@ -258,6 +302,7 @@ class RobotClientNode(Node):
         self.updater.setHardwareID(self.robot.id)
         self.updater.add(MetricsTask("client", self._client_metrics, mon.thresholds,
                                      ok_message=lambda: self.core.state.value))
+        self.updater.add("security", security_diagnostics(self.security, lambda: dict(self.auth_refusals.counts)))
 
     def _client_metrics(self) -> dict:
         m = self.view.metrics(self.status(), time.monotonic())

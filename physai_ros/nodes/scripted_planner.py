@@ -1,6 +1,8 @@
 """scripted_planner: publishes action_chunk from the scripted expert (physai_ros.sim.planner), the
 demo's stand-in for the policy server. Reads joint_states and task_status, answers every
-`period_s` seconds with a chunk stamped with the joint_states capture time. Run:
+`period_s` seconds with a chunk stamped with the joint_states capture time. As the server's
+stand-in it signs its chunks with the server's key (physai_ros.security), so the controller
+treats them as it would the server's. Run:
   python -m physai_ros.nodes.scripted_planner --ros-args -r __ns:=/robot_0 -p task:=reach
 """
 from __future__ import annotations
@@ -16,9 +18,12 @@ from physai_ros_interfaces.msg import ActionChunk
 from physai_ros.protocol import topics
 from physai_ros.ros import qos
 from physai_ros.ros.codecs.chunk import chunk_to_msg
+from physai_ros.ros.message_digest import digest
+from physai_ros.ros.node_security import node_security, open_endpoint
 from physai_ros.ros.spin import run_node
 from physai_ros.ros.time_conv import to_sec
 from physai_ros.sim.planner import ScriptedChunkPlanner
+from physai_ros.security.endpoints import CHUNK, PeerSigner
 from physai_ros.sim.runtime import TaskStatus
 
 
@@ -32,6 +37,9 @@ class ScriptedPlannerNode(Node):
             robot_id, p("task", "pick_and_place").value, int(p("num_joints", 4).value),
             num_actions=int(p("num_actions", 50).value), dt=float(p("dt", 0.02).value),
             horizon=int(p("horizon", 40).value))
+        p("fleet_file", "")
+        sec, base = node_security(self)
+        self.signer = open_endpoint(self, sec, base, [sec.server], lambda ks: PeerSigner(ks, sec.server))
         self._js: JointState | None = None
         self._status: TaskStatus | None = None
         self.round_id = 0
@@ -65,7 +73,10 @@ class ScriptedPlannerNode(Node):
             self.errors += 1
             self.get_logger().warning(f"cannot plan: {exc}", throttle_duration_sec=2.0)
             return
-        self.pub.publish(chunk_to_msg(chunk))
+        msg = chunk_to_msg(chunk)
+        if self.signer is not None:
+            msg.auth = self.signer.sign(CHUNK, digest(msg))
+        self.pub.publish(msg)
 
 
 def main(args: list[str] | None = None) -> int:

@@ -33,8 +33,15 @@ from physai_ros.ros.codecs.execution_info import execution_info_to_msg
 from physai_ros.ros.codecs.joint_trajectory import plan_to_msg
 from physai_ros.ros.codecs.segment import SegmentMessageError, segment_from_msg
 from physai_ros.ros.diagnostics_updater import FrequencyStatus, FrequencyStatusParam, Updater
+from physai_ros.ros.message_digest import digest
+from physai_ros.ros.node_security import node_security, open_endpoint, security_diagnostics
 from physai_ros.ros.spin import run_node
 from physai_ros.ros.time_conv import now_sec
+from physai_ros.serving.config import load_fleet
+from physai_ros.security.endpoints import ControllerAuth
+from physai_ros.security.handshake import AuthError
+from physai_ros.security.keystore import Identity
+from physai_ros.security.message_auth import RefusalLog
 
 
 class TrajectoryControllerNode(Node):
@@ -59,6 +66,14 @@ class TrajectoryControllerNode(Node):
         self._seen_chunk = False
         self.holds: Counter = Counter()
         self._holding_round: int | None = None  # a robot_client hold in effect (until the next chunk)
+        # Only what the fleet's server signed (chunks, segments) or this robot's client signed
+        # (holds) is executed; public keys only, no secret in the process that moves the arm.
+        fleet_file = p("fleet_file", "").value or None
+        self.security, base = node_security(self, load_fleet(fleet_file))
+        sec = self.security
+        self.auth = open_endpoint(self, sec, base, [sec.server, Identity("robot", self.robot_id)],
+                                  lambda ks: ControllerAuth(ks, self.robot_id, sec.server))
+        self.auth_refusals = RefusalLog(self.get_logger().warning)
 
         self.traj_pub = self.create_publisher(JointTrajectory, topics.JOINT_TRAJECTORY_TOPIC, qos.reliable_qos())
         self.info_pub = self.create_publisher(ExecutionInfo, topics.EXECUTION_INFO_TOPIC, qos.reliable_qos())
@@ -70,7 +85,7 @@ class TrajectoryControllerNode(Node):
         self.create_timer(1.0 / float(p("execution_info_rate_hz", 50.0).value), self._publish_info)
         # Levels from fleet.yaml's monitoring block (fleet_file; the embedded one by default);
         # the explicit parameters still override it for a robot-only deployment.
-        mon = load_monitoring(p("fleet_file", "").value or None)
+        mon = load_monitoring(fleet_file)
         self.updater = Updater(self, period=1.0 / float(p("diagnostics_rate_hz", 1.0 / mon.diagnostics_period_s).value))
         self.updater.setHardwareID(self.robot_id)
         self._buffer_health = BufferHealth(self.buffer.rate_hz,
@@ -81,6 +96,7 @@ class TrajectoryControllerNode(Node):
         self.cmd_rate = FrequencyStatus(FrequencyStatusParam({"min": self.control_rate, "max": self.control_rate},
                                                              mon.rate_tolerance, 5), "joint_trajectory rate")
         self.updater.add(self.cmd_rate)
+        self.updater.add("security", security_diagnostics(sec, lambda: dict(self.auth_refusals.counts)))
         self.get_logger().info(f"trajectory controller {self.robot_id}: joints {self.joint_names}, "
                                f"{self.control_rate:g} Hz, merge {self.buffer.merge.value}")
 
@@ -113,7 +129,10 @@ class TrajectoryControllerNode(Node):
         if msg.robot_id and msg.robot_id != self.robot_id:
             self._reject_message("wrong_robot", f"chunk for robot {msg.robot_id!r} reached {self.robot_id!r}")
             return
-        if is_hold_chunk(msg.status, msg.error, msg.engine_instance):
+        hold = is_hold_chunk(msg.status, msg.error, msg.engine_instance)
+        if not self._authentic(msg, "hold" if hold else "chunk"):
+            return
+        if hold:
             self._on_hold(int(msg.round_id))
             return
         try:
@@ -130,6 +149,21 @@ class TrajectoryControllerNode(Node):
                 f"rejected chunk round {chunk.round_id} ({self.rejected_total} rejected): {out.reason} {out.detail}",
                 throttle_duration_sec=1.0)
 
+    def _authentic(self, msg, kind: str) -> bool:
+        """A refused message leaves the buffer untouched; it is counted by reason (rejections
+        and the "security" status on /diagnostics) and logged once per burst."""
+        if self.auth is None:
+            return True
+        try:
+            check = {"chunk": self.auth.check_chunk, "segment": self.auth.check_segment, "hold": self.auth.check_hold}
+            check[kind](digest(msg), msg.auth)
+            return True
+        except AuthError as e:
+            self.auth_refusals.refused(f"{kind} round {msg.round_id}", e)
+            self.message_rejections[f"unauthenticated_{e.reason}"] += 1
+            self.last_message_reject = f"unauthenticated_{e.reason}"
+            return False
+
     def _on_hold(self, round_id: int) -> None:
         out = apply_hold(self.buffer, round_id, now_sec(self))
         self.holds["applied" if out.applied else "ignored"] += 1
@@ -141,6 +175,8 @@ class TrajectoryControllerNode(Node):
         """Streaming mode: dense nodes the buffer commits as their time comes."""
         if msg.robot_id and msg.robot_id != self.robot_id:
             self._reject_message("wrong_robot", f"segment for robot {msg.robot_id!r} reached {self.robot_id!r}")
+            return
+        if not self._authentic(msg, "segment"):
             return
         try:
             seg = segment_from_msg(msg)

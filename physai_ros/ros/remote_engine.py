@@ -13,6 +13,11 @@ Liveness: the worker's latched status is its heartbeat. The worker is alive whil
 heartbeats keep coming (age <= liveness_timeout_s, measured on this host's monotonic clock so
 host clocks need not agree), it is ready (profile measured), its model equals ours, and its
 request subscription is matched. The server leaves dead workers out of scheduling.
+
+Authentication (`auth`, the server's ServerAuth; None when insecure): requests carry the
+server's signature; results and status count only when signed by this worker's key from the
+fleet keystore, so a process posing as the worker can neither answer a batch nor advertise a
+profile. Refused messages are counted by reason (auth_refused) and otherwise ignored.
 """
 from __future__ import annotations
 
@@ -27,8 +32,11 @@ from physai_ros_interfaces.msg import EngineBatchRequest, EngineBatchResult, Eng
 
 from physai_ros.engine.types import EngineOutput, Pi0Config
 from physai_ros.protocol.topics import check_instance_id, request_topic, result_topic, status_topic
+from physai_ros.ros.message_digest import digest
 from physai_ros.ros.qos import latched_qos, reliable_qos
 from physai_ros.scheduler.types import LatencyProfile
+from physai_ros.security.endpoints import BATCH_REQUEST, BATCH_RESULT, WORKER_STATUS
+from physai_ros.security.handshake import AuthError
 
 from physai_ros.workers.codec import (BadResult, WorkerStatus, config_from_json, decode_result,
                                      decode_status, encode_request)
@@ -71,6 +79,7 @@ class RemoteStats:
     unavailable: int = 0
     unmatched_results: int = 0  # late (after a timeout) or another server's batch
     bad_status: int = 0
+    auth_refused: dict = field(default_factory=dict)  # reason -> results/status not signed by the worker
     last_error: str = ""
     errors_by_kind: dict = field(default_factory=dict)
 
@@ -95,8 +104,11 @@ class RemoteEngine:
     def __init__(self, node: Any, instance_id: str, config: Pi0Config, *,
                  timeout_s: Optional[float] = None, timeout_factor: float = 3.0,
                  timeout_slack_s: float = 2.0, liveness_timeout_s: Optional[float] = None,
-                 clock: Callable[[], float] = time.monotonic):
+                 clock: Callable[[], float] = time.monotonic, auth: Any = None):
         self.instance_id = check_instance_id(instance_id)
+        self._auth = auth
+        self._worker_auth = auth.worker(instance_id) if auth is not None else None
+        self._pub_lock = threading.Lock()  # sign and publish in one step: counters arrive in order
         self.config = config
         self.timeout_s = timeout_s
         self.timeout_factor = timeout_factor
@@ -190,7 +202,10 @@ class RemoteEngine:
             self._calls[batch_id] = call
         t0 = self.clock()
         try:
-            self._pub.publish(msg)
+            with self._pub_lock:
+                if self._auth is not None:
+                    msg.auth = self._auth.sign(BATCH_REQUEST, digest(msg))
+                self._pub.publish(msg)
             self._await(call, batch_id, t0, timeout)
         finally:
             with self._lock:
@@ -247,7 +262,21 @@ class RemoteEngine:
 
     # ---- callbacks (executor thread) ----------------------------------------------------
 
+    def _authentic(self, domain: bytes, msg) -> bool:
+        if self._worker_auth is None:
+            return True
+        try:
+            self._worker_auth.check(domain, digest(msg), msg.auth)
+            return True
+        except AuthError as e:
+            with self._lock:
+                self.stats.auth_refused[e.reason] = self.stats.auth_refused.get(e.reason, 0) + 1
+                self.stats.last_error = f"refused {domain.decode()}: {e}"
+            return False
+
     def _on_result(self, msg: EngineBatchResult) -> None:
+        if not self._authentic(BATCH_RESULT, msg):
+            return
         with self._lock:
             call = self._calls.get(msg.batch_id)
             if call is None:
@@ -257,6 +286,8 @@ class RemoteEngine:
         call.done.set()
 
     def _on_status(self, msg: EngineWorkerStatus) -> None:
+        if not self._authentic(WORKER_STATUS, msg):
+            return
         try:
             st = decode_status(msg)
             if st.instance_id != self.instance_id:
@@ -287,7 +318,7 @@ class RemoteEngine:
             "worker_errors": st.errors if st else 0,
             "batches": self.stats.batches, "timeouts": self.stats.timeouts, "lost": self.stats.lost,
             "errors": self.stats.errors, "unavailable": self.stats.unavailable,
-            "unmatched_results": self.stats.unmatched_results, "network_rtt_ms": round(self.network_rtt_s * 1e3, 3),
+            "unmatched_results": self.stats.unmatched_results, "auth_refused": dict(self.stats.auth_refused), "network_rtt_ms": round(self.network_rtt_s * 1e3, 3),
         }
 
 
@@ -297,6 +328,6 @@ def remote_engines_on(node: Any) -> Callable[[Any, Pi0Config], "RemoteEngine"]:
     delivers their results while an instance thread waits in infer())."""
     def make(entry: Any, model: Pi0Config) -> RemoteEngine:
         return RemoteEngine(node, entry.instance_id, model, timeout_s=entry.timeout_s,
-                            liveness_timeout_s=entry.liveness_timeout_s)
+                            liveness_timeout_s=entry.liveness_timeout_s, auth=getattr(node, "auth", None))
 
     return make

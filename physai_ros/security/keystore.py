@@ -27,14 +27,17 @@ from typing import Dict, List, Optional
 from cryptography.hazmat.primitives import serialization
 from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey, Ed25519PublicKey
 
+from physai_ros.errors import UserInputError
+
 KINDS = ("server", "robot", "worker")
 FORMAT = "physai-keystore/1"
 # Names become file names: keep them to what a ROS robot id may hold anyway.
 _NAME = re.compile(r"^[A-Za-z][A-Za-z0-9_]{0,63}$")
 
 
-class KeystoreError(ValueError):
-    """A keystore that is missing, malformed, too open, or lacks the identity asked for."""
+class KeystoreError(ValueError, UserInputError):
+    """A keystore that is missing, malformed, too open, or lacks the identity asked for (a user
+    error: a node meeting it at start says so in one line and exits)."""
 
 
 @dataclass(frozen=True)

@@ -17,6 +17,7 @@ import yaml
 
 from physai_ros.install_paths import PACKAGE_URL_PREFIX, default_fleet_file, resolve_package_url
 from physai_ros.protocol.topics import JOINT_STATES_TOPIC, WRENCH_TOPIC
+from physai_ros.security.config import SecurityConfig
 
 from .config_fields import (FleetConfigError, integer, join_key, mapping, no_unknown, number, required,
                             string, strings)
@@ -77,6 +78,7 @@ class FleetConfig:
     tasks: Mapping[str, TaskConfig]
     robots: tuple[RobotConfig, ...]
     source: str
+    security: SecurityConfig = SecurityConfig()
 
     def robot(self, robot_id: str) -> RobotConfig:
         for r in self.robots:
@@ -109,7 +111,7 @@ class FleetConfig:
                 continue
             used.add(rid)
             robots.append(_replace(template, id=rid, namespace=rid))
-        return FleetConfig(self.server, self.tasks, tuple(robots), self.source)
+        return FleetConfig(self.server, self.tasks, tuple(robots), self.source, self.security)
 
 
 def _replace(robot: RobotConfig, **kw: Any) -> RobotConfig:
@@ -231,7 +233,7 @@ def _parse_robot(i: int, d: Any, tasks: Mapping[str, TaskConfig]) -> RobotConfig
 
 def parse_fleet(doc: Any, source: str = "<memory>") -> FleetConfig:
     doc = mapping(doc, "<root>")
-    no_unknown(doc, {"server", "tasks", "robots", "monitoring"}, "")
+    no_unknown(doc, {"server", "tasks", "robots", "monitoring", "security"}, "")
     _check_monitoring(doc.get("monitoring"))
     server = parse_server(required(doc, "server", ""))
     tasks_doc = mapping(required(doc, "tasks", ""), "tasks")
@@ -250,7 +252,33 @@ def parse_fleet(doc: Any, source: str = "<memory>") -> FleetConfig:
                 raise FleetConfigError(
                     f"robots[{i}].{key}: expected unique values, {val!r} repeats robots[{seen[tag]}]")
             seen[tag] = i
-    return FleetConfig(server=server, tasks=tasks, robots=robots, source=source)
+    return FleetConfig(server=server, tasks=tasks, robots=robots, source=source,
+                       security=parse_security(doc.get("security")))
+
+
+def parse_security(d: Any) -> SecurityConfig:
+    """fleet.yaml's `security:` block (physai_ros.security.config); absent: the auto keystore."""
+    if d is None:
+        return SecurityConfig()
+    d = mapping(d, "security")
+    no_unknown(d, {"keystore", "server_identity", "max_skew_s", "sros2_enclaves", "insecure"}, "security")
+    flags = {}
+    for key in ("sros2_enclaves", "insecure"):
+        v = d.get(key, False)
+        if not isinstance(v, bool):
+            raise FleetConfigError(f"security.{key}: expected true or false, got {v!r}")
+        flags[key] = v
+    keystore = string(d.get("keystore", "auto"), "security.keystore")
+    if not keystore:
+        raise FleetConfigError("security.keystore: expected 'auto' or a keystore directory, got ''")
+    server_identity = string(d.get("server_identity", "policy_server"), "security.server_identity")
+    sec = SecurityConfig(keystore, server_identity, number(d.get("max_skew_s", 30.0), "security.max_skew_s"),
+                         **flags)
+    try:
+        sec.server  # the name must be a valid identity
+    except ValueError as e:
+        raise FleetConfigError(f"security.server_identity: {e}") from None
+    return sec
 
 
 def _check_monitoring(d: Any) -> None:

@@ -15,6 +15,7 @@ import time
 from physai_ros.fleet.processes import ProcessSpec
 from physai_ros.ros.qos import reliable_qos
 
+from auth_rig import ServerKeys
 from process_rig import ProcessRig
 
 IMAGE_HW = (32, 32)  # small frames: the fuzz is about the checks, not the letterbox cost
@@ -116,6 +117,19 @@ def registration(robot_id: str, **over):
     return r
 
 
+class SigningPublisher:
+    """A publisher that signs (`sign(msg) -> msg`) what it publishes."""
+
+    def __init__(self, pub, sign):
+        self.pub, self.sign = pub, sign
+
+    def publish(self, msg) -> None:
+        self.pub.publish(self.sign(msg))
+
+    def get_subscription_count(self) -> int:
+        return self.pub.get_subscription_count()
+
+
 class Rig(ProcessRig):
     """The processes plus a spinning in-test node recording what comes back. A server that a
     test crashed counts as `killed` once ensure_server() replaced it."""
@@ -138,9 +152,16 @@ class Rig(ProcessRig):
         n = self.node
         self.chunks = {ns: self.record(ActionChunk, f"/{ns}/action_chunk", stamp_arrival=False)
                        for ns in ("good", "fuzz", "cl")}  # namespace -> [ActionChunk]
-        self.obs_pub = {ns: n.create_publisher(Observation, f"/{ns}/observation", reliable_qos(100))
-                        for ns in ("good", "fuzz")}
-        self.chunk_pub = n.create_publisher(ActionChunk, "/ctl/action_chunk", reliable_qos(100))
+        # The test speaks as the robots `good` and `fuzz` (their keys, their sessions) and as
+        # the server to the controller: its malformed input is authentic, so what it tests is
+        # the validation behind the authentication. raw_* publishers send messages as they are.
+        self.raw_obs_pub = {ns: n.create_publisher(Observation, f"/{ns}/observation", reliable_qos(100))
+                            for ns in ("good", "fuzz")}
+        self.obs_pub = {ns: SigningPublisher(pub, lambda m, ns=ns: self.keys(ns).observation(m))
+                        for ns, pub in self.raw_obs_pub.items()}
+        self.raw_chunk_pub = n.create_publisher(ActionChunk, "/ctl/action_chunk", reliable_qos(100))
+        self.server_keys = ServerKeys()
+        self.chunk_pub = SigningPublisher(self.raw_chunk_pub, self.server_keys.chunk)
         n.create_subscription(ExecutionInfo, "/ctl/execution_info", self._on_info, reliable_qos())
         self._stop = threading.Event()  # ends the well-formed robot's loop
         self.good_sent: list[int] = []

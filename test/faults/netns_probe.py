@@ -24,6 +24,7 @@ import json
 import sys
 import threading
 import time
+from pathlib import Path
 
 
 def main(argv=None) -> int:
@@ -130,7 +131,12 @@ def _closed_loop(node, a, write, answered, lock, stop) -> None:
     from physai_ros.serving.client_core import RobotClientCore
     from physai_ros.serving.config import load_fleet
 
-    robot = load_fleet(a.fleet).resolve_robot(a.robot)
+    sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # test/: the auth rig
+    from auth_rig import RobotKeys
+
+    fleet = load_fleet(a.fleet)
+    robot = fleet.resolve_robot(a.robot)
+    keys = RobotKeys(robot.id, fleet)  # the probe speaks for its robot as a client would
     reg_core = RobotClientCore(robot)
     pub = node.create_publisher(Observation, f"/{robot.namespace}/observation", reliable_qos(10))
     client = node.create_client(RegisterRobot, "/policy_server/register_robot")
@@ -143,7 +149,7 @@ def _closed_loop(node, a, write, answered, lock, stop) -> None:
     def on_reg(f):
         nonlocal registered
         try:
-            res = result_from_response(f.result())
+            res = result_from_response(keys.response(f.result()))
         except Exception as e:  # noqa: BLE001 - record and retry
             write({"kind": "registered", "accepted": False, "reason": f"call failed: {e}"})
             return
@@ -154,7 +160,7 @@ def _closed_loop(node, a, write, answered, lock, stop) -> None:
         now = time.monotonic()
         if now - last_reg > 2.0 and client.service_is_ready() and (fut is None or fut.done() or now - last_reg > 5):
             reg_core.round_id = r
-            fut = client.call_async(registration_to_request(reg_core.registration()))
+            fut = client.call_async(keys.request(registration_to_request(reg_core.registration())))
             fut.add_done_callback(on_reg)
             last_reg = now
         if not registered or pub.get_subscription_count() == 0:
@@ -166,7 +172,7 @@ def _closed_loop(node, a, write, answered, lock, stop) -> None:
             state=state, wrench=np.zeros(6, np.float32), wrench_stamp=0.0, prompt=robot.task.prompt,
             exec_phase_start=0.0, actions_remaining=0, control_period=robot.task.action_period_s,
             horizon_policy=robot.task.horizon_policy, horizon_params=robot.task.horizon_params)
-        pub.publish(observation_to_msg(obs))
+        pub.publish(keys.observation(observation_to_msg(obs)))
         write({"kind": "sent", "robot": robot.id, "round": r})
         end = time.monotonic() + a.answer_timeout
         while not stop.is_set() and time.monotonic() < end:

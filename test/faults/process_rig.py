@@ -93,9 +93,20 @@ class ProcessRig:
         return wait_for(pred, timeout, what, self.logs, lock=self.lock,
                         check=lambda: self.assert_alive(f"waiting for {what}"), poll_s=self.poll_s)
 
-    def register(self, req, timeout: float = STARTUP_S):
+    def keys(self, robot_id: str):
+        """The test speaks for `robot_id` as its client would (auth_rig.RobotKeys, one per id)."""
+        from auth_rig import RobotKeys
+
+        store = self.__dict__.setdefault("_keys", {})
+        if robot_id not in store:
+            store[robot_id] = RobotKeys(robot_id, getattr(self, "fleet", None))
+        return store[robot_id]
+
+    def register(self, req, timeout: float = STARTUP_S, sign: bool = True):
         """RegisterRobot through the in-test node (async; the executor spins in its thread).
-        A request sent before a (re)started server's service reader matched is lost: resend."""
+        A request sent before a (re)started server's service reader matched is lost: resend.
+        Signed with the robot's key (sign=False: as a stranger would send it); an accepted
+        answer starts the test's session, so `signed_observation` tags what it sends."""
         from physai_ros_interfaces.srv import RegisterRobot
 
         client = getattr(self, "_register_client", None)
@@ -108,15 +119,22 @@ class ProcessRig:
                 self.assert_alive("waiting for the registration service")
                 time.sleep(0.1)
                 continue
+            if sign:
+                self.keys(req.robot_id).request(req)
             fut = client.call_async(req)
             resend = min(end, time.monotonic() + 5.0)
             while not fut.done() and time.monotonic() < resend:
                 self.assert_alive("during a registration call")
                 time.sleep(0.02)
             if fut.done():
-                return fut.result()
+                resp = fut.result()
+                return self.keys(req.robot_id).response(resp) if sign else resp
             client.remove_pending_request(fut)
         raise AssertionError(f"registration got no answer in {timeout} s\n{self.logs()}")
+
+    def signed_observation(self, msg):
+        """An Observation tagged with its robot's session (register it first)."""
+        return self.keys(msg.robot_id).observation(msg)
 
     def close(self):
         try:

@@ -59,7 +59,7 @@ class ClosedLoop:
         while not self._stop.is_set():
             with self.rig.lock:
                 self.sent.append(r)
-            self.pub.publish(observation_to_msg(obs(self.rid, r)))
+            self.pub.publish(self.rig.signed_observation(observation_to_msg(obs(self.rid, r))))
             end = time.monotonic() + self.timeout
             while not self._stop.is_set() and not self.answered(r):
                 if time.monotonic() > end:

@@ -16,6 +16,7 @@ from physai_ros.ros.codecs.chunk import chunk_to_msg
 from physai_ros.ros.qos import reliable_qos
 from physai_ros.ros.time_conv import now_sec, time_from_sec, to_sec
 from physai_ros.sim.robot import ArmConfig
+from auth_rig import ServerKeys
 from ros_test_helpers import fail_with_logs
 
 pytestmark = pytest.mark.ros
@@ -42,6 +43,7 @@ def test_controller_drives_sim_joints_to_a_commanded_target(ros, procs):
                           reliable_qos())
     n.create_subscription(JointTrajectory, f"{ns}/joint_trajectory", trajs.append, reliable_qos())
     pub = n.create_publisher(ActionChunk, f"{ns}/action_chunk", reliable_qos())
+    SERVER = ServerKeys()  # the test plays the policy server: its chunks carry the server's signature
     if not ros.spin_until(lambda: "js" in state and "info" in state and trajs, timeout=40.0):
         fail_with_logs(procs, f"no joint_states/execution_info/joint_trajectory: {sorted(state)} {len(trajs)}")
 
@@ -56,7 +58,7 @@ def test_controller_drives_sim_joints_to_a_commanded_target(ros, procs):
         start = np.array([js.position[list(js.name).index(k)] for k in names])
         t = now_sec(ros.node)
         ramp = np.clip(np.arange(30) / 10.0, 0.0, 1.0)[:, None]
-        pub.publish(chunk_msg("e2e", next(rounds), t, names, start + ramp * (target - start), 30))
+        pub.publish(SERVER.chunk(chunk_msg("e2e", next(rounds), t, names, start + ramp * (target - start), 30)))
 
     def arrived():
         js = state["js"]
@@ -85,7 +87,7 @@ def test_controller_drives_sim_joints_to_a_commanded_target(ros, procs):
            chunk_msg("e2e", 1, t, names, np.zeros((5, 4)), 5),
            chunk_msg("someone_else", 502, t, names, np.zeros((5, 4)), 5)]
     for m in bad:
-        pub.publish(m)
+        pub.publish(SERVER.chunk(m))  # authentic, so what is tested is the validation
     ok = ros.spin_until(lambda: state["info"].chunks_rejected >= rejected_before + 4, timeout=15.0)
     info = state["info"]
     assert ok, (info.chunks_rejected, info.last_reject_reason)
@@ -110,7 +112,7 @@ def test_controller_drives_sim_joints_to_a_commanded_target(ros, procs):
                                 dt=1 / 120, num_nodes=240, dim=4, positions=nodes.reshape(-1).tolist(),
                                 committed=[False] * 240)
         msg.start_time = time_from_sec(t0)
-        pub_seg.publish(msg)
+        pub_seg.publish(SERVER.segment(msg))
 
     pub_seg = n.create_publisher(TrajectorySegment, f"{ns}/trajectory_segment", reliable_qos(depth=50))
     target = target2  # what arrived() checks from now on

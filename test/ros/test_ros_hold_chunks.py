@@ -22,6 +22,7 @@ from physai_ros.ros.qos import reliable_qos
 from physai_ros.ros.time_conv import now_sec
 from physai_ros.serving.client_core import HoldCommand
 from physai_ros.sim.robot import ArmConfig
+from auth_rig import RobotKeys, ServerKeys
 from ros_test_helpers import fail_with_logs
 
 pytestmark = pytest.mark.ros
@@ -49,17 +50,19 @@ def test_hold_chunks_keep_or_give_up_the_awaited_answer(ros, procs):
     if not ros.spin_until(lambda: "info" in state and pub.get_subscription_count() > 0, timeout=40.0):
         fail_with_logs(procs, "controller never came up (no execution_info / no action_chunk subscriber)")
 
+    server, robot = ServerKeys(), RobotKeys(RID)  # sign as the server and the robot's client do
+
     def answer(rnd, capture, value):
         # 5 s of plan, so no action has expired by the time it arrives even on a loaded machine
         actions = np.full((50, len(names)), value)
-        return chunk_to_msg(ActionChunkData(RID, "task", rnd, capture, dt=0.1, joint_names=names, actions=actions,
-                                            horizon=50))
+        return server.chunk(chunk_to_msg(ActionChunkData(RID, "task", rnd, capture, dt=0.1, joint_names=names,
+                                                         actions=actions, horizon=50)))
 
     def hold(rnd, now):
         # Stamped `now`, newer than the answers that follow: the controller must not let a hold's
         # stamp decide anything (inserting it as a chunk would refuse them as time_backwards).
         cmd = HoldCommand(rnd, np.zeros(len(names)), "SLO miss (test)", capture_time=now, dt=0.02, num_actions=3)
-        return chunk_to_msg(hold_chunk(RID, "task", cmd, names))
+        return robot.hold(chunk_to_msg(hold_chunk(RID, "task", cmd, names)))  # the robot client's key
 
     def info():
         return state["info"]

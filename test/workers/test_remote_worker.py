@@ -15,6 +15,7 @@ from physai_ros.ros.qos import reliable_qos
 from physai_ros.ros.remote_engine import (RemoteEngine, RemoteEngineError, RemoteEngineTimeout,
                                        RemoteEngineUnavailable)
 
+from auth_rig import server_auth
 from ros_rig import SpunNode, log_of, wait_for
 from worker_harness import STARTUP_S, worker_spec
 from worker_inputs import make_inputs
@@ -30,7 +31,7 @@ def env(tmp_path_factory, tiny):
     proc = start_process(spec, str(log_dir))
     spun = SpunNode("remote_engine_test")
     try:
-        proxy = RemoteEngine(spun.node, IID, tiny)
+        proxy = RemoteEngine(spun.node, IID, tiny, auth=server_auth(workers=[IID]))
         wait_for(lambda: proxy.alive, STARTUP_S, "the worker to be alive",
                  lambda: f"{proxy.why_not_alive()}\n{log_of(log_dir, spec.name)}")
         yield proxy, proc, spun, (lambda: log_of(log_dir, spec.name))
@@ -76,7 +77,7 @@ def test_bad_requests_get_error_results_and_the_worker_keeps_serving(env, tiny):
     wait_for(lambda: pub.get_subscription_count() > 0, 10, "the worker's request subscription")
     time.sleep(0.5)  # the worker's result publisher must match our new subscription too
     junk = EngineBatchRequest(batch_id="junk-1", batch_size=2, image_size=56)  # no arrays at all
-    pub.publish(junk)
+    pub.publish(_signed(junk))  # from the server, so it is validated
     wait_for(lambda: any(r.batch_id == "junk-1" for r in results), 20, "the error result", log)
     res = next(r for r in results if r.batch_id == "junk-1")
     assert res.status == EngineBatchResult.STATUS_ERROR
@@ -106,6 +107,73 @@ def test_concurrent_callers_get_their_own_results(env, tiny):
     ref = Pi0Engine(tiny, seed=7)
     for i in range(3):
         torch.testing.assert_close(out[i][0].actions, ref.infer(batches[i])[0].actions, rtol=1e-5, atol=1e-6)
+
+
+def _signed(msg):
+    from physai_ros.ros.message_digest import digest
+    from physai_ros.security.endpoints import BATCH_REQUEST
+
+    msg.auth = server_auth().sign(BATCH_REQUEST, digest(msg))
+    return msg
+
+
+def test_requests_not_signed_by_the_server_are_not_run(env, tiny, tmp_path):
+    """A rogue node sending the worker batches (unsigned, or signed by a key that is not the
+    fleet's server's) gets nothing: no result, no inference; the worker keeps serving."""
+    from physai_ros.ros.message_digest import digest
+    from physai_ros.security.config import SecurityConfig
+    from physai_ros.security.endpoints import BATCH_REQUEST, ServerAuth
+    from physai_ros.security.keystore import Keystore
+    from physai_ros.workers.codec import encode_request
+
+    proxy, _, spun, log = env
+    results = []
+    spun.node.create_subscription(EngineBatchResult, result_topic(IID), results.append, reliable_qos(50))
+    pub = spun.node.create_publisher(EngineBatchRequest, request_topic(IID), reliable_qos())
+    wait_for(lambda: pub.get_subscription_count() > 0, 10, "the worker's request subscription")
+    time.sleep(0.5)
+    served = proxy.status.batches_served
+    unsigned = encode_request(make_inputs(tiny, 1, seed=2), tiny, "rogue-1", IID)
+    pub.publish(unsigned)
+    rogue_ks = Keystore.init(tmp_path / "rogue")  # a server key, but not the fleet's
+    forged = encode_request(make_inputs(tiny, 1, seed=2), tiny, "rogue-2", IID)
+    forged.auth = ServerAuth(rogue_ks, SecurityConfig().server).sign(BATCH_REQUEST, digest(forged))
+    pub.publish(forged)
+    # A real batch after them is answered: the rogue ones were seen (in order) and dropped.
+    assert len(proxy.infer(make_inputs(tiny, 1, seed=5))) == 1
+    wait_for(lambda: proxy.status.batches_served > served, 5, "the worker's next heartbeat")
+    assert not any(r.batch_id.startswith("rogue") for r in results), [r.batch_id for r in results]
+    assert "refused 2 unauthenticated request(s)" in proxy.status.last_error, proxy.status.last_error
+    assert "bad_signature" in proxy.status.last_error
+
+
+def test_a_fake_worker_cannot_answer_batches(env, tiny):
+    """Results on the worker's topic from another process (unsigned, or signed with a key that is
+    not this worker's) are refused and counted; the caller gets the real worker's answer."""
+    proxy, _, spun, _ = env
+    fake = spun.node.create_publisher(EngineBatchResult, result_topic(IID), reliable_qos())
+    inputs = make_inputs(tiny, 1, seed=13)
+    inputs[0].noise = torch.randn(tiny.chunk_size, tiny.max_action_dim)
+    got = {}
+    t = threading.Thread(target=lambda: got.__setitem__("out", proxy.infer(inputs)))
+    before = sum(proxy.stats.auth_refused.values())
+    t.start()
+    nxt = 0
+    while t.is_alive():
+        # Answer every batch id the proxy could be waiting for, faster than the real worker can.
+        for k in range(1, proxy.stats.batches + 20):
+            res = EngineBatchResult(batch_id=f"{proxy._prefix}-{k}", instance_id=IID, batch_size=1,
+                                    chunk_size=tiny.chunk_size, action_dim=tiny.max_action_dim, num_steps=1)
+            res.actions = [9.0] * (tiny.chunk_size * tiny.max_action_dim)
+            res.updates = [0.0] * (tiny.chunk_size * tiny.max_action_dim)
+            fake.publish(res)
+            nxt += 1
+        time.sleep(0.01)
+    t.join()
+    ref = Pi0Engine(tiny, seed=7).infer(inputs)
+    torch.testing.assert_close(got["out"][0].actions, ref[0].actions, rtol=1e-5, atol=1e-6)
+    assert nxt > 0 and sum(proxy.stats.auth_refused.values()) > before, proxy.stats
+    assert "missing" in proxy.stats.auth_refused
 
 
 def test_killed_worker_times_out_cleanly_and_is_reported_dead(env, tiny):

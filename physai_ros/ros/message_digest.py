@@ -1,0 +1,84 @@
+"""A canonical SHA-256 digest of a generated ROS message, the content that auth tags cover.
+
+Not the CDR bytes: Fast DDS leaves alignment padding uninitialised, so the same message
+serialises to different bytes on the sender and the receiver. The digest walks the fields in
+declaration order instead, feeding each value in a fixed encoding (type tag, length, little-
+endian values; arrays as their raw buffers, without a copy where the field already is one), so
+both sides hash the same bytes for the same field values. Fields named in `skip` (the auth field
+itself) are left out.
+"""
+from __future__ import annotations
+
+import array
+import hashlib
+import struct
+
+import numpy as np
+
+_PRIMITIVE = {"boolean": "?", "octet": "u1", "uint8": "u1", "char": "u1", "byte": "u1", "int8": "i1",
+              "int16": "<i2", "uint16": "<u2", "int32": "<i4", "uint32": "<u4", "int64": "<i8",
+              "uint64": "<u8", "float": "<f4", "double": "<f8"}
+_ARRAY_CODES = {"f": "<f4", "d": "<f8", "B": "u1", "b": "i1", "h": "<i2", "H": "<u2", "i": "<i4",
+                "I": "<u4", "l": "<i8", "L": "<u8", "q": "<i8", "Q": "<u8"}
+_LEN = struct.Struct("<Q")
+
+
+def _element_type(typ: str) -> tuple[str, bool]:
+    """('double', True) for 'sequence<double>', 'sequence<double, 8>' or 'double[8]'."""
+    if typ.startswith("sequence<"):
+        return typ[len("sequence<"):-1].split(",")[0].strip(), True
+    if typ.endswith("]") and "[" in typ:
+        return typ[:typ.index("[")], True
+    return typ, False
+
+
+def _primitive_buffer(value, dtype: str):
+    if isinstance(value, array.array) and np.dtype(_ARRAY_CODES.get(value.typecode, "V")) == np.dtype(dtype):
+        return memoryview(value).cast("B")  # the field's own buffer
+    if isinstance(value, (bytes, bytearray)) and np.dtype(dtype).itemsize == 1:
+        return value
+    return np.ascontiguousarray(np.asarray(value, dtype=dtype)).tobytes()
+
+
+def _feed(h, value, typ: str) -> None:
+    elem, is_array = _element_type(typ)
+    if elem.startswith(("string", "wstring")):
+        if is_array:
+            h.update(b"S" + _LEN.pack(len(value)))
+            for s in value:
+                _feed(h, s, "string")
+        else:
+            # ROS strings are C strings: a NUL ends them in transport, so it ends them here too.
+            data = value.split("\0", 1)[0].encode("utf-8", "surrogatepass")
+            h.update(b"s" + _LEN.pack(len(data)))
+            h.update(data)
+        return
+    if elem in _PRIMITIVE:
+        dtype = _PRIMITIVE[elem]
+        if is_array:
+            buf = _primitive_buffer(value, dtype)
+            h.update(b"a" + _LEN.pack(len(buf)))
+            h.update(buf)
+        else:
+            h.update(b"p" + np.asarray(value, dtype=dtype).tobytes())
+        return
+    if is_array:  # nested messages
+        h.update(b"M" + _LEN.pack(len(value)))
+        for m in value:
+            _feed_message(h, m, ())
+    else:
+        _feed_message(h, value, ())
+
+
+def _feed_message(h, msg, skip) -> None:
+    h.update(b"{" + type(msg).__name__.encode())
+    for name, typ in msg.get_fields_and_field_types().items():
+        if name not in skip:
+            _feed(h, getattr(msg, name), typ)
+    h.update(b"}")
+
+
+def digest(msg, skip: tuple[str, ...] = ("auth",)) -> bytes:
+    h = hashlib.sha256()
+    _feed_message(h, msg, skip)
+    return h.digest()

@@ -1,0 +1,217 @@
+"""Each process's side of fleet authentication, as plain logic over content digests and the
+auth fields of physai_ros.security.wire (the ROS glue computes the digests: ros/message_digest).
+
+  ServerAuth      policy server: grants sessions at registration, checks observations (HMAC with
+                  the robot's session key), signs chunks, segments and batch requests (Ed25519)
+  RobotAuth       robot client: proves its identity, tags observations, signs its hold chunks,
+                  checks the server's chunks
+  ControllerAuth  trajectory controller: executes only what the server (chunks, segments) or its
+                  own robot client (hold chunks) signed; needs public keys only
+  WorkerAuth      engine worker: checks the server's batch requests, signs results and status
+Every check raises AuthError(reason); callers count it and drop the message. A counter inside
+the signed content only grows per stream (MonotonicCounter for signers that restart: wall-clock
+nanoseconds, forced to increase), so a replayed or reordered-old message is refused.
+"""
+from __future__ import annotations
+
+import threading
+import time
+from dataclasses import dataclass
+from typing import Dict, Optional
+
+from .handshake import AuthError, Granter, Requester
+from .keystore import Identity, Keystore, KeystoreError
+from .message_auth import SessionMac, Signer, Verifier
+from .wire import pack_auth, pack_grant, pack_proof, unpack_auth, unpack_grant, unpack_proof
+
+# Domains: a tag made for one kind of message is never valid for another.
+OBSERVATION, CHUNK, SEGMENT, HOLD = b"observation", b"chunk", b"segment", b"hold"
+BATCH_REQUEST, BATCH_RESULT, WORKER_STATUS = b"batch_request", b"batch_result", b"worker_status"
+
+
+def _content(domain: bytes, counter: int, digest: bytes) -> bytes:
+    return domain + b"\0" + counter.to_bytes(8, "big") + digest
+
+
+class MonotonicCounter:
+    """Wall-clock nanoseconds, forced to grow: a restarted signer continues above its last run."""
+
+    def __init__(self) -> None:
+        self._last = 0
+        self._lock = threading.Lock()
+
+    def next(self) -> int:
+        with self._lock:
+            self._last = max(self._last + 1, time.time_ns())
+            return self._last
+
+
+class PeerSigner:
+    def __init__(self, keystore: Keystore, ident: Identity):
+        self.ident = ident
+        self._signer = Signer(keystore.private_key(ident), b"physai/1")
+        self._counter = MonotonicCounter()
+
+    def sign(self, domain: bytes, digest: bytes) -> bytes:
+        c = self._counter.next()
+        return pack_auth(c, self._signer.sign(_content(domain, c, digest)))
+
+
+class PeerVerifier:
+    """Checks what one identity signed: not revoked (re-read at every message), a valid Ed25519
+    signature, and a counter newer than the last accepted on that domain. The public key is read
+    when first needed, so a peer whose key is added after this process started is still known."""
+
+    def __init__(self, keystore: Keystore, ident: Identity):
+        self.keystore, self.ident = keystore, ident
+        self._verifier: Optional[Verifier] = None
+        self._last: Dict[bytes, int] = {}
+        self._lock = threading.Lock()
+
+    def check(self, domain: bytes, digest: bytes, blob) -> None:
+        field = unpack_auth(blob, "sig")
+        if self.keystore.is_revoked(self.ident):
+            raise AuthError("revoked", f"{self.ident} is revoked")
+        if self._verifier is None:
+            try:
+                self._verifier = Verifier(self.keystore.public_key(self.ident), b"physai/1")
+            except KeystoreError as e:
+                raise AuthError("unknown_identity", str(e)) from None
+        self._verifier.check(_content(domain, field.counter, digest), field.tag)
+        with self._lock:  # after the signature: a forged counter must not advance the guard
+            last = self._last.get(domain, 0)
+            if field.counter <= last:
+                raise AuthError("replayed", f"{domain.decode()} counter {field.counter} is not newer than {last}")
+            self._last[domain] = field.counter
+
+
+@dataclass
+class _Session:
+    mac: SessionMac
+    last: int = 0
+    # The session this one replaced: clients re-register every few seconds (a keep-alive), and
+    # observations tagged before the client saw the new grant are still in flight. They are
+    # accepted under the old key until the first message under the new one arrives.
+    previous: Optional["_Session"] = None
+
+    def check(self, digest: bytes, field) -> None:
+        self.mac.check(_content(OBSERVATION, field.counter, digest), field.tag)
+        if field.counter <= self.last:
+            raise AuthError("replayed", f"observation counter {field.counter} is not newer than {self.last}")
+        self.last = field.counter
+
+
+def _robot(robot_id: str) -> Identity:
+    try:
+        return Identity("robot", robot_id)
+    except KeystoreError as e:
+        raise AuthError("bad_identity", str(e)) from None
+
+
+class ServerAuth:
+    def __init__(self, keystore: Keystore, server: Identity, max_skew_s: float = 30.0):
+        self.keystore = keystore
+        self.granter = Granter(keystore, server, max_skew_s)
+        self.signer = PeerSigner(keystore, server)
+        self._sessions: Dict[str, _Session] = {}
+        self._lock = threading.Lock()
+
+    def register(self, robot_id: str, digest: bytes, proof_blob) -> tuple[bytes, bytes]:
+        """(grant to answer with, session key); the session starts when `start_session` is
+        called (only once the serving core accepted the registration)."""
+        grant, key = self.granter.grant(unpack_proof(proof_blob), digest, _robot(robot_id))
+        return pack_grant(grant), key
+
+    def start_session(self, robot_id: str, key: bytes) -> None:
+        with self._lock:
+            old = self._sessions.get(robot_id)
+            if old is not None:
+                old.previous = None  # only the one session before the newest stays valid
+            self._sessions[robot_id] = _Session(SessionMac(key, OBSERVATION), previous=old)
+
+    def has_session(self, robot_id: str) -> bool:
+        return robot_id in self._sessions
+
+    def end_session(self, robot_id: str) -> None:
+        with self._lock:
+            self._sessions.pop(robot_id, None)
+
+    def check_observation(self, robot_id: str, digest: bytes, blob) -> None:
+        if self.keystore.is_revoked(_robot(robot_id)):
+            self.end_session(robot_id)
+            raise AuthError("revoked", f"robot/{robot_id} is revoked")
+        with self._lock:
+            sess = self._sessions.get(robot_id)
+            if sess is None:  # first: the server answers an unregistered robot "unknown_robot"
+                raise AuthError("no_session", f"{robot_id} has no authenticated session (register first)")
+            field = unpack_auth(blob, "mac")
+            try:
+                sess.check(digest, field)
+                sess.previous = None  # the client uses the new key now: the old one is done
+            except AuthError as e:
+                if sess.previous is None or e.reason != "bad_mac":
+                    raise
+                sess.previous.check(digest, field)
+
+    def sign(self, domain: bytes, digest: bytes) -> bytes:
+        return self.signer.sign(domain, digest)
+
+    def worker(self, instance_id: str) -> PeerVerifier:
+        return PeerVerifier(self.keystore, Identity("worker", instance_id))
+
+
+class RobotAuth:
+    def __init__(self, keystore: Keystore, robot_id: str, server: Identity):
+        ident = Identity("robot", robot_id)
+        self._requester = Requester(ident, keystore.private_key(ident), keystore.public_key(server))
+        self.signer = PeerSigner(keystore, ident)
+        self.server = PeerVerifier(keystore, server)
+        self._mac: Optional[SessionMac] = None
+        self._seq = 0
+        self._lock = threading.Lock()
+
+    def proof(self, digest: bytes) -> bytes:
+        return pack_proof(self._requester.proof(digest))
+
+    def on_grant(self, blob) -> None:
+        key = self._requester.accept(unpack_grant(blob))
+        with self._lock:
+            self._mac, self._seq = SessionMac(key, OBSERVATION), 0
+
+    @property
+    def has_session(self) -> bool:
+        return self._mac is not None
+
+    def tag_observation(self, digest: bytes) -> bytes:
+        with self._lock:
+            if self._mac is None:
+                raise AuthError("no_session", "not registered yet")
+            self._seq += 1
+            return pack_auth(self._seq, self._mac.tag(_content(OBSERVATION, self._seq, digest)))
+
+    def check_chunk(self, digest: bytes, blob) -> None:
+        self.server.check(CHUNK, digest, blob)
+
+
+class ControllerAuth:
+    def __init__(self, keystore: Keystore, robot_id: str, server: Identity):
+        self.server = PeerVerifier(keystore, server)
+        self.robot = PeerVerifier(keystore, Identity("robot", robot_id))
+
+    def check_chunk(self, digest: bytes, blob) -> None:
+        self.server.check(CHUNK, digest, blob)
+
+    def check_segment(self, digest: bytes, blob) -> None:
+        self.server.check(SEGMENT, digest, blob)
+
+    def check_hold(self, digest: bytes, blob) -> None:
+        self.robot.check(HOLD, digest, blob)
+
+
+class WorkerAuth:
+    def __init__(self, keystore: Keystore, instance_id: str, server: Identity):
+        self.signer = PeerSigner(keystore, Identity("worker", instance_id))
+        self.server = PeerVerifier(keystore, server)
+
+    def check_request(self, digest: bytes, blob) -> None:
+        self.server.check(BATCH_REQUEST, digest, blob)

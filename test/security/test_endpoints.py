@@ -1,0 +1,171 @@
+"""Each process's side of fleet authentication, end to end in one process: the robot's session
+with the server, chunks only the server (or, for holds, the robot) signed, worker batches, key
+rollover at re-registration, revocation at the next message; and the parsers of the signed
+fields under truncated, oversized and garbled input (one counted refusal, never a crash)."""
+from __future__ import annotations
+
+import hashlib
+import random
+
+import pytest
+
+from physai_ros.security.endpoints import (BATCH_REQUEST, BATCH_RESULT, CHUNK, HOLD, SEGMENT, ControllerAuth,
+                                           RobotAuth, ServerAuth, WorkerAuth)
+from physai_ros.security.handshake import AuthError
+from physai_ros.security.keystore import Identity, Keystore
+from physai_ros.security.wire import pack_auth, unpack_auth, unpack_grant, unpack_proof
+
+SERVER = Identity("server", "policy_server")
+
+
+def d(text: str) -> bytes:
+    return hashlib.sha256(text.encode()).digest()
+
+
+@pytest.fixture
+def ks(tmp_path):
+    ks = Keystore.init(tmp_path / "ks")
+    for r in ("robot_0", "robot_1"):
+        ks.add(Identity("robot", r))
+    ks.add(Identity("worker", "worker_0"))
+    return ks
+
+
+def refused(fn, reason):
+    with pytest.raises(AuthError) as e:
+        fn()
+    assert e.value.reason == reason, str(e.value)
+
+
+def registered(ks, server, robot_id="robot_0"):
+    robot = RobotAuth(ks, robot_id, SERVER)
+    grant, key = server.register(robot_id, d("reg"), robot.proof(d("reg")))
+    server.start_session(robot_id, key)
+    robot.on_grant(grant)
+    return robot
+
+
+def test_observations_need_the_session_and_are_refused_when_altered_replayed_or_foreign(ks):
+    server = ServerAuth(ks, SERVER)
+    refused(lambda: server.check_observation("robot_0", d("obs"), b""), "no_session")
+    robot = registered(ks, server)
+    tag1 = robot.tag_observation(d("obs 1"))
+    server.check_observation("robot_0", d("obs 1"), tag1)
+    refused(lambda: server.check_observation("robot_0", d("obs 1"), tag1), "replayed")
+    tag2 = robot.tag_observation(d("obs 2"))
+    refused(lambda: server.check_observation("robot_0", d("obs 2 altered"), tag2), "bad_mac")
+    refused(lambda: server.check_observation("robot_1", d("obs 2"), tag2), "no_session")  # in another's name
+    other = registered(ks, server, "robot_1")
+    refused(lambda: server.check_observation("robot_1", d("obs 2"), tag2), "bad_mac")
+    server.check_observation("robot_1", d("x"), other.tag_observation(d("x")))
+    server.check_observation("robot_0", d("obs 2"), tag2)
+
+
+def test_registration_signed_by_another_robot_or_revoked_is_refused(ks):
+    server = ServerAuth(ks, SERVER)
+    robot1 = RobotAuth(ks, "robot_1", SERVER)
+    refused(lambda: server.register("robot_0", d("reg"), robot1.proof(d("reg"))), "wrong_identity")
+    refused(lambda: server.register("robot_1", d("reg altered"), robot1.proof(d("reg"))), "bad_signature")
+    ks.revoke(Identity("robot", "robot_1"))
+    with pytest.raises(Exception):
+        RobotAuth(ks, "robot_1", SERVER)  # its private key is gone
+    robot0 = registered(ks, server)
+    ks.revoke(Identity("robot", "robot_0"))
+    refused(lambda: server.check_observation("robot_0", d("o"), robot0.tag_observation(d("o"))), "revoked")
+    refused(lambda: server.register("robot_0", d("reg"), robot0.proof(d("reg"))), "revoked")
+
+
+def test_rollover_accepts_in_flight_messages_under_the_previous_key(ks):
+    server = ServerAuth(ks, SERVER)
+    robot = registered(ks, server)
+    in_flight = robot.tag_observation(d("a"))
+    grant, key = server.register("robot_0", d("reg"), robot.proof(d("reg")))
+    server.start_session("robot_0", key)  # the server switched, the client has not seen the grant
+    server.check_observation("robot_0", d("a"), in_flight)
+    robot.on_grant(grant)
+    server.check_observation("robot_0", d("b"), robot.tag_observation(d("b")))
+    # Once the new key is used, the old one is done: a late old-key message is refused.
+    late = pack_auth(2, b"\0" * 32)
+    refused(lambda: server.check_observation("robot_0", d("c"), late), "bad_mac")
+
+
+def test_controller_executes_only_what_the_server_or_its_robot_signed(ks):
+    server = ServerAuth(ks, SERVER)
+    robot = registered(ks, server)
+    ctl = ControllerAuth(ks, "robot_0", SERVER)
+    sig = server.sign(CHUNK, d("chunk 1"))
+    ctl.check_chunk(d("chunk 1"), sig)
+    refused(lambda: ctl.check_chunk(d("chunk 1"), sig), "replayed")
+    refused(lambda: ctl.check_chunk(d("chunk 2"), server.sign(CHUNK, d("chunk 1"))), "bad_signature")
+    refused(lambda: ctl.check_segment(d("s"), server.sign(CHUNK, d("s"))), "bad_signature")  # domains differ
+    ctl.check_segment(d("s"), server.sign(SEGMENT, d("s")))
+    refused(lambda: ctl.check_chunk(d("h"), robot.signer.sign(HOLD, d("h"))), "bad_signature")
+    ctl.check_hold(d("h"), robot.signer.sign(HOLD, d("h")))
+    refused(lambda: ctl.check_hold(d("h2"), server.sign(HOLD, d("h2"))), "bad_signature")
+    # A restarted server (new counter base) is still newer than the old one's last chunk.
+    ctl.check_chunk(d("after restart"), ServerAuth(ks, SERVER).sign(CHUNK, d("after restart")))
+    # A rogue key that is not the fleet's server's:
+    rogue = Keystore.init(ks.root.parent / "rogue")
+    refused(lambda: ctl.check_chunk(d("x"), ServerAuth(rogue, SERVER).sign(CHUNK, d("x"))), "bad_signature")
+
+
+def test_worker_batches_both_ways(ks):
+    server = ServerAuth(ks, SERVER)
+    worker = WorkerAuth(ks, "worker_0", SERVER)
+    worker.check_request(d("batch"), server.sign(BATCH_REQUEST, d("batch")))
+    from_worker = server.worker("worker_0")
+    from_worker.check(BATCH_RESULT, d("res"), worker.signer.sign(BATCH_RESULT, d("res")))
+    refused(lambda: server.worker("worker_1").check(BATCH_RESULT, d("r"), worker.signer.sign(BATCH_RESULT, d("r"))),
+            "unknown_identity")
+    ks.revoke(Identity("worker", "worker_0"))
+    refused(lambda: from_worker.check(BATCH_RESULT, d("r2"), worker.signer.sign(BATCH_RESULT, d("r2"))), "revoked")
+
+
+@pytest.mark.parametrize("kind", ["mac", "sig"])
+def test_fuzzed_auth_fields_are_one_refusal_each(ks, kind):
+    rng = random.Random(7)
+    server = ServerAuth(ks, SERVER)
+    robot = registered(ks, server)
+    ctl = ControllerAuth(ks, "robot_0", SERVER)
+    good = robot.tag_observation(d("o")) if kind == "mac" else server.sign(CHUNK, d("c"))
+    check = ((lambda b: server.check_observation("robot_0", d("o"), b)) if kind == "mac"
+             else (lambda b: ctl.check_chunk(d("c"), b)))
+    cases = [good[:n] for n in range(len(good))]  # every truncation
+    cases += [good + b"\0", good + bytes(1000), bytes(100_000), b"\x02" + good[1:]]
+    for _ in range(200):  # random byte flips and garbage
+        b = bytearray(good)
+        b[rng.randrange(len(b))] ^= 1 << rng.randrange(8)
+        cases.append(bytes(b))
+        cases.append(bytes(rng.randrange(256) for _ in range(rng.randrange(0, 120))))
+    reasons = set()
+    for blob in cases:
+        with pytest.raises(AuthError) as e:
+            check(blob)
+        reasons.add(e.value.reason)
+    assert reasons <= {"missing", "malformed", "bad_mac", "bad_signature", "replayed"}, reasons
+    check(good)  # the real one still passes after all that
+
+
+def test_fuzzed_proofs_and_grants_do_not_parse_into_anything(ks):
+    rng = random.Random(3)
+    robot = RobotAuth(ks, "robot_0", SERVER)
+    proof = robot.proof(d("reg"))
+    server = ServerAuth(ks, SERVER)
+    for n in range(len(proof)):
+        with pytest.raises(AuthError):
+            server.register("robot_0", d("reg"), proof[:n])
+    for _ in range(300):
+        blob = bytes(rng.randrange(256) for _ in range(rng.randrange(0, 300)))
+        for parse in (unpack_proof, unpack_grant, lambda b: unpack_auth(b, "sig")):
+            try:
+                parse(blob)
+            except AuthError:
+                pass
+    b = bytearray(proof)
+    b[-1] ^= 1
+    refused(lambda: server.register("robot_0", d("reg"), bytes(b)), "bad_signature")
+    grant, _ = server.register("robot_0", d("reg"), proof)
+    refused(lambda: robot.on_grant(grant[:-1]), "malformed")
+    bad = bytearray(grant)
+    bad[20] ^= 1
+    refused(lambda: robot.on_grant(bytes(bad)), "bad_signature")
