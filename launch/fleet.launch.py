@@ -22,8 +22,10 @@ PACKAGE = "physai_ros"
 
 
 def _node(spec, name):
+    # spec.enclave: fleet.yaml's security.sros2_enclaves (DDS Security where the ROS install has it)
     return Node(package=PACKAGE, executable=spec.executable, name=name,
-                parameters=[dict(spec.params)], output="screen", emulate_tty=True)
+                parameters=[dict(spec.params)], output="screen", emulate_tty=True,
+                ros_arguments=["--enclave", spec.enclave] if spec.enclave else None)
 
 
 def _setup(context, *args, **kwargs):

@@ -2,19 +2,34 @@
 file and the tests): the policy server, and per robot sim_robot (when simulated), robot_client
 and trajectory_controller in the robot's namespace. The robot-side nodes' parameters come from
 physai_ros.serving.robot_params, which evaluation's lock-step episodes share without ROS.
+With security.sros2_enclaves, every node gets the SROS2 enclave /physai_ros/<namespace>/<node>
+(`ros2 security create_enclave` makes them; see docs/security.md).
 """
 from __future__ import annotations
+
+import dataclasses
 
 from physai_ros.fleet.processes import ProcessSpec
 from physai_ros.serving.config import FleetConfig, RobotConfig
 from physai_ros.serving.robot_params import controller_params, sim_params
 
 
+def enclave_name(namespace: str, executable: str) -> str:
+    return "/physai_ros/" + "/".join(p for p in (namespace.strip("/"), executable) if p)
+
+
+def _with_enclave(cfg: FleetConfig, spec: ProcessSpec) -> ProcessSpec:
+    if not cfg.security.sros2_enclaves:
+        return spec
+    return dataclasses.replace(spec, enclave=enclave_name(spec.namespace, spec.executable))
+
+
 def server_spec(cfg: FleetConfig) -> ProcessSpec:
     # The robot count tells the server which robots were started (cfg may be with_num_robots'
     # clone of the file's list), so it neither waits for nor reports robots never launched.
-    return ProcessSpec("policy_server", "physai_ros.nodes.policy_server", "",
-                       {"fleet_file": cfg.source, "num_robots": len(cfg.robots)}, executable="policy_server")
+    return _with_enclave(cfg, ProcessSpec("policy_server", "physai_ros.nodes.policy_server", "",
+                                          {"fleet_file": cfg.source, "num_robots": len(cfg.robots)},
+                                          executable="policy_server"))
 
 
 def robot_specs(cfg: FleetConfig, robot: RobotConfig, controller: bool = True) -> list[ProcessSpec]:
@@ -29,7 +44,7 @@ def robot_specs(cfg: FleetConfig, robot: RobotConfig, controller: bool = True) -
         specs.append(ProcessSpec(f"{ns}/trajectory_controller", "physai_ros.nodes.trajectory_controller", ns,
                                  {**controller_params(robot), "fleet_file": cfg.source},
                                  executable="trajectory_controller"))
-    return specs
+    return [_with_enclave(cfg, s) for s in specs]
 
 
 def fleet_plan(cfg: FleetConfig, controller: bool = True) -> list[ProcessSpec]:

@@ -33,11 +33,14 @@ class ProcessSpec:
     params: dict[str, object] = field(default_factory=dict)
     env: dict[str, str] = field(default_factory=dict)
     executable: str = ""  # the node's console script (setup.py), what `ros2 launch` starts
+    enclave: str = ""  # SROS2 security enclave (--enclave), when fleet.yaml's security asks for one
 
     def argv(self, python: str = sys.executable) -> list[str]:
         cmd = [python, "-m", self.module, "--ros-args"]
         if self.namespace:
             cmd += ["-r", f"__ns:=/{self.namespace.lstrip('/')}"]
+        if self.enclave:
+            cmd += ["--enclave", self.enclave]
         for k, v in self.params.items():
             cmd += ["-p", f"{k}:={_param_value(v)}"]
         return cmd

@@ -77,3 +77,17 @@ def test_invalid_fleet_file_fails_before_starting_anything(launch_module, tmp_pa
     p.write_text(yaml.safe_dump(doc))
     with pytest.raises(FleetConfigError, match=r"server\.scheduler"):
         _build(launch_module, fleet_file=str(p))
+
+
+def test_sros2_enclaves_are_passed_only_when_asked(launch_module, tmp_path):
+    _, actions = _build(launch_module)
+    assert all(a.kwargs.get("ros_arguments") is None for a in actions if type(a).__name__ == "Node")
+    doc = yaml.safe_load(default_fleet_path().read_text())
+    doc["security"] = dict(doc["security"], sros2_enclaves=True)
+    p = tmp_path / "fleet.yaml"
+    p.write_text(yaml.safe_dump(doc))
+    _, actions = _build(launch_module, fleet_file=str(p))
+    [server] = [a for a in actions if type(a).__name__ == "Node"]
+    assert server.kwargs["ros_arguments"] == ["--enclave", "/physai_ros/policy_server"]
+    nodes = _groups(actions)["robot_1"]
+    assert nodes["trajectory_controller"]["ros_arguments"] == ["--enclave", "/physai_ros/robot_1/trajectory_controller"]
