@@ -11,6 +11,13 @@ time subtracted) and this process's, each divided by the observations served.
   python bench/serving.py --json                 # all cases (1/2/3 views, 224 and 480x640,
                                                   # 1/4/16 robots)
   python bench/serving.py --json --cases 1robot_2views_224,4robot_2views_224 --rounds 20
+  python bench/serving.py --auth both --reps 2 ...  # authentication off and on, side by side
+
+Authentication (issue 21): `--auth on` runs the server with the fleet's auth (a throwaway auto
+keystore) and the load generators do what a robot client does: sign the registration, tag each
+observation (HMAC-SHA256 of its digest), check each chunk's Ed25519 signature. `--auth off` runs
+the server insecure and the generators send plain messages. `both` alternates server runs
+off/on/on/off (--reps times that pair) and reports on/off ratios of the medians.
 """
 from __future__ import annotations
 
@@ -46,7 +53,17 @@ def proc_cpu_s(pid):
     return (int(parts[11]) + int(parts[12])) / os.sysconf("SC_CLK_TCK")
 
 
-def run_case(node, pid, n_robots, views, hw, rounds, timeout_s):
+def robot_auth(robot_id):
+    """What a robot client holds: its key and session (physai_ros.security), from the auto keystore."""
+    from physai_ros.security.config import SecurityConfig, open_keystore
+    from physai_ros.security.endpoints import RobotAuth
+    from physai_ros.security.keystore import Identity
+
+    sec = SecurityConfig()
+    return RobotAuth(open_keystore(sec, None, [sec.server, Identity("robot", robot_id)]), robot_id, sec.server)
+
+
+def run_case(node, pid, n_robots, views, hw, rounds, timeout_s, auth=False):
     import rclpy
     from physai_ros_interfaces.msg import ActionChunk, Observation
     from physai_ros_interfaces.srv import RegisterRobot
@@ -55,6 +72,7 @@ def run_case(node, pid, n_robots, views, hw, rounds, timeout_s):
     from physai_ros.protocol.registration import RobotRegistration
     from physai_ros.protocol.topics import ACTION_CHUNK_TOPIC, OBSERVATION_TOPIC, REGISTER_SERVICE, robot_topic
     from physai_ros.ros.codecs.registration import registration_to_request
+    from physai_ros.ros.message_digest import digest
     from physai_ros.ros.qos import reliable_qos
     from physai_ros.ros.time_conv import time_from_sec
 
@@ -73,7 +91,7 @@ def run_case(node, pid, n_robots, views, hw, rounds, timeout_s):
         im = Image(height=h, width=w, encoding="rgb8", step=w * 3)
         im.data = frame
         imgs.append(im)
-    pubs, state = {}, {}
+    pubs, state, keys = {}, {}, {}
     results = []
     not_ok = Counter()
 
@@ -82,6 +100,9 @@ def run_case(node, pid, n_robots, views, hw, rounds, timeout_s):
         st = state[rid]
         if msg.round_id != st["round"]:
             return
+        if auth:
+            keys[rid].check_chunk(digest(msg), msg.auth)  # raises on a bad signature: a broken run
+            t = time.perf_counter()  # the check is part of what the robot waits for
         results.append(((t - st["sent"]) * 1e3, msg.inference_ms, msg.queue_ms, msg.status))
         if msg.status != 0:
             # The reason before the ':' (e.g. "stale_timestamp"), so a run with refusals says why.
@@ -101,6 +122,8 @@ def run_case(node, pid, n_robots, views, hw, rounds, timeout_s):
         o.horizon_policy = "static"
         o.horizon_params = array.array("f", [8.0])
         st["sent"] = time.perf_counter()
+        if auth:
+            o.auth = keys[rid].tag_observation(digest(o))
         pubs[rid].publish(o)
 
     for rid in ids:
@@ -108,10 +131,19 @@ def run_case(node, pid, n_robots, views, hw, rounds, timeout_s):
             robot_id=rid, task_id="bench", robot_namespace=rid, prompt="pick up the cube", camera_topics=(),
             num_views=views, image_height=h, image_width=w, joint_names=tuple(f"j{i}" for i in range(5)),
             state_dim=5, action_dim=5, control_period=0.02))
-        fut = cli.call_async(req)
-        rclpy.spin_until_future_complete(node, fut, timeout_sec=timeout_s)
+        if auth:
+            keys[rid] = robot_auth(rid)
+            req.auth_proof = keys[rid].proof(digest(req, skip=("auth_proof",)))
+        while True:  # a request to the previous (stopped) server's service is never answered: resend
+            fut = cli.call_async(req)
+            rclpy.spin_until_future_complete(node, fut, timeout_sec=5.0)
+            if fut.done() or time.monotonic() > end:
+                break
+            cli.remove_pending_request(fut)
         if fut.result() is None or not fut.result().accepted:
             raise RuntimeError(f"registration failed: {fut.result()}")
+        if auth:
+            keys[rid].on_grant(fut.result().auth_grant)
         pubs[rid] = node.create_publisher(Observation, robot_topic(rid, OBSERVATION_TOPIC), reliable_qos())
         node.create_subscription(ActionChunk, robot_topic(rid, ACTION_CHUNK_TOPIC), lambda m, r=rid: on_chunk(m, r),
                                  reliable_qos())
@@ -154,51 +186,99 @@ def run_case(node, pid, n_robots, views, hw, rounds, timeout_s):
     }
 
 
+def start_server(env, auth: bool):
+    log = tempfile.NamedTemporaryFile(prefix=f"bench_serving_server_{'auth' if auth else 'open'}_", suffix=".log",
+                                      delete=False)
+    cmd = [sys.executable, "-m", "physai_ros.nodes.policy_server"]
+    if not auth:
+        cmd += ["--ros-args", "-p", "insecure:=true"]
+    return subprocess.Popen(cmd, env=env, stdout=log, stderr=subprocess.STDOUT), log.name
+
+
+def stop_server(srv):
+    srv.terminate()
+    try:
+        srv.wait(timeout=10)
+    except subprocess.TimeoutExpired:
+        srv.kill()
+        srv.wait()
+
+
 def main(argv=None):
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--json", action="store_true", help="print one JSON object")
     ap.add_argument("--cases", default=",".join(case_names()))
     ap.add_argument("--rounds", type=int, default=30, help="observations per robot per case")
     ap.add_argument("--timeout", type=float, default=120.0)
+    ap.add_argument("--auth", choices=("on", "off", "both"), default="on",
+                    help="authentication (default on, as fleets run); both: off and on side by side")
+    ap.add_argument("--reps", type=int, default=1, help="with --auth both: off/on/on/off pairs")
     args = ap.parse_args(argv)
     env = dict(os.environ)
     env.setdefault("ROS_AUTOMATIC_DISCOVERY_RANGE", "LOCALHOST")
     env.setdefault("ROS_DOMAIN_ID", str(100 + os.getpid() % 100))
+    # A throwaway auto keystore: the load generators' robot ids never reach the user's own.
+    keys_dir = tempfile.mkdtemp(prefix="bench_serving_keys_")
+    env.setdefault("PHYSAI_ROS_AUTO_KEYSTORE", os.path.join(keys_dir, "keystore"))
     shm = ROOT / "config" / "fastdds_shm.xml"
     if shm.exists():
         env.setdefault("FASTDDS_DEFAULT_PROFILES_FILE", str(shm))
     os.environ.update(env)
-    log = tempfile.NamedTemporaryFile(prefix="bench_serving_server_", suffix=".log", delete=False)
-    srv = subprocess.Popen([sys.executable, "-m", "physai_ros.nodes.policy_server"], env=env,
-                           stdout=log, stderr=subprocess.STDOUT)
+    if args.auth == "both":
+        order = [m for _ in range(args.reps) for m in (False, True, True, False)]
+    else:
+        order = [args.auth == "on"] * max(1, args.reps)
     import rclpy
 
     rclpy.init()
     node = rclpy.create_node("bench_serving")
-    out = {"overhead_ms_p50": {}, "overhead_ms_p99": {}, "cases": {}, "server_log": log.name,
-           "load_average": os.getloadavg()}
+    cases = [c for c in args.cases.split(",") if c]
+    runs = {"off": {c: [] for c in cases}, "on": {c: [] for c in cases}}
+    out = {"overhead_ms_p50": {}, "overhead_ms_p99": {}, "cases": {}, "server_logs": [],
+           "load_average": os.getloadavg(), "auth_order": ["on" if a else "off" for a in order]}
     try:
-        for name in [c for c in args.cases.split(",") if c]:
-            n, v, hw = parse_case(name)
-            r = run_case(node, srv.pid, n, v, hw, args.rounds, args.timeout)
-            out["cases"][name] = r
-            out["overhead_ms_p50"][name] = r["overhead_ms_p50"]
-            out["overhead_ms_p99"][name] = r["overhead_ms_p99"]
-            if not args.json:
-                print(f"{name}: overhead p50 {r['overhead_ms_p50']:.2f} ms p99 {r['overhead_ms_p99']:.2f} ms "
-                      f"(latency p50 {r['latency_ms_p50']:.1f}, engine p50 {r['engine_ms_p50']:.1f}, "
-                      f"server CPU/obs {r['server_cpu_ms_per_obs']:.2f} ms, client {r['client_cpu_ms_per_obs']:.2f} ms)"
-                      + (f"; not OK: {r['not_ok']}" if r["not_ok"] else "") + (f"; lost: {r['lost']}" if r["lost"] else ""),
-                      flush=True)
+        for auth in order:
+            mode = "on" if auth else "off"
+            srv, log = start_server(env, auth)
+            out["server_logs"].append(log)
+            try:
+                for name in cases:
+                    n, v, hw = parse_case(name)
+                    r = run_case(node, srv.pid, n, v, hw, args.rounds, args.timeout, auth=auth)
+                    runs[mode][name].append(r)
+                    if not args.json:
+                        print(f"auth {mode} {name}: overhead p50 {r['overhead_ms_p50']:.2f} ms p99 "
+                              f"{r['overhead_ms_p99']:.2f} ms (latency p50 {r['latency_ms_p50']:.1f}, engine p50 "
+                              f"{r['engine_ms_p50']:.1f}, server CPU/obs {r['server_cpu_ms_per_obs']:.2f} ms, "
+                              f"client {r['client_cpu_ms_per_obs']:.2f} ms)"
+                              + (f"; not OK: {r['not_ok']}" if r["not_ok"] else "")
+                              + (f"; lost: {r['lost']}" if r["lost"] else ""), flush=True)
+            finally:
+                stop_server(srv)
     finally:
         out["load_average_end"] = os.getloadavg()
-        srv.terminate()
-        try:
-            srv.wait(timeout=10)
-        except subprocess.TimeoutExpired:
-            srv.kill()
         node.destroy_node()
         rclpy.try_shutdown()
+        import shutil
+
+        shutil.rmtree(keys_dir, ignore_errors=True)
+    keys = ("overhead_ms_p50", "overhead_ms_p99", "latency_ms_p50", "server_cpu_ms_per_obs", "client_cpu_ms_per_obs")
+    for mode, by_case in runs.items():
+        for name, rs in by_case.items():
+            if not rs:
+                continue
+            med = {k: float(np.median([r[k] for r in rs])) for k in keys}
+            med["runs"] = rs
+            out["cases"].setdefault(name, {})[f"auth_{mode}"] = med
+            out["overhead_ms_p50"].setdefault(name, {})[f"auth_{mode}"] = med["overhead_ms_p50"]
+            out["overhead_ms_p99"].setdefault(name, {})[f"auth_{mode}"] = med["overhead_ms_p99"]
+    if args.auth == "both":
+        out["auth_on_over_off"] = {
+            name: {k: c["auth_on"][k] / c["auth_off"][k] for k in keys if c["auth_off"][k] > 0}
+            for name, c in out["cases"].items()}
+        if not args.json:
+            for name, ratio in out["auth_on_over_off"].items():
+                print(f"{name}: auth on / off: " + ", ".join(f"{k} {v:.2f}x" for k, v in ratio.items()))
     if args.json:
         print(json.dumps(out, indent=2))
     return 0

@@ -21,6 +21,12 @@ _PRIMITIVE = {"boolean": "?", "octet": "u1", "uint8": "u1", "char": "u1", "byte"
 _ARRAY_CODES = {"f": "<f4", "d": "<f8", "B": "u1", "b": "i1", "h": "<i2", "H": "<u2", "i": "<i4",
                 "I": "<u4", "l": "<i8", "L": "<u8", "q": "<i8", "Q": "<u8"}
 _LEN = struct.Struct("<Q")
+# Scalars: struct packs a Python float into a 4-byte float as the wire does (rounding it), so the
+# sender's unrounded value and the receiver's rounded one give the same bytes.
+_SCALAR = {name: struct.Struct(code) for name, code in {
+    "boolean": "<?", "octet": "<B", "uint8": "<B", "char": "<B", "byte": "<B", "int8": "<b", "int16": "<h",
+    "uint16": "<H", "int32": "<i", "uint32": "<I", "int64": "<q", "uint64": "<Q", "float": "<f",
+    "double": "<d"}.items()}
 
 
 def _element_type(typ: str) -> tuple[str, bool]:
@@ -40,41 +46,60 @@ def _primitive_buffer(value, dtype: str):
     return np.ascontiguousarray(np.asarray(value, dtype=dtype)).tobytes()
 
 
-def _feed(h, value, typ: str) -> None:
-    elem, is_array = _element_type(typ)
-    if elem.startswith(("string", "wstring")):
-        if is_array:
-            h.update(b"S" + _LEN.pack(len(value)))
-            for s in value:
-                _feed(h, s, "string")
-        else:
-            # ROS strings are C strings: a NUL ends them in transport, so it ends them here too.
-            data = value.split("\0", 1)[0].encode("utf-8", "surrogatepass")
-            h.update(b"s" + _LEN.pack(len(data)))
-            h.update(data)
-        return
-    if elem in _PRIMITIVE:
-        dtype = _PRIMITIVE[elem]
-        if is_array:
-            buf = _primitive_buffer(value, dtype)
-            h.update(b"a" + _LEN.pack(len(buf)))
-            h.update(buf)
-        else:
-            h.update(b"p" + np.asarray(value, dtype=dtype).tobytes())
-        return
-    if is_array:  # nested messages
-        h.update(b"M" + _LEN.pack(len(value)))
-        for m in value:
-            _feed_message(h, m, ())
-    else:
-        _feed_message(h, value, ())
+# Per message class: [(field name, element type, is_array, kind)], built once (walking the
+# generated type description on every message was most of a small message's digest time).
+_PLANS: dict = {}
+
+
+def _plan(cls) -> list:
+    plan = _PLANS.get(cls)
+    if plan is None:
+        plan = []
+        for name, typ in cls.get_fields_and_field_types().items():
+            elem, is_array = _element_type(typ)
+            kind = "str" if elem.startswith(("string", "wstring")) else "prim" if elem in _PRIMITIVE else "msg"
+            plan.append((name, elem, is_array, kind))
+        _PLANS[cls] = plan
+    return plan
+
+
+def _feed_string(h, value: str) -> None:
+    # ROS strings are C strings: a NUL ends them in transport, so it ends them here too.
+    data = value.split("\0", 1)[0].encode("utf-8", "surrogatepass")
+    h.update(b"s" + _LEN.pack(len(data)))
+    h.update(data)
 
 
 def _feed_message(h, msg, skip) -> None:
     h.update(b"{" + type(msg).__name__.encode())
-    for name, typ in msg.get_fields_and_field_types().items():
-        if name not in skip:
-            _feed(h, getattr(msg, name), typ)
+    for name, elem, is_array, kind in _plan(type(msg)):
+        if name in skip:
+            continue
+        value = getattr(msg, name)
+        if kind == "str":
+            if is_array:
+                h.update(b"S" + _LEN.pack(len(value)))
+                for v in value:
+                    _feed_string(h, v)
+            else:
+                _feed_string(h, value)
+        elif kind == "prim":
+            dtype = _PRIMITIVE[elem]
+            if is_array:
+                buf = _primitive_buffer(value, dtype)
+                h.update(b"a" + _LEN.pack(len(buf)))
+                h.update(buf)
+            else:
+                try:
+                    h.update(b"p" + _SCALAR[elem].pack(value))
+                except (OverflowError, struct.error):  # e.g. 1e300 in a float: what the wire holds
+                    h.update(b"p" + np.asarray(value).astype(dtype).tobytes())
+        elif is_array:  # nested messages
+            h.update(b"M" + _LEN.pack(len(value)))
+            for m in value:
+                _feed_message(h, m, ())
+        else:
+            _feed_message(h, value, ())
     h.update(b"}")
 
 
