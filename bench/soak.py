@@ -35,7 +35,7 @@ import subprocess
 import sys
 import threading
 import time
-from collections import defaultdict
+from collections import Counter, defaultdict
 from pathlib import Path
 
 import numpy as np
@@ -71,6 +71,9 @@ monitoring:
     latency_ms_p99: {{warn: {warn_ms}, error: {slo_ms}}}
     wrench_hz: {{warn_below: {wrench_warn}, error_below: 5}}
     camera_hz: {{warn_below: {camera_warn}, error_below: 1}}
+security:
+  keystore: auto      # authenticated, as fleets run (docs/security.md)
+  insecure: {insecure}
 """
 ROBOT_YAML = """\
   - id: robot_{k}
@@ -117,7 +120,8 @@ def write_fleet(path: Path, args) -> Path:
                      for k in range(args.robots))
     path.write_text(FLEET_YAML.format(robots=robots, scheduler=args.scheduler, slo_ms=args.slo_ms,
                                       warn_ms=0.8 * args.slo_ms, wrench_warn=0.5 * args.physics_hz,
-                                      camera_warn=0.5 * args.camera_hz))
+                                      camera_warn=0.5 * args.camera_hz,
+                                      insecure="true" if args.insecure else "false"))
     return path
 
 
@@ -327,6 +331,7 @@ def latency_by_minute(samples: list[tuple[float, float]], t0: float) -> list[dic
 def main(argv=None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--minutes", type=float, default=10.0)
+    ap.add_argument("--insecure", action="store_true", help="run the fleet without authentication")
     ap.add_argument("--robots", type=int, default=16)
     ap.add_argument("--scheduler", default="fifo")
     ap.add_argument("--slo-ms", type=float, default=2000.0)
@@ -431,6 +436,8 @@ def main(argv=None) -> int:
         "latency_by_minute": lat,
         "latency_drift_p50_ms": round(lat[-1]["p50_ms"] - lat[0]["p50_ms"], 1) if len(lat) > 1 else None,
         "latency_drift_p99_ms": round(lat[-1]["p99_ms"] - lat[0]["p99_ms"], 1) if len(lat) > 1 else None,
+        # Chunks a robot client refused for authentication (0 in a healthy authenticated fleet).
+        "client_auth_refused": dict(sum((Counter(s.get("auth_refused", {})) for s in statuses.values()), Counter())),
         "refused_inputs": {"client_total": sum(s.get("refused", 0) for s in statuses.values()),
                            "server_by_reason": dict(server_refused)},
         "fallbacks": dict(fallbacks),
