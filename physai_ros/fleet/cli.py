@@ -79,7 +79,8 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
         ap.error("--record-trace records the policy server's rounds: it cannot be used with --scripted")
     from physai_ros.install_paths import InstallLayoutError
     from physai_ros.serving.config import FleetConfigError
-    from physai_ros.serving.preflight import ServerFilesError, check_server_files
+    from physai_ros.security.keystore import KeystoreError
+    from physai_ros.serving.preflight import ServerFilesError, check_keystore, check_server_files
 
     try:
         if args.scripted:
@@ -89,7 +90,8 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
             args.robots = len(cfg.robots) if args.robots is None else args.robots
             # Before any process starts: a missing checkpoint is named now, not a minute later.
             check_server_files(cfg)
-    except (FleetConfigError, ServerFilesError, InstallLayoutError) as e:
+            check_keystore(cfg.with_num_robots(args.robots))
+    except (FleetConfigError, ServerFilesError, InstallLayoutError, KeystoreError) as e:
         ap.exit(2, f"physai-fleet: error: {e}\n")
     if args.robots < 1:
         ap.error("--robots must be >= 1")

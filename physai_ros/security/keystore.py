@@ -128,7 +128,8 @@ class Keystore:
     def public_key(self, ident: Identity) -> Ed25519PublicKey:
         path = self.public_path(ident)
         if not path.is_file():
-            raise KeystoreError(f"{ident}: no public key at {path} (add it: physai-fleet keys add-{ident.kind})")
+            raise KeystoreError(f"{ident}: no public key at {path} "
+                                f"(add it: physai-fleet keys add-{ident.kind} {self.root} {ident.name})")
         key = serialization.load_pem_public_key(path.read_bytes())
         if not isinstance(key, Ed25519PublicKey):
             raise KeystoreError(f"{path}: not an Ed25519 public key")

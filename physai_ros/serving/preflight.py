@@ -69,3 +69,19 @@ def check_server_files(cfg: FleetConfig) -> None:
     why = _readable(tok)
     if why:
         raise ServerFilesError(f"server.model.tokenizer {cfg.server.model.tokenizer!r}{where}: {tok} {why}")
+
+
+def check_keystore(cfg: FleetConfig) -> None:
+    """A named keystore (security.keystore other than auto) holds every key this fleet's server
+    and robots need, private ones included (a launcher runs them all on this host): otherwise
+    KeystoreError naming the file and the `physai-fleet keys` command that makes it."""
+    from physai_ros.security.config import AUTO, open_keystore
+    from physai_ros.security.keystore import Identity
+
+    sec = cfg.security
+    if sec.insecure or sec.keystore == AUTO:
+        return
+    idents = [sec.server] + [Identity("robot", r.id) for r in cfg.robots]
+    ks = open_keystore(sec, fleet_dir(cfg), idents)
+    for ident in idents:
+        ks.private_key(ident)

@@ -27,3 +27,28 @@ def test_keys_mistakes_exit_2_with_the_reason(tmp_path, capsys):
     assert "KIND/NAME" in capsys.readouterr().err
     assert main(["keys", "add-robot", str(tmp_path / "k"), "robot 1"]) == 2
     assert "letters" in capsys.readouterr().err
+
+
+def test_physai_fleet_checks_a_named_keystore_before_starting_anything(tmp_path, capsys):
+    """A fleet.yaml naming a keystore that lacks a key the launched fleet needs stops
+    physai-fleet at once (exit 2) with the command that makes the key; nothing is started."""
+    import pytest
+    import yaml
+
+    from physai_ros.fleet.cli import parse_args
+    from physai_ros.serving.config import default_fleet_path
+
+    doc = yaml.safe_load(default_fleet_path().read_text())
+    doc["security"] = {"keystore": "keys"}  # relative to the yaml
+    fleet = tmp_path / "fleet.yaml"
+    fleet.write_text(yaml.safe_dump(doc))
+    with pytest.raises(SystemExit) as e:
+        parse_args(["--fleet", str(fleet), "--robots", "2"])
+    assert e.value.code == 2 and f"keys init {tmp_path / 'keys'}" in capsys.readouterr().err
+    assert main(["keys", "init", str(tmp_path / "keys")]) == 0
+    assert main(["keys", "add-robot", str(tmp_path / "keys"), "robot_0"]) == 0
+    with pytest.raises(SystemExit) as e:
+        parse_args(["--fleet", str(fleet), "--robots", "2"])
+    assert e.value.code == 2 and f"keys add-robot {tmp_path / 'keys'} robot_1" in capsys.readouterr().err
+    assert main(["keys", "add-robot", str(tmp_path / "keys"), "robot_1"]) == 0
+    assert parse_args(["--fleet", str(fleet), "--robots", "2"]).robots == 2
