@@ -88,7 +88,8 @@ class EngineWorkerNode(Node):
                 self.auth.check_request(digest(msg), msg.auth)
             except AuthError as e:  # not from the fleet's server: not run, not answered
                 self.auth_refusals.refused(f"batch {msg.batch_id[:64]!r}", e)
-                self.core.last_error = f"refused {sum(self.auth_refusals.counts.values())} unauthenticated request(s), last: {e}"
+                n = sum(self.auth_refusals.counts.values())
+                self.core.last_error = f"refused {n} unauthenticated request(s), last: {e}"
                 return
         try:
             self._queue.put_nowait((msg, time.monotonic()))

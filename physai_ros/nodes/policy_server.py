@@ -274,7 +274,8 @@ class PolicyServerNode(Node):
             self.updater.add(f"engine {iid}", lambda stat, iid=iid: self._engine_status(stat, iid))
         reg_health = RefusalHealth(self.registration_refusals, "registration(s)")
         self.updater.add("registrations", reg_health.run)
-        input_health = RefusalHealth(self.input_refusals, "observation(s) with a wrong robot_id or unreadable")
+        input_health = RefusalHealth(self.input_refusals,
+                                     "observation(s) with a wrong robot_id, unreadable or unauthenticated")
         self.updater.add("inputs", input_health.run)
         self.updater.add("security", security_diagnostics(self.security, self._auth_refusals))
 
@@ -346,6 +347,8 @@ class PolicyServerNode(Node):
         gone = self.core.release_idle(timeout)
         self._publish_chunks(self.core.take_notices())
         for rid in gone:
+            if self.auth is not None:
+                self.auth.end_session(rid)  # it registers again on return, with a new session
             self.get_logger().warning(
                 f"robot {rid!r} silent for over {timeout:g} s: its "
                 "registration, queue entry and history are freed (it registers again on return)")

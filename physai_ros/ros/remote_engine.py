@@ -318,7 +318,8 @@ class RemoteEngine:
             "worker_errors": st.errors if st else 0,
             "batches": self.stats.batches, "timeouts": self.stats.timeouts, "lost": self.stats.lost,
             "errors": self.stats.errors, "unavailable": self.stats.unavailable,
-            "unmatched_results": self.stats.unmatched_results, "auth_refused": dict(self.stats.auth_refused), "network_rtt_ms": round(self.network_rtt_s * 1e3, 3),
+            "unmatched_results": self.stats.unmatched_results, "auth_refused": dict(self.stats.auth_refused),
+            "network_rtt_ms": round(self.network_rtt_s * 1e3, 3),
         }
 
 

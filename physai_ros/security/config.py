@@ -53,7 +53,10 @@ def auto_keystore_dir() -> Path:
     if env:
         return Path(env)
     runtime = os.environ.get("XDG_RUNTIME_DIR")
-    base = Path(runtime) / "physai_ros" if runtime and Path(runtime).is_dir() else Path(f"/tmp/physai_ros-{os.getuid()}")
+    if runtime and Path(runtime).is_dir():
+        base = Path(runtime) / "physai_ros"
+    else:
+        base = Path(f"/tmp/physai_ros-{os.getuid()}")
     return base / "keystore"
 
 

@@ -1,7 +1,8 @@
 """Byte layouts of what the security layer puts into messages (uint8[] fields).
 
 auth field of a message:  version (1) | counter (8, big-endian) | tag (32: HMAC) or signature (64)
-registration proof:       version | kind \\0 name \\0 | nonce (16) | X25519 key (32) | stamp (f64) | Ed25519 signature (64)
+registration proof:       version | kind \\0 name \\0 | nonce (16) | X25519 key (32) | stamp (f64)
+                          | Ed25519 signature (64)
 session grant:            version | session id (16) | X25519 key (32) | Ed25519 signature (64)
 Every parser checks lengths and raises AuthError("malformed", ...) on anything else, so a
 truncated, oversized or garbled field is one counted refusal, never an exception elsewhere.
