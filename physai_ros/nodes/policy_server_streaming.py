@@ -6,7 +6,8 @@ Per streaming robot (namespace <ns>):
   pub  <ns>/trajectory_segment (TrajectorySegment, reliable, depth 50) -> trajectory_controller;
        header.stamp = capture time of the newest wrench sample the segment's newest tick read
        (the tick time before any sample), so the quick loop can be traced end to end
-  sub  <ns>/stream_wrench (WrenchStamped, sensor-data QoS) <- robot_client, at its native rate
+  sub  <ns>/stream_wrench (WrenchSample, sensor-data QoS) <- robot_client, at its native rate; a
+       sample in another robot's name or without the robot's session MAC is refused and counted
   observations arrive on the server's usual <ns>/observation subscription and are routed here
 /diagnostics: "policy_server: streaming" (slots, rates, missed ticks, per-robot counters).
 Segments are published from the action-expert thread (rclpy publishers are thread-safe), so a
@@ -15,9 +16,9 @@ segment never waits for the executor.
 from __future__ import annotations
 
 import threading
+import time
 
-from geometry_msgs.msg import WrenchStamped
-from physai_ros_interfaces.msg import TrajectorySegment
+from physai_ros_interfaces.msg import TrajectorySegment, WrenchSample
 
 from physai_ros.monitoring.diagnostics import OK, WARN, level_byte
 from physai_ros.protocol.chunk import ActionChunkData
@@ -29,7 +30,8 @@ from physai_ros.ros.codecs.segment import segment_to_msg
 from physai_ros.ros.message_digest import digest
 from physai_ros.ros.qos import reliable_qos, sensor_data_qos
 from physai_ros.ros.time_conv import now_sec, to_sec
-from physai_ros.security.endpoints import SEGMENT
+from physai_ros.security.endpoints import SEGMENT, WRENCH
+from physai_ros.security.handshake import AuthError
 from physai_ros.serving.streaming_service import build_streaming_service, streaming_tasks
 
 
@@ -68,7 +70,7 @@ class PolicyServerStreaming:
                     TrajectorySegment, robot_topic(ns, TRAJECTORY_SEGMENT_TOPIC), reliable_qos(depth=50))
             if ns not in self._subs:
                 self._subs[ns] = self.node.create_subscription(
-                    WrenchStamped, robot_topic(ns, STREAM_WRENCH_TOPIC),
+                    WrenchSample, robot_topic(ns, STREAM_WRENCH_TOPIC),
                     lambda m, rid=robot_id: self._on_wrench(rid, m), sensor_data_qos(10))
 
     # ---- called by policy_server ---------------------------------------------------------
@@ -107,7 +109,22 @@ class PolicyServerStreaming:
 
     # ---- ROS callbacks -------------------------------------------------------------------
 
-    def _on_wrench(self, robot_id: str, msg: WrenchStamped) -> None:
+    def _on_wrench(self, robot_id: str, msg: WrenchSample) -> None:
+        # The topic's robot only, with its session MAC: nothing else feeds its action expert.
+        if msg.robot_id != robot_id:
+            self.node.input_refusals.add(robot_id, "robot_id_mismatch", f"wrench sample claims {msg.robot_id[:64]!r}",
+                                         time.time())
+            return
+        auth = getattr(self.node, "auth", None)
+        if auth is not None:
+            try:
+                auth.check_session(robot_id, WRENCH, digest(msg), msg.auth)
+            except AuthError as e:
+                self.node.input_refusals.add(robot_id, f"unauthenticated_{e.reason}", f"wrench sample: {e}",
+                                             time.time())
+                self.node.get_logger().warning(f"streaming: refused wrench of {robot_id}: {e}",
+                                               throttle_duration_sec=5.0)
+                return
         f, t = msg.wrench.force, msg.wrench.torque
         why = self.service.on_wrench(robot_id, (f.x, f.y, f.z, t.x, t.y, t.z), to_sec(msg.header.stamp))
         if why is not None and not why.startswith(("waiting_for_observation", "not_streaming")):

@@ -24,7 +24,7 @@ import time
 
 import numpy as np
 from geometry_msgs.msg import WrenchStamped
-from physai_ros_interfaces.msg import ActionChunk, ExecutionInfo, Observation
+from physai_ros_interfaces.msg import ActionChunk, ExecutionInfo, Observation, WrenchSample
 from physai_ros_interfaces.srv import RegisterRobot
 from rclpy.duration import Duration
 from rclpy.node import Node
@@ -50,7 +50,7 @@ from physai_ros.ros.node_security import node_security, open_endpoint, security_
 from physai_ros.ros.qos import reliable_qos, sensor_data_qos
 from physai_ros.ros.spin import run_node
 from physai_ros.ros.time_conv import now_sec, to_sec
-from physai_ros.security.endpoints import HOLD, RobotAuth
+from physai_ros.security.endpoints import HOLD, WRENCH, RobotAuth
 from physai_ros.security.handshake import AuthError
 from physai_ros.security.keystore import Identity
 from physai_ros.security.message_auth import RefusalLog
@@ -80,7 +80,7 @@ class RobotClientNode(Node):
         self.core = RobotClientCore(self.robot)
         # Streaming mode (issue 7): None unless the robot's task has `mode: streaming`.
         self.streaming = StreamingClient.for_robot(self.robot, self.core)
-        self.stream_wrench_pub = (self.create_publisher(WrenchStamped, STREAM_WRENCH_TOPIC, sensor_data_qos(10))
+        self.stream_wrench_pub = (self.create_publisher(WrenchSample, STREAM_WRENCH_TOPIC, sensor_data_qos(10))
                                   if self.streaming is not None else None)
         sensor = sensor_data_qos()
         compressed = self.robot.camera_format == "compressed"
@@ -148,7 +148,15 @@ class RobotClientNode(Node):
             return
         self.core.on_wrench(np.array(sample, np.float32), to_sec(msg.header.stamp))
         if self.streaming is not None and self.streaming.on_wrench():
-            self.stream_wrench_pub.publish(msg)  # as received, at its native rate
+            # As received, at its native rate, in the robot's name and with its session MAC.
+            sample = WrenchSample(header=msg.header, robot_id=self.robot.id, wrench=msg.wrench)
+            if self.auth is not None:
+                try:
+                    sample.auth = self.auth.tag_session(WRENCH, digest(sample))
+                except AuthError as e:
+                    self.auth_refusals.refused("sending a wrench sample", e)
+                    return
+            self.stream_wrench_pub.publish(sample)
 
     def _on_joints(self, msg: JointState) -> None:
         self.view.on_joint_state(time.monotonic())

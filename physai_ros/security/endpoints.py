@@ -16,7 +16,7 @@ from __future__ import annotations
 
 import threading
 import time
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Dict, Optional
 
 from .handshake import AuthError, Granter, Requester
@@ -25,7 +25,8 @@ from .message_auth import SessionMac, Signer, Verifier
 from .wire import pack_auth, pack_grant, pack_proof, unpack_auth, unpack_grant, unpack_proof
 
 # Domains: a tag made for one kind of message is never valid for another.
-OBSERVATION, CHUNK, SEGMENT, HOLD = b"observation", b"chunk", b"segment", b"hold"
+OBSERVATION, WRENCH, CHUNK, SEGMENT, HOLD = b"observation", b"wrench", b"chunk", b"segment", b"hold"
+MAX_SESSIONS = 8  # sessions of one robot valid at once (granted, not yet superseded by use)
 BATCH_REQUEST, BATCH_RESULT, WORKER_STATUS = b"batch_request", b"batch_result", b"worker_status"
 
 
@@ -69,7 +70,7 @@ class PeerVerifier:
         self._lock = threading.Lock()
 
     def check(self, domain: bytes, digest: bytes, blob) -> None:
-        field = unpack_auth(blob, "sig")
+        auth = unpack_auth(blob, "sig")
         if self.keystore.is_revoked(self.ident):
             raise AuthError("revoked", f"{self.ident} is revoked")
         if self._verifier is None:
@@ -77,28 +78,25 @@ class PeerVerifier:
                 self._verifier = Verifier(self.keystore.public_key(self.ident), b"physai/1")
             except KeystoreError as e:
                 raise AuthError("unknown_identity", str(e)) from None
-        self._verifier.check(_content(domain, field.counter, digest), field.tag)
+        self._verifier.check(_content(domain, auth.counter, digest), auth.tag)
         with self._lock:  # after the signature: a forged counter must not advance the guard
             last = self._last.get(domain, 0)
-            if field.counter <= last:
-                raise AuthError("replayed", f"{domain.decode()} counter {field.counter} is not newer than {last}")
-            self._last[domain] = field.counter
+            if auth.counter <= last:
+                raise AuthError("replayed", f"{domain.decode()} counter {auth.counter} is not newer than {last}")
+            self._last[domain] = auth.counter
 
 
 @dataclass
 class _Session:
     mac: SessionMac
-    last: int = 0
-    # The session this one replaced: clients re-register every few seconds (a keep-alive), and
-    # observations tagged before the client saw the new grant are still in flight. They are
-    # accepted under the old key until the first message under the new one arrives.
-    previous: Optional["_Session"] = None
+    last: Dict[bytes, int] = field(default_factory=dict)  # per domain
 
-    def check(self, digest: bytes, field) -> None:
-        self.mac.check(_content(OBSERVATION, field.counter, digest), field.tag)
-        if field.counter <= self.last:
-            raise AuthError("replayed", f"observation counter {field.counter} is not newer than {self.last}")
-        self.last = field.counter
+    def check(self, domain: bytes, digest: bytes, auth) -> None:
+        self.mac.check(_content(domain, auth.counter, digest), auth.tag)
+        last = self.last.get(domain, 0)
+        if auth.counter <= last:
+            raise AuthError("replayed", f"{domain.decode()} counter {auth.counter} is not newer than {last}")
+        self.last[domain] = auth.counter
 
 
 def _robot(robot_id: str) -> Identity:
@@ -113,7 +111,11 @@ class ServerAuth:
         self.keystore = keystore
         self.granter = Granter(keystore, server, max_skew_s)
         self.signer = PeerSigner(keystore, server)
-        self._sessions: Dict[str, _Session] = {}
+        # robot id -> its valid sessions, newest first. Clients re-register every few seconds (a
+        # keep-alive); a grant may reach the client late or not at all (its request timed out on a
+        # loaded host), so every session granted since the last one the client was seen using
+        # stays valid, and the older ones end when a message under a newer one arrives.
+        self._sessions: Dict[str, list[_Session]] = {}
         self._lock = threading.Lock()
 
     def register(self, robot_id: str, digest: bytes, proof_blob) -> tuple[bytes, bytes]:
@@ -124,10 +126,8 @@ class ServerAuth:
 
     def start_session(self, robot_id: str, key: bytes) -> None:
         with self._lock:
-            old = self._sessions.get(robot_id)
-            if old is not None:
-                old.previous = None  # only the one session before the newest stays valid
-            self._sessions[robot_id] = _Session(SessionMac(key, OBSERVATION), previous=old)
+            live = [_Session(SessionMac(key, b"session"))] + self._sessions.get(robot_id, [])
+            self._sessions[robot_id] = live[:MAX_SESSIONS]
 
     def has_session(self, robot_id: str) -> bool:
         return robot_id in self._sessions
@@ -137,21 +137,27 @@ class ServerAuth:
             self._sessions.pop(robot_id, None)
 
     def check_observation(self, robot_id: str, digest: bytes, blob) -> None:
+        self.check_session(robot_id, OBSERVATION, digest, blob)
+
+    def check_session(self, robot_id: str, domain: bytes, digest: bytes, blob) -> None:
+        """A message `robot_id` tagged with its session key (an observation, a wrench sample)."""
         if self.keystore.is_revoked(_robot(robot_id)):
             self.end_session(robot_id)
             raise AuthError("revoked", f"robot/{robot_id} is revoked")
         with self._lock:
-            sess = self._sessions.get(robot_id)
-            if sess is None:  # first: the server answers an unregistered robot "unknown_robot"
+            live = self._sessions.get(robot_id)
+            if not live:  # first: the server answers an unregistered robot "unknown_robot"
                 raise AuthError("no_session", f"{robot_id} has no authenticated session (register first)")
-            field = unpack_auth(blob, "mac")
-            try:
-                sess.check(digest, field)
-                sess.previous = None  # the client uses the new key now: the old one is done
-            except AuthError as e:
-                if sess.previous is None or e.reason != "bad_mac":
+            auth = unpack_auth(blob, "mac")
+            for i, sess in enumerate(live):
+                try:
+                    sess.check(domain, digest, auth)
+                except AuthError as e:
+                    if e.reason == "bad_mac" and i + 1 < len(live):
+                        continue  # another session's key, perhaps
                     raise
-                sess.previous.check(digest, field)
+                del live[i + 1:]  # the client uses this key: the older ones are done
+                return
 
     def sign(self, domain: bytes, digest: bytes) -> bytes:
         return self.signer.sign(domain, digest)
@@ -167,7 +173,7 @@ class RobotAuth:
         self.signer = PeerSigner(keystore, ident)
         self.server = PeerVerifier(keystore, server)
         self._mac: Optional[SessionMac] = None
-        self._seq = 0
+        self._seq: Dict[bytes, int] = {}
         self._lock = threading.Lock()
 
     def proof(self, digest: bytes) -> bytes:
@@ -176,18 +182,21 @@ class RobotAuth:
     def on_grant(self, blob) -> None:
         key = self._requester.accept(unpack_grant(blob))
         with self._lock:
-            self._mac, self._seq = SessionMac(key, OBSERVATION), 0
+            self._mac, self._seq = SessionMac(key, b"session"), {}
 
     @property
     def has_session(self) -> bool:
         return self._mac is not None
 
     def tag_observation(self, digest: bytes) -> bytes:
+        return self.tag_session(OBSERVATION, digest)
+
+    def tag_session(self, domain: bytes, digest: bytes) -> bytes:
         with self._lock:
             if self._mac is None:
                 raise AuthError("no_session", "not registered yet")
-            self._seq += 1
-            return pack_auth(self._seq, self._mac.tag(_content(OBSERVATION, self._seq, digest)))
+            seq = self._seq[domain] = self._seq.get(domain, 0) + 1
+            return pack_auth(seq, self._mac.tag(_content(domain, seq, digest)))
 
     def check_chunk(self, digest: bytes, blob) -> None:
         self.server.check(CHUNK, digest, blob)

@@ -35,6 +35,7 @@ from .keystore import Identity, Keystore, KeystoreError
 PROOF_DOMAIN = b"physai-register/1\0"
 GRANT_DOMAIN = b"physai-grant/1\0"
 NONCE_BYTES = 16
+MAX_PENDING = 8  # registration proofs a requester keeps waiting for an answer
 
 
 class AuthError(Exception):
@@ -85,7 +86,10 @@ class Requester:
 
     def __init__(self, ident: Identity, key: Ed25519PrivateKey, server_public, clock: Callable[[], float] = time.time):
         self.ident, self.key, self.server_public, self.clock = ident, key, server_public, clock
-        self._pending: Optional[tuple] = None
+        # Outstanding proofs, oldest first: a node may send a new registration before the answer
+        # to the previous one was handled (rclpy runs a future's callback later, on the
+        # executor), so a grant is matched against each, not only the newest.
+        self._pending: list[tuple] = []
 
     def proof(self, content: bytes) -> RegistrationProof:
         eph = X25519PrivateKey.generate()
@@ -93,21 +97,26 @@ class Requester:
         unsigned = RegistrationProof(self.ident.kind, self.ident.name, nonce, _raw(eph.public_key()),
                                      self.clock(), b"")
         proof = dataclasses.replace(unsigned, signature=self.key.sign(unsigned.transcript(content)))
-        self._pending = (proof, content, eph)
+        self._pending = (self._pending + [(proof, content, eph)])[-MAX_PENDING:]
         return proof
 
     def accept(self, grant: SessionGrant) -> bytes:
-        """The session key, if the grant is the server's answer to the last proof."""
-        if self._pending is None:
+        """The session key, if the grant answers one of the outstanding proofs (newest first)."""
+        if not self._pending:
             raise AuthError("unexpected_grant", "no registration proof outstanding")
-        proof, content, eph = self._pending
-        try:
-            self.server_public.verify(grant.signature, _grant_transcript(proof, content, grant.session_id,
-                                                                         grant.ephemeral))
-        except InvalidSignature:
-            raise AuthError("bad_signature", "the grant is not signed by the fleet's server") from None
-        shared = eph.exchange(X25519PublicKey.from_public_bytes(grant.ephemeral))
-        self._pending = None
+        for i in range(len(self._pending) - 1, -1, -1):
+            proof, content, eph = self._pending[i]
+            try:
+                self.server_public.verify(grant.signature, _grant_transcript(proof, content, grant.session_id,
+                                                                             grant.ephemeral))
+            except InvalidSignature:
+                continue
+            shared = eph.exchange(X25519PublicKey.from_public_bytes(grant.ephemeral))
+            del self._pending[:i + 1]  # this one is answered; older ones are superseded
+            break
+        else:
+            raise AuthError("bad_signature", "the grant is not signed by the fleet's server "
+                                             "(or answers no registration of ours)")
         return _session_key(shared, proof.nonce, grant.session_id, proof.name)
 
 

@@ -9,8 +9,8 @@ import random
 
 import pytest
 
-from physai_ros.security.endpoints import (BATCH_REQUEST, BATCH_RESULT, CHUNK, HOLD, SEGMENT, ControllerAuth,
-                                           RobotAuth, ServerAuth, WorkerAuth)
+from physai_ros.security.endpoints import (BATCH_REQUEST, BATCH_RESULT, CHUNK, HOLD, OBSERVATION, SEGMENT, WRENCH,
+                                           ControllerAuth, RobotAuth, ServerAuth, WorkerAuth)
 from physai_ros.security.handshake import AuthError
 from physai_ros.security.keystore import Identity, Keystore
 from physai_ros.security.wire import pack_auth, unpack_auth, unpack_grant, unpack_proof
@@ -61,6 +61,18 @@ def test_observations_need_the_session_and_are_refused_when_altered_replayed_or_
     server.check_observation("robot_0", d("obs 2"), tag2)
 
 
+def test_wrench_samples_have_their_own_counter_and_domain(ks):
+    server = ServerAuth(ks, SERVER)
+    robot = registered(ks, server)
+    w1 = robot.tag_session(WRENCH, d("w1"))
+    o1 = robot.tag_observation(d("o1"))  # counters per domain: both are 1, both accepted
+    server.check_session("robot_0", WRENCH, d("w1"), w1)
+    server.check_observation("robot_0", d("o1"), o1)
+    refused(lambda: server.check_session("robot_0", OBSERVATION, d("w2"), robot.tag_session(WRENCH, d("w2"))),
+            "bad_mac")  # a wrench tag is no observation tag
+    refused(lambda: server.check_session("robot_0", WRENCH, d("w1"), w1), "replayed")
+
+
 def test_registration_signed_by_another_robot_or_revoked_is_refused(ks):
     server = ServerAuth(ks, SERVER)
     robot1 = RobotAuth(ks, "robot_1", SERVER)
@@ -79,14 +91,35 @@ def test_rollover_accepts_in_flight_messages_under_the_previous_key(ks):
     server = ServerAuth(ks, SERVER)
     robot = registered(ks, server)
     in_flight = robot.tag_observation(d("a"))
+    late = robot.tag_observation(d("late"))
     grant, key = server.register("robot_0", d("reg"), robot.proof(d("reg")))
     server.start_session("robot_0", key)  # the server switched, the client has not seen the grant
     server.check_observation("robot_0", d("a"), in_flight)
     robot.on_grant(grant)
     server.check_observation("robot_0", d("b"), robot.tag_observation(d("b")))
     # Once the new key is used, the old one is done: a late old-key message is refused.
-    late = pack_auth(2, b"\0" * 32)
-    refused(lambda: server.check_observation("robot_0", d("c"), late), "bad_mac")
+    refused(lambda: server.check_observation("robot_0", d("late"), late), "bad_mac")
+
+
+def test_grants_the_client_handles_late_or_never_do_not_cost_it_a_message(ks):
+    """Seen in the 16-robot soak: on a loaded host a registration answer is handled after the
+    next registration was sent (or never, when the request timed out). The client keeps its key
+    until it accepts a grant; every grant since stays valid at the server; the client matches a
+    late grant against each proof it has outstanding."""
+    server = ServerAuth(ks, SERVER)
+    robot = registered(ks, server)
+    grants = []
+    for k in range(3):  # three registrations in a row, no answer handled yet
+        g, key = server.register("robot_0", d(f"reg{k}"), robot.proof(d(f"reg{k}")))
+        server.start_session("robot_0", key)
+        grants.append(g)
+    server.check_observation("robot_0", d("old key"), robot.tag_observation(d("old key")))
+    robot.on_grant(grants[0])  # the oldest answer arrives last-but-not-least
+    server.check_observation("robot_0", d("k0"), robot.tag_observation(d("k0")))
+    refused(lambda: robot.on_grant(grants[0]), "bad_signature")  # answered already
+    robot.on_grant(grants[2])
+    server.check_observation("robot_0", d("k2"), robot.tag_observation(d("k2")))
+    refused(lambda: robot.on_grant(grants[1]), "unexpected_grant")  # superseded: nothing outstanding
 
 
 def test_controller_executes_only_what_the_server_or_its_robot_signed(ks):

@@ -162,3 +162,46 @@ def test_a_leaving_robot_frees_its_slot_and_streams_restart(stream_fleet):
         return any(recv >= r and matching_ticks(c, g, tentative_only=False).size
                    for r, _, g in new for recv, c in list(w.commands["robot_0"])[-300:])
     w.wait(carried, 60, "robot_0's controller executing the restarted stream")
+
+
+def test_forged_wrench_samples_never_reach_the_action_expert(stream_fleet):
+    """Another process publishing WrenchSamples on robot_0's stream_wrench topic (no MAC, a MAC
+    from no session, or in another robot's name) is refused and counted by the server; no
+    segment was computed from them (a segment's stamp is the capture time of the wrench sample
+    its tick read, and the forged samples carry stamps no real sample has)."""
+    from diagnostic_msgs.msg import DiagnosticArray
+    from physai_ros_interfaces.msg import WrenchSample
+
+    from physai_ros.ros.qos import reliable_qos, sensor_data_qos
+
+    cfg, fleet, w = stream_fleet
+    w.wait(lambda: _streaming(w, "robot_0") and len(w.segments["robot_0"]) >= 5, STARTUP_S, "robot_0 streaming")
+    refused = {}
+
+    def on_diag(arr):
+        for st in arr.status:
+            if st.name.endswith("policy_server: robot_0"):
+                with w.lock:
+                    refused.update({kv.key: kv.value for kv in st.values if kv.key.startswith("refused")})
+
+    w.node.create_subscription(DiagnosticArray, "/diagnostics", on_diag, reliable_qos(50))
+    pub = w.node.create_publisher(WrenchSample, "/robot_0/stream_wrench", sensor_data_qos(10))
+    w.wait(lambda: pub.get_subscription_count() > 0, 20, "the server's wrench subscription")
+    forged_stamps = set()
+    for k in range(60):
+        now = time.time()
+        m = WrenchSample(robot_id="robot_0" if k % 3 else "robot_1")
+        m.header.stamp.sec, m.header.stamp.nanosec = int(now), 999_000 + k  # marked nanoseconds
+        forged_stamps.add(m.header.stamp.sec * 10**9 + m.header.stamp.nanosec)
+        m.wrench.force.z = 500.0
+        if k % 3 == 2:
+            m.auth = bytes([1]) + (k + 10**9).to_bytes(8, "big") + bytes(32)  # well-formed, wrong MAC
+        pub.publish(m)
+        time.sleep(0.005)
+    w.wait(lambda: int(refused.get("refused_total", 0)) >= 10 and refused.get("refused.unauthenticated_missing"), 30,
+           f"the server counting forged wrench samples (so far {refused})")
+    n = len(w.segments["robot_0"])
+    w.wait(lambda: len(w.segments["robot_0"]) >= n + 10, 30, "robot_0 still streaming")
+    with w.lock:
+        read = {m.header.stamp.sec * 10**9 + m.header.stamp.nanosec for _, m, _ in w.segments["robot_0"]}
+    assert not read & forged_stamps, "a segment was computed from a forged wrench sample"
