@@ -61,6 +61,7 @@ class TrajectoryControllerNode(Node):
                                        merge=p("merge", "replace").value,
                                        crossfade_s=float(p("crossfade_s", 0.05).value))
         self.message_rejections: Counter = Counter()
+        self.publish_failures = 0
         self.last_message_reject = ""
         self._have_hold = False
         self._seen_chunk = False
@@ -201,8 +202,8 @@ class TrajectoryControllerNode(Node):
                                    stride=self.lookahead_stride, max_points=self.lookahead_points)
         if not plan.points:
             plan = hold_plan(cmd, now, self.joint_names, settle_s=1.0 / self.control_rate)
-        self.traj_pub.publish(plan_to_msg(plan))
-        self.cmd_rate.tick()
+        if self._publish(self.traj_pub, plan_to_msg(plan)):
+            self.cmd_rate.tick()
 
     def _last_reason(self) -> str:
         return self.last_message_reject or self.buffer.last_reject_reason
@@ -212,7 +213,20 @@ class TrajectoryControllerNode(Node):
         # Rejections count the messages refused before the buffer saw them too.
         st = dataclasses.replace(self.buffer.execution_state(now), chunks_rejected=self.rejected_total,
                                  last_reject_reason=self._last_reason())
-        self.info_pub.publish(execution_info_to_msg(st, self.robot_id, now))
+        self._publish(self.info_pub, execution_info_to_msg(st, self.robot_id, now))
+
+    def _publish(self, pub, msg) -> bool:
+        """Publish; a failure of the middleware (seen once in a 49-process soak at load 170:
+        "cannot publish data") is counted and logged, never the end of the process that holds
+        the arm: the next tick publishes again."""
+        try:
+            pub.publish(msg)
+            return True
+        except RuntimeError as e:  # rclpy's RCLError (its module is private) is a RuntimeError
+            self.publish_failures += 1
+            self.get_logger().error(f"publishing on {pub.topic_name} failed ({self.publish_failures} so far): {e}",
+                                    throttle_duration_sec=5.0)
+            return False
 
     def _diagnose_buffer(self, stat):
         now = now_sec(self)
