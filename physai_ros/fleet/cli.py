@@ -309,10 +309,15 @@ def main(argv: list[str] | None = None) -> int:
         watchdog = threading.Timer(TEARDOWN_DEADLINE_S, _abandon_teardown, args=(lambda: exit_code,))
         watchdog.daemon = True
         watchdog.start()
+        # The Timer needs the GIL, and Fast DDS can block inside a call that holds it (seen: a
+        # soak's physai-fleet stuck for minutes in Publisher.destroy). faulthandler's watchdog is
+        # a C thread: it prints where the process hung and exits (status 1) without the GIL.
+        faulthandler.dump_traceback_later(TEARDOWN_DEADLINE_S + 10.0, exit=True)
         codes = group.stop(grace_s=10.0)  # 49 processes on 2 cores take more than 5 s to stop
         if monitor is not None:
             monitor.destroy_node()
         rclpy.try_shutdown()
+        faulthandler.cancel_dump_traceback_later()
         watchdog.cancel()
     bad = {n: c for n, c in codes.items() if c not in (0, -signal.SIGTERM)}
     if bad and exit_code == 0:
