@@ -25,6 +25,8 @@ from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey
 
 from physai_ros.security.message_auth import SessionMac, Signer, Verifier
 
+SIZES = {"chunk (10x5 f32)": 10 * 5 * 4 + 120, "observation 2x224x224x3": 2 * 224 * 224 * 3 + 200,
+         "observation 640x480x3": 640 * 480 * 3 + 200}
 SHAPES = {"chunk (10x5 f32)": None, "observation 2x224x224x3": (2, 224, 224), "observation 640x480x3": (1, 480, 640)}
 
 
@@ -51,18 +53,15 @@ def real_message(name: str):
 
 def wired_costs(name: str, repeat: int, mac: SessionMac, signer: Signer, verifier: Verifier) -> dict:
     from physai_ros.ros.message_digest import digest
+    from physai_ros.security.endpoints import OBSERVATION, signed_content
 
     msg = real_message(name)
-    content = b"observation\0" + bytes(8) + digest(msg)
-    sig = signer.sign(content)
+    sig = signer.sign(signed_content(OBSERVATION, 1, digest(msg)))
     return {"wired_digest_us": median_us(lambda: digest(msg), repeat),
-            "wired_hmac_us": median_us(lambda: mac.tag(b"observation\0" + bytes(8) + digest(msg)), repeat),
-            "wired_sign_us": median_us(lambda: signer.sign(b"observation\0" + bytes(8) + digest(msg)), repeat),
-            "wired_verify_us": median_us(lambda: verifier.check(b"observation\0" + bytes(8) + digest(msg), sig),
+            "wired_hmac_us": median_us(lambda: mac.tag(signed_content(OBSERVATION, 1, digest(msg))), repeat),
+            "wired_sign_us": median_us(lambda: signer.sign(signed_content(OBSERVATION, 1, digest(msg))), repeat),
+            "wired_verify_us": median_us(lambda: verifier.check(signed_content(OBSERVATION, 1, digest(msg)), sig),
                                          repeat)}
-
-SIZES = {"chunk (10x5 f32)": 10 * 5 * 4 + 120, "observation 2x224x224x3": 2 * 224 * 224 * 3 + 200,
-         "observation 640x480x3": 640 * 480 * 3 + 200}
 
 
 def median_us(fn, repeat: int) -> float:

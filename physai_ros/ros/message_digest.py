@@ -15,18 +15,15 @@ import struct
 
 import numpy as np
 
-_PRIMITIVE = {"boolean": "?", "octet": "u1", "uint8": "u1", "char": "u1", "byte": "u1", "int8": "i1",
-              "int16": "<i2", "uint16": "<u2", "int32": "<i4", "uint32": "<u4", "int64": "<i8",
-              "uint64": "<u8", "float": "<f4", "double": "<f8"}
-_ARRAY_CODES = {"f": "<f4", "d": "<f8", "B": "u1", "b": "i1", "h": "<i2", "H": "<u2", "i": "<i4",
-                "I": "<u4", "l": "<i8", "L": "<u8", "q": "<i8", "Q": "<u8"}
 _LEN = struct.Struct("<Q")
-# Scalars: struct packs a Python float into a 4-byte float as the wire does (rounding it), so the
-# sender's unrounded value and the receiver's rounded one give the same bytes.
+# The primitive types, little-endian. Scalars: struct packs a Python float into a 4-byte float as
+# the wire does (rounding it), so the sender's unrounded value and the receiver's rounded one give
+# the same bytes. Arrays: the same layout, as numpy dtypes.
 _SCALAR = {name: struct.Struct(code) for name, code in {
     "boolean": "<?", "octet": "<B", "uint8": "<B", "char": "<B", "byte": "<B", "int8": "<b", "int16": "<h",
     "uint16": "<H", "int32": "<i", "uint32": "<I", "int64": "<q", "uint64": "<Q", "float": "<f",
     "double": "<d"}.items()}
+_PRIMITIVE = {name: np.dtype(s.format) for name, s in _SCALAR.items()}
 
 
 def _element_type(typ: str) -> tuple[str, bool]:
@@ -38,10 +35,10 @@ def _element_type(typ: str) -> tuple[str, bool]:
     return typ, False
 
 
-def _primitive_buffer(value, dtype: str):
-    if isinstance(value, array.array) and np.dtype(_ARRAY_CODES.get(value.typecode, "V")) == np.dtype(dtype):
-        return memoryview(value).cast("B")  # the field's own buffer
-    if isinstance(value, (bytes, bytearray)) and np.dtype(dtype).itemsize == 1:
+def _primitive_buffer(value, dtype: np.dtype):
+    if isinstance(value, array.array) and np.dtype(value.typecode) == dtype:
+        return memoryview(value).cast("B")  # the field's own buffer (native order: equal only if little-endian)
+    if isinstance(value, (bytes, bytearray)) and dtype.itemsize == 1:
         return value
     return np.ascontiguousarray(np.asarray(value, dtype=dtype)).tobytes()
 

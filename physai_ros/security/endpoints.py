@@ -21,16 +21,19 @@ from typing import Dict, Optional
 
 from .handshake import AuthError, Granter, Requester
 from .keystore import Identity, Keystore, KeystoreError
-from .message_auth import SessionMac, Signer, Verifier
+from .message_auth import ReplayGuard, SessionMac, Signer, Verifier
 from .wire import pack_auth, pack_grant, pack_proof, unpack_auth, unpack_grant, unpack_proof
 
 # Domains: a tag made for one kind of message is never valid for another.
 OBSERVATION, WRENCH, CHUNK, SEGMENT, HOLD = b"observation", b"wrench", b"chunk", b"segment", b"hold"
-MAX_SESSIONS = 8  # sessions of one robot valid at once (granted, not yet superseded by use)
 BATCH_REQUEST, BATCH_RESULT, WORKER_STATUS = b"batch_request", b"batch_result", b"worker_status"
+MAX_SESSIONS = 8  # sessions of one robot valid at once (granted, not yet superseded by use)
+SESSION_MAC_DOMAIN = b"session"  # SessionMac's own domain, under the per-message ones above
+SIGNATURE_DOMAIN = b"physai/1"
 
 
-def _content(domain: bytes, counter: int, digest: bytes) -> bytes:
+def signed_content(domain: bytes, counter: int, digest: bytes) -> bytes:
+    """What a tag or signature covers: the message kind, its stream counter, its digest."""
     return domain + b"\0" + counter.to_bytes(8, "big") + digest
 
 
@@ -49,13 +52,12 @@ class MonotonicCounter:
 
 class PeerSigner:
     def __init__(self, keystore: Keystore, ident: Identity):
-        self.ident = ident
-        self._signer = Signer(keystore.private_key(ident), b"physai/1")
+        self._signer = Signer(keystore.private_key(ident), SIGNATURE_DOMAIN)
         self._counter = MonotonicCounter()
 
     def sign(self, domain: bytes, digest: bytes) -> bytes:
         c = self._counter.next()
-        return pack_auth(c, self._signer.sign(_content(domain, c, digest)))
+        return pack_auth(c, self._signer.sign(signed_content(domain, c, digest)))
 
 
 class PeerVerifier:
@@ -66,7 +68,7 @@ class PeerVerifier:
     def __init__(self, keystore: Keystore, ident: Identity):
         self.keystore, self.ident = keystore, ident
         self._verifier: Optional[Verifier] = None
-        self._last: Dict[bytes, int] = {}
+        self._replay = ReplayGuard()  # per domain
         self._lock = threading.Lock()
 
     def check(self, domain: bytes, digest: bytes, blob) -> None:
@@ -75,28 +77,24 @@ class PeerVerifier:
             raise AuthError("revoked", f"{self.ident} is revoked")
         if self._verifier is None:
             try:
-                self._verifier = Verifier(self.keystore.public_key(self.ident), b"physai/1")
+                self._verifier = Verifier(self.keystore.public_key(self.ident), SIGNATURE_DOMAIN)
             except KeystoreError as e:
                 raise AuthError("unknown_identity", str(e)) from None
-        self._verifier.check(_content(domain, auth.counter, digest), auth.tag)
+        self._verifier.check(signed_content(domain, auth.counter, digest), auth.tag)
         with self._lock:  # after the signature: a forged counter must not advance the guard
-            last = self._last.get(domain, 0)
-            if auth.counter <= last:
-                raise AuthError("replayed", f"{domain.decode()} counter {auth.counter} is not newer than {last}")
-            self._last[domain] = auth.counter
+            self._replay.check(domain, auth.counter)
+            self._replay.accept(domain, auth.counter)
 
 
 @dataclass
 class _Session:
     mac: SessionMac
-    last: Dict[bytes, int] = field(default_factory=dict)  # per domain
+    replay: ReplayGuard = field(default_factory=ReplayGuard)  # per domain
 
     def check(self, domain: bytes, digest: bytes, auth) -> None:
-        self.mac.check(_content(domain, auth.counter, digest), auth.tag)
-        last = self.last.get(domain, 0)
-        if auth.counter <= last:
-            raise AuthError("replayed", f"{domain.decode()} counter {auth.counter} is not newer than {last}")
-        self.last[domain] = auth.counter
+        self.mac.check(signed_content(domain, auth.counter, digest), auth.tag)
+        self.replay.check(domain, auth.counter)
+        self.replay.accept(domain, auth.counter)
 
 
 def _robot(robot_id: str) -> Identity:
@@ -126,11 +124,8 @@ class ServerAuth:
 
     def start_session(self, robot_id: str, key: bytes) -> None:
         with self._lock:
-            live = [_Session(SessionMac(key, b"session"))] + self._sessions.get(robot_id, [])
+            live = [_Session(SessionMac(key, SESSION_MAC_DOMAIN))] + self._sessions.get(robot_id, [])
             self._sessions[robot_id] = live[:MAX_SESSIONS]
-
-    def has_session(self, robot_id: str) -> bool:
-        return robot_id in self._sessions
 
     def end_session(self, robot_id: str) -> None:
         with self._lock:
@@ -182,11 +177,7 @@ class RobotAuth:
     def on_grant(self, blob) -> None:
         key = self._requester.accept(unpack_grant(blob))
         with self._lock:
-            self._mac, self._seq = SessionMac(key, b"session"), {}
-
-    @property
-    def has_session(self) -> bool:
-        return self._mac is not None
+            self._mac, self._seq = SessionMac(key, SESSION_MAC_DOMAIN), {}
 
     def tag_observation(self, digest: bytes) -> bytes:
         return self.tag_session(OBSERVATION, digest)
@@ -196,7 +187,7 @@ class RobotAuth:
             if self._mac is None:
                 raise AuthError("no_session", "not registered yet")
             seq = self._seq[domain] = self._seq.get(domain, 0) + 1
-            return pack_auth(seq, self._mac.tag(_content(domain, seq, digest)))
+            return pack_auth(seq, self._mac.tag(signed_content(domain, seq, digest)))
 
     def check_chunk(self, digest: bytes, blob) -> None:
         self.server.check(CHUNK, digest, blob)

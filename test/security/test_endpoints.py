@@ -13,7 +13,7 @@ from physai_ros.security.endpoints import (BATCH_REQUEST, BATCH_RESULT, CHUNK, H
                                            ControllerAuth, RobotAuth, ServerAuth, WorkerAuth)
 from physai_ros.security.handshake import AuthError
 from physai_ros.security.keystore import Identity, Keystore
-from physai_ros.security.wire import pack_auth, unpack_auth, unpack_grant, unpack_proof
+from physai_ros.security.wire import unpack_auth, unpack_grant, unpack_proof
 
 SERVER = Identity("server", "policy_server")
 
