@@ -147,33 +147,50 @@ def test_requests_not_signed_by_the_server_are_not_run(env, tiny, tmp_path):
     assert "bad_signature" in proxy.status.last_error
 
 
-def test_a_fake_worker_cannot_answer_batches(env, tiny):
+def test_a_fake_worker_cannot_answer_batches(env, tiny, tmp_path):
     """Results on the worker's topic from another process (unsigned, or signed with a key that is
-    not this worker's) are refused and counted; the caller gets the real worker's answer."""
+    not this worker's) are refused and counted; the caller gets the real worker's answer. The fake
+    answers the very batch id the proxy sends, the moment it sees the request: it is ahead of the
+    real worker, which first runs the engine."""
+    from physai_ros.ros.message_digest import digest
+    from physai_ros.security.endpoints import BATCH_RESULT, PeerSigner
+    from physai_ros.security.keystore import Identity, Keystore
+
     proxy, _, spun, _ = env
+    rogue = Keystore.init(tmp_path / "rogue")
+    rogue.add(Identity("worker", IID))  # the worker's name, not its key
+    forger = PeerSigner(rogue, Identity("worker", IID))
     fake = spun.node.create_publisher(EngineBatchResult, result_topic(IID), reliable_qos())
-    inputs = make_inputs(tiny, 1, seed=13)
-    inputs[0].noise = torch.randn(tiny.chunk_size, tiny.max_action_dim)
-    got = {}
-    t = threading.Thread(target=lambda: got.__setitem__("out", proxy.infer(inputs)))
-    before = sum(proxy.stats.auth_refused.values())
-    t.start()
-    nxt = 0
-    while t.is_alive():
-        # Answer every batch id the proxy could be waiting for, faster than the real worker can.
-        for k in range(1, proxy.stats.batches + 20):
-            res = EngineBatchResult(batch_id=f"{proxy._prefix}-{k}", instance_id=IID, batch_size=1,
+    sent = []
+
+    def answer_first(req):
+        for signed in (False, True):
+            res = EngineBatchResult(batch_id=req.batch_id, instance_id=IID, batch_size=req.batch_size,
                                     chunk_size=tiny.chunk_size, action_dim=tiny.max_action_dim, num_steps=1)
-            res.actions = [9.0] * (tiny.chunk_size * tiny.max_action_dim)
-            res.updates = [0.0] * (tiny.chunk_size * tiny.max_action_dim)
+            res.actions = [9.0] * (req.batch_size * tiny.chunk_size * tiny.max_action_dim)
+            res.updates = [0.0] * (req.batch_size * tiny.chunk_size * tiny.max_action_dim)
+            if signed:
+                res.auth = forger.sign(BATCH_RESULT, digest(res))
             fake.publish(res)
-            nxt += 1
-        time.sleep(0.01)
-    t.join()
+            sent.append(req.batch_id)
+
+    spy = spun.node.create_subscription(EngineBatchRequest, request_topic(IID), answer_first, reliable_qos(50))
+    try:
+        wait_for(lambda: fake.get_subscription_count() > 0, 10, "the proxy's result subscription matching the fake")
+        time.sleep(0.5)  # our request subscription must match the proxy's publisher too
+        inputs = make_inputs(tiny, 1, seed=13)
+        inputs[0].noise = torch.randn(tiny.chunk_size, tiny.max_action_dim)
+        before = dict(proxy.stats.auth_refused)
+        got = proxy.infer(inputs)
+    finally:  # the node outlives this test: the fake must not answer later tests' batches
+        spun.node.destroy_subscription(spy)
     ref = Pi0Engine(tiny, seed=7).infer(inputs)
-    torch.testing.assert_close(got["out"][0].actions, ref[0].actions, rtol=1e-5, atol=1e-6)
-    assert nxt > 0 and sum(proxy.stats.auth_refused.values()) > before, proxy.stats
-    assert "missing" in proxy.stats.auth_refused
+    torch.testing.assert_close(got[0].actions, ref[0].actions, rtol=1e-5, atol=1e-6)
+    wait_for(lambda: len(sent) == 2, 10, "the fake answering the request")
+    wait_for(lambda: proxy.stats.auth_refused.get("missing", 0) > before.get("missing", 0)
+             and proxy.stats.auth_refused.get("bad_signature", 0) > before.get("bad_signature", 0), 10,
+             "both fake answers refused", lambda: str(proxy.stats))
+    spun.node.destroy_publisher(fake)
 
 
 def test_killed_worker_times_out_cleanly_and_is_reported_dead(env, tiny):
