@@ -1,4 +1,5 @@
-"""Pi0Engine: batched pi0 inference for many robots over the plain or the prepared fast path."""
+"""Pi0Engine: batched pi0 / pi0.5 inference for many robots over the plain or the prepared fast
+path. The checkpoint's config (`Pi0Config.policy`) picks the model; the interface is the same."""
 from __future__ import annotations
 
 import time
@@ -9,7 +10,9 @@ import torch
 
 from .batching import Batch, collate
 from .fast import FastPi0
+from .fast_pi05 import FastPi05
 from .model import PlainPi0
+from .model_pi05 import PlainPi05
 from .params import Weights, param_shapes, random_weights
 from .types import EngineInput, EngineInputError, EngineOutput, Pi0Config, PrefixCache
 
@@ -66,12 +69,16 @@ class Pi0Engine:
         # Move tensor by tensor (pop + reinsert) so a full model is never on two devices at once.
         for name in list(weights):
             weights[name] = weights.pop(name).to(self.device, dtype)
+        pi05 = config.policy == "pi05"
         if fast:
-            self.model = FastPi0(config, weights, backend=backend, consume=True, dtype=dtype)
+            fast_cls = FastPi05 if pi05 else FastPi0
+            self.model = fast_cls(config, weights, backend=backend, consume=True, dtype=dtype)
         else:
-            self.model = PlainPi0(config, weights)
+            self.model = (PlainPi05 if pi05 else PlainPi0)(config, weights)
         self._graphs = None
         if cuda_graphs:
+            if pi05:
+                raise ValueError("cuda_graphs: not built for pi0.5 yet (its capture was never run on a GPU here)")
             if not (fast and self.device.type == "cuda" and torch.cuda.is_available()):
                 raise ValueError("cuda_graphs needs fast=True and a CUDA device")
             from .cuda_graphs import GraphCache

@@ -116,9 +116,19 @@ class FastPi0:
         if c:
             weights.pop("vlm.norm", None)  # feeds only the VLM's token head, never run by pi0
         self.vlm_layers = self._gemma_layers(weights, "vlm", cfg.vlm, c, kv_only_last=True)
-        self.expert_layers = self._gemma_layers(weights, "expert", cfg.expert, c, kv_only_last=False)
+        self._prepare_expert(weights, c)
 
-        # --- action expert head and tail ---
+        # RoPE tables for every position a prefix + state + chunk can reach.
+        npos = cfg.max_prefix_len + 1 + cfg.chunk_size
+        ang = rope_angles(torch.arange(npos), cfg.vlm.head_dim, cfg.rope_theta, cfg.rope_style)
+        emb = torch.cat([ang, ang], dim=-1)
+        self.rope_cos = emb.cos().to(dt).to(self.device)
+        self.rope_sin = emb.sin().to(dt).to(self.device)
+
+    def _prepare_expert(self, weights: Weights, c: bool) -> None:
+        """The action expert's layers, head and tail (pi0: state token and action-time MLP)."""
+        cfg, dt = self.cfg, self.dtype
+        self.expert_layers = self._gemma_layers(weights, "expert", cfg.expert, c, kv_only_last=False)
         e = cfg.expert.width
         self.state_w = _take(weights, "state_proj.weight", c).to(dt)
         self.state_b = _take(weights, "state_proj.bias", c).to(dt)
@@ -136,13 +146,6 @@ class FastPi0:
         norm = _take(weights, "expert.norm", c)
         self.out_w = (_fold_rms(_take(weights, "action_out.weight", c), norm) * cfg.dt).to(dt)
         self.out_b = (_take(weights, "action_out.bias", c).float() * cfg.dt).to(dt)
-
-        # RoPE tables for every position a prefix + state + chunk can reach.
-        npos = cfg.max_prefix_len + 1 + cfg.chunk_size
-        ang = rope_angles(torch.arange(npos), cfg.vlm.head_dim, cfg.rope_theta, cfg.rope_style)
-        emb = torch.cat([ang, ang], dim=-1)
-        self.rope_cos = emb.cos().to(dt).to(self.device)
-        self.rope_sin = emb.sin().to(dt).to(self.device)
 
     def _gemma_layers(self, w, prefix: str, spec: GemmaSpec, c: bool, kv_only_last: bool) -> List[GemmaLayer]:
         dt = self.dtype

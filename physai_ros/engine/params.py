@@ -57,22 +57,47 @@ def gemma_shapes(prefix: str, g: GemmaSpec) -> Dict[str, Tuple[int, ...]]:
     return s
 
 
+def adarms_expert_shapes(g: GemmaSpec) -> Dict[str, Tuple[int, ...]]:
+    """pi0.5's action expert: every RMSNorm is adaptive. Instead of a weight w (applied as 1 + w)
+    it has a dense layer from the time conditioning to [scale | shift | gate] (3 * width)."""
+    s = gemma_shapes("expert", g)
+    for name in [n for n in s if n.endswith(("ln_attn", "ln_mlp")) or n == "expert.norm"]:
+        del s[name]
+    for i in range(g.depth):
+        for n in ("ada_attn", "ada_mlp"):
+            s[f"expert.layers.{i}.{n}.weight"] = (3 * g.width, g.width)
+            s[f"expert.layers.{i}.{n}.bias"] = (3 * g.width,)
+    s["expert.ada_norm.weight"] = (3 * g.width, g.width)
+    s["expert.ada_norm.bias"] = (3 * g.width,)
+    return s
+
+
 def param_shapes(cfg: Pi0Config) -> Dict[str, Tuple[int, ...]]:
-    """Every tensor of a pi0 checkpoint we map, by our name, with its shape. `vlm.norm` is among
-    them (checkpoints carry it) though inference never reads it: the prefix's final norm feeds
-    only the VLM's token head."""
+    """Every tensor of a pi0 / pi0.5 checkpoint we map, by our name, with its shape. `vlm.norm`
+    is among them (checkpoints carry it) though inference never reads it: the prefix's final
+    norm feeds only the VLM's token head."""
     d, e = cfg.vlm.width, cfg.expert.width
     s = vision_shapes(cfg.vision, d)
     s["vlm.embed"] = (cfg.vocab_size, d)
     s.update(gemma_shapes("vlm", cfg.vlm))
-    s.update(gemma_shapes("expert", cfg.expert))
-    for name, (o, i) in {
-        "state_proj": (e, cfg.max_state_dim),
-        "action_in": (e, cfg.max_action_dim),
-        "action_time_in": (e, 2 * e),
-        "action_time_out": (e, e),
-        "action_out": (cfg.max_action_dim, e),
-    }.items():
+    if cfg.policy == "pi05":
+        s.update(adarms_expert_shapes(cfg.expert))
+        linears = {
+            "action_in": (e, cfg.max_action_dim),
+            "time_in": (e, e),
+            "time_out": (e, e),
+            "action_out": (cfg.max_action_dim, e),
+        }
+    else:
+        s.update(gemma_shapes("expert", cfg.expert))
+        linears = {
+            "state_proj": (e, cfg.max_state_dim),
+            "action_in": (e, cfg.max_action_dim),
+            "action_time_in": (e, 2 * e),
+            "action_time_out": (e, e),
+            "action_out": (cfg.max_action_dim, e),
+        }
+    for name, (o, i) in linears.items():
         s[name + ".weight"] = (o, i)
         s[name + ".bias"] = (o,)
     return s
@@ -140,7 +165,8 @@ def infer_config(shapes: Dict[str, Tuple[int, ...]], head_dim: int, vision_heads
         expert=_spec_from(shapes, "expert", head_dim),
         vision=vision,
         vocab_size=shapes["vlm.embed"][0],
-        max_state_dim=shapes["state_proj.weight"][1],
+        # pi0.5 has no state projection (the state is text in the prompt): config.json says.
+        max_state_dim=shapes["state_proj.weight"][1] if "state_proj.weight" in shapes else 32,
         max_action_dim=shapes["action_in.weight"][1],
     )
     return dataclasses.replace(base, **fields) if fields else base

@@ -58,6 +58,10 @@ class Pi0Config:
     vlm: GemmaSpec
     expert: GemmaSpec
     vision: VisionSpec
+    # Which member of the family: "pi0" (state token, action-time MLP) or "pi05" (the state is
+    # written into the prompt as text, the flow time enters the expert through adaptive
+    # RMSNorm). Read from the checkpoint's config.json `type`, never chosen by a flag.
+    policy: str = "pi0"
     vocab_size: int = 257152
     chunk_size: int = 50
     max_state_dim: int = 32
@@ -81,6 +85,7 @@ class Pi0Config:
     max_tokens: int = 256
 
     PRESETS = ("tiny", "tiny_mqa", "pi0", "pi0_2layer", "pi0_1layer")
+    POLICIES = ("pi0", "pi05")
 
     @staticmethod
     def preset(name: str, **overrides) -> "Pi0Config":
@@ -124,6 +129,8 @@ class Pi0Config:
                 raise ValueError(f"{name}: num_heads {spec.num_heads} not a multiple of num_kv_heads {spec.num_kv_heads}")
         if self.vision.width % self.vision.num_heads:
             raise ValueError(f"vision width {self.vision.width} not divisible by {self.vision.num_heads} heads")
+        if self.policy not in self.POLICIES:
+            raise ValueError(f"policy {self.policy!r}: expected one of {', '.join(self.POLICIES)}")
         if self.time_schedule not in ("accumulate", "multiply"):
             raise ValueError(f"time_schedule {self.time_schedule!r}: expected 'accumulate' or 'multiply'")
         if self.rope_style not in ("divide", "multiply"):
