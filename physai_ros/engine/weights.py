@@ -78,6 +78,19 @@ _RULES: List[Tuple[re.Pattern, str]] = [(re.compile(p + r"$"), t) for p, t in [
     (r"action_out_proj\.(weight|bias)", r"action_out.\1"),
 ]]
 
+# pi0.5 (LeRobot PI05): the expert's norms are adaRMS dense layers, the time MLP feeds them
+# (named time_mlp_* since 0.4, action_time_mlp_* in openpi conversions), and there is no state
+# projection (a converted checkpoint may still carry one: skipped, as LeRobot skips it).
+_PI05_RULES: List[Tuple[re.Pattern, str]] = [(re.compile(p + r"$"), t) for p, t in [
+    (_EX + r"layers\.(\d+)\.input_layernorm\.dense\.(weight|bias)", r"expert.layers.\1.ada_attn.\2"),
+    (_EX + r"layers\.(\d+)\.post_attention_layernorm\.dense\.(weight|bias)", r"expert.layers.\1.ada_mlp.\2"),
+    (_EX + r"norm\.dense\.(weight|bias)", r"expert.ada_norm.\1"),
+    (r"(?:action_)?time_mlp_in\.(weight|bias)", r"time_in.\1"),
+    (r"(?:action_)?time_mlp_out\.(weight|bias)", r"time_out.\1"),
+]]
+_PI05_SKIPPED = [re.compile(r"state_proj\.(weight|bias)$")]
+_PI0_ONLY = re.compile(r"(?:state_proj|(?:action_)?time_mlp_(?:in|out))\.|" + _EX + r"(?:layers\.\d+\.\w+_layernorm|norm)\.weight$")
+
 # Keys present in LeRobot checkpoints that pi0 inference does not read, skipped on purpose.
 SKIPPED = [re.compile(p + r"$") for p in (
     r"paligemma_with_expert\.gemma_expert\.lm_head\.weight",  # the expert never emits tokens
@@ -93,17 +106,31 @@ def _normalise_key(key: str) -> str:
     return key[len("model."):] if key.startswith("model.") else key
 
 
-def map_key(key: str) -> Optional[str]:
-    """Our name for a LeRobot key, or None when it is skipped on purpose. Raises for unknown keys."""
+def map_key(key: str, policy: str = "pi0") -> Optional[str]:
+    """Our name for a LeRobot key of a `policy` ("pi0" | "pi05", from config.json) checkpoint,
+    or None when it is skipped on purpose. Raises for unknown keys, and for keys of the other
+    policy: a config.json that names the wrong policy must not load."""
     k = _normalise_key(key)
+    if policy == "pi05":
+        for pat, tmpl in _PI05_RULES:
+            m = pat.match(k)
+            if m:
+                return m.expand(tmpl)
+        if any(p.match(k) for p in _PI05_SKIPPED):
+            return None
+        if _PI0_ONLY.match(k):
+            raise CheckpointError(f"tensor {key!r} belongs to a pi0 model (Gemma norm weight / state or "
+                                  "action-time MLP), but config.json says type 'pi05'")
+    elif ".dense." in k:
+        raise CheckpointError(f"tensor {key!r} is an adaRMS layer of a pi0.5 model, but config.json says "
+                              "type 'pi0'")
     for pat, tmpl in _RULES:
         m = pat.match(k)
         if m:
             return m.expand(tmpl)
     if any(p.match(k) for p in SKIPPED):
         return None
-    hint = " (adaRMS: a pi0.5 checkpoint, which this engine does not implement)" if ".dense." in k else ""
-    raise CheckpointError(f"unexpected tensor {key!r} in checkpoint{hint}")
+    raise CheckpointError(f"unexpected tensor {key!r} in checkpoint")
 
 
 class SafetensorsFile:
@@ -157,14 +184,16 @@ def read_lerobot_config(path) -> dict:
     if not cfg_path.exists():
         raise CheckpointError(f"{path}: no config.json")
     cfg = json.loads(cfg_path.read_text())
-    if cfg.get("type", "pi0") != "pi0":
-        raise CheckpointError(f"{cfg_path}: policy type {cfg.get('type')!r}, expected 'pi0'")
+    if cfg.get("type", "pi0") not in Pi0Config.POLICIES:
+        raise CheckpointError(f"{cfg_path}: policy type {cfg.get('type')!r}, expected one of "
+                              f"{', '.join(Pi0Config.POLICIES)}")
     return cfg
 
 
 def _config_fields(lr: dict) -> dict:
     out = {}
     for ours, theirs in (("chunk_size", "chunk_size"), ("num_steps", "num_steps"), ("num_steps", "num_inference_steps"),
+                         ("max_state_dim", "max_state_dim"),
                          ("min_period", "min_period"), ("max_period", "max_period")):
         if theirs in lr:
             out[ours] = lr[theirs]
@@ -189,6 +218,7 @@ def load_lerobot_checkpoint(
     """
     path = Path(path)
     lr_cfg = read_lerobot_config(path)
+    policy = lr_cfg.get("type", "pi0")
     files = [SafetensorsFile(f) for f in _safetensors_files(path)]
     report = progress or (lambda msg: log.info(msg))
 
@@ -197,7 +227,7 @@ def load_lerobot_checkpoint(
     lm_head: Optional[Tuple[SafetensorsFile, str]] = None
     for sf in files:
         for key in sf.entries:
-            name = map_key(key)
+            name = map_key(key, policy)
             if name is None:
                 if _LM_HEAD.match(_normalise_key(key)):
                     lm_head = (sf, key)
@@ -208,16 +238,17 @@ def load_lerobot_checkpoint(
     if "vlm.embed" not in plan and lm_head is not None:
         plan["vlm.embed"] = lm_head  # tied weights saved under the head's name only
     shapes = {name: sf.shape(key) for name, (sf, key) in plan.items()}
-    for needed in ("vision.patch.weight", "vision.pos", "vlm.layers.0.q", "vlm.layers.0.k", "expert.layers.0.q",
-                   "vlm.embed", "state_proj.weight", "action_in.weight"):
+    needs = ("vision.patch.weight", "vision.pos", "vlm.layers.0.q", "vlm.layers.0.k", "expert.layers.0.q",
+             "vlm.embed", "action_in.weight") + (("time_in.weight",) if policy == "pi05" else ("state_proj.weight",))
+    for needed in needs:
         if needed not in shapes:
-            raise CheckpointError(f"{path}: missing tensor for {needed!r}; is this a LeRobot PI0 checkpoint?")
+            raise CheckpointError(f"{path}: missing tensor for {needed!r}; is this a LeRobot {policy} checkpoint?")
     if head_dim is None:
         k_rows = shapes["vlm.layers.0.k"][0]
         head_dim = 256 if k_rows % 256 == 0 and shapes["vlm.layers.0.q"][0] % 256 == 0 else k_rows
     try:
         config = infer_config(shapes, head_dim=head_dim, vision_heads=vision_heads,
-                              **{**_config_fields(lr_cfg), **config_overrides})
+                              **{"policy": policy, **_config_fields(lr_cfg), **config_overrides})
         config.validate()
     except (ValueError, KeyError) as e:
         raise CheckpointError(f"{path}: tensor shapes do not form a pi0 model: {e}") from e
@@ -293,6 +324,11 @@ def lerobot_key(name: str) -> str:
                "v": "self_attn.v_proj", "o": "self_attn.out_proj", "fc1": "mlp.fc1", "fc2": "mlp.fc2"}
         part, kind = rest.split(".")
         return f"{vis}encoder.layers.{i}.{sub[part]}.{kind}"
+    m = re.match(r"expert\.layers\.(\d+)\.(ada_attn|ada_mlp)\.(weight|bias)$", name)
+    if m:
+        i, norm, kind = m.groups()
+        sub = "input_layernorm" if norm == "ada_attn" else "post_attention_layernorm"
+        return f"model.paligemma_with_expert.gemma_expert.model.layers.{i}.{sub}.dense.{kind}"
     m = re.match(r"(vlm|expert)\.layers\.(\d+)\.(.+)$", name)
     if m:
         tower, i, part = m.groups()
@@ -312,12 +348,15 @@ def lerobot_key(name: str) -> str:
         "vlm.embed": pg + "language_model.embed_tokens.weight",
         "vlm.norm": pg + "language_model.norm.weight",
         "expert.norm": "model.paligemma_with_expert.gemma_expert.model.norm.weight",
+        "expert.ada_norm.weight": "model.paligemma_with_expert.gemma_expert.model.norm.dense.weight",
+        "expert.ada_norm.bias": "model.paligemma_with_expert.gemma_expert.model.norm.dense.bias",
     }
     if name in fixed:
         return fixed[name]
     head, _, kind = name.rpartition(".")
     sub = {"state_proj": "state_proj", "action_in": "action_in_proj", "action_time_in": "action_time_mlp_in",
-           "action_time_out": "action_time_mlp_out", "action_out": "action_out_proj"}
+           "action_time_out": "action_time_mlp_out", "action_out": "action_out_proj",
+           "time_in": "time_mlp_in", "time_out": "time_mlp_out"}
     if head in sub:
         return f"model.{sub[head]}.{kind}"
     raise KeyError(name)
@@ -355,7 +394,7 @@ def save_lerobot_checkpoint(path, config: Pi0Config, tensor_for: Callable[[str, 
                 raise ValueError(f"tensor_for({name!r}) returned shape {list(t.shape)}, expected {list(shape)}")
             f.write(t.view(-1).view(torch.uint8).numpy().tobytes() if t.numel() else b"")
     lr_cfg = {
-        "type": "pi0", "paligemma_variant": "gemma_2b", "action_expert_variant": "gemma_300m",
+        "type": config.policy, "paligemma_variant": "gemma_2b", "action_expert_variant": "gemma_300m",
         "chunk_size": config.chunk_size, "n_action_steps": config.chunk_size,
         "max_state_dim": config.max_state_dim, "max_action_dim": config.max_action_dim,
         "num_inference_steps": config.num_steps, "min_period": config.min_period, "max_period": config.max_period,

@@ -20,6 +20,7 @@ from physai_ros.scheduler.types import ACTION
 from .normalizer import Normalizer
 from .postprocess import decide_horizon
 from .preprocess import image_to_rgb, to_model_pixels
+from .prompt_builder import PromptStyle
 from .tokenizer import PromptTokenizer
 from .validation import Refusal
 
@@ -28,7 +29,8 @@ from .validation import Refusal
 class ActionModelRunner:
     component = ACTION
 
-    def __init__(self, model_config: Any, tokenizer: PromptTokenizer, normalizer: Normalizer | None = None):
+    def __init__(self, model_config: Any, tokenizer: PromptTokenizer, normalizer: Normalizer | None = None,
+                 prompt_style: PromptStyle | None = None):
         if tokenizer.max_len > model_config.max_tokens or tokenizer.vocab_size > model_config.vocab_size:
             raise ValueError(
                 f"tokenizer ({tokenizer.vocab_size} ids, {tokenizer.max_len} tokens) does not fit the "
@@ -38,12 +40,32 @@ class ActionModelRunner:
         self.normalizer = normalizer or Normalizer()
         self.image_size = model_config.vision.image_size
         self.max_state_dim = model_config.max_state_dim
+        # pi0.5 reads the state as text in its prompt: the style follows the model, always.
+        self.prompt_style = prompt_style or PromptStyle(
+            "lerobot_pi05" if getattr(model_config, "policy", "pi0") == "pi05" else "ours")
+        if getattr(model_config, "policy", "pi0") == "pi05" and not self.prompt_style.reads_state:
+            raise ValueError(f"a pi0.5 model needs the state in its prompt, not prompt style {self.prompt_style.name!r}")
 
     # ---- inputs ------------------------------------------------------------------------
 
     def warm(self, reg: RobotRegistration) -> None:
-        """Tokenise the robot's prompt at registration, off the hot path (the result is cached)."""
-        self.tokenizer.encode(reg.prompt)
+        """Tokenise the robot's prompt at registration, off the hot path (the result is cached;
+        a pi0.5 prompt carries the state, so it is built per observation instead)."""
+        if not self.prompt_style.reads_state:
+            self.tokenizer.encode(self.prompt_style.text(reg.prompt))
+
+    def tokens(self, task: str, state: np.ndarray):
+        """The prompt's tokens for one observation (state in robot units)."""
+        style = self.prompt_style
+        if not style.reads_state:
+            return self.tokenizer.encode(style.text(task))
+        normalized = self.normalizer.normalize_state(state, state.shape[0])
+        enc = self.tokenizer.encode(style.text(task, normalized), cache=False)
+        if enc.truncated:
+            # The cut would drop "Action: " and the state's tail: a prompt the model never saw.
+            raise ValueError(f"prompt: the pi0.5 prompt with the state needs more than {self.tokenizer.max_len} "
+                             "tokens (server.model.max_token_len)")
+        return enc
 
     def prepare(self, obs: ObservationData, reg: RobotRegistration) -> Any:
         """The engine input of one observation: letterboxed uint8 views (the engine scales them),
@@ -57,7 +79,7 @@ class ActionModelRunner:
         imgs = np.empty((len(obs.images), 3, s, s), dtype=np.uint8)
         for i, im in enumerate(obs.images):
             to_model_pixels(image_to_rgb(im.array(), im.encoding), s, out=imgs[i])
-        enc = self.tokenizer.encode(obs.prompt or reg.prompt)
+        enc = self.tokens(obs.prompt or reg.prompt, obs.state)
         state = self.normalizer.normalize_state(obs.state, self.max_state_dim)
         return EngineInput(
             images=torch.from_numpy(imgs), image_masks=torch.ones(len(obs.images), dtype=torch.bool),

@@ -32,6 +32,7 @@ from physai_ros.scheduler.types import ACTION, Request
 from .action_runner import ActionModelRunner
 from .instances import EngineSlot, InstancePool
 from .normalizer import Normalizer
+from .prompt_builder import PromptStyle
 from .registry import RobotRegistry, TaskEnded
 from .tokenizer import PromptTokenizer
 from .validation import ModelLimits, Refusal
@@ -46,7 +47,7 @@ class ServingCore:
                  normalizer: Normalizer | None = None, max_observation_age_s: float = 2.0,
                  instance_id: str | None = None, clock: Callable[[], float] = time.time,
                  allowed_horizon_policies: Sequence[str] = (), max_robots: int | None = None,
-                 robot_idle_release_s: float = 10.0):
+                 robot_idle_release_s: float = 10.0, prompt_style: PromptStyle | None = None):
         """allowed_horizon_policies: the `package.module:Class` policies a robot may name (the
         ones fleet.yaml's tasks configure); any other class name is refused, never imported.
         max_robots / robot_idle_release_s: admission (serving.registry)."""
@@ -55,7 +56,7 @@ class ServingCore:
         self.events, self.failover = self.pool.events, self.pool.failover
         cfg = engines[0].engine.config
         self.model_config = cfg
-        self.action_runner = ActionModelRunner(cfg, tokenizer, normalizer)
+        self.action_runner = ActionModelRunner(cfg, tokenizer, normalizer, prompt_style)
         self.runners = {ACTION: self.action_runner}
         self.limits = ModelLimits(cfg.max_views, cfg.max_state_dim, cfg.max_action_dim)
         self.instance_id = instance_id or uuid.uuid4().hex[:12]

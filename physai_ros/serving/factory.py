@@ -11,6 +11,7 @@ from .fault_injection import ENV_VAR, faults_from_env
 from .instances import EngineSlot, default_profile
 from .normalizer import Normalizer
 from .preflight import checkpoint_dir
+from .prompt_builder import prompt_style_for
 from .server_config import RemoteEngineConfig
 from .tokenizer import PromptTokenizer
 
@@ -69,10 +70,15 @@ def _attach_faults(slots: list[EngineSlot]) -> None:
 
 def build_core(cfg: FleetConfig, instance_id: str | None = None,
                remote_engine: RemoteEngineFactory | None = None) -> ServingCore:
+    slots = build_engine_slots(cfg, remote_engine)
+    # The prompt as the checkpoint's own preprocessor writes it (pi0.5: with the state as text).
+    style = prompt_style_for(slots[0].engine.config.policy,
+                             checkpoint_dir(cfg) if cfg.server.model.checkpoint else None)
     return ServingCore(
-        engines=build_engine_slots(cfg, remote_engine),
+        engines=slots,
+        prompt_style=style,
         scheduler=make_scheduler(cfg.server.scheduler, **cfg.server.scheduler_params),
-        tokenizer=PromptTokenizer(tokenizer_path(cfg), cfg.server.model.max_token_len),
+        tokenizer=PromptTokenizer(tokenizer_path(cfg), cfg.server.model.max_token_len, verbatim=style.verbatim),
         # The checkpoint's statistics (ours or a LeRobot checkpoint's); identity for a preset.
         normalizer=Normalizer.from_checkpoint(checkpoint_dir(cfg)) if cfg.server.model.checkpoint else None,
         max_observation_age_s=cfg.server.max_observation_age_s,

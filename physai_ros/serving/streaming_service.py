@@ -383,6 +383,11 @@ def build_streaming_service(fleet: FleetConfig, publish: Callable[[TrajectorySeg
 
         from .preflight import checkpoint_dir
         mcfg, weights = load_lerobot_checkpoint(checkpoint_dir(fleet))
+    if mcfg.policy != "pi0":
+        # The streaming expert's per-token schedule is built around pi0's state token and
+        # action-time MLP; its pi0.5 counterpart (adaRMS per token time) is not written.
+        raise ValueError(f"server.streaming: the streaming expert serves pi0 checkpoints only; "
+                         f"{checkpoint_dir(fleet)} is {mcfg.policy} (serve its tasks chunked)")
     force = "random" if sc.force == "random" else None
     engine, expert = StreamingExpert.build(mcfg, weights, force=force, device=srv.device, seed=srv.model.seed)
     if sc.force == "none":

@@ -56,7 +56,10 @@ def build_default_tokenizer(vocab_size: int = DEFAULT_VOCAB_SIZE) -> Tokenizer:
 class PromptTokenizer:
     """Encodes a prompt to fixed-length token ids + mask, caching per prompt (prompts repeat)."""
 
-    def __init__(self, path: str | Path, max_len: int):
+    def __init__(self, path: str | Path, max_len: int, verbatim: bool = False):
+        """verbatim=False: our checkpoints' convention (strip, lowercase, BOS prepended).
+        verbatim=True: LeRobot's tokenizer step (the text as built; special tokens from the
+        tokenizer file's post-processor, or a BOS prepended when it has none)."""
         p = Path(path)
         if not p.is_file():
             raise FileNotFoundError(f"tokenizer file not found: {p}")
@@ -67,19 +70,28 @@ class PromptTokenizer:
         self.bos_id = self._tok.token_to_id(BOS)
         if self.pad_id is None:
             self.pad_id = 0
+        self.verbatim = verbatim
+        self._adds_specials = self._tok.post_processor is not None
         self._cache: dict[str, EncodedPrompt] = {}
 
     @property
     def vocab_size(self) -> int:
         return self._tok.get_vocab_size()
 
-    def encode(self, prompt: str) -> EncodedPrompt:
+    def encode(self, prompt: str, cache: bool = True) -> EncodedPrompt:
+        """cache=False for prompts that change with every observation (pi0.5 writes the state
+        into its prompt), so they never crowd out the per-task ones."""
         hit = self._cache.get(prompt)
         if hit is not None:
             return hit
-        ids = self._tok.encode(prompt.strip().lower()).ids
-        if self.bos_id is not None:
-            ids = [self.bos_id] + ids
+        if self.verbatim:
+            ids = self._tok.encode(prompt).ids
+            if not self._adds_specials and self.bos_id is not None:
+                ids = [self.bos_id] + ids
+        else:
+            ids = self._tok.encode(prompt.strip().lower()).ids
+            if self.bos_id is not None:
+                ids = [self.bos_id] + ids
         truncated = len(ids) > self.max_len
         ids = ids[: self.max_len]
         tokens = np.full(self.max_len, self.pad_id, dtype=np.int64)
@@ -87,7 +99,7 @@ class PromptTokenizer:
         mask = np.zeros(self.max_len, dtype=bool)
         mask[: len(ids)] = True
         enc = EncodedPrompt(tokens, mask, truncated)
-        if len(self._cache) < 1024:
+        if cache and len(self._cache) < 1024:
             self._cache[prompt] = enc
         return enc
 
