@@ -2,6 +2,7 @@
 path. The checkpoint's config (`Pi0Config.policy`) picks the model; the interface is the same."""
 from __future__ import annotations
 
+import inspect
 import time
 from dataclasses import dataclass, field
 from typing import Callable, Dict, List, Optional, Tuple
@@ -33,6 +34,11 @@ def check_weight_shapes(config: Pi0Config, weights: Weights) -> None:
             raise KeyError(f"weights: missing tensor {name!r} (expected shape {list(shape)})")
         if tuple(weights[name].shape) != tuple(shape):
             raise ValueError(f"weights: {name!r} has shape {list(weights[name].shape)}, expected {list(shape)}")
+
+
+def accepts_rtc(model) -> bool:
+    """Whether a model's denoise takes real-time chunking guides (engine/rtc.py)."""
+    return "rtc" in inspect.signature(model.denoise).parameters
 
 
 class Pi0Engine:
@@ -105,6 +111,8 @@ class Pi0Engine:
             if not isinstance(inp, EngineInput):
                 raise EngineInputError(f"expected EngineInput, got {type(inp).__name__}")
             inp.validate(self.config)
+            if inp.rtc is not None and not accepts_rtc(self.model):
+                raise EngineInputError(f"rtc: {type(self.model).__name__} has no real-time chunking (docs/rtc.md)")
             return None
         except EngineInputError as e:
             self.stats.rejected += 1
@@ -134,33 +142,56 @@ class Pi0Engine:
         b = self._collate(batch)
         return self.model.prefix(b.images, b.image_masks, b.tokens, b.token_mask)
 
-    def denoise(self, cache: PrefixCache, state: torch.Tensor, noise: torch.Tensor) -> Tuple[torch.Tensor, torch.Tensor]:
+    def denoise(self, cache: PrefixCache, state: torch.Tensor, noise: torch.Tensor,
+                rtc: Optional[List] = None) -> Tuple[torch.Tensor, torch.Tensor]:
         """Action expert against a cache: state [B, max_state_dim], noise [B, chunk, max_action_dim]
-        -> (actions [B, chunk, A], updates [num_steps, B, chunk, A])."""
+        -> (actions [B, chunk, A], updates [num_steps, B, chunk, A]). rtc: one Optional[RtcGuide]
+        per robot (real-time chunking, docs/rtc.md)."""
         cfg = self.config
         bsz = cache.batch_size
         if tuple(state.shape) != (bsz, cfg.max_state_dim):
             raise EngineInputError(f"state: expected [{bsz}, {cfg.max_state_dim}], got {list(state.shape)}")
         if tuple(noise.shape) != (bsz, cfg.chunk_size, cfg.max_action_dim):
             raise EngineInputError(f"noise: expected [{bsz}, {cfg.chunk_size}, {cfg.max_action_dim}], got {list(noise.shape)}")
+        if rtc is not None and any(g is not None for g in rtc):
+            if not accepts_rtc(self.model):
+                raise EngineInputError(f"rtc: {type(self.model).__name__} has no real-time chunking (docs/rtc.md)")
+            if len(rtc) != bsz:
+                raise EngineInputError(f"rtc: expected {bsz} guides (None for robots without), got {len(rtc)}")
+            for i, g in enumerate(rtc):
+                if g is not None:
+                    try:
+                        g.validate(cfg)
+                    except EngineInputError as e:
+                        raise EngineInputError(f"robot {i}: {e}") from e
+            return self.model.denoise(cache, state.to(self.device), noise.to(self.device, torch.float32), rtc=list(rtc))
         return self.model.denoise(cache, state.to(self.device), noise.to(self.device, torch.float32))
 
     def infer(self, batch: List[EngineInput]) -> List[EngineOutput]:
         """Sample one chunk per robot. Raises EngineInputError naming the robot and field when an
         input is malformed (nothing runs then; the rejection is counted in .stats)."""
-        b = self._collate(batch, for_graphs=self._graphs is not None)
+        # Real-time chunking guides (docs/rtc.md): a guided batch runs eagerly (autograd does not
+        # run inside a captured CUDA graph); without any, the path below is the unguided one.
+        guides = [getattr(inp, "rtc", None) for inp in batch] if isinstance(batch, (list, tuple)) else []
+        guided = any(g is not None for g in guides)
+        b = self._collate(batch, for_graphs=self._graphs is not None and not guided)
         t0 = time.perf_counter()
-        if self._graphs is not None:
+        if self._graphs is not None and not guided:
             actions, updates, t_prefix = self._graphs.run(b)
         else:
             cache = self.model.prefix(b.images, b.image_masks, b.tokens, b.token_mask)
             if self.device.type == "cuda":
                 torch.cuda.synchronize(self.device)
             t_prefix = (time.perf_counter() - t0) * 1e3
-            actions, updates = self.model.denoise(cache, b.state, b.noise)
+            if guided:
+                actions, updates = self.model.denoise(cache, b.state, b.noise, rtc=guides)
+            else:
+                actions, updates = self.model.denoise(cache, b.state, b.noise)
         actions, updates = actions.float().cpu(), updates.float().cpu()
         total = (time.perf_counter() - t0) * 1e3
         self.stats.calls += 1
         self.stats.robots += b.size
         timings = {"prefix_ms": t_prefix, "denoise_ms": total - t_prefix, "total_ms": total, "batch": b.size}
+        if guided:
+            timings["rtc_guided"] = sum(g is not None for g in guides)
         return [EngineOutput(actions=actions[i], updates=updates[:, i], timings_ms=dict(timings)) for i in range(b.size)]

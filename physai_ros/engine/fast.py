@@ -30,6 +30,7 @@ from physai_ros.kernels import ops
 
 from .model import MASK_VALUE, rope_angles, sincos_time_embedding
 from .params import Weights
+from .rtc import RtcBatch, guide_rows
 from .types import GemmaSpec, Pi0Config, PrefixCache
 
 
@@ -177,12 +178,13 @@ class FastPi0:
         rot = torch.cat([-x[..., half:], x[..., :half]], dim=-1)
         return x * cos[:, :, None] + rot * sin[:, :, None]
 
-    def _attention(self, q, k, v, mask):
+    def _attention(self, q, k, v, mask, backend: Optional[str] = None):
         """q [B, Tq, H, D] (scale folded into W_q), k/v [B, Tk, KV, D], mask bool [B, Tq, Tk].
         The torch backend uses a lean grouped matmul (no K/V repeat, no fp32 round trip): on the
         CPU the reference op's validation and upcasts cost more than the tiny attention itself."""
-        if self.backend != "torch":
-            return ops.attention(q, k, v, mask, 1.0, backend=self.backend)
+        be = backend or self.backend
+        if be != "torch":
+            return ops.attention(q, k, v, mask, 1.0, backend=be)
         b, tq, h, d = q.shape
         kv = k.shape[2]
         r = h // kv
@@ -193,12 +195,13 @@ class FastPi0:
         o = torch.matmul(p.view(b, kv, r * tq, -1), v.permute(0, 2, 1, 3))
         return o.view(b, kv, r, tq, d).permute(0, 3, 1, 2, 4).reshape(b, tq, h, d)
 
-    def _normed(self, x):
+    def _normed(self, x, backend: Optional[str] = None):
         """(input, row_scale) for a GEMM whose weight carries the folded norm affine. A fused
         epilogue (Triton) scales the output for free; torch on the CPU would pay an extra pass
         over the wider output, so there the input is scaled instead (same product)."""
-        rs = ops.rms_row_scale(x, self.cfg.rms_eps, backend=self.backend)
-        if self.backend == "torch":
+        be = backend or self.backend
+        rs = ops.rms_row_scale(x, self.cfg.rms_eps, backend=be)
+        if be == "torch":
             return x * rs.unsqueeze(-1).to(x.dtype), None
         return x, rs
 
@@ -209,17 +212,18 @@ class FastPi0:
         kv = ops.linear(xin, w_kv, row_scale=rs, backend=self.backend).view(b, t, 2 * spec.num_kv_heads, spec.head_dim)
         return self._rope(kv[:, :, : spec.num_kv_heads], cos, sin), kv[:, :, spec.num_kv_heads:]
 
-    def _gemma_block(self, layer: GemmaLayer, spec: GemmaSpec, x, cos, sin, kv_sink):
+    def _gemma_block(self, layer: GemmaLayer, spec: GemmaSpec, x, cos, sin, kv_sink, backend: Optional[str] = None):
         """One decoder layer over x [B, T, D]. kv_sink(k, v) stores this layer's K/V
-        [B, T, KV, hd] and returns (keys, values, mask) to attend over."""
-        be = self.backend
-        xin, rs = self._normed(x)
+        [B, T, KV, hd] and returns (keys, values, mask) to attend over. backend: override the
+        engine's (RTC's differentiable step runs the torch ops)."""
+        be = backend or self.backend
+        xin, rs = self._normed(x, be)
         q, k, v = ops.qkv_rope(xin, layer.w_qkv, cos, sin, spec.num_heads, spec.num_kv_heads, spec.head_dim,
                                row_scale=rs, backend=be)
         k_all, v_all, mask = kv_sink(k, v)
-        a = self._attention(q, k_all, v_all, mask)
+        a = self._attention(q, k_all, v_all, mask, be)
         x = ops.linear(a.reshape(x.shape[0], x.shape[1], -1), layer.w_o, residual=x, backend=be)
-        xin, rs = self._normed(x)
+        xin, rs = self._normed(x, be)
         f = ops.gated_ffn(xin, layer.w_gate_up, row_scale=rs, activation="gelu_tanh", backend=be)
         return ops.linear(f, layer.w_down, residual=x, backend=be)
 
@@ -275,8 +279,22 @@ class FastPi0:
         return PrefixCache(keys=keys, values=values, pad=pad, next_pos=pad.long().sum(1))
 
     # ------------------------------------------------------------------ denoise
+    def _action_step(self, s: int, xt, cos, sin, sink_of, backend: str):
+        """One Euler step's expert pass over the action tokens: dt * v [B, C, A] (fp32) for x_t.
+        sink_of(i) is layer i's kv_sink."""
+        be = backend
+        h = ops.linear(xt.to(self.dtype), self.act_w, self.act_b_table[s], activation="silu", backend=be)
+        h = ops.linear(h, self.act_out_w, self.act_out_b, backend=be)
+        for i, layer in enumerate(self.expert_layers):
+            h = self._gemma_block(layer, self.cfg.expert, h, cos, sin, sink_of(i), be)
+        hin, rs = self._normed(h, be)
+        return ops.linear(hin, self.out_w, self.out_b, row_scale=rs, backend=be).float()
+
     @torch.no_grad()
-    def denoise(self, cache: PrefixCache, state, noise) -> Tuple[torch.Tensor, torch.Tensor]:
+    def denoise(self, cache: PrefixCache, state, noise, rtc=None) -> Tuple[torch.Tensor, torch.Tensor]:
+        """rtc: one Optional[RtcGuide] per robot (real-time chunking, rtc.py). Guided rows run a
+        differentiable copy of the step with the torch ops (Triton kernels have no backward);
+        rows without a guide get exactly what they get without the argument."""
         cfg, spec, be = self.cfg, self.cfg.expert, self.backend
         b, chunk, _ = noise.shape
         t_pre = cache.pad.shape[1]
@@ -311,19 +329,47 @@ class FastPi0:
         # 2) the Euler steps over the action tokens only.
         apos = cache.next_pos[:, None] + 1 + torch.arange(chunk, device=dev)[None]
         acos, asin = self.rope_cos[apos], self.rope_sin[apos]
+        def buffer_sink(i):
+            def sink(k, v):
+                kbuf[i][:, t_pre + 1:] = k
+                vbuf[i][:, t_pre + 1:] = v
+                return kbuf[i], vbuf[i], mask_act
+            return sink
+
+        plan = RtcBatch.build(rtc, dev) if rtc is not None else None
+        if plan is not None:
+            guided_step = self._guided_step_fn(plan, kbuf, vbuf, t_pre, mask_act, acos, asin)
         xt = noise.to(torch.float32)
         updates = torch.empty(cfg.num_steps, b, chunk, noise.shape[2], dtype=torch.float32, device=dev)
         for s in range(cfg.num_steps):
-            h = ops.linear(xt.to(dt), self.act_w, self.act_b_table[s], activation="silu", backend=be)
-            h = ops.linear(h, self.act_out_w, self.act_out_b, backend=be)
-            for i, layer in enumerate(self.expert_layers):
-                def sink(k, v, i=i):
-                    kbuf[i][:, t_pre + 1:] = k
-                    vbuf[i][:, t_pre + 1:] = v
-                    return kbuf[i], vbuf[i], mask_act
-                h = self._gemma_block(layer, spec, h, acos, asin, sink)
-            hin, rs = self._normed(h)
-            u = ops.linear(hin, self.out_w, self.out_b, row_scale=rs, backend=be).float()
+            if plan is None:
+                u = self._action_step(s, xt, acos, asin, buffer_sink, be)
+            else:
+                # Unguided rows: the ordinary step over the whole batch, as without guides.
+                u = self._action_step(s, xt, acos, asin, buffer_sink, be) if plan.partial else torch.empty_like(xt)
+                u[plan.rows] = guided_step(s, xt[plan.rows])
             updates[s] = u
             xt = xt + u
         return xt, updates
+
+    def _guided_step_fn(self, plan: RtcBatch, kbuf, vbuf, t_pre: int, mask_act, acos, asin):
+        """step(s, x_rows) -> the guided dt * v of the plan's rows: the same expert pass with the
+        torch ops, the static prefix + state K/V of those rows concatenated (no in-place buffer
+        writes, which autograd would have to track across layers)."""
+        cfg = self.cfg
+        with torch.inference_mode(False):
+            rows = plan.rows
+            keys = [k[rows, : t_pre + 1] for k in kbuf]
+            values = [v[rows, : t_pre + 1] for v in vbuf]
+            mask, cos, sin = mask_act[rows], acos[rows], asin[rows]
+
+        def cat_sink(i):
+            return lambda k, v: (torch.cat([keys[i], k], dim=1), torch.cat([values[i], v], dim=1), mask)
+
+        times = cfg.step_times()
+
+        def step(s: int, x_rows):
+            def velocity(x, _rows):
+                return self._action_step(s, x, cos, sin, cat_sink, "torch") / cfg.dt
+            return cfg.dt * guide_rows(velocity, x_rows, times[s], plan)
+        return step

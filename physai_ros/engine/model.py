@@ -22,6 +22,7 @@ import torch
 import torch.nn.functional as F
 
 from .params import Weights
+from .rtc import RtcBatch, guided_velocity, select_rows
 from .types import GemmaSpec, Pi0Config, PrefixCache
 
 # openpi / LeRobot OPENPI_ATTENTION_MASK_VALUE: large negative but finite, so a fully masked
@@ -185,15 +186,35 @@ class PlainPi0:
         x = rms_norm(x, w["expert.norm"], cfg.rms_eps)
         return lin(x[:, -c:].to(w["action_out.weight"].dtype), w, "action_out")
 
+    def velocity_with_grad(self, cache: PrefixCache, state, x_t, t) -> torch.Tensor:
+        """This model's `velocity` without its no_grad wrapper (a subclass's too, e.g. pi0.5):
+        real-time chunking (rtc.py) differentiates through it."""
+        fn = type(self).velocity
+        return getattr(fn, "__wrapped__", fn)(self, cache, state, x_t, t)
+
     @torch.no_grad()
-    def denoise(self, cache: PrefixCache, state, noise) -> Tuple[torch.Tensor, torch.Tensor]:
-        """Euler from noise [B, C, A] at t=1 to t=0. Returns (actions, updates [steps, B, C, A])."""
+    def denoise(self, cache: PrefixCache, state, noise, rtc=None) -> Tuple[torch.Tensor, torch.Tensor]:
+        """Euler from noise [B, C, A] at t=1 to t=0. Returns (actions, updates [steps, B, C, A]).
+        rtc: one Optional[RtcGuide] per robot (real-time chunking, rtc.py); robots without one
+        get exactly what they get without the argument."""
         cfg = self.cfg
+        plan = RtcBatch.build(rtc, noise.device) if rtc is not None else None
+        if plan is not None:
+            sub_cache = select_rows(cache, plan.rows)
+            with torch.inference_mode(False):
+                sub_state = state[plan.rows]
         x = noise
         updates: List[torch.Tensor] = []
         for t in cfg.step_times():
             tt = torch.tensor(t, dtype=torch.float32, device=x.device).expand(x.shape[0])
-            u = cfg.dt * self.velocity(cache, state, x, tt)
+            if plan is None:
+                u = cfg.dt * self.velocity(cache, state, x, tt)
+            else:
+                base = self.velocity(cache, state, x, tt) if plan.partial else None
+                v = guided_velocity(lambda xs, rows, t=t: self.velocity_with_grad(
+                    sub_cache, sub_state, xs, torch.full((xs.shape[0],), t, dtype=torch.float32, device=xs.device)),
+                    x, t, plan, base)
+                u = cfg.dt * v
             x = x + u
             updates.append(u)
         return x, torch.stack(updates)

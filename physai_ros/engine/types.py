@@ -170,6 +170,8 @@ class EngineInput:
     tokens: int64 [L]; token_mask: bool [L] (False = padding).
     state: float32 [max_state_dim], normalised and zero padded.
     noise: optional float32 [chunk_size, max_action_dim]; drawn from N(0, 1) when absent.
+    rtc: optional real-time chunking guide (engine.rtc.RtcGuide): denoise this chunk so that it
+        continues the previous one (docs/rtc.md); None: the ordinary sampler, unchanged.
     """
 
     images: torch.Tensor
@@ -178,6 +180,7 @@ class EngineInput:
     token_mask: torch.Tensor
     state: torch.Tensor
     noise: Optional[torch.Tensor] = None
+    rtc: Optional[object] = None  # engine.rtc.RtcGuide (not imported here: rtc.py imports this module)
 
     def validate(self, config: Pi0Config) -> None:
         """Raise EngineInputError naming the first field that does not fit `config`."""
@@ -206,6 +209,12 @@ class EngineInput:
             t = getattr(self, name)
             if t is not None and not bool(torch.isfinite(t).all()):
                 raise EngineInputError(f"{name}: contains NaN or Inf")
+        if self.rtc is not None:
+            from .rtc import RtcGuide
+
+            if not isinstance(self.rtc, RtcGuide):
+                raise EngineInputError(f"rtc: expected an RtcGuide or None, got {type(self.rtc).__name__}")
+            self.rtc.validate(config)
 
 
 def _expect(t, name: str, ndim: int, dtype_ok, shape: Optional[list] = None) -> None:
