@@ -23,7 +23,7 @@ from typing import Callable, Dict, List, Optional, Tuple
 
 import torch
 
-from physai_ros.errors import UserInputError
+from .checkpoint_format import CheckpointError  # noqa: F401  (torch-free there, for the preflight; re-exported)
 
 from .params import Weights, infer_config, param_shapes
 from .types import Pi0Config
@@ -33,10 +33,6 @@ log = logging.getLogger(__name__)
 
 # Report loading progress only for checkpoints at least this big (a full-size pi0 is ~14 GB).
 PROGRESS_MIN_BYTES = 1 << 30
-
-
-class CheckpointError(ValueError, UserInputError):
-    """A checkpoint that does not fit pi0; the message names the offending key or file."""
 
 
 _DTYPES = {
