@@ -33,7 +33,7 @@ from physai_ros.protocol.observation import ImageData, ObservationData
 from physai_ros.protocol.registration import RegistrationResult, RobotRegistration
 from physai_ros.serving.client_core import RobotClientCore
 from physai_ros.serving.config import RobotConfig
-from physai_ros.serving.robot_params import sim_params
+from physai_ros.serving.robot_params import merge_params, sim_params
 from physai_ros.sim.runtime import SimRobotConfig, SimRobotRuntime
 
 from .results import EpisodeResult
@@ -107,7 +107,8 @@ class EpisodeSlot:
                                                          if k in SimRobotConfig.__dataclass_fields__}))
         self.client = RobotClientCore(self.robot)
         self.client.round_id = self._round_base  # the server saw these ids already
-        self.buffer = TrajectoryBuffer(self.robot.joints, rate_hz=self.robot.control_rate_hz)
+        self.buffer = TrajectoryBuffer(self.robot.joints, rate_hz=self.robot.control_rate_hz,
+                                       **merge_params(self.robot))
         self.buffer.set_hold_position(self.runtime.world.arm.positions())
         self.seed = int(seed)
         self.started = now
@@ -153,7 +154,8 @@ class EpisodeSlot:
 
     def exec_info(self, now: float) -> None:
         st = self.buffer.execution_state(now)
-        self.client.on_exec_info(now, st.actions_remaining, st.control_period, st.exec_phase_start)
+        self.client.on_exec_info(now, st.actions_remaining, st.control_period, st.exec_phase_start,
+                                 st.executing_round_id)
 
     def deliver(self, chunk: ActionChunkData, now: float) -> None:
         """The chunk reaches robot_client and trajectory_controller (both subscribe)."""

@@ -165,7 +165,8 @@ class RobotClientNode(Node):
     def _on_exec(self, msg: ExecutionInfo) -> None:
         st = execution_state_from_msg(msg)
         self.view.on_exec_info(st.actions_remaining, st.control_period, st.underruns)
-        self.core.on_exec_info(now_sec(self), st.actions_remaining, st.control_period, st.exec_phase_start)
+        self.core.on_exec_info(now_sec(self), st.actions_remaining, st.control_period, st.exec_phase_start,
+                               st.executing_round_id)
 
     def _on_chunk(self, msg: ActionChunk) -> None:
         if is_hold_chunk(msg.status, msg.error, msg.engine_instance):

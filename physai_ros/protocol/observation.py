@@ -53,3 +53,7 @@ class ObservationData:
     horizon_policy: str
     horizon_params: tuple[float, ...]
     refresh: bool = False
+    # Round of the chunk the robot's controller executes (ExecutionInfo.executing_round_id; 0:
+    # none). With exec_phase_start it tells the server which chunk it sent is running and when
+    # it arrived (real-time chunking, docs/rtc.md).
+    executing_round_id: int = 0

@@ -78,6 +78,7 @@ class _Exec:
     actions_remaining: int
     control_period: float
     exec_phase_start: float
+    executing_round_id: int = 0
 
 
 class RobotClientCore:
@@ -136,8 +137,9 @@ class RobotClientCore:
         self._wrench_stamp = stamp
 
     def on_exec_info(self, now: float, actions_remaining: int, control_period: float,
-                     exec_phase_start: float) -> None:
-        self._exec = _Exec(now, int(actions_remaining), float(control_period), float(exec_phase_start))
+                     exec_phase_start: float, executing_round_id: int = 0) -> None:
+        self._exec = _Exec(now, int(actions_remaining), float(control_period), float(exec_phase_start),
+                           int(executing_round_id))
 
     def ready(self) -> bool:
         return self._positions is not None and all(im is not None for im in self._images)
@@ -314,7 +316,8 @@ class RobotClientCore:
             wrench=self._wrench.copy(), wrench_stamp=self._wrench_stamp, prompt=self.task.prompt,
             exec_phase_start=ex.exec_phase_start if ex else 0.0, actions_remaining=remaining,
             control_period=period if period > 0 else self.task.action_period_s,
-            horizon_policy=self.task.horizon_policy, horizon_params=self.task.horizon_params)
+            horizon_policy=self.task.horizon_policy, horizon_params=self.task.horizon_params,
+            executing_round_id=ex.executing_round_id if ex else 0)
 
     def _observation(self, now: float, remaining: int, period: float) -> ObservationData:
         # Next even id above everything used, so r-1 and r+1 stay free for hold chunks.

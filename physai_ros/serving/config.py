@@ -19,6 +19,7 @@ from physai_ros.install_paths import PACKAGE_URL_PREFIX, default_fleet_file, res
 from physai_ros.protocol.topics import JOINT_STATES_TOPIC, WRENCH_TOPIC
 from physai_ros.security.config import SecurityConfig
 
+from .chunk_merge import ChunkMergeConfig, parse_chunk_merge
 from .config_fields import (FleetConfigError, integer, join_key, mapping, no_unknown, number, required,
                             string, strings)
 from .server_config import ServerConfig, parse_server
@@ -45,6 +46,8 @@ class TaskConfig:
     trigger_margin_s: float
     mode: str = "chunked"  # "streaming": TrajectorySegments from the server's streams
     segment_rate_hz: float = 60.0  # streaming: TrajectorySegment messages per second (at most)
+    # How consecutive chunks join: off (replace) | crossfade | rtc (serving.chunk_merge, docs/rtc.md).
+    chunk_merge: ChunkMergeConfig = ChunkMergeConfig()
 
     @property
     def action_period_s(self) -> float:
@@ -160,7 +163,7 @@ def _parse_task(name: str, d: Any) -> TaskConfig:
     d = mapping(d, path)
     no_unknown(d, {"prompt", "action_rate_hz", "horizon_policy", "slo_ms", "fallback",
                     "max_consecutive_slo_violation", "on_max_violation", "trigger_margin_s", "mode",
-                    "segment_rate_hz"}, path)
+                    "segment_rate_hz", "chunk_merge"}, path)
     hp, hparams = _parse_horizon(required(d, "horizon_policy", path), join_key(path, "horizon_policy"))
     return TaskConfig(
         name=name,
@@ -178,6 +181,7 @@ def _parse_task(name: str, d: Any) -> TaskConfig:
                               allow_zero=True),
         mode=string(d.get("mode", "chunked"), join_key(path, "mode"), TASK_MODES),
         segment_rate_hz=number(d.get("segment_rate_hz", 60.0), join_key(path, "segment_rate_hz")),
+        chunk_merge=parse_chunk_merge(d.get("chunk_merge"), join_key(path, "chunk_merge")),
     )
 
 

@@ -34,6 +34,7 @@ from .instances import EngineSlot, InstancePool
 from .normalizer import Normalizer
 from .prompt_builder import PromptStyle
 from .registry import RobotRegistry, TaskEnded
+from .rtc_planner import RtcPlanner
 from .tokenizer import PromptTokenizer
 from .validation import ModelLimits, Refusal
 from .work import BatchWork, Dispatch, StepOutput, scheduler_task_key
@@ -58,6 +59,7 @@ class ServingCore:
         self.model_config = cfg
         self.action_runner = ActionModelRunner(cfg, tokenizer, normalizer, prompt_style)
         self.runners = {ACTION: self.action_runner}
+        self.rtc = RtcPlanner({})  # real-time chunking per task (docs/rtc.md); the factory sets it
         self.limits = ModelLimits(cfg.max_views, cfg.max_state_dim, cfg.max_action_dim)
         self.instance_id = instance_id or uuid.uuid4().hex[:12]
         self.registry = RobotRegistry(self.limits, self.instance_id, max_observation_age_s,
@@ -326,7 +328,7 @@ class ServingCore:
                     reg = regs[req.robot_id]
                     if reg is None:
                         raise KeyError(req.robot_id)
-                    inputs.append(runner.prepare(req.payload, reg))
+                    inputs.append(self.rtc.attach(runner.prepare(req.payload, reg), req.payload, reg))
                     ok_reqs.append(req)
                 except (ValueError, KeyError) as e:
                     out.append(self._error(req, f"preprocessing failed: {e}", slot, locked=False))
@@ -373,6 +375,7 @@ class ServingCore:
         if reg is None:
             return self._error(req, "robot unregistered while its request ran", slot)
         chunk = runner.finish(req.payload, reg, output, slot.instance_id, queue_ms, inference_ms)
+        self.rtc.record(req.payload, output, chunk)
         if chunk.error:
             self.registry.record_error(req.robot_id)
         else:

@@ -3,14 +3,17 @@ from __future__ import annotations
 
 from typing import Any, Callable
 
+from physai_ros.engine.checkpoint_format import CheckpointFormat, config_overrides_for, detect_format
 from physai_ros.scheduler.base import make_scheduler
 
+from .chunk_merge import check_against_model
 from .config import FleetConfig, FleetConfigError, tokenizer_path
 from .core import ServingCore
 from .fault_injection import ENV_VAR, faults_from_env
 from .instances import EngineSlot, default_profile
 from .normalizer import Normalizer
 from .preflight import checkpoint_dir
+from .rtc_planner import RtcPlanner
 from .prompt_builder import prompt_style_for
 from .server_config import RemoteEngineConfig
 from .tokenizer import PromptTokenizer
@@ -28,6 +31,10 @@ def build_engine_slots(cfg: FleetConfig, remote_engine: RemoteEngineFactory | No
 
     srv = cfg.server
     slots = []
+    # The checkpoint's family (LeRobot <= 0.3, >= 0.4, ours) picks the engine's time schedule
+    # and RoPE formula: the numbers its own code produces (engine.checkpoint_format).
+    fmt = model_format(cfg)
+    overrides = config_overrides_for(fmt) if fmt is not None else {}
     # Standby instances are built (weights loaded) and warmed up like the others, then wait:
     # engine_<engine_instances> ... are the standbys.
     for i in range(srv.engine_instances + srv.standby_instances):
@@ -35,7 +42,7 @@ def build_engine_slots(cfg: FleetConfig, remote_engine: RemoteEngineFactory | No
             engine = Pi0Engine(Pi0Config.preset(srv.model.preset), device=srv.device,
                                seed=srv.model.seed)
         else:
-            engine = Pi0Engine.from_lerobot_checkpoint(checkpoint_dir(cfg), device=srv.device)
+            engine = Pi0Engine.from_lerobot_checkpoint(checkpoint_dir(cfg), device=srv.device, **overrides)
         slots.append(EngineSlot(f"engine_{i}", engine, srv.max_batch, default_profile(srv.max_batch),
                                 standby=i >= srv.engine_instances))
     if srv.remote_engines:
@@ -57,6 +64,11 @@ def build_engine_slots(cfg: FleetConfig, remote_engine: RemoteEngineFactory | No
     return slots
 
 
+def model_format(cfg: FleetConfig) -> CheckpointFormat | None:
+    """What server.model.checkpoint is, read from its files (None for a preset model)."""
+    return detect_format(checkpoint_dir(cfg)) if cfg.server.model.checkpoint else None
+
+
 def _attach_faults(slots: list[EngineSlot]) -> None:
     """Test hook (serving.fault_injection): PHYSAI_FAULT_INJECTION names slots to fail."""
     plans = faults_from_env()
@@ -74,7 +86,7 @@ def build_core(cfg: FleetConfig, instance_id: str | None = None,
     # The prompt as the checkpoint's own preprocessor writes it (pi0.5: with the state as text).
     style = prompt_style_for(slots[0].engine.config.policy,
                              checkpoint_dir(cfg) if cfg.server.model.checkpoint else None)
-    return ServingCore(
+    core = ServingCore(
         engines=slots,
         prompt_style=style,
         scheduler=make_scheduler(cfg.server.scheduler, **cfg.server.scheduler_params),
@@ -88,6 +100,26 @@ def build_core(cfg: FleetConfig, instance_id: str | None = None,
         max_robots=cfg.server.max_robots,
         robot_idle_release_s=cfg.server.robot_idle_release_s,
     )
+    core.rtc = rtc_planner(cfg, slots)
+    return core
+
+
+def rtc_planner(cfg: FleetConfig, slots: list[EngineSlot]) -> RtcPlanner:
+    """Real-time chunking for the tasks with `chunk_merge: rtc` (docs/rtc.md), checked against
+    the engines that would run it: errors name the task's key."""
+    from physai_ros.engine.engine import accepts_rtc
+
+    rtc_tasks = sorted(n for n, t in cfg.tasks.items() if t.chunk_merge.rtc)
+    if rtc_tasks:
+        key = f"tasks.{rtc_tasks[0]}.chunk_merge"
+        check_against_model(cfg.tasks, slots[0].engine.config.chunk_size)
+        if any(s.remote for s in slots):
+            raise FleetConfigError(f"{key}: rtc guides are not carried to remote engine workers "
+                                   "(server.remote_engines); use local engine instances")
+        for s in slots:
+            if not accepts_rtc(s.engine.model):
+                raise FleetConfigError(f"{key}: the model ({type(s.engine.model).__name__}) has no real-time chunking")
+    return RtcPlanner({n: t.chunk_merge for n, t in cfg.tasks.items()})
 
 
 def profile_local_engines(core: ServingCore, cfg: FleetConfig,

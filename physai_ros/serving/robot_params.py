@@ -26,7 +26,16 @@ def sim_params(robot: RobotConfig) -> dict[str, Any]:
     return p
 
 
+def merge_params(robot: RobotConfig) -> dict[str, Any]:
+    """The trajectory buffer's merge rule for this robot's task (`chunk_merge`, docs/rtc.md):
+    crossfade blends; off and rtc replace (an RTC chunk already continues the old plan where it
+    lands, so a blend would only pull it back towards the old chunk's later actions)."""
+    cm = robot.task.chunk_merge
+    return {"merge": cm.controller_merge, "crossfade_s": float(cm.crossfade_s)}
+
+
 def controller_params(robot: RobotConfig) -> dict[str, Any]:
-    """The trajectory_controller node's parameters for this robot (its joints and control rate)."""
+    """The trajectory_controller node's parameters for this robot (its joints, control rate and
+    merge rule)."""
     return {"robot_id": robot.id, "joint_names": list(robot.joints),
-            "control_rate_hz": float(robot.control_rate_hz)}
+            "control_rate_hz": float(robot.control_rate_hz), **merge_params(robot)}

@@ -82,6 +82,8 @@ def encode_request(inputs: Sequence[EngineInput], config: Pi0Config, batch_id: s
             inp.validate(config)
         except EngineInputError as e:
             raise EngineInputError(f"robot {i}: {e}") from e
+        if getattr(inp, "rtc", None) is not None:  # refused rather than silently dropped
+            raise EngineInputError(f"robot {i}: rtc: real-time chunking guides are not carried to engine workers")
     m = EngineBatchRequest()
     m.batch_id, m.instance_id, m.batch_size = batch_id, instance_id, len(inputs)
     m.image_size = config.vision.image_size

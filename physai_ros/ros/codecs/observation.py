@@ -75,6 +75,7 @@ def observation_to_msg(obs: ObservationData) -> Observation:
     msg.horizon_policy = obs.horizon_policy
     msg.horizon_params = f32_field(obs.horizon_params)
     msg.refresh = bool(obs.refresh)
+    msg.executing_round_id = max(0, int(obs.executing_round_id))
     return msg
 
 
@@ -88,4 +89,5 @@ def observation_from_msg(msg: Observation) -> ObservationData:
         wrench_stamp=to_sec(msg.wrench_stamp), prompt=msg.prompt,
         exec_phase_start=to_sec(msg.exec_phase_start), actions_remaining=int(msg.actions_remaining),
         control_period=float(msg.control_period), horizon_policy=msg.horizon_policy,
-        horizon_params=tuple(float(x) for x in msg.horizon_params), refresh=bool(msg.refresh))
+        horizon_params=tuple(float(x) for x in msg.horizon_params), refresh=bool(msg.refresh),
+        executing_round_id=int(msg.executing_round_id))

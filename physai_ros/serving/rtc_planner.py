@@ -1,0 +1,190 @@
+"""The server's side of real-time chunking (docs/rtc.md): what it sent each robot, and from
+that, the execution info an observation carries and the measured latency, the guide
+(engine.rtc.RtcGuide) for the robot's next chunk.
+
+Per robot with `chunk_merge: rtc` the planner keeps the last chunk it answered: its round, the
+capture time it answers (action k due at stamp + k dt on the robot's clock), dt, horizon, and the
+actions in the model's normalised space, padded, as the engine produced them. An observation
+then says which round the controller executes (`executing_round_id`) and when that round's
+first node was committed (`exec_phase_start`, i.e. when it arrived); so
+
+- the latency of that round, capture -> arrival at the controller, is measured on the robot's
+  own clock: exec_phase_start - stamp (one sample per round);
+- the inference delay of the chunk now being made is d = ceil(L / dt), L the largest of the
+  last `latency_window` samples (a delay guessed too short lets the new chunk take over where
+  the mask is already below 1; too long only freezes a little more of the old plan);
+- the leftover is the old chunk re-indexed to the new chunk's action times: row k is the old
+  plan at stamp_new + k dt, interpolated linearly between its actions as the trajectory buffer
+  does. When the old chunk's executed part (its horizon; the buffer then holds its last action)
+  covers the delay, rows continue into its unexecuted tail, the paper's soft-masked overlap,
+  up to where it ends or the task's execution horizon; otherwise the robot will be holding
+  when the new chunk lands, so the rows are what the buffer does (the held action) and only
+  the delay is guided.
+
+No guide (the chunk is made as without RTC) when there is no previous chunk, the controller is
+not executing it (a hold, a refused chunk, a restarted robot), the buffer is empty, or the
+action period changed. Each case is counted in `stats`.
+"""
+from __future__ import annotations
+
+import dataclasses
+import math
+import threading
+from collections import Counter, deque
+from dataclasses import dataclass
+from typing import Mapping, Optional
+
+import numpy as np
+
+from physai_ros.protocol.chunk import STATUS_OK
+from physai_ros.protocol.observation import ObservationData
+
+from .chunk_merge import ChunkMergeConfig
+
+
+@dataclass(frozen=True)
+class SentChunk:
+    """The last chunk the server answered a robot with (the model's side of it)."""
+
+    round_id: int
+    stamp: float  # capture time of the observation it answered, robot clock
+    dt: float
+    horizon: int
+    actions: np.ndarray  # [chunk, max_action_dim] float32, normalised, padded
+
+
+@dataclass(frozen=True)
+class GuidePlan:
+    """What the next chunk is guided towards, before it becomes an engine.rtc.RtcGuide."""
+
+    leftover: np.ndarray  # [chunk, max_action_dim] float32
+    delay: int
+    execution_horizon: int
+    latency_s: float
+
+
+def old_plan_at(actions: np.ndarray, index: np.ndarray, last: int) -> np.ndarray:
+    """Rows of `actions` at fractional indices `index` (>= 0), linear between neighbours, held at
+    row `last` beyond it (the trajectory buffer's interpolation and hold)."""
+    j = np.clip(index, 0.0, float(last))
+    lo = np.floor(j).astype(np.int64)
+    hi = np.minimum(lo + 1, last)
+    frac = (j - lo)[:, None].astype(np.float64)
+    return ((1.0 - frac) * actions[lo] + frac * actions[hi]).astype(np.float32)
+
+
+def plan_guide(prev: SentChunk, stamp: float, latency_s: float, action_dim: int,
+               cfg: ChunkMergeConfig) -> GuidePlan:
+    """The guide for a chunk answering an observation captured at `stamp` (pure: tested by hand)."""
+    chunk = prev.actions.shape[0]
+    dt = prev.dt
+    delay = min(chunk, max(0, math.ceil(latency_s / dt - 1e-9)))
+    index = (stamp - prev.stamp) / dt + np.arange(chunk, dtype=np.float64)
+    executed = int(np.count_nonzero(index <= prev.horizon - 1 + 1e-9))  # rows on the executed plan
+    if delay <= executed:
+        rows = old_plan_at(prev.actions, index, chunk - 1)
+        reach = int(np.count_nonzero(index <= chunk - 1 + 1e-9))  # rows the old chunk predicts
+        horizon = min(cfg.execution_horizon or chunk, reach, chunk)
+    else:
+        rows = old_plan_at(prev.actions, index, prev.horizon - 1)
+        horizon = delay
+    leftover = np.zeros_like(prev.actions, dtype=np.float32)
+    leftover[:, :action_dim] = rows[:, :action_dim]
+    return GuidePlan(leftover, delay, max(delay, horizon), float(latency_s))
+
+
+class RtcPlanner:
+    """Thread-safe: guides are built in the instances' threads, chunks remembered under the
+    serving core's lock."""
+
+    def __init__(self, settings: Mapping[str, ChunkMergeConfig]):
+        # task id -> its chunk_merge, for the tasks that use rtc only
+        self.settings = {k: v for k, v in settings.items() if v.rtc}
+        self._sent: dict[str, SentChunk] = {}
+        self._latency: dict[str, deque] = {}
+        self._sampled: dict[str, int] = {}  # robot -> round whose latency is recorded
+        self._lock = threading.Lock()
+        self.stats: Counter = Counter()
+
+    def enabled(self, task_id: str) -> bool:
+        return task_id in self.settings
+
+    def plan(self, obs: ObservationData, action_dim: int, control_period: float) -> Optional[GuidePlan]:
+        """The guide plan for this observation's chunk, or None (why: counted in stats)."""
+        cfg = self.settings.get(obs.task_id)
+        if cfg is None:
+            return None
+        with self._lock:
+            prev = self._sent.get(obs.robot_id)
+            why = self._why_not(obs, prev, control_period)
+            if why is None:
+                self._sample_latency(obs, prev, cfg)
+                lat = self._latency.get(obs.robot_id)
+                if not lat:
+                    why = "no_latency"
+            if why is not None:
+                self.stats[why] += 1
+                return None
+            latency = max(lat)
+            self.stats["guided"] += 1
+        return plan_guide(prev, obs.stamp, latency, action_dim, cfg)
+
+    @staticmethod
+    def _why_not(obs: ObservationData, prev: Optional[SentChunk], control_period: float) -> Optional[str]:
+        if prev is None:
+            return "no_previous_chunk"
+        if obs.executing_round_id != prev.round_id:
+            return "not_executing_previous"  # a hold, a refused or lost chunk, a restart
+        if obs.actions_remaining <= 0:
+            return "buffer_empty"
+        if not math.isclose(prev.dt, control_period, rel_tol=1e-6) or obs.stamp <= prev.stamp:
+            return "timing_changed"
+        return None
+
+    def _sample_latency(self, obs: ObservationData, prev: SentChunk, cfg: ChunkMergeConfig) -> None:
+        if self._sampled.get(obs.robot_id) == prev.round_id or not obs.exec_phase_start > prev.stamp:
+            return
+        self._sampled[obs.robot_id] = prev.round_id
+        lat = self._latency.setdefault(obs.robot_id, deque(maxlen=cfg.latency_window))
+        lat.append(obs.exec_phase_start - prev.stamp)
+
+    def guide(self, obs: ObservationData, action_dim: int, control_period: float):
+        """The engine.rtc.RtcGuide for this observation's chunk, or None."""
+        p = self.plan(obs, action_dim, control_period)
+        if p is None:
+            return None
+        import torch
+
+        from physai_ros.engine.rtc import RtcGuide
+
+        cfg = self.settings[obs.task_id]
+        return RtcGuide(torch.from_numpy(p.leftover), p.delay, p.execution_horizon, cfg.schedule,
+                        cfg.max_guidance_weight, action_dim)
+
+    def attach(self, inp, obs: ObservationData, reg):
+        """The engine input `inp` of `obs` with its guide, when its task uses rtc and one applies."""
+        if obs.task_id not in self.settings:
+            return inp
+        g = self.guide(obs, reg.action_dim, reg.control_period)
+        return inp if g is None else dataclasses.replace(inp, rtc=g)
+
+    def record(self, obs: ObservationData, output, chunk) -> None:
+        """An answered chunk (engine output + the ActionChunkData sent): remember it if it is OK."""
+        if obs.task_id in self.settings and chunk.status == STATUS_OK and not chunk.error:
+            self.remember(obs, output.actions.detach().float().cpu().numpy(), chunk.dt, chunk.horizon)
+
+    def remember(self, obs: ObservationData, actions: np.ndarray, dt: float, horizon: int) -> None:
+        """The chunk just answered for `obs` (actions: the engine's normalised, padded output)."""
+        if obs.task_id not in self.settings:
+            return
+        sent = SentChunk(int(obs.round_id), float(obs.stamp), float(dt), int(horizon),
+                         np.array(actions, dtype=np.float32, copy=True))
+        with self._lock:
+            old = self._sent.get(obs.robot_id)
+            if old is None or sent.round_id >= old.round_id:
+                self._sent[obs.robot_id] = sent
+
+    def forget(self, robot_id: str) -> None:
+        with self._lock:
+            for d in (self._sent, self._latency, self._sampled):
+                d.pop(robot_id, None)
