@@ -29,6 +29,7 @@ from physai_ros.kernels import ops
 from .fast import FastPi0, _take
 from .model import sincos_time_embedding
 from .params import Weights
+from .rtc import RtcBatch, guide_rows
 from .types import PrefixCache
 
 
@@ -92,36 +93,31 @@ class FastPi05(FastPi0):
         self.act_in_w = _take(weights, "action_in.weight", c).to(dt)
         self.act_in_b = _take(weights, "action_in.bias", c).to(dt)
 
-    def _ada(self, x: torch.Tensor, norm: AdaNorm, s: int) -> torch.Tensor:
+    def _ada(self, x: torch.Tensor, norm: AdaNorm, s: int, backend: str) -> torch.Tensor:
         """adaRMS at step s: x * rsqrt(mean(x^2) + eps) * (1 + scale_s) + shift_s."""
-        rs = ops.rms_row_scale(x, self.cfg.rms_eps, backend=self.backend)
+        rs = ops.rms_row_scale(x, self.cfg.rms_eps, backend=backend)
         return torch.addcmul(norm.shift[s], x * rs.unsqueeze(-1).to(x.dtype), norm.scale1p[s])
 
-    def _expert_layer(self, layer: Pi05ExpertLayer, s: int, x, cos, sin, kv_sink):
-        spec, be = self.cfg.expert, self.backend
-        h = self._ada(x, layer.attn_norm, s)
+    def _expert_layer(self, layer: Pi05ExpertLayer, s: int, x, cos, sin, kv_sink, be: str):
+        spec = self.cfg.expert
+        h = self._ada(x, layer.attn_norm, s, be)
         q, k, v = ops.qkv_rope(h, layer.w_qkv, cos, sin, spec.num_heads, spec.num_kv_heads, spec.head_dim, backend=be)
         k_all, v_all, mask = kv_sink(k, v)
-        a = self._attention(q, k_all, v_all, mask)
+        a = self._attention(q, k_all, v_all, mask, be)
         x = torch.addcmul(x, ops.linear(a.reshape(x.shape[0], x.shape[1], -1), layer.w_o, backend=be),
                           layer.attn_norm.gate[s])
-        f = ops.gated_ffn(self._ada(x, layer.mlp_norm, s), layer.w_gate_up, activation="gelu_tanh", backend=be)
+        f = ops.gated_ffn(self._ada(x, layer.mlp_norm, s, be), layer.w_gate_up, activation="gelu_tanh", backend=be)
         return torch.addcmul(x, ops.linear(f, layer.w_down, backend=be), layer.mlp_norm.gate[s])
 
-    def step_update(self, s: int, xt: torch.Tensor, kbuf, vbuf, mask, cos, sin, t_pre: int) -> torch.Tensor:
-        """dt * v at Euler step s for x_t [B, C, A] (fp32), the action K/V written into the
-        buffers' tails."""
-        be = self.backend
-        h = ops.linear(xt.to(self.dtype), self.act_in_w, self.act_in_b, backend=be)
+    def _action_step(self, s: int, xt: torch.Tensor, cos, sin, sink_of, backend: str) -> torch.Tensor:
+        """dt * v at Euler step s for x_t [B, C, A] (fp32); sink_of(i) is expert layer i's
+        kv_sink (the static buffers, or RTC's differentiable concatenation)."""
+        h = ops.linear(xt.to(self.dtype), self.act_in_w, self.act_in_b, backend=backend)
         for i, layer in enumerate(self.expert_layers):
-            def sink(k, v, i=i):
-                kbuf[i][:, t_pre:] = k
-                vbuf[i][:, t_pre:] = v
-                return kbuf[i], vbuf[i], mask
-            h = self._expert_layer(layer, s, h, cos, sin, sink)
-        rs = ops.rms_row_scale(h, self.cfg.rms_eps, backend=be)
+            h = self._expert_layer(layer, s, h, cos, sin, sink_of(i), backend)
+        rs = ops.rms_row_scale(h, self.cfg.rms_eps, backend=backend)
         hin = h * self.final_scale1p[s]
-        return ops.linear(hin, self.out_w, self.out_b_table[s], row_scale=rs, backend=be).float()
+        return ops.linear(hin, self.out_w, self.out_b_table[s], row_scale=rs, backend=backend).float()
 
     def denoise_buffers(self, cache: PrefixCache, chunk: int):
         """Static K/V buffers [prefix | actions] per expert layer, the attention mask and the
@@ -140,14 +136,53 @@ class FastPi05(FastPi0):
         return kbuf, vbuf, mask, self.rope_cos[apos], self.rope_sin[apos], t_pre
 
     @torch.no_grad()
-    def denoise(self, cache: PrefixCache, state, noise) -> Tuple[torch.Tensor, torch.Tensor]:
-        """Euler from noise [B, C, A] at t=1 to t=0; `state` is unused (it is in the prompt)."""
+    def denoise(self, cache: PrefixCache, state, noise, rtc=None) -> Tuple[torch.Tensor, torch.Tensor]:
+        """Euler from noise [B, C, A] at t=1 to t=0; `state` is unused (it is in the prompt).
+        rtc: one Optional[RtcGuide] per robot (real-time chunking, rtc.py), as FastPi0: guided
+        rows run a differentiable torch-ops copy of the step, the others the ordinary one."""
         b, chunk, a = noise.shape
         kbuf, vbuf, mask, cos, sin, t_pre = self.denoise_buffers(cache, chunk)
+
+        def buffer_sink(i):
+            def sink(k, v):
+                kbuf[i][:, t_pre:] = k
+                vbuf[i][:, t_pre:] = v
+                return kbuf[i], vbuf[i], mask
+            return sink
+
+        plan = RtcBatch.build(rtc, noise.device) if rtc is not None else None
+        if plan is not None:
+            guided_step = self._guided_step_fn(plan, kbuf, vbuf, t_pre, mask, cos, sin)
         xt = noise.to(torch.float32)
         updates = torch.empty(self.cfg.num_steps, b, chunk, a, dtype=torch.float32, device=noise.device)
         for s in range(self.cfg.num_steps):
-            u = self.step_update(s, xt, kbuf, vbuf, mask, cos, sin, t_pre)
+            if plan is None:
+                u = self._action_step(s, xt, cos, sin, buffer_sink, self.backend)
+            else:
+                u = (self._action_step(s, xt, cos, sin, buffer_sink, self.backend) if plan.partial
+                     else torch.empty_like(xt))
+                u[plan.rows] = guided_step(s, xt[plan.rows])
             updates[s] = u
             xt = xt + u
         return xt, updates
+
+    def _guided_step_fn(self, plan: RtcBatch, kbuf, vbuf, t_pre: int, mask, cos, sin):
+        """step(s, x_rows) -> the guided dt * v of the plan's rows, K/V concatenated to the
+        rows' prefix (no in-place buffer writes for autograd to track)."""
+        cfg = self.cfg
+        with torch.inference_mode(False):
+            rows = plan.rows
+            keys = [k[rows, :t_pre] for k in kbuf]
+            values = [v[rows, :t_pre] for v in vbuf]
+            m, c, sn = mask[rows], cos[rows], sin[rows]
+
+        def cat_sink(i):
+            return lambda k, v: (torch.cat([keys[i], k], dim=1), torch.cat([values[i], v], dim=1), m)
+
+        times = cfg.step_times()
+
+        def step(s: int, x_rows):
+            def velocity(x, _rows):
+                return self._action_step(s, x, c, sn, cat_sink, "torch") / cfg.dt
+            return cfg.dt * guide_rows(velocity, x_rows, times[s], plan)
+        return step
