@@ -193,17 +193,17 @@ def detect_format(path: str | Path) -> CheckpointFormat:
         raise clash(f"{' and '.join(processors)} present",
                     f"the weights hold normalize_* buffers ({_listing(buffers, 2)})")
     if processors and keys03:
-        raise clash(f"{' and '.join(processors)} present", f"{CONFIG_FILE} has {_listing(keys03)}")
+        raise clash(f"{' and '.join(processors)} present", f"{CONFIG_FILE} has {', '.join(keys03)}")
     if buffers and keys04:
-        raise clash(f"{CONFIG_FILE} has {_listing(keys04)}",
+        raise clash(f"{CONFIG_FILE} has {', '.join(keys04)}",
                     f"the weights hold normalize_* buffers ({_listing(buffers, 2)})")
     if keys03 and keys04:
-        raise clash(f"{CONFIG_FILE} has {_listing(keys04)}", f"it also has {_listing(keys03)}")
+        raise clash(f"{CONFIG_FILE} has {', '.join(keys04)}", f"it also has {', '.join(keys03)}")
     if policy == "pi05" and (buffers or keys03):
         raise CheckpointError(f"{path}: contradictory checkpoint format: {CONFIG_FILE} type 'pi05' exists "
                               f"only since LeRobot 0.4, but " + (
                                   f"the weights hold normalize_* buffers ({_listing(buffers, 2)})" if buffers
-                                  else f"{CONFIG_FILE} has {_listing(keys03)}") + " (LeRobot <= 0.3)")
+                                  else f"{CONFIG_FILE} has {', '.join(keys03)}") + " (LeRobot <= 0.3)")
     if len(processors) == 1:
         missing = ({PREPROCESSOR_FILE, POSTPROCESSOR_FILE} - set(processors)).pop()
         raise CheckpointError(f"{path}: {processors[0]} present but {missing} missing: LeRobot >= 0.4 "

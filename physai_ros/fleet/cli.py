@@ -71,12 +71,17 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
                     help="also subscribe to the 480 Hz wrench and joint_trajectory streams (costly)")
     ap.add_argument("--snapshot-period", type=float, default=None,
                     help="seconds between contact-sheet frames (default duration/6)")
+    ap.add_argument("--checkpoint", default=None, metavar="DIR",
+                    help="serve this policy directory instead of the fleet file's server.model (a LeRobot "
+                         "<= 0.3 or >= 0.4 checkpoint, or one physai_ros trained); checked before anything starts")
     ap.add_argument("--record-trace", default=None, metavar="PATH",
                     help="write one task trace per robot (physai-trace/1 JSON, physai_ros.sim.traces) "
                          "from the observation/action_chunk/execution_info topics; needs the policy server")
     args = ap.parse_args(argv)
     if args.record_trace and args.scripted:
         ap.error("--record-trace records the policy server's rounds: it cannot be used with --scripted")
+    if args.checkpoint and args.scripted:
+        ap.error("--checkpoint sets the policy server's model: it cannot be used with --scripted")
     from physai_ros.install_paths import InstallLayoutError
     from physai_ros.serving.config import FleetConfigError
     from physai_ros.security.keystore import KeystoreError
@@ -86,7 +91,7 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
         if args.scripted:
             args.robots = 2 if args.robots is None else args.robots
         else:
-            cfg = _fleet_config(args.fleet)
+            cfg = _fleet_config(args.fleet, checkpoint=args.checkpoint)
             args.robots = len(cfg.robots) if args.robots is None else args.robots
             # Before any process starts: a missing checkpoint is named now, not a minute later.
             check_server_files(cfg)
@@ -116,19 +121,29 @@ def scripted_robot_specs(k: int, args: argparse.Namespace) -> list[ProcessSpec]:
     ]
 
 
-def _fleet_config(path, robots=None):
+def _fleet_config(path, robots=None, checkpoint=None):
     from physai_ros.serving.config import load_fleet
 
     cfg = load_fleet(path)
+    if checkpoint:
+        cfg = cfg.with_checkpoint(checkpoint)
     return cfg.with_num_robots(robots) if robots else cfg
 
 
 def build_fleet(args: argparse.Namespace) -> list[ProcessSpec]:
     if args.scripted:
         return [spec for k in range(args.robots) for spec in scripted_robot_specs(k, args)]
+    import dataclasses
+
     from physai_ros.fleet.plan import fleet_plan
 
-    return fleet_plan(_fleet_config(args.fleet, args.robots))
+    cfg = _fleet_config(args.fleet, args.robots, args.checkpoint)
+    specs = fleet_plan(cfg)
+    if args.checkpoint:
+        # The server reads the fleet file itself; this parameter carries the replacement.
+        specs = [dataclasses.replace(s, params={**s.params, "checkpoint": cfg.server.model.checkpoint})
+                 if s.name == "policy_server" else s for s in specs]
+    return specs
 
 
 def monitored_robots(args: argparse.Namespace) -> dict[str, int]:
@@ -332,15 +347,16 @@ def print_plan(args: argparse.Namespace, env: dict[str, str]) -> None:
     layout = install_layout()
     print(f"physai-fleet: install {layout.kind}: package {layout.package_dir}, share {layout.share_dir}")
     if not args.scripted:
-        cfg = _fleet_config(args.fleet, args.robots)
-        print(f"physai-fleet: fleet file {cfg.source} ({len(cfg.robots)} robot(s))")
+        cfg = _fleet_config(args.fleet, args.robots, args.checkpoint)
+        print(f"physai-fleet: fleet file {cfg.source} ({len(cfg.robots)} robot(s)), model "
+              f"{cfg.server.model.checkpoint or 'preset ' + str(cfg.server.model.preset)}")
     print(f"physai-fleet: Fast DDS profile {env.get('FASTDDS_DEFAULT_PROFILES_FILE', '(none needed)')}")
     for spec in build_fleet(args):
         print("  " + " ".join(spec.argv()))
 
 
 def trace_meta(args: argparse.Namespace) -> dict:
-    cfg = _fleet_config(args.fleet, args.robots)
+    cfg = _fleet_config(args.fleet, args.robots, args.checkpoint)
     m = cfg.server.model
     return {"source": "physai-fleet --record-trace", "fleet": args.fleet or "embedded config/fleet.yaml",
             "model": m.checkpoint or f"preset {m.preset} (random weights, seed {m.seed})",

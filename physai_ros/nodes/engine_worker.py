@@ -38,12 +38,17 @@ from physai_ros.workers.codec import encode_status
 from physai_ros.workers.core import WorkerCore
 
 
-def build_engine(preset: str, checkpoint: str, seed: int, device: str):
+def build_engine(preset: str, checkpoint: str, seed: int, device: str, log=None):
+    from physai_ros.engine.checkpoint_format import config_overrides_for, detect_format
     from physai_ros.engine.engine import Pi0Engine
     from physai_ros.engine.types import Pi0Config
 
     if checkpoint:
-        return Pi0Engine.from_lerobot_checkpoint(checkpoint, device=device), checkpoint
+        # The same float32 variant the policy server picks for this checkpoint (its LeRobot family).
+        fmt = detect_format(checkpoint)
+        if log is not None:
+            log(fmt.summary())
+        return Pi0Engine.from_lerobot_checkpoint(checkpoint, device=device, **config_overrides_for(fmt)), checkpoint
     return Pi0Engine(Pi0Config.preset(preset), device=device, seed=seed), f"{preset} (seed {seed})"
 
 
@@ -65,7 +70,8 @@ class EngineWorkerNode(Node):
             import torch
 
             torch.set_num_threads(int(p["torch_threads"]))
-        engine, model = build_engine(p["preset"], p["checkpoint"], int(p["seed"]), p["device"])
+        engine, model = build_engine(p["preset"], p["checkpoint"], int(p["seed"]), p["device"],
+                                     log=self.get_logger().info)
         self.core = WorkerCore(engine, p["instance_id"], p["tier"], int(p["max_batch"]), model,
                                float(p["heartbeat_period_s"]))
         self._profile_args = (int(p["profile_reps"]), int(p["profile_views"]), int(p["profile_tokens"]))

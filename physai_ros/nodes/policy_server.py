@@ -10,7 +10,8 @@ ROS I/O only; the logic is physai_ros.serving.core.ServingCore.
            ": registrations" and ": inputs" (refusals not attributable to a served round)
   pub      /<robot_id>/metrics/<name>, /fleet/metrics/<name>  (std_msgs/Float64, for rqt_plot)
 Parameters: fleet_file (default: the embedded config/fleet.yaml), num_robots (0: the robots
-listed; N: the first N, cloning the last entry beyond the list, as the launchers start them).
+listed; N: the first N, cloning the last entry beyond the list, as the launchers start them),
+checkpoint (a policy directory replacing server.model: physai-fleet --checkpoint).
 Inference runs in serving.runner's threads (one per engine instance, so instances compute
 concurrently); DDS callbacks never wait for the engine.
 """
@@ -46,7 +47,7 @@ from physai_ros.security.endpoints import CHUNK, ServerAuth
 from physai_ros.security.handshake import AuthError
 from physai_ros.security.keystore import Identity
 from physai_ros.serving.config import load_fleet
-from physai_ros.serving.factory import build_core, profile_local_engines
+from physai_ros.serving.factory import build_core, model_format, profile_local_engines
 from physai_ros.serving.preflight import STARTUP_LOG_PREFIX, check_server_files
 from physai_ros.serving.runner import ServingRunner
 
@@ -59,10 +60,18 @@ class PolicyServerNode(Node):
         # server expects exactly those (a clone robot_<k> beyond the list, or fewer than listed)
         # and does not report robots that were never launched as unregistered. 0: as listed.
         num_robots = int(self.declare_parameter("num_robots", 0).value or 0)
+        checkpoint = self.declare_parameter("checkpoint", "").value or None
         self.fleet = load_fleet(fleet_file)
+        if checkpoint:
+            self.fleet = self.fleet.with_checkpoint(checkpoint)
         if num_robots > 0:
             self.fleet = self.fleet.with_num_robots(num_robots)
         check_server_files(self.fleet)  # a missing checkpoint fails here, named, in one line
+        # Which LeRobot wrote the checkpoint decides the engine's float32 variant: said once here
+        # (physai-fleet relays startup lines) and kept for the "model" diagnostics status.
+        self.model_format = model_format(self.fleet)
+        if self.model_format is not None:
+            self._startup(self.model_format.summary())
         # Authentication (physai_ros.security): None only with an explicit insecure: true. Set up
         # before the engines: remote engine proxies sign their requests with it.
         sec, base = node_security(self, self.fleet)
@@ -272,6 +281,7 @@ class PolicyServerNode(Node):
                                      ok_message=lambda: f"{self.core.registered_robots()} robot(s) registered"))
         for iid in self.core.engines:
             self.updater.add(f"engine {iid}", lambda stat, iid=iid: self._engine_status(stat, iid))
+        self.updater.add("model", self._model_status)
         reg_health = RefusalHealth(self.registration_refusals, "registration(s)")
         self.updater.add("registrations", reg_health.run)
         input_health = RefusalHealth(self.input_refusals,
@@ -332,6 +342,17 @@ class PolicyServerNode(Node):
         for key, value in m.items():
             self.metrics.set(None, key, value)
         return m
+
+    def _model_status(self, stat):
+        """The checkpoint's format decision and where its normalisation statistics came from."""
+        m = self.fleet.server.model
+        fmt = self.model_format
+        stat.summary(level_byte(OK), f"{fmt.policy_type} checkpoint, {fmt.family}" if fmt is not None
+                     else f"preset {m.preset} (random weights, seed {m.seed})")
+        for k, v in {**(fmt.as_status() if fmt is not None else {}),
+                     **self.core.action_runner.normalizer.describe()}.items():
+            stat.add(k, v)
+        return stat
 
     def _engine_status(self, stat, iid: str):
         d = self.core.engine_diagnostics().get(iid, {})

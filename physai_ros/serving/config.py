@@ -99,6 +99,16 @@ class FleetConfig:
                 return self.with_num_robots(int(k) + 1).robot(robot_id)
             raise KeyError(f"robot {robot_id!r} is not in {self.source}") from None
 
+    def with_checkpoint(self, path: str | Path) -> "FleetConfig":
+        """server.model.checkpoint replaced (physai-fleet --checkpoint), the preset dropped. A
+        relative path is taken from the working directory, not the fleet file's: it was typed
+        on a command line."""
+        path = str(path)
+        if not path.startswith(PACKAGE_PREFIX):
+            path = str(Path(path).expanduser().resolve())
+        model = _replace(self.server.model, checkpoint=path, preset=None)
+        return _replace(self, server=_replace(self.server, model=model))
+
     def with_num_robots(self, n: int) -> "FleetConfig":
         """The first n robots; beyond the listed ones, clones of the last entry (robot_<k>)."""
         if n < 1:
@@ -117,10 +127,10 @@ class FleetConfig:
         return FleetConfig(self.server, self.tasks, tuple(robots), self.source, self.security)
 
 
-def _replace(robot: RobotConfig, **kw: Any) -> RobotConfig:
+def _replace(obj: Any, **kw: Any) -> Any:
     from dataclasses import replace
 
-    return replace(robot, **kw)
+    return replace(obj, **kw)
 
 
 def resolve_package_path(path: str, base_dir: Path | None = None) -> Path:

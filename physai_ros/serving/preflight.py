@@ -3,16 +3,20 @@
 A missing or unreadable checkpoint used to surface as a traceback in the server's log a minute
 later (after torch imported and the robots had started), while the launcher went on waiting. The
 server and physai-fleet call check_server_files first and stop with one line that names the
-fleet.yaml key, the resolved path and the reason. Pure file checks: no torch import here.
+fleet.yaml key, the resolved path and the reason: missing files, a checkpoint format whose files
+contradict each other, normalisation statistics missing or too short. Pure file checks, no model is
+built (physai_ros.engine's package import still brings torch in: about 3 s on a busy machine).
 """
 from __future__ import annotations
 
 import os
 from pathlib import Path
 
+from physai_ros.engine.checkpoint_format import CheckpointError, detect_format
 from physai_ros.errors import UserInputError
 
 from .config import FleetConfig, fleet_dir, resolve_package_path, tokenizer_path
+from .normalizer import Normalizer
 
 # A LeRobot checkpoint directory: config.json plus one file of weights or a shard index.
 CHECKPOINT_CONFIG = "config.json"
@@ -65,6 +69,13 @@ def check_server_files(cfg: FleetConfig) -> None:
         why = _readable(weights[0])
         if why:
             raise ServerFilesError(f"{key}: {weights[0]} {why}")
+        # Which LeRobot wrote it and its normalisation statistics, read from the files: a
+        # contradictory format or missing statistics is named here, before the model loads.
+        try:
+            detect_format(ckpt)
+            Normalizer.from_checkpoint(ckpt)
+        except CheckpointError as e:
+            raise ServerFilesError(f"{key}: {e}") from None
     tok = tokenizer_path(cfg)
     why = _readable(tok)
     if why:
