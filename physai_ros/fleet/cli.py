@@ -10,6 +10,7 @@ serving plan (physai_ros.fleet.plan) or, with --scripted, the scripted robots be
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import faulthandler
 import json
 import os
@@ -71,9 +72,8 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
                     help="also subscribe to the 480 Hz wrench and joint_trajectory streams (costly)")
     ap.add_argument("--snapshot-period", type=float, default=None,
                     help="seconds between contact-sheet frames (default duration/6)")
-    ap.add_argument("--checkpoint", default=None, metavar="DIR",
-                    help="serve this policy directory instead of the fleet file's server.model (a LeRobot "
-                         "<= 0.3 or >= 0.4 checkpoint, or one physai_ros trained); checked before anything starts")
+    ap.add_argument("--checkpoint", default=None, metavar="DIR", help="serve this policy directory (LeRobot "
+                    "<= 0.3 or >= 0.4, or ours) instead of the fleet file's server.model")
     ap.add_argument("--record-trace", default=None, metavar="PATH",
                     help="write one task trace per robot (physai-trace/1 JSON, physai_ros.sim.traces) "
                          "from the observation/action_chunk/execution_info topics; needs the policy server")
@@ -133,8 +133,6 @@ def _fleet_config(path, robots=None, checkpoint=None):
 def build_fleet(args: argparse.Namespace) -> list[ProcessSpec]:
     if args.scripted:
         return [spec for k in range(args.robots) for spec in scripted_robot_specs(k, args)]
-    import dataclasses
-
     from physai_ros.fleet.plan import fleet_plan
 
     cfg = _fleet_config(args.fleet, args.robots, args.checkpoint)
