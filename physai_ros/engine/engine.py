@@ -68,6 +68,7 @@ class Pi0Engine:
         self.fast = fast
         self.backend = backend
         self.stats = EngineStats()
+        self.checkpoint_format = None  # set by from_lerobot_checkpoint (checkpoint_format.CheckpointFormat)
         self._gen = torch.Generator().manual_seed(seed)
         if weights is None:
             weights = random_weights(config, seed=seed)
@@ -98,11 +99,14 @@ class Pi0Engine:
                                 cuda_graphs: bool = False, **config_overrides) -> "Pi0Engine":
         """Load a LeRobot PI0 checkpoint directory (see weights.load_lerobot_checkpoint for
         head_dim / vision_heads and the config overrides such as time_schedule)."""
+        from .checkpoint_format import detect_format
         from .weights import load_lerobot_checkpoint
 
         config, weights = load_lerobot_checkpoint(path, dtype=dtype, head_dim=head_dim, vision_heads=vision_heads,
                                                   progress=progress, **config_overrides)
-        return cls(config, weights, device=device, dtype=dtype, fast=fast, backend=backend, cuda_graphs=cuda_graphs)
+        engine = cls(config, weights, device=device, dtype=dtype, fast=fast, backend=backend, cuda_graphs=cuda_graphs)
+        engine.checkpoint_format = detect_format(path)  # what was decided, for logs and /diagnostics
+        return engine
 
     # ------------------------------------------------------------------ input checking
     def check(self, inp: EngineInput) -> Optional[str]:

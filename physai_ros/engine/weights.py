@@ -23,7 +23,7 @@ from typing import Callable, Dict, List, Optional, Tuple
 
 import torch
 
-from .checkpoint_format import CheckpointError  # noqa: F401  (torch-free there, for the preflight; re-exported)
+from .checkpoint_format import CheckpointError, detect_format, resolve_overrides  # CheckpointError: torch-free there (preflight), re-exported
 
 from .params import Weights, infer_config, param_shapes
 from .types import Pi0Config
@@ -204,16 +204,27 @@ def load_lerobot_checkpoint(
     head_dim: Optional[int] = None,
     vision_heads: int = 16,
     progress: Optional[Callable[[str], None]] = None,
+    force_variant: bool = False,
     **config_overrides,
 ) -> Tuple[Pi0Config, Weights]:
-    """(config, weights) from a LeRobot PI0 checkpoint directory.
+    """(config, weights) from a LeRobot PI0 / PI05 checkpoint directory (or one of ours).
 
+    The policy (config.json `type`) and the sampler variant (time schedule, RoPE formula) come
+    from the files (checkpoint_format.detect_format), are logged once, and an override that
+    contradicts them is refused unless force_variant.
     head_dim: Gemma head dim; default 256 (LeRobot's gemma_2b / gemma_300m), or the K
     projection's rows when 256 does not divide them (a single KV head, as in every pi0 variant).
     vision_heads: SigLIP head count (16 for So400m).
     """
     path = Path(path)
+    fmt = detect_format(path)
+    log.info(fmt.summary())
+    config_overrides = resolve_overrides(fmt, config_overrides, force_variant)
     lr_cfg = read_lerobot_config(path)
+    if lr_cfg.get("use_relative_actions"):
+        raise CheckpointError(f"{path / 'config.json'}: use_relative_actions is true (actions relative to the "
+                              "state, LeRobot's Relative/AbsoluteActionsProcessorStep); this server does not "
+                              "apply that conversion, so it refuses rather than send relative actions as absolute")
     policy = lr_cfg.get("type", "pi0")
     files = [SafetensorsFile(f) for f in _safetensors_files(path)]
     report = progress or (lambda msg: log.info(msg))
@@ -244,7 +255,7 @@ def load_lerobot_checkpoint(
         head_dim = 256 if k_rows % 256 == 0 and shapes["vlm.layers.0.q"][0] % 256 == 0 else k_rows
     try:
         config = infer_config(shapes, head_dim=head_dim, vision_heads=vision_heads,
-                              **{"policy": policy, **_config_fields(lr_cfg), **config_overrides})
+                              **{**_config_fields(lr_cfg), **config_overrides})
         config.validate()
     except (ValueError, KeyError) as e:
         raise CheckpointError(f"{path}: tensor shapes do not form a pi0 model: {e}") from e
@@ -389,13 +400,24 @@ def save_lerobot_checkpoint(path, config: Pi0Config, tensor_for: Callable[[str, 
             if tuple(t.shape) != tuple(shape):
                 raise ValueError(f"tensor_for({name!r}) returned shape {list(t.shape)}, expected {list(shape)}")
             f.write(t.view(-1).view(torch.uint8).numpy().tobytes() if t.numel() else b"")
-    lr_cfg = {
-        "type": config.policy, "paligemma_variant": "gemma_2b", "action_expert_variant": "gemma_300m",
-        "chunk_size": config.chunk_size, "n_action_steps": config.chunk_size,
-        "max_state_dim": config.max_state_dim, "max_action_dim": config.max_action_dim,
-        "num_inference_steps": config.num_steps, "min_period": config.min_period, "max_period": config.max_period,
-        "tokenizer_max_length": config.max_tokens,
-        "image_resolution": [config.vision.image_size, config.vision.image_size],
-    }
+    variant = (config.time_schedule, config.rope_style)
+    common = {"type": config.policy, "chunk_size": config.chunk_size, "n_action_steps": config.chunk_size,
+              "max_state_dim": config.max_state_dim, "max_action_dim": config.max_action_dim,
+              "tokenizer_max_length": config.max_tokens}
+    # The config keys say which LeRobot family wrote it, and the loader reads the family's
+    # sampler variant from them (checkpoint_format), so write the keys of the family whose
+    # variant the config runs: a round trip must not change the chunk.
+    if variant == ("multiply", "multiply"):
+        lr_cfg = {**common, "paligemma_variant": "gemma_2b", "action_expert_variant": "gemma_300m",
+                  "num_inference_steps": config.num_steps, "min_period": config.min_period,
+                  "max_period": config.max_period, "image_resolution": [config.vision.image_size] * 2}
+    elif variant == ("accumulate", "divide") and config.policy == "pi0":
+        if (config.min_period, config.max_period) != (4e-3, 4.0):
+            raise ValueError("LeRobot <= 0.3 has no min_period / max_period keys (fixed 4e-3 / 4.0)")
+        lr_cfg = {**common, "num_steps": config.num_steps,
+                  "resize_imgs_with_padding": [config.vision.image_size] * 2}
+    else:
+        raise ValueError(f"no LeRobot release runs {config.policy} with time_schedule={variant[0]!r}, "
+                         f"rope_style={variant[1]!r}: nothing to write it as")
     (path / "config.json").write_text(json.dumps(lr_cfg, indent=2))
     return path
