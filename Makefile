@@ -8,6 +8,8 @@ PYTEST_ARGS ?=
 
 LEROBOT_VENV ?= .venv-lerobot
 LEROBOT_STAMP := $(LEROBOT_VENV)/.ready
+LEROBOT06_VENV ?= .venv-lerobot06
+LEROBOT06_STAMP := $(LEROBOT06_VENV)/.ready
 
 DEPS_STAMP := $(VENV)/.deps-installed
 PKG_STAMP := $(VENV)/.package-installed
@@ -49,16 +51,22 @@ colcon-tools:
 $(LEROBOT_STAMP): scripts/lerobot_reference/requirements.txt scripts/lerobot_reference/setup_venv.sh constraints.txt
 	LEROBOT_VENV=$(LEROBOT_VENV) PYTHON=$(PYTHON) bash scripts/lerobot_reference/setup_venv.sh
 
-lerobot-reference: $(LEROBOT_STAMP)
+# The second reference, lerobot 0.6.1 (PI05 and 0.6-format PI0), in its own venv: installed with
+# --no-deps on Python 3.11 beside torch 2.13 with its PEP 695 lines rewritten (docs/lerobot_reference.md).
+$(LEROBOT06_STAMP): scripts/lerobot_reference/requirements06.txt scripts/lerobot_reference/setup_venv06.sh \
+		scripts/lerobot_reference/patch_pep695.py constraints.txt
+	LEROBOT06_VENV=$(LEROBOT06_VENV) PYTHON=$(PYTHON) bash scripts/lerobot_reference/setup_venv06.sh
+
+lerobot-reference: $(LEROBOT_STAMP) $(LEROBOT06_STAMP)
 
 demo: setup
 	$(VENV)/bin/physai-fleet --duration $(DURATION)
 
-test: setup $(LEROBOT_STAMP) colcon-tools
+test: setup $(LEROBOT_STAMP) $(LEROBOT06_STAMP) colcon-tools
 	$(PY) scripts/run_tests.py $(PYTEST_ARGS)
 
 clean:
 	rm -rf build .pytest_cache
 
 distclean: clean
-	rm -rf $(VENV) $(LEROBOT_VENV)
+	rm -rf $(VENV) $(LEROBOT_VENV) $(LEROBOT06_VENV)
