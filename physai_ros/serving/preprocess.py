@@ -29,14 +29,17 @@ def image_to_rgb(data: np.ndarray, encoding: str) -> np.ndarray:
 
 
 def letterbox(rgb: np.ndarray, size: int) -> np.ndarray:
-    """Resize keeping the aspect ratio so the long side is `size`, pad to size x size, centred."""
+    """Resize keeping the aspect ratio, pad to size x size with black, centred (the extra pixel
+    of an odd padding at the bottom/right): openpi's and LeRobot's resize_with_pad, which pi0
+    checkpoints were trained with: the same float ratio and int() truncation of the new sides,
+    plain bilinear with half-pixel centres (cv2 INTER_LINEAR = torch bilinear,
+    align_corners=False, no antialias)."""
     h, w = rgb.shape[:2]
     if h == size and w == size:
         return rgb
-    scale = size / max(h, w)
-    nh, nw = max(1, round(h * scale)), max(1, round(w * scale))
-    interp = cv2.INTER_AREA if scale < 1 else cv2.INTER_LINEAR
-    resized = cv2.resize(np.ascontiguousarray(rgb), (nw, nh), interpolation=interp)
+    ratio = max(w / size, h / size)
+    nh, nw = max(1, int(h / ratio)), max(1, int(w / ratio))
+    resized = cv2.resize(np.ascontiguousarray(rgb), (nw, nh), interpolation=cv2.INTER_LINEAR)
     out = np.zeros((size, size, 3), dtype=np.uint8)
     top, left = (size - nh) // 2, (size - nw) // 2
     out[top:top + nh, left:left + nw] = resized

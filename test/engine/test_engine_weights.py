@@ -150,9 +150,18 @@ def test_bf16_load_and_normalisation_stats(tmp_path):
                output_features={"action": {"type": "ACTION", "shape": [5]}},
                normalization_mapping={"STATE": "MEAN_STD", "ACTION": "MEAN_STD"})
     (tmp_path / "config.json").write_text(json.dumps(cfg))
+    # Action statistics missing: refused at load naming the feature (never a silent identity).
+    with pytest.raises(CheckpointError, match="'action'.*mean, std missing"):
+        Normalizer.from_checkpoint(tmp_path)
+    a_mean, a_std = torch.randn(5), torch.rand(5) + 0.5
+    _write(tmp_path, extra={"normalize_inputs.buffer_observation_state.mean": mean,
+                            "normalize_inputs.buffer_observation_state.std": std,
+                            "unnormalize_outputs.buffer_action.mean": a_mean,
+                            "unnormalize_outputs.buffer_action.std": a_std})
+    (tmp_path / "config.json").write_text(json.dumps(cfg))
     # The serving normaliser reads them as a user's LeRobot checkpoint carries them.
     n = Normalizer.from_checkpoint(tmp_path)
-    assert n.state.mode == "MEAN_STD" and n.action is None  # no action stats stored: identity
+    assert n.state.mode == "MEAN_STD" and n.action.mode == "MEAN_STD"
     raw = torch.randn(6)
     np.testing.assert_allclose(n.normalize_state(raw.numpy(), 8)[:6], ((raw - mean) / (std + 1e-8)).numpy(),
                                rtol=1e-6, atol=1e-6)
