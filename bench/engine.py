@@ -1,10 +1,13 @@
 #!/usr/bin/env python3
-"""pi0 engine benchmark: our plain path, our prepared fast path and LeRobot's PI0, side by side,
-same weights (one LeRobot-layout checkpoint per preset), same inputs, fp32 on this CPU.
+"""pi0 / pi0.5 engine benchmark: our plain path, our prepared fast path and LeRobot's PI0 (0.3.2)
+or PI05 (0.6.1), side by side, same weights (one LeRobot-layout checkpoint per preset), same
+inputs, fp32 on this CPU.
 
     .venv/bin/python bench/engine.py --json                 # everything (several minutes)
     .venv/bin/python bench/engine.py --presets tiny --no-full-rss --json
     .venv/bin/python bench/engine.py --compile --clock cpu --threads 1 --json   # eager vs torch.compile
+    .venv/bin/python bench/engine.py --policy pi05 --clock cpu --threads 1 --no-full-rss --json
+        # pi0.5: ours vs LeRobot 0.6.1's PI05 (.venv-lerobot06)
 
 Reports, per preset and per (batch, views) case, prefix and denoise times (median of --repeats
 runs after one warm-up) for each implementation; per preset the headline case (batch 1, 2 views,
@@ -32,6 +35,7 @@ sys.path.insert(0, str(ROOT / "scripts" / "lerobot_reference"))
 
 PROMPT_LEN = 48
 HEADLINE = (1, 2)  # (batch, views)
+POLICY = "pi0"  # --policy: pi0 (LeRobot 0.3.2 reference) or pi05 (LeRobot 0.6.1)
 # Loader arguments per preset: head counts are not visible in projection shapes.
 LOAD_ARGS = {"tiny": dict(head_dim=16, vision_heads=2)}
 
@@ -53,11 +57,19 @@ def _tensor_writer(seed: int):
     return make
 
 
-def write_checkpoint(preset: str, path: Path, seed: int = 0) -> Path:
+def bench_config(preset: str):
+    """The preset for --policy: pi0.5 exists only as LeRobot >= 0.4 writes it (its variant)."""
     from physai_ros.engine import Pi0Config
+
+    if POLICY == "pi05":
+        return Pi0Config.preset(preset, policy="pi05", time_schedule="multiply", rope_style="multiply")
+    return Pi0Config.preset(preset)
+
+
+def write_checkpoint(preset: str, path: Path, seed: int = 0) -> Path:
     from physai_ros.engine.weights import save_lerobot_checkpoint
 
-    return save_lerobot_checkpoint(path, Pi0Config.preset(preset), _tensor_writer(seed))
+    return save_lerobot_checkpoint(path, bench_config(preset), _tensor_writer(seed))
 
 
 def _inputs(cfg, batch: int, views: int, seed: int = 0):
@@ -123,13 +135,27 @@ import time_lerobot
 from pathlib import Path
 print(json.dumps(time_lerobot.measure({preset!r}, {batch}, {views}, {prompt}, {repeats}, 1, Path({ckpt!r}))))
 """
+_LEROBOT06_CPU = """
+import json, sys, time
+sys.path.insert(0, {here!r})
+import torch
+torch.set_num_threads({threads})
+time.perf_counter = time.process_time  # CPU time of this process, immune to other load
+import time_lerobot_pi05
+from pathlib import Path
+for r in time_lerobot_pi05.measure("auto", "pi05", [{batch}], [{views}], {prompt}, {repeats}, 1, Path({ckpt!r})):
+    print(json.dumps(r))
+"""
 
 
 def time_lerobot_cpu(ckpt: Path, preset: str, batch: int, views: int, repeats: int, threads: int) -> dict:
     """LeRobot's own timing script run with process CPU time as its clock."""
-    from time_lerobot import reference_python
+    if POLICY == "pi05":
+        from time_lerobot_pi05 import reference_python
+    else:
+        from time_lerobot import reference_python
 
-    code = _LEROBOT_CPU.format(here=str(ROOT / "scripts" / "lerobot_reference"), threads=threads, preset=preset,
+    code = (_LEROBOT06_CPU if POLICY == "pi05" else _LEROBOT_CPU).format(here=str(ROOT / "scripts" / "lerobot_reference"), threads=threads, preset=preset,
                                batch=batch, views=views, prompt=PROMPT_LEN, repeats=repeats, ckpt=str(ckpt))
     env = {k: v for k, v in os.environ.items() if not k.startswith(("PYTHON", "VIRTUAL_ENV"))}
     env["OMP_NUM_THREADS"] = str(threads)
@@ -149,12 +175,16 @@ def time_lerobot(ckpt: Path, preset: str, batch: int, views: int, repeats: int, 
         except (FileNotFoundError, ImportError, subprocess.TimeoutExpired) as e:
             return {"error": str(e)[-500:]}
     try:
-        from time_lerobot import time_in_reference_venv
+        if POLICY == "pi05":
+            from time_lerobot_pi05 import time_in_reference_venv
+        else:
+            from time_lerobot import time_in_reference_venv
     except ImportError as e:
-        return {"error": f"scripts/lerobot_reference/time_lerobot.py not importable: {e}"}
+        return {"error": f"scripts/lerobot_reference/time_lerobot*.py not importable: {e}"}
     try:
-        r = time_in_reference_venv(preset=preset, batch=batch, views=views, prompt_len=PROMPT_LEN,
-                                   repeats=repeats, threads=threads, checkpoint=str(ckpt))
+        kw = {"policy": "pi05", "preset": "auto"} if POLICY == "pi05" else {"preset": preset}
+        r = time_in_reference_venv(batch=batch, views=views, prompt_len=PROMPT_LEN,
+                                   repeats=repeats, threads=threads, checkpoint=str(ckpt), **kw)
     except (FileNotFoundError, RuntimeError, subprocess.TimeoutExpired) as e:
         return {"error": str(e)[-500:]}
     out = {k: r[k] for k in ("prefix_ms", "denoise_ms", "total_ms", "total_ms_all", "lerobot_version") if k in r}
@@ -261,6 +291,8 @@ def main() -> int:
     ap.add_argument("--clock", choices=("wall", "cpu"), default="wall",
                     help="cpu: process CPU time for all three (robust on a shared machine; use --threads 1)")
     ap.add_argument("--no-lerobot", action="store_true")
+    ap.add_argument("--policy", choices=("pi0", "pi05"), default="pi0",
+                    help="pi05: pi0.5 weights, LeRobot 0.6.1's PI05 as the reference")
     ap.add_argument("--no-full-rss", action="store_true")
     ap.add_argument("--compile", action="store_true",
                     help="only compare the fast path eager vs torch.compile (presets x --compile-cases)")
@@ -278,8 +310,9 @@ def main() -> int:
     import torch
 
     torch.set_num_threads(args.threads)
-    global CLOCK
+    global CLOCK, POLICY
     CLOCK = time.process_time if args.clock == "cpu" else time.perf_counter
+    POLICY = args.policy
     if args.compile:
         cc = [tuple(map(int, c.split("x"))) for c in args.compile_cases.split(",")]
         result = {"clock": args.clock, "threads": args.threads, "load_avg_start": os.getloadavg(),
@@ -289,7 +322,7 @@ def main() -> int:
         print(json.dumps(result, indent=None if args.json else 2))
         return 0
     cases = [(b, v) for b in map(int, args.batches.split(",")) for v in map(int, args.views.split(","))]
-    result = {"clock": args.clock, "machine": {"cpus": os.cpu_count(), "threads": args.threads, "load_avg_start": os.getloadavg()},
+    result = {"policy": args.policy, "clock": args.clock, "machine": {"cpus": os.cpu_count(), "threads": args.threads, "load_avg_start": os.getloadavg()},
               "prompt_len": PROMPT_LEN, "headline_case": f"b{HEADLINE[0]}_v{HEADLINE[1]}", "presets": {}}
     with tempfile.TemporaryDirectory(prefix="physai_bench_") as tmp:
         tmp = Path(tmp)
