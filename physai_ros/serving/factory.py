@@ -86,11 +86,21 @@ def build_core(cfg: FleetConfig, instance_id: str | None = None,
     # The prompt as the checkpoint's own preprocessor writes it (pi0.5: with the state as text).
     style = prompt_style_for(slots[0].engine.config.policy,
                              checkpoint_dir(cfg) if cfg.server.model.checkpoint else None)
+    tokenizer = PromptTokenizer(tokenizer_path(cfg), cfg.server.model.max_token_len, verbatim=style.verbatim)
+    vocab = slots[0].engine.config.vocab_size
+    if style.verbatim and cfg.server.model.checkpoint and tokenizer.vocab_size < 0.9 * vocab:
+        # A LeRobot model embeds its tokenizer's vocabulary (tables are padded by a few percent
+        # at most); a much smaller tokenizer is another one, whose ids would all be valid
+        # indices: the policy would read nonsense and move anyway.
+        raise FleetConfigError(
+            f"server.model.tokenizer: {tokenizer.path} has {tokenizer.vocab_size} tokens but the checkpoint's "
+            f"model embeds {vocab}: give the tokenizer.json its policy_preprocessor.json names "
+            "(PaliGemma's for pi0 / pi0.5)")
     core = ServingCore(
         engines=slots,
         prompt_style=style,
         scheduler=make_scheduler(cfg.server.scheduler, **cfg.server.scheduler_params),
-        tokenizer=PromptTokenizer(tokenizer_path(cfg), cfg.server.model.max_token_len, verbatim=style.verbatim),
+        tokenizer=tokenizer,
         # The checkpoint's statistics (ours or a LeRobot checkpoint's); identity for a preset.
         normalizer=Normalizer.from_checkpoint(checkpoint_dir(cfg)) if cfg.server.model.checkpoint else None,
         max_observation_age_s=cfg.server.max_observation_age_s,

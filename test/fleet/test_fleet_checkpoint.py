@@ -104,3 +104,31 @@ def test_policy_server_node_takes_the_checkpoint_parameter(tmp_path):
     assert out.returncode == 1, text[-3000:]
     assert f"cannot start: server.model.checkpoint '{d}'" in text and "feature 'action' (ACTION, MEAN_STD)" in text
     assert "Traceback" not in text
+
+
+def test_a_lerobot_checkpoint_with_another_tokenizer_is_refused(tmp_path):
+    """The default fleet's tokenizer (512 tokens) against a model that embeds another vocabulary:
+    every id would be valid and the policy would read nonsense, so the core refuses to start."""
+    from physai_ros.serving.config import FleetConfigError
+    from physai_ros.serving.factory import build_core
+    from physai_ros.serving.tokenizer import build_default_tokenizer
+
+    tok = tmp_path / "other_tokenizer.json"
+    build_default_tokenizer(300).save(str(tok))
+    cfg = load_fleet(None).with_checkpoint(FIXTURE_06 / "pi05")
+    cfg = cfg.__class__(**{**cfg.__dict__, "server": cfg.server.__class__(**{
+        **cfg.server.__dict__, "model": cfg.server.model.__class__(**{**cfg.server.model.__dict__,
+                                                                        "tokenizer": str(tok)})})})
+    with pytest.raises(FleetConfigError, match=r"has 300 tokens but the checkpoint's model embeds 512"):
+        build_core(cfg)
+
+
+def test_the_core_serves_a_pi05_checkpoint_with_the_state_in_its_prompt():
+    """The default fleet with the pi0.5 fixture: the prompt style follows the checkpoint."""
+    from physai_ros.serving.factory import build_core
+
+    cfg = load_fleet(None).with_checkpoint(FIXTURE_06 / "pi05")
+    core = build_core(cfg)
+    runner = core.action_runner
+    assert core.model_config.policy == "pi05" and runner.prompt_style.name == "lerobot_pi05"
+    assert runner.tokenizer.verbatim
