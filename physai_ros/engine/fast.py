@@ -346,8 +346,9 @@ class FastPi0:
                 u = self._action_step(s, xt, acos, asin, buffer_sink, be)
             else:
                 # Unguided rows: the ordinary step over the whole batch, as without guides.
-                u = self._action_step(s, xt, acos, asin, buffer_sink, be) if plan.partial else torch.empty_like(xt)
-                u[plan.rows] = guided_step(s, xt[plan.rows])
+                base = self._action_step(s, xt, acos, asin, buffer_sink, be) if plan.needs_base else None
+                u = base if base is not None else torch.empty_like(xt)
+                u[plan.rows] = guided_step(s, xt[plan.rows], None if base is None else base[plan.rows] / cfg.dt)
             updates[s] = u
             xt = xt + u
         return xt, updates
@@ -368,8 +369,8 @@ class FastPi0:
 
         times = cfg.step_times()
 
-        def step(s: int, x_rows):
+        def step(s: int, x_rows, base_rows=None):
             def velocity(x, _rows):
                 return self._action_step(s, x, cos, sin, cat_sink, "torch") / cfg.dt
-            return cfg.dt * guide_rows(velocity, x_rows, times[s], plan)
+            return cfg.dt * guide_rows(velocity, x_rows, times[s], plan, base_rows)
         return step

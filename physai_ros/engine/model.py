@@ -210,7 +210,7 @@ class PlainPi0:
             if plan is None:
                 u = cfg.dt * self.velocity(cache, state, x, tt)
             else:
-                base = self.velocity(cache, state, x, tt) if plan.partial else None
+                base = self.velocity(cache, state, x, tt) if plan.needs_base else None
                 v = guided_velocity(lambda xs, rows, t=t: self.velocity_with_grad(
                     sub_cache, sub_state, xs, torch.full((xs.shape[0],), t, dtype=torch.float32, device=xs.device)),
                     x, t, plan, base)

@@ -35,9 +35,13 @@ every action before s fully, "zeros" only the first d (hard inpainting of the de
 H - s_paper (s_paper: actions executed between the starts of two inferences).
 
 Where LeRobot 0.6.1 differs: its RTCProcessor calls the velocity network before it marks x_t as
-requiring grad, so its "VJP" ignores dv/dx_t (J = I). We differentiate through the network as the
-paper and the Kinetix reference do. Padded action dimensions (beyond the robot's own) are not
-guided here: their errors would leak into the real dimensions through J^T.
+requiring grad, so its "VJP" ignores dv/dx_t (J = I). By default we differentiate through the
+network as the paper and the Kinetix reference do (`jacobian="vjp"`). `jacobian="identity"` is
+LeRobot's variant, offered because it behaves differently enough to matter: for a confident
+trained model J^T shrinks the error (x0_hat hardly depends on x_t), so the VJP pulls weakly, while
+J = I pulls x0_hat towards the previous chunk whatever the model thinks, and needs no backward
+pass (docs/rtc.md has the measurements). Padded action dimensions (beyond the robot's own) are
+not guided here: their errors would leak into the real dimensions through J^T.
 
 Batches: a guide is per robot (None: no RTC). Only the guided rows are run through the
 differentiable forward; the other rows keep the model's ordinary velocity, bit for bit.
@@ -53,6 +57,7 @@ import torch
 from .types import EngineInputError, PrefixCache
 
 SCHEDULES = ("exp", "linear", "ones", "zeros")
+JACOBIANS = ("vjp", "identity")
 
 
 @dataclass(frozen=True)
@@ -68,6 +73,8 @@ class RtcGuide:
     schedule: "exp" (paper), "linear", "ones" or "zeros"; see the module docstring.
     max_guidance_weight: beta, the clip of the guidance weight (> 0).
     action_dim: the robot's own action dimensions (the first action_dim columns); None: all.
+    jacobian: "vjp" (the paper: differentiate through the velocity) or "identity" (LeRobot
+      0.6.1: J = I, no backward pass).
     """
 
     leftover: torch.Tensor
@@ -76,6 +83,7 @@ class RtcGuide:
     schedule: str = "exp"
     max_guidance_weight: float = 5.0
     action_dim: Optional[int] = None
+    jacobian: str = "vjp"
 
     def validate(self, config) -> None:
         """Raise EngineInputError ("rtc: ...") when the guide does not fit `config`."""
@@ -103,6 +111,8 @@ class RtcGuide:
         if self.action_dim is not None and (isinstance(self.action_dim, bool) or not isinstance(self.action_dim, int)
                                             or not 1 <= self.action_dim <= a):
             raise EngineInputError(f"rtc: action_dim: expected an integer in 1..{a} or None, got {self.action_dim!r}")
+        if self.jacobian not in JACOBIANS:
+            raise EngineInputError(f"rtc: jacobian: expected one of {list(JACOBIANS)}, got {self.jacobian!r}")
 
     def mask(self) -> torch.Tensor:
         return prefix_weights(self.delay, self.execution_horizon, self.leftover.shape[0], self.schedule)
@@ -145,7 +155,8 @@ class RtcBatch:
 
     rows: int64 [k], ascending batch indices; targets: float32 [k, C, A]; masks: float32 [k, C, A]
     (the soft mask over actions times the action-dimension mask); max_weights: [k] (beta per robot);
-    batch: B, the whole batch's size.
+    batch: B, the whole batch's size; vjp: float32 [k, 1, 1], 1 for rows guided through the VJP,
+    0 for identity-Jacobian rows.
     """
 
     rows: torch.Tensor
@@ -153,11 +164,23 @@ class RtcBatch:
     masks: torch.Tensor
     max_weights: tuple[float, ...]
     batch: int
+    vjp: torch.Tensor
 
     @property
     def partial(self) -> bool:
         """Whether some rows have no guide (the model must then run its ordinary step too)."""
         return int(self.rows.shape[0]) < self.batch
+
+    @property
+    def needs_grad(self) -> bool:
+        """Whether some guided row differentiates through the velocity (else the model's ordinary
+        step gives every velocity guidance needs: no differentiable forward, no backward)."""
+        return bool(self.vjp.any())
+
+    @property
+    def needs_base(self) -> bool:
+        """Whether the model must run its ordinary step over the whole batch too."""
+        return self.partial or not self.needs_grad
 
     @staticmethod
     def build(guides: Sequence[Optional[RtcGuide]], device=None) -> Optional["RtcBatch"]:
@@ -175,7 +198,8 @@ class RtcBatch:
                 a = g.action_dim if g.action_dim is not None else targets.shape[2]
                 masks[k, :, :a] = g.mask().to(device)[:, None]
             rows = torch.tensor(idx, dtype=torch.int64, device=device)
-        return RtcBatch(rows, targets, masks, tuple(float(g.max_guidance_weight) for g in gs), len(guides))
+            vjp = torch.tensor([float(g.jacobian == "vjp") for g in gs], device=device)[:, None, None]
+        return RtcBatch(rows, targets, masks, tuple(float(g.max_guidance_weight) for g in gs), len(guides), vjp)
 
     def weights(self, t: float, device=None) -> torch.Tensor:
         """[k, 1, 1] guidance weight of each guided robot at flow time t."""
@@ -188,18 +212,27 @@ class RtcBatch:
 VelocityFn = Callable[[torch.Tensor, torch.Tensor], torch.Tensor]
 
 
-def guide_rows(velocity: VelocityFn, x_rows: torch.Tensor, t: float, plan: RtcBatch) -> torch.Tensor:
+def guide_rows(velocity: VelocityFn, x_rows: torch.Tensor, t: float, plan: RtcBatch,
+               base_rows: Optional[torch.Tensor] = None) -> torch.Tensor:
     """The guided velocity [k, C, A] of the plan's rows (x_rows = x_t[plan.rows]).
 
-    Runs the velocity forward with autograd on (also inside torch.inference_mode, which the
-    serving path uses) and one backward pass for the vector-Jacobian product."""
+    With a VJP row, runs the velocity forward with autograd on (also inside
+    torch.inference_mode, which the serving path uses) and one backward pass. Identity-Jacobian
+    rows need only the velocity: `base_rows` (the ordinary step's, [k, C, A]) when given."""
+    w = plan.weights(t, x_rows.device)
+    if not plan.needs_grad and base_rows is not None:
+        v = base_rows.float()
+        return v - w * (plan.targets - (x_rows.float() - t * v)) * plan.masks
     with torch.inference_mode(False), torch.enable_grad():
-        x = x_rows.detach().clone().float().requires_grad_(True)
+        x = x_rows.detach().clone().float().requires_grad_(plan.needs_grad)
         v = velocity(x, plan.rows).float()
         x0_hat = x - t * v
         err = (plan.targets - x0_hat.detach()) * plan.masks
-        (corr,) = torch.autograd.grad(x0_hat, x, grad_outputs=err)
-        return v.detach() - plan.weights(t, x.device) * corr
+        corr = err * (1.0 - plan.vjp)  # identity rows: J = I
+        if plan.needs_grad:
+            (g,) = torch.autograd.grad(x0_hat, x, grad_outputs=err * plan.vjp)
+            corr = corr + g
+        return v.detach() - w * corr
 
 
 def guided_velocity(velocity: VelocityFn, x_t: torch.Tensor, t: float,
@@ -220,7 +253,7 @@ def guided_velocity(velocity: VelocityFn, x_t: torch.Tensor, t: float,
             return velocity(x_t, torch.arange(x_t.shape[0], device=x_t.device))
     if plan.partial and base is None:
         raise ValueError("guided_velocity: some rows have no guide, so the batch's unguided velocity `base` is needed")
-    guided = guide_rows(velocity, x_t[plan.rows], t, plan)
+    guided = guide_rows(velocity, x_t[plan.rows], t, plan, None if base is None else base[plan.rows])
     out = base.clone() if base is not None else torch.empty_like(x_t)
     out[plan.rows] = guided.to(out.dtype)
     return out

@@ -20,10 +20,11 @@ CHUNK_MERGES = ("off", "crossfade", "rtc")
 # engine.rtc.SCHEDULES, repeated so that loading fleet.yaml never imports torch (a test checks
 # that the two agree).
 RTC_SCHEDULES = ("exp", "linear", "ones", "zeros")
+RTC_JACOBIANS = ("vjp", "identity")  # engine.rtc.JACOBIANS
 _KEYS = {
     "off": {"name"},
     "crossfade": {"name", "crossfade_s"},
-    "rtc": {"name", "execution_horizon", "max_guidance_weight", "schedule", "latency_window"},
+    "rtc": {"name", "execution_horizon", "max_guidance_weight", "schedule", "latency_window", "jacobian"},
 }
 
 
@@ -36,7 +37,9 @@ class ChunkMergeConfig:
     max_guidance_weight: rtc: beta, the clip of the guidance weight.
     schedule: rtc: the soft mask's ramp, exp (the paper's) | linear | ones | zeros.
     latency_window: rtc: the inference delay comes from the largest of the robot's last this
-      many measured latencies (LeRobot uses the largest seen)."""
+      many measured latencies (LeRobot uses the largest seen).
+    jacobian: rtc: vjp (the paper: guidance differentiates through the model) | identity
+      (LeRobot 0.6.1's J = I: pulls harder on a confident model, no backward pass)."""
 
     name: str = "off"
     crossfade_s: float = 0.05
@@ -44,6 +47,7 @@ class ChunkMergeConfig:
     max_guidance_weight: float = 5.0
     schedule: str = "exp"
     latency_window: int = 20
+    jacobian: str = "vjp"
 
     @property
     def rtc(self) -> bool:
@@ -77,6 +81,8 @@ def parse_chunk_merge(v: Any, path: str) -> ChunkMergeConfig:
         kw["max_guidance_weight"] = number(d["max_guidance_weight"], join_key(path, "max_guidance_weight"))
     if "schedule" in d:
         kw["schedule"] = string(d["schedule"], join_key(path, "schedule"), RTC_SCHEDULES)
+    if "jacobian" in d:
+        kw["jacobian"] = string(d["jacobian"], join_key(path, "jacobian"), RTC_JACOBIANS)
     if "latency_window" in d:
         kw["latency_window"] = integer(d["latency_window"], join_key(path, "latency_window"), 1)
     return ChunkMergeConfig(**kw)

@@ -109,6 +109,9 @@ class RobotClientCore:
         self._wrench = np.zeros(6, dtype=np.float32)
         self._wrench_stamp = 0.0
         self._exec: _Exec | None = None
+        # (round, receive time, end of its horizon) of the newest chunk taken for execution; the
+        # controller gets it at the same time (both subscribe), before its next report reaches us.
+        self._taken: tuple[int, float, float] | None = None
         self._held_round: int | None = None
         self._last_sent_stamp = -math.inf
         self._sent_stamps: dict[int, float] = {}
@@ -213,6 +216,8 @@ class RobotClientCore:
             return match
         verdict = self.deadline.on_chunk(chunk.round_id, now)
         self._apply(verdict.actions, now)
+        if verdict.execute:
+            self._taken = (int(chunk.round_id), now, chunk.stamp + chunk.horizon * chunk.dt)
         lat = now - chunk.stamp
         self.latency.add(lat)
         self.counters.chunks_ok += 1
@@ -308,16 +313,31 @@ class RobotClientCore:
         self.deadline.on_request(round_id, obs.stamp)
         return dataclasses.replace(obs, refresh=True)
 
-    def _build(self, round_id: int, remaining: int, period: float) -> ObservationData:
+    def _executing(self, remaining: int, period: float) -> tuple[int, float, int]:
+        """(executing round, its phase start, actions remaining) for an observation. The
+        controller's report lags up to one execution-info period: a chunk taken since then is
+        what it executes (its first node was committed when it arrived, and its horizon is what
+        remains), which real-time chunking needs to know (docs/rtc.md). Tasks without rtc send
+        the controller's report as it is."""
         ex = self._exec
+        rid, start = (ex.executing_round_id, ex.exec_phase_start) if ex else (0, 0.0)
+        taken = self._taken
+        if (self.task.chunk_merge.rtc and taken is not None and taken[0] > rid
+                and (ex is None or ex.received < taken[1])):
+            left = math.ceil((taken[2] - taken[1]) / period - 1e-9) if period > 0 else remaining
+            return taken[0], taken[1], max(remaining, left)
+        return rid, start, remaining
+
+    def _build(self, round_id: int, remaining: int, period: float) -> ObservationData:
+        executing, phase_start, remaining = self._executing(remaining, period)
         return ObservationData(
             robot_id=self.robot.id, task_id=self.task.name, round_id=round_id,
             stamp=max(self._image_stamps), images=tuple(self._images), state=self._positions.copy(),
             wrench=self._wrench.copy(), wrench_stamp=self._wrench_stamp, prompt=self.task.prompt,
-            exec_phase_start=ex.exec_phase_start if ex else 0.0, actions_remaining=remaining,
+            exec_phase_start=phase_start, actions_remaining=remaining,
             control_period=period if period > 0 else self.task.action_period_s,
             horizon_policy=self.task.horizon_policy, horizon_params=self.task.horizon_params,
-            executing_round_id=ex.executing_round_id if ex else 0)
+            executing_round_id=executing)
 
     def _observation(self, now: float, remaining: int, period: float) -> ObservationData:
         # Next even id above everything used, so r-1 and r+1 stay free for hold chunks.

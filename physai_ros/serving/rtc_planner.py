@@ -10,9 +10,12 @@ first node was committed (`exec_phase_start`, i.e. when it arrived); so
 
 - the latency of that round, capture -> arrival at the controller, is measured on the robot's
   own clock: exec_phase_start - stamp (one sample per round);
-- the inference delay of the chunk now being made is d = ceil(L / dt), L the largest of the
-  last `latency_window` samples (a delay guessed too short lets the new chunk take over where
-  the mask is already below 1; too long only freezes a little more of the old plan);
+- the inference delay of the chunk now being made is d = floor(L / dt) + 2, L the largest of
+  the last `latency_window` samples: the paper's d = ceil(L / dt) actions are due before the
+  chunk lands, and since the buffer interpolates linearly between actions, the segment the
+  robot is on when it lands also reads the next action, so that one is frozen too (a delay
+  guessed too short lets the new chunk take over where the mask is already below 1; too long
+  only freezes a little more of the old plan);
 - the leftover is the old chunk re-indexed to the new chunk's action times: row k is the old
   plan at stamp_new + k dt, interpolated linearly between its actions as the trajectory buffer
   does. When the old chunk's executed part (its horizon; the buffer then holds its last action)
@@ -78,7 +81,9 @@ def plan_guide(prev: SentChunk, stamp: float, latency_s: float, action_dim: int,
     """The guide for a chunk answering an observation captured at `stamp` (pure: tested by hand)."""
     chunk = prev.actions.shape[0]
     dt = prev.dt
-    delay = min(chunk, max(0, math.ceil(latency_s / dt - 1e-9)))
+    # The buffer interpolates linearly between actions: the command just after the chunk lands
+    # (between actions floor(L/dt) and floor(L/dt) + 1) still reads both, so both are frozen.
+    delay = min(chunk, max(0, math.floor(latency_s / dt + 1e-9) + 2))
     index = (stamp - prev.stamp) / dt + np.arange(chunk, dtype=np.float64)
     executed = int(np.count_nonzero(index <= prev.horizon - 1 + 1e-9))  # rows on the executed plan
     if delay <= executed:
@@ -159,7 +164,7 @@ class RtcPlanner:
 
         cfg = self.settings[obs.task_id]
         return RtcGuide(torch.from_numpy(p.leftover), p.delay, p.execution_horizon, cfg.schedule,
-                        cfg.max_guidance_weight, action_dim)
+                        cfg.max_guidance_weight, action_dim, cfg.jacobian)
 
     def attach(self, inp, obs: ObservationData, reg):
         """The engine input `inp` of `obs` with its guide, when its task uses rtc and one applies."""

@@ -91,6 +91,24 @@ def test_one_guided_step_on_a_linear_field_by_hand():
     assert torch.equal(v[1], base[1])
 
 
+def test_identity_jacobian_step_by_hand_needs_no_differentiable_forward():
+    """LeRobot's variant: J = I, so v' = v - w(t) W (Y - x0_hat) from the ordinary velocity alone."""
+    a, b, t = 0.5, 0.2, 0.5
+    x = torch.ones(2, 4, 2)
+    guide = RtcGuide(torch.full((4, 2), 2.0), 1, 3, "linear", 5.0, action_dim=1, jacobian="identity")
+    vjp = dataclasses.replace(guide, jacobian="vjp")
+    base = a * x + b
+    calls = []
+    v = guided_velocity(lambda xs, rows: calls.append(1) or a * xs + b, x, t, [guide, vjp], base=base)
+    for i, w_i in enumerate([1.0, 2 / 3, 1 / 3, 0.0]):
+        assert float(v[0, i, 0]) == pytest.approx(0.7 - 2.0 * w_i * 1.35)          # identity row
+        assert float(v[1, i, 0]) == pytest.approx(0.7 - 2.0 * 0.75 * w_i * 1.35)   # VJP row beside it
+    assert calls == [1]  # one differentiable forward, for the batch's guided rows together
+    calls.clear()
+    only = guided_velocity(lambda xs, rows: calls.append(1) or a * xs + b, x, t, [guide, None], base=base)
+    assert calls == [] and float(only[0, 0, 0]) == pytest.approx(0.7 - 2.0 * 1.35)
+
+
 def test_guided_velocity_without_base_needs_every_row_guided():
     guide = RtcGuide(torch.zeros(4, 2), 1, 2)
     with pytest.raises(ValueError, match="base"):
@@ -107,8 +125,8 @@ def _prev_chunk(engine, inp, seed):
     return engine.infer([other])[0].actions
 
 
-@pytest.mark.parametrize("fast", [False, True])
-def test_delay_region_follows_the_previous_chunk(fast):
+@pytest.mark.parametrize("fast,jacobian", [(False, "vjp"), (True, "vjp"), (False, "identity"), (True, "identity")])
+def test_delay_region_follows_the_previous_chunk(fast, jacobian):
     engine = Pi0Engine(CFG, fast=fast, seed=5)
     gen = torch.Generator().manual_seed(6)
     d, s = 3, 6
@@ -117,7 +135,7 @@ def test_delay_region_follows_the_previous_chunk(fast):
         inp = make_input(CFG, 2, 6, gen)
         prev = _prev_chunk(engine, inp, 100 + k)
         free = engine.infer([inp])[0].actions
-        guided = engine.infer([dataclasses.replace(inp, rtc=RtcGuide(prev, d, s))])[0].actions
+        guided = engine.infer([dataclasses.replace(inp, rtc=RtcGuide(prev, d, s, jacobian=jacobian))])[0].actions
         err_free = (free[:d] - prev[:d]).abs().max()
         err_guided = (guided[:d] - prev[:d]).abs().max()
         worst_ratio = max(worst_ratio, float(err_guided / err_free))
@@ -142,14 +160,16 @@ def test_plain_and_fast_paths_guide_alike():
     assert a.timings_ms["rtc_guided"] == 1
 
 
+@pytest.mark.parametrize("jac1", ["vjp", "identity"])
 @pytest.mark.parametrize("fast", [False, True])
-def test_mixed_batch_leaves_unguided_robots_bit_identical(fast):
+def test_mixed_batch_leaves_unguided_robots_bit_identical(fast, jac1):
     engine = Pi0Engine(CFG, fast=fast, seed=9)
     gen = torch.Generator().manual_seed(10)
     batch = [make_input(CFG, 1, 4, gen), make_input(CFG, 3, 9, gen), make_input(CFG, 2, 6, gen, pad_to=8),
              make_input(CFG, 1, 3, gen)]
-    g1 = RtcGuide(torch.randn(CFG.chunk_size, CFG.max_action_dim, generator=gen), 2, 6, "exp", 5.0)
-    g3 = RtcGuide(torch.randn(CFG.chunk_size, CFG.max_action_dim, generator=gen), 4, 8, "linear", 10.0, action_dim=3)
+    g1 = RtcGuide(torch.randn(CFG.chunk_size, CFG.max_action_dim, generator=gen), 2, 6, "exp", 5.0, jacobian=jac1)
+    g3 = RtcGuide(torch.randn(CFG.chunk_size, CFG.max_action_dim, generator=gen), 4, 8, "linear", 10.0, action_dim=3,
+                  jacobian="identity")
     unguided = engine.infer(batch)
     with torch.inference_mode():  # as the serving path calls it
         mixed = engine.infer([batch[0], dataclasses.replace(batch[1], rtc=g1), batch[2],
@@ -209,6 +229,7 @@ def test_denoise_split_takes_guides():
     (dict(max_guidance_weight=0.0), "rtc: max_guidance_weight"),
     (dict(max_guidance_weight=float("inf")), "rtc: max_guidance_weight"),
     (dict(action_dim=9), "rtc: action_dim"),
+    (dict(jacobian="none"), "rtc: jacobian"),
 ])
 def test_bad_guides_are_refused_by_name(change, match):
     engine = Pi0Engine(CFG, seed=15)

@@ -8,9 +8,9 @@ import numpy as np
 import pytest
 import yaml
 
-from physai_ros.engine.rtc import SCHEDULES
+from physai_ros.engine.rtc import JACOBIANS, SCHEDULES
 from physai_ros.protocol.chunk import STATUS_OK
-from physai_ros.serving.chunk_merge import RTC_SCHEDULES, ChunkMergeConfig
+from physai_ros.serving.chunk_merge import RTC_JACOBIANS, RTC_SCHEDULES, ChunkMergeConfig
 from physai_ros.serving.client_core import RobotClientCore
 from physai_ros.serving.config import FleetConfigError, default_fleet_path, parse_fleet
 from physai_ros.serving.robot_params import controller_params
@@ -46,10 +46,11 @@ def test_chunk_merge_forms(doc):
     cf = _with(doc, {"name": "crossfade", "crossfade_s": 0.1}).tasks["pick_place"].chunk_merge
     assert (cf.name, cf.crossfade_s, cf.controller_merge) == ("crossfade", 0.1, "crossfade")
     rtc = _with(doc, {"name": "rtc", "execution_horizon": 8, "max_guidance_weight": 10,
-                      "schedule": "linear", "latency_window": 5}).tasks["pick_place"].chunk_merge
-    assert (rtc.execution_horizon, rtc.max_guidance_weight, rtc.schedule, rtc.latency_window) == (8, 10.0, "linear", 5)
+                      "schedule": "linear", "latency_window": 5, "jacobian": "identity"}).tasks["pick_place"].chunk_merge
+    assert (rtc.execution_horizon, rtc.max_guidance_weight, rtc.schedule, rtc.latency_window, rtc.jacobian) == (
+        8, 10.0, "linear", 5, "identity")
     assert rtc.controller_merge == "replace"
-    assert RTC_SCHEDULES == SCHEDULES  # the config's copy (no torch import) is the engine's list
+    assert RTC_SCHEDULES == SCHEDULES and RTC_JACOBIANS == JACOBIANS  # the config's copies (no torch)
 
 
 @pytest.mark.parametrize("merge,match", [
@@ -63,6 +64,7 @@ def test_chunk_merge_forms(doc):
     ({"name": "rtc", "max_guidance_weight": float("inf")}, r"\.max_guidance_weight: expected a finite number"),
     ({"name": "rtc", "schedule": "cosine"}, r"\.schedule: expected one of \['exp', 'linear', 'ones', 'zeros'\]"),
     ({"name": "rtc", "latency_window": 0}, r"\.latency_window: expected an integer >= 1"),
+    ({"name": "rtc", "jacobian": "exact"}, r"\.jacobian: expected one of \['vjp', 'identity'\]"),
     ({"name": "crossfade", "crossfade_s": -1}, r"\.crossfade_s: expected a finite number >= 0"),
     (["rtc"], r"^tasks\.pick_place\.chunk_merge: expected one of"),
 ])
@@ -101,31 +103,34 @@ def _prev(horizon=6, chunk=8, dims=8):
 
 
 def test_leftover_continues_the_old_plan_when_its_executed_part_covers_the_delay():
-    # New capture 0.25 s later: new action k sits at old index 2.5 + k. Latency 0.15 s -> d = 2.
+    # New capture 0.25 s later: new action k sits at old index 2.5 + k. Latency 0.05 s -> d = 2.
     # The old chunk's executed part (horizon 6: indices <= 5) covers k = 0..2, so d fits and the
     # rows follow the old plan into its unexecuted tail; it ends at index 7 (k = 4).
-    p = plan_guide(_prev(), 10.25, 0.15, 3, ChunkMergeConfig(name="rtc"))
+    p = plan_guide(_prev(), 10.25, 0.05, 3, ChunkMergeConfig(name="rtc"))
     assert (p.delay, p.execution_horizon) == (2, 5)
     np.testing.assert_allclose(p.leftover[:, 0], [2.5, 3.5, 4.5, 5.5, 6.5, 7, 7, 7])
     np.testing.assert_allclose(p.leftover[:, 2], [22.5, 23.5, 24.5, 25.5, 26.5, 27, 27, 27])
     assert not p.leftover[:, 3:].any()  # padding and dims beyond the robot's stay zero
     # The task's execution horizon caps the guided span (never below the delay).
-    assert plan_guide(_prev(), 10.25, 0.15, 3, ChunkMergeConfig(name="rtc", execution_horizon=3)).execution_horizon == 3
-    assert plan_guide(_prev(), 10.25, 0.15, 3, ChunkMergeConfig(name="rtc", execution_horizon=1)).execution_horizon == 2
+    assert plan_guide(_prev(), 10.25, 0.05, 3, ChunkMergeConfig(name="rtc", execution_horizon=3)).execution_horizon == 3
+    assert plan_guide(_prev(), 10.25, 0.05, 3, ChunkMergeConfig(name="rtc", execution_horizon=1)).execution_horizon == 2
 
 
 def test_leftover_is_the_held_action_when_the_old_plan_ends_before_the_chunk_lands():
-    # New capture 0.45 s later (index 4.5 + k); latency 0.25 s -> d = 3, but the executed part
+    # New capture 0.45 s later (index 4.5 + k); latency 0.15 s -> d = 3, but the executed part
     # (indices <= 5) has only k = 0: the buffer will hold action 5 until the chunk comes.
-    p = plan_guide(_prev(), 10.45, 0.25, 3, ChunkMergeConfig(name="rtc"))
+    p = plan_guide(_prev(), 10.45, 0.15, 3, ChunkMergeConfig(name="rtc"))
     assert (p.delay, p.execution_horizon) == (3, 3)
     np.testing.assert_allclose(p.leftover[:3, 0], [4.5, 5, 5])
 
 
-def test_delay_rounds_up_and_is_capped_by_the_chunk():
-    assert plan_guide(_prev(), 10.05, 0.1, 3, ChunkMergeConfig(name="rtc")).delay == 1   # exactly one period
-    assert plan_guide(_prev(), 10.05, 0.1001, 3, ChunkMergeConfig(name="rtc")).delay == 2
-    assert plan_guide(_prev(), 10.05, 0.0, 3, ChunkMergeConfig(name="rtc")).delay == 0
+def test_delay_freezes_the_actions_the_command_reads_until_the_chunk_lands():
+    # Landing L after capture, the robot is between actions floor(L/dt) and floor(L/dt) + 1
+    # (linear interpolation): both are frozen.
+    assert plan_guide(_prev(), 10.05, 0.15, 3, ChunkMergeConfig(name="rtc")).delay == 3
+    assert plan_guide(_prev(), 10.05, 0.1, 3, ChunkMergeConfig(name="rtc")).delay == 3   # on action 1 exactly
+    assert plan_guide(_prev(), 10.05, 0.0999, 3, ChunkMergeConfig(name="rtc")).delay == 2
+    assert plan_guide(_prev(), 10.05, 0.0, 3, ChunkMergeConfig(name="rtc")).delay == 2
     assert plan_guide(_prev(), 10.05, 5.0, 3, ChunkMergeConfig(name="rtc")).delay == 8
 
 
@@ -141,9 +146,9 @@ def test_planner_reads_the_execution_info(doc):
     a, dt = len(robot.joints), robot.task.action_period_s
     assert planner.plan(_obs_for(robot, 2, 10.0, 0, 0.0), a, dt) is None
     planner.remember(_obs_for(robot, 2, 10.0, 0, 0.0), _prev().actions, dt, 6)
-    # Round 2 arrived 0.13 s after its capture (exec_phase_start): d = ceil(1.3) = 2.
+    # Round 2 arrived 0.13 s after its capture (exec_phase_start): d = floor(1.3) + 2 = 3.
     p = planner.plan(_obs_for(robot, 4, 10.3, 2, 10.13), a, dt)
-    assert p.delay == 2 and p.latency_s == pytest.approx(0.13)
+    assert p.delay == 3 and p.latency_s == pytest.approx(0.13)
     np.testing.assert_allclose(p.leftover[0, :a], _prev().actions[3, :a])
     # The controller runs something else (a hold uses an odd round), is dry, or the period changed.
     assert planner.plan(_obs_for(robot, 4, 10.3, 3, 10.2), a, dt) is None
@@ -156,7 +161,7 @@ def test_planner_reads_the_execution_info(doc):
     planner.remember(dataclasses.replace(_obs_for(robot, 4, 10.3, 2, 10.13), round_id=4, stamp=10.3),
                      _prev().actions, dt, 6)
     p = planner.plan(_obs_for(robot, 6, 10.6, 4, 10.61), a, dt)  # round 4 took 0.31 s
-    assert p.delay == 4
+    assert p.delay == 5
     # A task without rtc: nothing remembered, nothing planned.
     other = cfg.robot("robot_1")
     planner.remember(_obs_for(other, 2, 10.0, 0, 0.0), _prev().actions, dt, 6)
@@ -193,11 +198,12 @@ def test_core_guides_rtc_robots_and_leaves_the_others_alone(doc):
     guides = seen[-1]
     assert len(seen[-1]) == 2 and guides[1] is None and guides[0] is not None
     g = guides[0]
-    assert (g.delay, g.execution_horizon, g.action_dim) == (3, 5, len(rtc_robot.joints))
+    # d = floor(0.25 / 0.1) + 2; round 2's horizon (>= H_min 6) covers it; its chunk ends at k = 4.
+    assert (g.delay, g.execution_horizon, g.action_dim, g.jacobian) == (4, 5, len(rtc_robot.joints), "vjp")
     # In robot units, the new chunk's first d actions repeat what round 2 commits there.
     old, new = first["robot_0"].actions, second["robot_0"].actions
-    err = np.abs(new[:3] - old[3:6]).max()
-    assert err < 0.1 * np.abs(old[3:6]).max() + 1e-3, err
+    err = np.abs(new[:4] - old[3:7]).max()
+    assert err < 0.1 * np.abs(old[3:7]).max() + 1e-3, err
     assert core.rtc.stats["guided"] == 1 and core.rtc.stats["no_previous_chunk"] == 1
 
 
@@ -255,3 +261,41 @@ def test_rtc_is_refused_where_it_cannot_run(doc):
     guided = dataclasses.replace(inp, rtc=RtcGuide(torch.zeros(tiny.chunk_size, tiny.max_action_dim), 1, 2))
     with pytest.raises(EngineInputError, match="robot 0: rtc: real-time chunking guides are not carried"):
         codec.encode_request([guided], tiny, "b1")
+
+
+def _client(robot, t):
+    from serving_helpers import make_image
+
+    client = RobotClientCore(robot)
+    client.on_registered(core_result())
+    for v in range(robot.num_views):
+        client.on_image(v, make_image(robot.image_height, robot.image_width, seed=v), t)
+    client.on_joint_state(list(robot.joints), [0.0] * len(robot.joints))
+    return client
+
+
+@pytest.mark.parametrize("merge", ["rtc", "off"])
+def test_client_reports_the_chunk_it_just_took_for_rtc_tasks(doc, merge):
+    """The controller's execution report lags up to 20 ms; an observation sent right after a
+    chunk arrived names that chunk for an rtc task (both nodes got it at the same time), and the
+    controller's possibly stale report otherwise (unchanged behaviour)."""
+    from physai_ros.protocol.chunk import ActionChunkData
+    from serving_helpers import make_image
+
+    robot = _with(doc, merge).robot("robot_0")
+    client = _client(robot, 10.0)
+    client.on_exec_info(10.0, 0, 0.1, 0.0, executing_round_id=0)
+    first = client.tick(10.01).observation
+    assert first.round_id == 2 and first.executing_round_id == 0
+    chunk = ActionChunkData(robot_id=robot.id, task_id=robot.task.name, round_id=2, stamp=10.0, dt=0.1,
+                            actions=np.zeros((8, len(robot.joints)), np.float32), horizon=6,
+                            joint_names=robot.joints)
+    assert client.on_chunk(chunk, 10.2) == "answered"
+    for v in range(robot.num_views):
+        client.on_image(v, make_image(robot.image_height, robot.image_width, seed=7 + v), 10.21)
+    obs = client.tick(10.22).observation  # the stale report (0 actions left) triggers at once
+    assert obs is not None
+    if merge == "rtc":
+        assert (obs.executing_round_id, obs.exec_phase_start, obs.actions_remaining) == (2, 10.2, 4)
+    else:
+        assert (obs.executing_round_id, obs.exec_phase_start, obs.actions_remaining) == (0, 0.0, 0)

@@ -1,0 +1,230 @@
+#!/usr/bin/env python3
+"""Real-time chunking vs crossfade vs no merge (docs/rtc.md), closed loop with the trained sim
+policy: how smoothly chunks join, task success, and what guidance costs per chunk.
+
+    .venv/bin/python bench/rtc.py --json [--fleet FILE] [--checkpoint DIR] [--episodes 20]
+        [--tasks pick_and_place] [--merges off,crossfade,rtc] [--latency-ms 50,400] [--slots 8]
+        [--crossfade-s 0.05] [--beta 5] [--schedule exp] [--execution-horizon N]
+        [--jobs 1] [--cost-reps 10] [--out out/rtc.json]
+
+Episodes run through the real serving path in lock-step simulated time (physai_ros.evaluation:
+ServingCore from fleet.yaml with the task's `chunk_merge` set per setting, the robot client,
+the trajectory buffer with the merge rule the controller would use, the sim world), with the
+observation -> chunk latency modelled as --latency-ms (inference itself takes no simulated
+time). Same seeds for every merge rule (policy_eval's evaluation seeds, checked disjoint from
+the checkpoint's training seeds). Per setting: success rate, the boundary jump of every chunk
+merge after an episode's first and the command jerk on the buffer grid (physai_ros.evaluation.
+smoothness; arm joints, rad and rad/s^3), the guide statistics of the server. Separately, the
+per-chunk CPU cost of guidance: Pi0Engine.infer with and without guides on the same inputs,
+process CPU time, one torch thread, median of --cost-reps.
+"""
+from __future__ import annotations
+
+import argparse
+import dataclasses
+import json
+import os
+import sys
+import time
+from concurrent.futures import ProcessPoolExecutor
+from pathlib import Path
+
+from physai_ros.evaluation.lockstep import LockstepConfig, SimClock, clone_robots, run_episodes
+from physai_ros.evaluation.results import wilson_interval
+from physai_ros.evaluation.servers import build_policy_server
+from physai_ros.evaluation.smoothness import SmoothnessRecorder, summary
+from physai_ros.evaluation.sweep import (disjoint_from_training, eval_seeds, scale_setting, task_robot,
+                                         training_manifest)
+from physai_ros.serving.chunk_merge import ChunkMergeConfig
+from physai_ros.serving.config import load_fleet
+
+
+def parse_args(argv=None) -> argparse.Namespace:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap.add_argument("--json", action="store_true", help="print the result document on stdout")
+    ap.add_argument("--fleet", default=None)
+    ap.add_argument("--checkpoint", default=None)
+    ap.add_argument("--preset", default=None, help="a model preset instead (smoke runs)")
+    ap.add_argument("--episodes", type=int, default=20)
+    ap.add_argument("--tasks", default="pick_and_place")
+    ap.add_argument("--merges", default="off,crossfade,rtc,rtc_identity",
+                    help="off | crossfade | rtc (VJP, the paper) | rtc_identity (J = I, LeRobot 0.6.1)")
+    ap.add_argument("--latency-ms", default="50,400", help="modelled observation -> chunk latencies")
+    ap.add_argument("--slots", type=int, default=8)
+    ap.add_argument("--crossfade-s", type=float, default=0.05)
+    ap.add_argument("--beta", type=float, default=5.0, help="rtc max_guidance_weight")
+    ap.add_argument("--schedule", default="exp")
+    ap.add_argument("--execution-horizon", type=int, default=None)
+    ap.add_argument("--max-episode-s", type=float, default=None)
+    ap.add_argument("--jobs", type=int, default=1)
+    ap.add_argument("--cost-reps", type=int, default=10, help="0 skips the compute-cost measurement")
+    ap.add_argument("--out", default=None)
+    return ap.parse_args(argv)
+
+
+def _load(args):
+    cfg = load_fleet(args.fleet)
+    if args.checkpoint:
+        cfg = scale_setting(cfg, checkpoint=str(Path(args.checkpoint).resolve()), preset=None)
+    elif args.preset:
+        cfg = scale_setting(cfg, checkpoint=None, preset=args.preset)
+    return cfg
+
+
+def merge_config(name: str, args) -> ChunkMergeConfig:
+    """off | crossfade | rtc (the paper's VJP) | rtc_identity (LeRobot 0.6.1's J = I)."""
+    if name in ("rtc", "rtc_identity"):
+        return ChunkMergeConfig(name="rtc", execution_horizon=args.execution_horizon,
+                                max_guidance_weight=args.beta, schedule=args.schedule,
+                                jacobian="identity" if name == "rtc_identity" else "vjp")
+    return ChunkMergeConfig(name=name, crossfade_s=args.crossfade_s)
+
+
+def run_one(job) -> dict:
+    """One (task, latency, merge) setting in its own process."""
+    args, task, latency_ms, merge = job
+    import torch
+
+    torch.set_num_threads(1)
+    cfg = _load(args)
+    base = task_robot(cfg, task)
+    cm = merge_config(merge, args)
+    fleet_task = dataclasses.replace(base.task, chunk_merge=cm)
+    cfg = dataclasses.replace(cfg, tasks={**cfg.tasks, fleet_task.name: fleet_task})
+    robots = clone_robots(dataclasses.replace(base, task=fleet_task), min(args.slots, args.episodes))
+    clock = SimClock()
+    server = build_policy_server(cfg, clock)
+    recorders: dict[str, SmoothnessRecorder] = {}
+
+    def hook(slots):
+        for s in slots:
+            rec = recorders[s.robot.id] = SmoothnessRecorder(s.robot.control_rate_hz)
+            deliver = s.deliver
+
+            def wrapped(chunk, now, s=s, rec=rec, deliver=deliver):
+                snap = rec.before_merge(s.buffer)
+                before = s.buffer.chunks_accepted
+                deliver(chunk, now)
+                rec.after_merge(snap, s.buffer, chunk.round_id, s.buffer.chunks_accepted > before)
+            s.deliver = wrapped
+
+    lock = LockstepConfig(latency_s=latency_ms / 1e3, max_episode_s=args.max_episode_s)
+    t0 = time.perf_counter()
+    res = run_episodes(server, robots, eval_seeds(task, args.episodes), lock, f"{task} {merge} {latency_ms:g}ms",
+                       clock=clock, slot_hook=hook,
+                       on_tick=lambda s, now: recorders[s.robot.id].tick(now, s.buffer.last_command),
+                       on_episode=lambda r: recorders[r.robot_id].end_episode())
+    wall = time.perf_counter() - t0
+    ok = sum(r.success for r in res)
+    jumps = [j for r in recorders.values() for j in r.jumps]
+    jerks = [j for r in recorders.values() for j in r.jerks]
+    return {
+        "task": task, "latency_ms": latency_ms, "merge": merge, "chunk_merge": dataclasses.asdict(cm),
+        "episodes": len(res), "successes": ok, "success_rate": round(ok / len(res), 4),
+        "success_ci95": [round(x, 4) for x in wilson_interval(ok, len(res))],
+        "boundary_jump_rad": summary(jumps), "command_jerk_rad_s3": summary(jerks),
+        "mean_episode_s": round(sum(r.sim_time_s for r in res) / len(res), 3),
+        "underruns_per_episode": round(sum(r.underruns for r in res) / len(res), 3),
+        "rounds": sum(r.rounds for r in res),
+        "guides": dict(server.rtc.stats), "wall_s": round(wall, 1),
+    }
+
+
+def compute_cost(args, reps: int) -> dict:
+    """Median process CPU ms per Pi0Engine.infer call, with and without a guide per robot."""
+    import torch
+
+    from physai_ros.engine.rtc import RtcGuide
+    from physai_ros.engine.types import EngineInput
+
+    torch.set_num_threads(1)
+    cfg = _load(args)
+    core = build_policy_server(cfg, SimClock())
+    engine = core.engines["engine_0"].engine
+    c = engine.config
+    gen = torch.Generator().manual_seed(0)
+    s = c.vision.image_size
+    views = task_robot(cfg, args.tasks.split(",")[0]).num_views
+    tokens = core.action_runner.tokenizer.encode(cfg.robots[0].task.prompt)
+    prev = torch.randn(c.chunk_size, c.max_action_dim, generator=gen)
+    out = {}
+    for b in (1, 4):
+        batch = [EngineInput(images=torch.randint(0, 256, (views, 3, s, s), dtype=torch.uint8, generator=gen),
+                             image_masks=torch.ones(views, dtype=torch.bool), tokens=torch.from_numpy(tokens.tokens),
+                             token_mask=torch.from_numpy(tokens.mask), state=torch.randn(c.max_state_dim, generator=gen),
+                             noise=torch.randn(c.chunk_size, c.max_action_dim, generator=gen)) for _ in range(b)]
+        row = {}
+        for label, jac in (("unguided", None), ("guided_vjp", "vjp"), ("guided_identity", "identity")):
+            inputs = batch if jac is None else [dataclasses.replace(
+                x, rtc=RtcGuide(prev, 2, c.chunk_size, args.schedule, args.beta, 5, jac)) for x in batch]
+            with torch.inference_mode():
+                engine.infer(inputs)  # warm
+                cpu, den = [], []
+                for _ in range(reps):
+                    t0 = time.process_time()
+                    o = engine.infer(inputs)
+                    cpu.append((time.process_time() - t0) * 1e3)
+                    den.append(o[0].timings_ms["denoise_ms"])
+            row[label] = {"cpu_ms": round(sorted(cpu)[len(cpu) // 2], 2),
+                          "denoise_wall_ms": round(sorted(den)[len(den) // 2], 2)}
+        for jac in ("vjp", "identity"):
+            row[f"guidance_cpu_ms_{jac}"] = round(row[f"guided_{jac}"]["cpu_ms"] - row["unguided"]["cpu_ms"], 2)
+            row[f"ratio_{jac}"] = round(row[f"guided_{jac}"]["cpu_ms"] / row["unguided"]["cpu_ms"], 2)
+        out[f"batch{b}"] = row
+    out["model"] = {"chunk_size": c.chunk_size, "num_steps": c.num_steps, "expert_width": c.expert.width,
+                    "expert_depth": c.expert.depth, "views": views, "fast": engine.fast, "backend": engine.backend}
+    return out
+
+
+def main(argv=None) -> int:
+    args = parse_args(argv)
+    t_start = time.perf_counter()
+    load_start = os.getloadavg()
+    cfg = _load(args)
+    tasks = [t.strip() for t in args.tasks.split(",") if t.strip()]
+    merges = [m.strip() for m in args.merges.split(",") if m.strip()]
+    latencies = [float(x) for x in args.latency_ms.split(",") if x.strip()]
+    overlap = disjoint_from_training(sorted({s for t in tasks for s in eval_seeds(t, args.episodes)}),
+                                     training_manifest(cfg))
+    if overlap:
+        print(f"rtc bench: evaluation seeds overlap the training seeds: {overlap[:10]}", file=sys.stderr)
+        return 2
+    jobs = [(args, t, lat, m) for t in tasks for lat in latencies for m in merges]
+    results = []
+    with ProcessPoolExecutor(max_workers=args.jobs) as pool:
+        for r in pool.map(run_one, jobs):
+            results.append(r)
+            print(f"rtc bench: {r['task']} {r['latency_ms']:g} ms {r['merge']}: success {r['successes']}/"
+                  f"{r['episodes']}, jump mean {_f(r['boundary_jump_rad']['mean'])} p99 "
+                  f"{_f(r['boundary_jump_rad']['p99'])} rad, jerk mean {_f(r['command_jerk_rad_s3']['mean'], 0)} "
+                  f"p99 {_f(r['command_jerk_rad_s3']['p99'], 0)} rad/s^3, guides {r['guides']}, {r['wall_s']} s",
+                  file=sys.stderr, flush=True)
+            if args.out:
+                _write({"results": results}, args.out)
+    doc = {"results": results,
+           "compute_cost": compute_cost(args, args.cost_reps) if args.cost_reps > 0 else None,
+           "method": {"lockstep": True, "episodes": args.episodes, "slots": args.slots,
+                      "seeds": {t: [eval_seeds(t, 1)[0], eval_seeds(t, args.episodes)[-1]] for t in tasks},
+                      "checkpoint": cfg.server.model.checkpoint, "preset": cfg.server.model.preset},
+           "host": {"cpus": os.cpu_count(), "loadavg_start": [round(x, 2) for x in load_start],
+                    "loadavg_end": [round(x, 2) for x in os.getloadavg()], "jobs": args.jobs},
+           "wall_total_s": round(time.perf_counter() - t_start, 1),
+           "command": " ".join(["bench/rtc.py", *(argv if argv is not None else sys.argv[1:])])}
+    if args.out:
+        _write(doc, args.out)
+    if args.json:
+        print(json.dumps(doc, indent=2))
+    return 0
+
+
+def _f(x, digits=3) -> str:
+    return "-" if x is None else f"{x:.{digits}f}"
+
+
+def _write(doc: dict, path: str) -> None:
+    Path(path).parent.mkdir(parents=True, exist_ok=True)
+    Path(path).write_text(json.dumps(doc, indent=2))
+
+
+if __name__ == "__main__":
+    sys.exit(main())
