@@ -61,7 +61,7 @@ class ChunkMergeConfig:
 
 def parse_chunk_merge(v: Any, path: str) -> ChunkMergeConfig:
     """`off`, `crossfade`, `rtc`, or a mapping with `name` and that merge's parameters."""
-    if v is None:
+    if v is None or v is False:  # YAML 1.1 reads a bare `off` as false
         return ChunkMergeConfig()
     if isinstance(v, str):
         return ChunkMergeConfig(name=string(v, path, CHUNK_MERGES))

@@ -40,7 +40,12 @@ def _with(doc, merge, task="pick_place", tiny=False):
 # ---- fleet.yaml ------------------------------------------------------------------------------
 
 def test_chunk_merge_forms(doc):
-    assert parse_fleet(doc).tasks["pick_place"].chunk_merge == ChunkMergeConfig()  # absent: off
+    d = copy.deepcopy(doc)
+    del d["tasks"]["pick_place"]["chunk_merge"]
+    assert parse_fleet(d).tasks["pick_place"].chunk_merge == ChunkMergeConfig()  # absent: off
+    # YAML 1.1 reads a bare `off` as false: it still means off (the shipped fleet.yaml says so).
+    assert yaml.safe_load("chunk_merge: off") == {"chunk_merge": False}
+    assert parse_fleet(doc).tasks["pick_place"].chunk_merge == ChunkMergeConfig()
     assert _with(doc, "off").tasks["pick_place"].chunk_merge.name == "off"
     assert _with(doc, "rtc").tasks["pick_place"].chunk_merge == ChunkMergeConfig(name="rtc")
     cf = _with(doc, {"name": "crossfade", "crossfade_s": 0.1}).tasks["pick_place"].chunk_merge
