@@ -59,7 +59,7 @@ class ActionModelRunner:
         style = self.prompt_style
         if not style.reads_state:
             return self.tokenizer.encode(style.text(task))
-        normalized = self.normalizer.normalize_state(state, state.shape[0])
+        normalized = self.normalizer.normalized_state(state)
         enc = self.tokenizer.encode(style.text(task, normalized), cache=False)
         if enc.truncated:
             # The cut would drop "Action: " and the state's tail: a prompt the model never saw.
