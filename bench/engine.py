@@ -67,7 +67,7 @@ def bench_config(preset: str):
 
 
 def write_checkpoint(preset: str, path: Path, seed: int = 0) -> Path:
-    from physai_ros.engine.weights import save_lerobot_checkpoint
+    from physai_ros.engine.checkpoint_writer import save_lerobot_checkpoint
 
     return save_lerobot_checkpoint(path, bench_config(preset), _tensor_writer(seed))
 
@@ -243,7 +243,7 @@ def compile_comparison(presets, cases, reps: int, warm: int) -> dict:
         for batch, views in cases:
             b = collate(_inputs(cfg, batch, views), cfg, "cpu", torch.float32)
             args = (b.images, b.image_masks, b.tokens, b.token_mask)
-            row = {}
+            row, eager_acts = {}, None
             for label, pre_fn, den_fn in (("eager", m.prefix, m.denoise), ("compiled", pc, dc)):
                 if label == "compiled":
                     w0, c0 = time.perf_counter(), time.process_time()

@@ -20,7 +20,7 @@ import torch
 
 from physai_ros.engine.params import Weights
 from physai_ros.engine.types import Pi0Config
-from physai_ros.engine.weights import save_lerobot_checkpoint
+from physai_ros.engine.checkpoint_writer import save_lerobot_checkpoint
 from physai_ros.serving.normalizer import STATS_FILE
 
 MANIFEST_FILE = "manifest.json"

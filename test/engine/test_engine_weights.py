@@ -6,7 +6,8 @@ import pytest
 import torch
 
 from physai_ros.engine import CheckpointError, Pi0Config, Pi0Engine, load_lerobot_checkpoint, random_weights
-from physai_ros.engine.weights import SafetensorsFile, lerobot_key, map_key, normalization_stats, save_lerobot_checkpoint
+from physai_ros.engine.checkpoint_writer import lerobot_key, save_lerobot_checkpoint
+from physai_ros.engine.weights import SafetensorsFile, map_key, normalization_stats
 from physai_ros.serving.normalizer import Normalizer
 
 from engine_helpers import make_input

@@ -166,7 +166,7 @@ def test_live_lerobot_runs_weights_our_engine_wrote_with_grouped_kv_heads(tmp_pa
     preset (4 query heads over 2 KV heads) with our random weights, written in LeRobot's layout,
     loaded and sampled by live LeRobot, then LeRobot's save loaded back into our engine."""
     from physai_ros.engine import Pi0Config, load_lerobot_checkpoint, random_weights
-    from physai_ros.engine.weights import save_lerobot_checkpoint
+    from physai_ros.engine.checkpoint_writer import save_lerobot_checkpoint
 
     config = Pi0Config.preset("tiny")
     weights = random_weights(config, seed=7)
