@@ -112,6 +112,7 @@ class RobotClientCore:
         # (round, receive time, end of its horizon) of the newest chunk taken for execution; the
         # controller gets it at the same time (both subscribe), before its next report reaches us.
         self._taken: tuple[int, float, float] | None = None
+        self._holding = False  # a hold chunk of ours stopped the controller (SLO fallback)
         self._held_round: int | None = None
         self._last_sent_stamp = -math.inf
         self._sent_stamps: dict[int, float] = {}
@@ -218,6 +219,7 @@ class RobotClientCore:
         self._apply(verdict.actions, now)
         if verdict.execute:
             self._taken = (int(chunk.round_id), now, chunk.stamp + chunk.horizon * chunk.dt)
+            self._holding = False
         lat = now - chunk.stamp
         self.latency.add(lat)
         self.counters.chunks_ok += 1
@@ -270,6 +272,7 @@ class RobotClientCore:
                 hold = self._hold(a.round_id, give_up, a.detail, now)
                 if hold is not None and out is not None:
                     out.hold = hold
+                    self._holding = True  # the controller stops: no chunk executes until the next
             elif a.kind is ActionKind.RESEND:
                 self.trigger.abandon()
                 resend = True
@@ -315,15 +318,20 @@ class RobotClientCore:
 
     def _executing(self, remaining: int, period: float) -> tuple[int, float, int]:
         """(executing round, its phase start, actions remaining) for an observation. The
-        controller's report lags up to one execution-info period: a chunk taken since then is
-        what it executes (its first node was committed when it arrived, and its horizon is what
-        remains), which real-time chunking needs to know (docs/rtc.md). Tasks without rtc send
-        the controller's report as it is."""
+        controller's report lags: a chunk taken since its last report is what it executes (its
+        first node is committed when it arrives, and its horizon is what remains), which
+        real-time chunking needs to know (docs/rtc.md); while our hold stopped
+        the controller, nothing executes (round 0), whatever its last committed round was. Tasks
+        without rtc send the controller's report as it is."""
         ex = self._exec
+        if self.task.chunk_merge.rtc and self._holding:
+            return 0, 0.0, remaining
         rid, start = (ex.executing_round_id, ex.exec_phase_start) if ex else (0, 0.0)
         taken = self._taken
-        if (self.task.chunk_merge.rtc and taken is not None and taken[0] > rid
-                and (ex is None or ex.received < taken[1])):
+        # The report names the newest *committed* node's round, so it lags the chunk by up to a
+        # buffer grid tick plus a report period; a taken chunk still inside its horizon is not
+        # refused (the controller refuses only past-due, stale or malformed ones).
+        if (self.task.chunk_merge.rtc and taken is not None and taken[0] > rid and taken[2] > taken[1]):
             left = math.ceil((taken[2] - taken[1]) / period - 1e-9) if period > 0 else remaining
             return taken[0], taken[1], max(remaining, left)
         return rid, start, remaining

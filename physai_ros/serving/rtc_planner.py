@@ -25,8 +25,10 @@ first node was committed (`exec_phase_start`, i.e. when it arrived); so
   the delay is guided.
 
 No guide (the chunk is made as without RTC) when there is no previous chunk, the controller is
-not executing it (a hold, a refused chunk, a restarted robot), the buffer is empty, or the
-action period changed. Each case is counted in `stats`.
+not executing it (a refused chunk, a restarted robot, or the client's SLO hold, which it reports
+as round 0), or the action period changed. Each case is counted in `stats`. A buffer that ran
+to the end of the old chunk still executes it (it holds the last action): the leftover is then
+that held action, as above.
 """
 from __future__ import annotations
 
@@ -140,8 +142,6 @@ class RtcPlanner:
             return "no_previous_chunk"
         if obs.executing_round_id != prev.round_id:
             return "not_executing_previous"  # a hold, a refused or lost chunk, a restart
-        if obs.actions_remaining <= 0:
-            return "buffer_empty"
         if not math.isclose(prev.dt, control_period, rel_tol=1e-6) or obs.stamp <= prev.stamp:
             return "timing_changed"
         return None

@@ -157,10 +157,12 @@ def test_planner_reads_the_execution_info(doc):
     np.testing.assert_allclose(p.leftover[0, :a], _prev().actions[3, :a])
     # The controller runs something else (a hold uses an odd round), is dry, or the period changed.
     assert planner.plan(_obs_for(robot, 4, 10.3, 3, 10.2), a, dt) is None
-    assert planner.plan(_obs_for(robot, 4, 10.3, 2, 10.13, remaining=0), a, dt) is None
     assert planner.plan(_obs_for(robot, 4, 10.3, 2, 10.13), a, 0.05) is None
     assert dict(planner.stats) == {"no_previous_chunk": 1, "guided": 1, "not_executing_previous": 1,
-                                   "buffer_empty": 1, "timing_changed": 1}
+                                   "timing_changed": 1}
+    # A buffer at the end of the old chunk still runs it (holding its last action): guided.
+    late = planner.plan(_obs_for(robot, 4, 10.9, 2, 10.13, remaining=0), a, dt)
+    np.testing.assert_allclose(late.leftover[:late.delay, :a], np.repeat(_prev().actions[5:6, :a], late.delay, 0))
     # One latency sample per round; the delay follows the largest of the last `latency_window`.
     planner.remember(_obs_for(robot, 4, 10.3, 2, 10.13), _prev().actions, dt, 6)
     planner.remember(dataclasses.replace(_obs_for(robot, 4, 10.3, 2, 10.13), round_id=4, stamp=10.3),
@@ -304,3 +306,32 @@ def test_client_reports_the_chunk_it_just_took_for_rtc_tasks(doc, merge):
         assert (obs.executing_round_id, obs.exec_phase_start, obs.actions_remaining) == (2, 10.2, 4)
     else:
         assert (obs.executing_round_id, obs.exec_phase_start, obs.actions_remaining) == (0, 0.0, 0)
+
+
+def test_client_reports_nothing_executing_while_its_hold_stops_the_controller(doc):
+    """An SLO hold stops the controller where it is; the chunk it last committed no longer runs,
+    so an rtc client reports round 0 (no guide) until it takes a chunk again."""
+    from physai_ros.protocol.chunk import ActionChunkData
+    from serving_helpers import make_image
+
+    d = copy.deepcopy(doc)
+    d["tasks"]["pick_place"].update(chunk_merge="rtc", slo_ms=100, fallback="hold")
+    robot = parse_fleet(d).robot("robot_0")
+    client = _client(robot, 10.0)
+    client.on_exec_info(10.0, 0, 0.1, 9.8, executing_round_id=0)
+    assert client.tick(10.01).observation.round_id == 2
+    out = client.tick(10.2)  # no answer 0.2 s after capture: SLO missed, hold
+    assert out.hold is not None and client._executing(0, 0.1) == (0, 0.0, 0)
+    client.on_exec_info(10.21, 0, 0.1, 9.8, executing_round_id=0)
+    chunk = ActionChunkData(robot_id=robot.id, task_id=robot.task.name, round_id=2, stamp=10.0, dt=0.1,
+                            actions=np.zeros((8, len(robot.joints)), np.float32), horizon=8,
+                            joint_names=robot.joints)
+    client.on_chunk(chunk, 10.25)  # the late answer is taken (hold keeps waiting): it runs again
+    client.on_exec_info(10.3, 3, 0.1, 10.25, executing_round_id=2)
+    for v in range(robot.num_views):
+        client.on_image(v, make_image(robot.image_height, robot.image_width, seed=9 + v), 10.5)
+    obs = client.tick(10.6).observation
+    assert obs is not None and obs.executing_round_id == 2
+    assert client._executing(0, 0.1)[0] == 2
+    client._holding = True
+    assert client._executing(3, 0.1) == (0, 0.0, 3)
