@@ -72,10 +72,16 @@ def check_server_files(cfg: FleetConfig) -> None:
         # Which LeRobot wrote it and its normalisation statistics, read from the files: a
         # contradictory format or missing statistics is named here, before the model loads.
         try:
-            detect_format(ckpt)
+            fmt = detect_format(ckpt)
             Normalizer.from_checkpoint(ckpt)
         except CheckpointError as e:
             raise ServerFilesError(f"{key}: {e}") from None
+        streaming = sorted(n for n, t in cfg.tasks.items() if t.mode == "streaming")
+        if fmt.policy_type != "pi0" and streaming:
+            raise ServerFilesError(
+                f"tasks.{streaming[0]}.mode: streaming needs a pi0 checkpoint (the streaming action expert "
+                f"is built for pi0's state token); {key} {ckpt} is {fmt.policy_type}: set `mode: chunked` "
+                f"for {', '.join(streaming)} or remove {'it' if len(streaming) == 1 else 'them'}")
     tok = tokenizer_path(cfg)
     why = _readable(tok)
     if why:

@@ -41,7 +41,7 @@ from physai_ros.protocol.registration import RobotRegistration
 from physai_ros.protocol.segment import TrajectorySegmentData
 
 from .action_runner import ActionModelRunner
-from .config import FleetConfig, TaskConfig
+from .config import FleetConfig, FleetConfigError, TaskConfig
 from .server_config import StreamingServerConfig
 from .validation import ObservationValidator, Refusal
 
@@ -386,8 +386,8 @@ def build_streaming_service(fleet: FleetConfig, publish: Callable[[TrajectorySeg
     if mcfg.policy != "pi0":
         # The streaming expert's per-token schedule is built around pi0's state token and
         # action-time MLP; its pi0.5 counterpart (adaRMS per token time) is not written.
-        raise ValueError(f"server.streaming: the streaming expert serves pi0 checkpoints only; "
-                         f"{checkpoint_dir(fleet)} is {mcfg.policy} (serve its tasks chunked)")
+        raise FleetConfigError(f"tasks.{streaming_tasks(fleet)[0]}.mode: streaming serves pi0 checkpoints only; "
+                               f"{checkpoint_dir(fleet)} is {mcfg.policy} (set `mode: chunked`)")
     force = "random" if sc.force == "random" else None
     engine, expert = StreamingExpert.build(mcfg, weights, force=force, device=srv.device, seed=srv.model.seed)
     if sc.force == "none":

@@ -57,6 +57,8 @@ def test_checkpoint_flag_refusals_exit_2_with_the_reason(tmp_path, capsys):
 def test_fleet_yaml_accepts_a_lerobot_04_directory_and_names_missing_statistics(tmp_path):
     doc = yaml.safe_load(default_fleet_path().read_text())
     doc["server"]["model"]["checkpoint"] = "ckpt"  # relative to the fleet file
+    for task in doc["tasks"].values():  # the streaming expert is pi0-only
+        task.pop("mode", None)
     fleet = tmp_path / "fleet.yaml"
     fleet.write_text(yaml.safe_dump(doc))
     write_v04(tmp_path / "ckpt", policy="pi05")
@@ -132,3 +134,12 @@ def test_the_core_serves_a_pi05_checkpoint_with_the_state_in_its_prompt():
     runner = core.action_runner
     assert core.model_config.policy == "pi05" and runner.prompt_style.name == "lerobot_pi05"
     assert runner.tokenizer.verbatim
+
+
+def test_a_pi05_checkpoint_with_a_streaming_task_stops_before_anything_starts():
+    """The default fleet has a streaming task; the streaming expert is pi0-only, so physai-fleet
+    --checkpoint <pi0.5> names the task and the fix instead of a traceback from the server."""
+    cfg = load_fleet(None).with_checkpoint(FIXTURE_06 / "pi05")
+    with pytest.raises(ServerFilesError, match=r"tasks\.reach_streaming\.mode: streaming needs a pi0 checkpoint.*"
+                                               r"is pi05: set `mode: chunked`"):
+        check_server_files(cfg)
