@@ -258,7 +258,12 @@ def load_lerobot_checkpoint(
                               **{**_config_fields(lr_cfg), **config_overrides})
         config.validate()
     except (ValueError, KeyError) as e:
-        raise CheckpointError(f"{path}: tensor shapes do not form a pi0 model: {e}") from e
+        # Head counts are the sizes tensors cannot show: name the override that sets them.
+        raise CheckpointError(
+            f"{path}: tensor shapes do not form a {policy} model with head_dim={head_dim} and vision_heads="
+            f"{vision_heads} ({e}); if its towers are not the standard ones, give their head counts: "
+            "server.model.head_dim / server.model.vision_heads in fleet.yaml (head_dim= / vision_heads= "
+            "to load_lerobot_checkpoint)") from e
 
     expected = param_shapes(config)
     for name, shape in expected.items():

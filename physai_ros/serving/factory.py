@@ -42,7 +42,8 @@ def build_engine_slots(cfg: FleetConfig, remote_engine: RemoteEngineFactory | No
             engine = Pi0Engine(Pi0Config.preset(srv.model.preset), device=srv.device,
                                seed=srv.model.seed)
         else:
-            engine = Pi0Engine.from_lerobot_checkpoint(checkpoint_dir(cfg), device=srv.device, **overrides)
+            engine = Pi0Engine.from_lerobot_checkpoint(checkpoint_dir(cfg), device=srv.device,
+                                                       **srv.model.load_args(), **overrides)
         slots.append(EngineSlot(f"engine_{i}", engine, srv.max_batch, default_profile(srv.max_batch),
                                 standby=i >= srv.engine_instances))
     if srv.remote_engines:

@@ -22,6 +22,19 @@ class ModelConfig:
     tokenizer: str
     max_token_len: int
     seed: int
+    # Head counts a checkpoint's tensors cannot show (None: pi0's, 256-wide Gemma heads and 16
+    # SigLIP heads); only for non-standard towers.
+    head_dim: int | None = None
+    vision_heads: int | None = None
+
+    def load_args(self) -> dict:
+        """Keyword arguments for Pi0Engine.from_lerobot_checkpoint / load_lerobot_checkpoint."""
+        out = {}
+        if self.head_dim is not None:
+            out["head_dim"] = self.head_dim
+        if self.vision_heads is not None:
+            out["vision_heads"] = self.vision_heads
+        return out
 
 
 @dataclass(frozen=True)
@@ -89,7 +102,7 @@ class ServerConfig:
 
 def _parse_model(d: Any, path: str) -> ModelConfig:
     d = mapping(d, path)
-    no_unknown(d, {"preset", "checkpoint", "tokenizer", "max_token_len", "seed"}, path)
+    no_unknown(d, {"preset", "checkpoint", "tokenizer", "max_token_len", "seed", "head_dim", "vision_heads"}, path)
     preset = d.get("preset")
     checkpoint = d.get("checkpoint")
     if (preset is None) == (checkpoint is None):
@@ -104,6 +117,9 @@ def _parse_model(d: Any, path: str) -> ModelConfig:
         tokenizer=string(required(d, "tokenizer", path), join_key(path, "tokenizer")),
         max_token_len=integer(d.get("max_token_len", 48), join_key(path, "max_token_len"), 4),
         seed=integer(d.get("seed", 0), join_key(path, "seed"), 0),
+        head_dim=None if d.get("head_dim") is None else integer(d["head_dim"], join_key(path, "head_dim"), 1),
+        vision_heads=None if d.get("vision_heads") is None else integer(d["vision_heads"],
+                                                                        join_key(path, "vision_heads"), 1),
     )
 
 

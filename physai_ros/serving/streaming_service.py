@@ -382,7 +382,7 @@ def build_streaming_service(fleet: FleetConfig, publish: Callable[[TrajectorySeg
         from physai_ros.engine.weights import load_lerobot_checkpoint
 
         from .preflight import checkpoint_dir
-        mcfg, weights = load_lerobot_checkpoint(checkpoint_dir(fleet))
+        mcfg, weights = load_lerobot_checkpoint(checkpoint_dir(fleet), **srv.model.load_args())
     if mcfg.policy != "pi0":
         # The streaming expert's per-token schedule is built around pi0's state token and
         # action-time MLP; its pi0.5 counterpart (adaRMS per token time) is not written.

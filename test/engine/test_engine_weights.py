@@ -167,3 +167,32 @@ def test_bf16_load_and_normalisation_stats(tmp_path):
     np.testing.assert_allclose(n.normalize_state(raw.numpy(), 8)[:6], ((raw - mean) / (std + 1e-8)).numpy(),
                                rtol=1e-6, atol=1e-6)
     assert n.unnormalize_actions(np.ones((3, 8), np.float32), 5).shape == (3, 5)
+
+
+def test_head_counts_the_tensors_cannot_show_name_their_override(tmp_path):
+    """A vision tower whose width 16 heads do not divide: the error names the fleet.yaml keys and
+    the loader arguments; given them, the checkpoint loads. (Counts that do divide cannot be told
+    from the shapes at all: that is why they are parameters.)"""
+    import dataclasses
+
+    from physai_ros.engine.types import VisionSpec
+
+    base = Pi0Config.preset("tiny")
+    cfg = dataclasses.replace(base, vision=VisionSpec(width=36, depth=1, mlp_dim=24, num_heads=3, image_size=28))
+    w = random_weights(cfg, 3)
+    save_lerobot_checkpoint(tmp_path, cfg, lambda n, s: w[n])
+    with pytest.raises(CheckpointError, match=r"vision_heads=16 .*server\.model\.vision_heads in fleet\.yaml"):
+        load_lerobot_checkpoint(tmp_path, head_dim=16)
+    loaded_cfg, _ = load_lerobot_checkpoint(tmp_path, head_dim=16, vision_heads=3)
+    assert loaded_cfg.vision.num_heads == 3
+
+
+def test_fleet_yaml_model_head_counts():
+    from physai_ros.serving.config_fields import FleetConfigError
+    from physai_ros.serving.server_config import _parse_model
+
+    m = _parse_model({"checkpoint": "c", "tokenizer": "t", "vision_heads": 3, "head_dim": 16}, "server.model")
+    assert m.load_args() == {"vision_heads": 3, "head_dim": 16}
+    assert _parse_model({"checkpoint": "c", "tokenizer": "t"}, "server.model").load_args() == {}
+    with pytest.raises(FleetConfigError, match=r"server\.model\.vision_heads: expected an integer >= 1"):
+        _parse_model({"checkpoint": "c", "tokenizer": "t", "vision_heads": 0}, "server.model")
