@@ -27,6 +27,8 @@ import os
 import sys
 import time
 from concurrent.futures import ProcessPoolExecutor
+
+import numpy as np
 from pathlib import Path
 
 from physai_ros.evaluation.lockstep import LockstepConfig, SimClock, clone_robots, run_episodes
@@ -46,6 +48,8 @@ def parse_args(argv=None) -> argparse.Namespace:
     ap.add_argument("--checkpoint", default=None)
     ap.add_argument("--preset", default=None, help="a model preset instead (smoke runs)")
     ap.add_argument("--episodes", type=int, default=20)
+    ap.add_argument("--first-episode", type=int, default=0,
+                    help="skip this many evaluation seeds (a second block of episodes)")
     ap.add_argument("--tasks", default="pick_and_place")
     ap.add_argument("--merges", default="off,crossfade,rtc,rtc_identity",
                     help="off | crossfade | rtc (VJP, the paper) | rtc_identity (J = I, LeRobot 0.6.1)")
@@ -58,6 +62,10 @@ def parse_args(argv=None) -> argparse.Namespace:
     ap.add_argument("--max-episode-s", type=float, default=None)
     ap.add_argument("--jobs", type=int, default=1)
     ap.add_argument("--cost-reps", type=int, default=10, help="0 skips the compute-cost measurement")
+    ap.add_argument("--cost-only", action="store_true", help="only the compute cost, no episodes")
+    ap.add_argument("--cost-preset", default=None,
+                    help="measure the cost on this preset (random weights, e.g. pi0_2layer) instead of the fleet's model")
+    ap.add_argument("--cost-batches", default="1,4")
     ap.add_argument("--out", default=None)
     return ap.parse_args(argv)
 
@@ -110,7 +118,7 @@ def run_one(job) -> dict:
 
     lock = LockstepConfig(latency_s=latency_ms / 1e3, max_episode_s=args.max_episode_s)
     t0 = time.perf_counter()
-    res = run_episodes(server, robots, eval_seeds(task, args.episodes), lock, f"{task} {merge} {latency_ms:g}ms",
+    res = run_episodes(server, robots, _seeds(task, args), lock, f"{task} {merge} {latency_ms:g}ms",
                        clock=clock, slot_hook=hook,
                        on_tick=lambda s, now: recorders[s.robot.id].tick(now, s.buffer.last_command),
                        on_episode=lambda r: recorders[r.robot_id].end_episode())
@@ -130,6 +138,10 @@ def run_one(job) -> dict:
     }
 
 
+def _seeds(task: str, args) -> list[int]:
+    return eval_seeds(task, args.first_episode + args.episodes)[args.first_episode:]
+
+
 def compute_cost(args, reps: int) -> dict:
     """Median process CPU ms per Pi0Engine.infer call, with and without a guide per robot."""
     import torch
@@ -139,24 +151,34 @@ def compute_cost(args, reps: int) -> dict:
 
     torch.set_num_threads(1)
     cfg = _load(args)
-    core = build_policy_server(cfg, SimClock())
-    engine = core.engines["engine_0"].engine
-    c = engine.config
     gen = torch.Generator().manual_seed(0)
-    s = c.vision.image_size
     views = task_robot(cfg, args.tasks.split(",")[0]).num_views
-    tokens = core.action_runner.tokenizer.encode(cfg.robots[0].task.prompt)
+    if args.cost_preset:
+        from physai_ros.engine import Pi0Config, Pi0Engine
+
+        engine = Pi0Engine(Pi0Config.preset(args.cost_preset))
+        c = engine.config
+        tokens = torch.randint(0, c.vocab_size, (48,), generator=gen).numpy()
+        mask = np.ones(48, dtype=bool)
+    else:
+        core = build_policy_server(cfg, SimClock())
+        engine = core.engines["engine_0"].engine
+        c = engine.config
+        enc = core.action_runner.tokenizer.encode(cfg.robots[0].task.prompt)
+        tokens, mask = enc.tokens, enc.mask
+    s = c.vision.image_size
     prev = torch.randn(c.chunk_size, c.max_action_dim, generator=gen)
+    delay = min(2, c.chunk_size)
     out = {}
-    for b in (1, 4):
+    for b in (int(x) for x in args.cost_batches.split(",")):
         batch = [EngineInput(images=torch.randint(0, 256, (views, 3, s, s), dtype=torch.uint8, generator=gen),
-                             image_masks=torch.ones(views, dtype=torch.bool), tokens=torch.from_numpy(tokens.tokens),
-                             token_mask=torch.from_numpy(tokens.mask), state=torch.randn(c.max_state_dim, generator=gen),
+                             image_masks=torch.ones(views, dtype=torch.bool), tokens=torch.from_numpy(tokens),
+                             token_mask=torch.from_numpy(mask), state=torch.randn(c.max_state_dim, generator=gen),
                              noise=torch.randn(c.chunk_size, c.max_action_dim, generator=gen)) for _ in range(b)]
         row = {}
         for label, jac in (("unguided", None), ("guided_vjp", "vjp"), ("guided_identity", "identity")):
             inputs = batch if jac is None else [dataclasses.replace(
-                x, rtc=RtcGuide(prev, 2, c.chunk_size, args.schedule, args.beta, 5, jac)) for x in batch]
+                x, rtc=RtcGuide(prev, delay, c.chunk_size, args.schedule, args.beta, 5, jac)) for x in batch]
             with torch.inference_mode():
                 engine.infer(inputs)  # warm
                 cpu, den = [], []
@@ -171,7 +193,8 @@ def compute_cost(args, reps: int) -> dict:
             row[f"guidance_cpu_ms_{jac}"] = round(row[f"guided_{jac}"]["cpu_ms"] - row["unguided"]["cpu_ms"], 2)
             row[f"ratio_{jac}"] = round(row[f"guided_{jac}"]["cpu_ms"] / row["unguided"]["cpu_ms"], 2)
         out[f"batch{b}"] = row
-    out["model"] = {"chunk_size": c.chunk_size, "num_steps": c.num_steps, "expert_width": c.expert.width,
+    out["model"] = {"preset": args.cost_preset, "chunk_size": c.chunk_size, "num_steps": c.num_steps,
+                    "expert_width": c.expert.width,
                     "expert_depth": c.expert.depth, "views": views, "fast": engine.fast, "backend": engine.backend}
     return out
 
@@ -184,12 +207,12 @@ def main(argv=None) -> int:
     tasks = [t.strip() for t in args.tasks.split(",") if t.strip()]
     merges = [m.strip() for m in args.merges.split(",") if m.strip()]
     latencies = [float(x) for x in args.latency_ms.split(",") if x.strip()]
-    overlap = disjoint_from_training(sorted({s for t in tasks for s in eval_seeds(t, args.episodes)}),
+    overlap = disjoint_from_training(sorted({s for t in tasks for s in _seeds(t, args)}),
                                      training_manifest(cfg))
     if overlap:
         print(f"rtc bench: evaluation seeds overlap the training seeds: {overlap[:10]}", file=sys.stderr)
         return 2
-    jobs = [(args, t, lat, m) for t in tasks for lat in latencies for m in merges]
+    jobs = [] if args.cost_only else [(args, t, lat, m) for t in tasks for lat in latencies for m in merges]
     results = []
     with ProcessPoolExecutor(max_workers=args.jobs) as pool:
         for r in pool.map(run_one, jobs):
@@ -204,7 +227,7 @@ def main(argv=None) -> int:
     doc = {"results": results,
            "compute_cost": compute_cost(args, args.cost_reps) if args.cost_reps > 0 else None,
            "method": {"lockstep": True, "episodes": args.episodes, "slots": args.slots,
-                      "seeds": {t: [eval_seeds(t, 1)[0], eval_seeds(t, args.episodes)[-1]] for t in tasks},
+                      "seeds": {t: [_seeds(t, args)[0], _seeds(t, args)[-1]] for t in tasks},
                       "checkpoint": cfg.server.model.checkpoint, "preset": cfg.server.model.preset},
            "host": {"cpus": os.cpu_count(), "loadavg_start": [round(x, 2) for x in load_start],
                     "loadavg_end": [round(x, 2) for x in os.getloadavg()], "jobs": args.jobs},
