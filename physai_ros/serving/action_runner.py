@@ -78,7 +78,7 @@ class ActionModelRunner:
         s = self.image_size
         imgs = np.empty((len(obs.images), 3, s, s), dtype=np.uint8)
         for i, im in enumerate(obs.images):
-            to_model_pixels(image_to_rgb(im.array(), im.encoding), s, out=imgs[i])
+            to_model_pixels(image_to_rgb(im.array(), im.encoding), s, out=imgs[i], lerobot=self.prompt_style.verbatim)
         enc = self.tokens(obs.prompt or reg.prompt, obs.state)
         state = self.normalizer.normalize_state(obs.state, self.max_state_dim)
         return EngineInput(

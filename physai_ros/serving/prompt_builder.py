@@ -1,4 +1,5 @@
-"""The text a policy reads: the task prompt as the checkpoint's own preprocessor writes it.
+"""The text a policy reads: the task prompt as the checkpoint's own preprocessor writes it (and,
+through `PromptStyle.verbatim`, whose frame resizing the server follows).
 
 Three styles, chosen from the checkpoint (never by a flag):
 - "ours": physai_ros-trained checkpoints: the task as given (the tokenizer lowercases it, as
@@ -47,8 +48,9 @@ class PromptStyle:
 
     @property
     def verbatim(self) -> bool:
-        """LeRobot's tokenizer step sees the text as built: no lowercasing or stripping, special
-        tokens from the tokenizer file's own post-processor."""
+        """A LeRobot checkpoint's preprocessing: its tokenizer step sees the text as built (no
+        lowercasing or stripping, special tokens from the tokenizer file's post-processor) and
+        its frames are resized as LeRobot's resize_with_pad does (serving.preprocess)."""
         return self.name != "ours"
 
     def text(self, task: str, normalized_state: np.ndarray | None = None) -> str:

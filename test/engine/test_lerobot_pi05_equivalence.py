@@ -150,7 +150,8 @@ def test_raw_observation_to_robot_unit_actions(ckpt, case):
             if key not in c:
                 assert not bool(c["expected_model_image_masks"][i, v])
                 continue
-            ours = torch.from_numpy(to_model_pixels(_quantised_hwc(c[key][i]), size)).float() * (2 / 255) - 1
+            ours = torch.from_numpy(to_model_pixels(_quantised_hwc(c[key][i]), size, lerobot=style.verbatim)
+                                    ).float() * (2 / 255) - 1
             assert max_err(ours, c["expected_model_images"][i, v]) <= 4 / 255
         inputs.append(EngineInput(
             images=c["expected_model_images"][i], image_masks=c["expected_model_image_masks"][i],
