@@ -179,18 +179,25 @@ def test_lerobot_061_fixture_checkpoints(name):
         np.testing.assert_array_max_ulp(got, robot, maxulp=1)
 
 
-def test_a_served_lerobot_checkpoint_uses_its_stored_statistics():
+def test_a_served_lerobot_checkpoint_uses_its_stored_statistics(tmp_path):
     """A LeRobot checkpoint is served with the normalisation stored beside its weights (before
     the serving redesign only our own statistics file was read, and a LeRobot checkpoint's
     state and actions went through un-normalised)."""
     import yaml
+    from tokenizers import Tokenizer
 
     from physai_ros.engine.weights import normalization_stats
     from physai_ros.serving.config import default_fleet_path, parse_fleet
     from physai_ros.serving.factory import build_core
+    from physai_ros.serving.tokenizer import build_default_tokenizer
 
+    # The fixture's random model embeds 1024 tokens; a LeRobot checkpoint is refused with a far
+    # smaller tokenizer (factory), so ours is padded to its size with placeholder tokens.
+    tok: Tokenizer = build_default_tokenizer()
+    tok.add_tokens([f"<extra_{i}>" for i in range(1024 - tok.get_vocab_size())])
+    tok.save(str(tmp_path / "tokenizer.json"))
     doc = yaml.safe_load(default_fleet_path().read_text())
-    doc["server"]["model"] = {"checkpoint": str(FIXTURE_03), "tokenizer": "package://physai_ros/assets/tokenizer.json",
+    doc["server"]["model"] = {"checkpoint": str(FIXTURE_03), "tokenizer": str(tmp_path / "tokenizer.json"),
                               "max_token_len": 16}
     core = build_core(parse_fleet(doc, source=str(default_fleet_path())), instance_id="lerobot")
     stored = normalization_stats(FIXTURE_03, feature_names=["observation.state", "action"])
