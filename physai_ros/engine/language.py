@@ -1,0 +1,204 @@
+"""Language decoding on the action model's prefix KV cache (OxyGen §3: cross-task KV sharing),
+plain path: the PaliGemma backbone of a pi0 / pi0.5 model continues the prompt as text, reading
+the same per-layer K/V the action expert reads, so actions and text come from one prefill.
+
+Semantics (PaliGemma is a prefix LM):
+- the prefix (image tokens, prompt tokens) is bidirectional over its valid tokens; a generated
+  token attends to every valid prefix token, the generated tokens before it and itself;
+- RoPE positions continue after the valid prefix: generated token j sits at n_valid + j;
+- the first token's logits are the prefix's output at its last valid token. That output is
+  recomputed here from the cache, not kept from the prefill: in a bidirectional prefix the last
+  token attends to exactly the valid prefix K/V at every layer, so pushing its embedding through
+  the layers against the cache (without appending it) gives its prefill output bit for bit, and
+  the prefill itself (fast path: the VLM's last layer computes K/V only) need not change;
+- logits = RMSNorm_(1 + w)(h) @ embed^T: the LM head is tied to the token embedding (PaliGemma,
+  Gemma), so every pi0 / pi0.5 checkpoint that carries the VLM (embed_tokens or lm_head, and the
+  final norm) can speak; a weight dict without them is refused by name.
+
+A request holds its own compacted copy of the valid prefix K/V and its generated K/V, so it lives
+across frames (the next frame's prefill replaces the action's cache, not the sentence being
+said) and requests of different robots and frames decode together in one batch.
+"""
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass, field
+from typing import List, Optional, Sequence
+
+import torch
+
+from .model import apply_rope, attention, gemma_mlp, lin_nb, rms_norm, rope_cos_sin
+from .params import Weights
+from .types import Pi0Config, PrefixCache
+
+DONE_EOS, DONE_BUDGET, DONE_STOP, DONE_CANCELLED = "eos", "budget", "stop", "cancelled"
+
+
+@dataclass(frozen=True)
+class SamplingParams:
+    """max_tokens: budget of generated tokens; temperature 0 is greedy; top_p in (0, 1];
+    eos_id ends the text (not emitted); stop_ids end it too (emitted); seed for sampling."""
+
+    max_tokens: int = 32
+    temperature: float = 0.0
+    top_p: float = 1.0
+    eos_id: Optional[int] = None
+    stop_ids: tuple = ()
+    seed: int = 0
+
+    def validate(self) -> None:
+        if isinstance(self.max_tokens, bool) or not isinstance(self.max_tokens, int) or self.max_tokens < 1:
+            raise ValueError(f"max_tokens: expected an integer >= 1, got {self.max_tokens!r}")
+        if not (math.isfinite(self.temperature) and self.temperature >= 0):
+            raise ValueError(f"temperature: expected a finite number >= 0, got {self.temperature!r}")
+        if not (0 < self.top_p <= 1):
+            raise ValueError(f"top_p: expected 0 < top_p <= 1, got {self.top_p!r}")
+
+
+@dataclass
+class LanguageRequest:
+    """One text being generated. prefix_keys/values: per layer [n_prefix, KV, hd] (valid rows
+    only, RoPE applied); gen_keys/values: per layer [G, KV, hd]; tokens: generated so far."""
+
+    request_id: str
+    params: SamplingParams
+    prefix_keys: List[torch.Tensor]
+    prefix_values: List[torch.Tensor]
+    last_prompt_token: int
+    gen_keys: List[torch.Tensor]
+    gen_values: List[torch.Tensor]
+    tokens: List[int] = field(default_factory=list)
+    done: bool = False
+    reason: str = ""
+    generator: Optional[torch.Generator] = None
+
+    @property
+    def n_prefix(self) -> int:
+        return int(self.prefix_keys[0].shape[0])
+
+    def kv_bytes(self) -> int:
+        """Memory this request holds: its prefix copy and the generated K/V (a token's K/V is
+        written when it is read back as the next input, so the newest has none yet)."""
+        return sum(t.numel() * t.element_size()
+                   for ts in (self.prefix_keys, self.prefix_values, self.gen_keys, self.gen_values) for t in ts)
+
+
+class PlainLanguage:
+    """Greedy / top-p decoding with the VLM of a plain weight dict (PlainPi0 / PlainPi05 `.w`)."""
+
+    def __init__(self, config: Pi0Config, weights: Weights):
+        missing = [n for n in ("vlm.embed", "vlm.norm") if n not in weights]
+        if missing:
+            raise ValueError(f"language decoding needs the VLM's token embedding and final norm; missing {missing} "
+                             "(the checkpoint has no LM head to speak with)")
+        self.cfg, self.w = config, weights
+
+    # ---------------------------------------------------------------- requests
+    def start(self, cache: PrefixCache, row: int, last_prompt_token: int, params: SamplingParams,
+              request_id: str) -> LanguageRequest:
+        """A request continuing robot `row`'s prompt, with its own copy of that row's valid K/V."""
+        params.validate()
+        valid = cache.pad[row]
+        with torch.inference_mode(False):
+            keys = [k[row][valid].clone() for k in cache.keys]
+            values = [v[row][valid].clone() for v in cache.values]
+        empty = [k[:0] for k in keys]
+        gen = torch.Generator().manual_seed(params.seed) if params.temperature > 0 else None
+        return LanguageRequest(request_id, params, keys, values, int(last_prompt_token), list(empty),
+                               [v[:0] for v in values], generator=gen)
+
+    @staticmethod
+    def cancel(req: LanguageRequest) -> None:
+        if not req.done:
+            req.done, req.reason = True, DONE_CANCELLED
+
+    @torch.no_grad()
+    def step(self, requests: Sequence[LanguageRequest]) -> List[Optional[int]]:
+        """One token for every active request, decoded together; returns the token each emitted
+        (None for a request that ended without emitting one, or was already done)."""
+        active = [r for r in requests if not r.done]
+        out: dict = {}
+        if active:
+            logits = self.next_logits(active)
+            for r, lg in zip(active, logits):
+                out[id(r)] = self._accept(r, self._sample(r, lg))
+        return [out.get(id(r)) for r in requests]
+
+    def generate(self, requests: Sequence[LanguageRequest], max_steps: int = 1 << 20) -> None:
+        """Decode until every request is done (tests, offline use)."""
+        for _ in range(max_steps):
+            if all(r.done for r in requests):
+                return
+            self.step(requests)
+
+    # ---------------------------------------------------------------- internals
+    def _accept(self, r: LanguageRequest, tok: int) -> Optional[int]:
+        p = r.params
+        if p.eos_id is not None and tok == p.eos_id:
+            r.done, r.reason = True, DONE_EOS
+            return None
+        r.tokens.append(tok)
+        if tok in p.stop_ids:
+            r.done, r.reason = True, DONE_STOP
+        elif len(r.tokens) >= p.max_tokens:
+            r.done, r.reason = True, DONE_BUDGET
+        return tok
+
+    @staticmethod
+    def _sample(r: LanguageRequest, logits: torch.Tensor) -> int:
+        p = r.params
+        if p.temperature == 0:
+            return int(torch.argmax(logits))
+        probs = torch.softmax(logits.double() / p.temperature, dim=-1)
+        if p.top_p < 1:
+            sorted_p, idx = torch.sort(probs, descending=True)
+            # Keep the smallest head whose mass reaches top_p (the first token always).
+            keep = torch.cumsum(sorted_p, 0) - sorted_p < p.top_p
+            probs = torch.zeros_like(probs).scatter_(0, idx[keep], sorted_p[keep])
+        return int(torch.multinomial(probs, 1, generator=r.generator))
+
+    @torch.no_grad()
+    def next_logits(self, reqs: List[LanguageRequest]) -> torch.Tensor:
+        """Logits [B, vocab] for each request's next token (step() samples from them). Writes
+        the newest generated token's K/V into each request, so each call must be followed by
+        that request accepting a token. A request with no generated token yet re-reads its last
+        prompt token against the cache (not appended: it is there)."""
+        cfg, w, spec = self.cfg, self.w, self.cfg.vlm
+        b = len(reqs)
+        first = [not r.tokens for r in reqs]
+        ids = torch.tensor([r.last_prompt_token if f else r.tokens[-1] for r, f in zip(reqs, first)])
+        pos = torch.tensor([r.n_prefix - 1 if f else r.n_prefix + len(r.tokens) - 1 for r, f in zip(reqs, first)])
+        table = w["vlm.embed"]
+        x = (table[ids] * torch.tensor(math.sqrt(spec.width), dtype=table.dtype))[:, None]
+        cos, sin = rope_cos_sin(pos[:, None], cfg, x.dtype)
+        # Keys each token attends to: the valid prefix and every generated token's K/V, its own
+        # included (appended below; the first step's input is already in the prefix).
+        lengths = [r.n_prefix + len(r.tokens) for r in reqs]
+        lmax = max(lengths)
+        allowed = torch.zeros(b, 1, lmax, dtype=torch.bool)
+        for i, n in enumerate(lengths):
+            allowed[i, 0, :n] = True
+        for li in range(spec.depth):
+            p = f"vlm.layers.{li}."
+            h = rms_norm(x, w[p + "ln_attn"], cfg.rms_eps)
+            q = lin_nb(h, w[p + "q"]).view(b, 1, spec.num_heads, spec.head_dim).transpose(1, 2)
+            k = lin_nb(h, w[p + "k"]).view(b, 1, spec.num_kv_heads, spec.head_dim)
+            v = lin_nb(h, w[p + "v"]).view(b, 1, spec.num_kv_heads, spec.head_dim)
+            q = apply_rope(q, cos, sin)
+            k = apply_rope(k.transpose(1, 2), cos, sin).transpose(1, 2)
+            kk = torch.zeros(b, lmax, spec.num_kv_heads, spec.head_dim, dtype=x.dtype)
+            vv = torch.zeros_like(kk)
+            for i, (r, f) in enumerate(zip(reqs, first)):
+                if not f:  # the new token's K/V joins the request's cache at this layer
+                    r.gen_keys[li] = torch.cat([r.gen_keys[li], k[i]])
+                    r.gen_values[li] = torch.cat([r.gen_values[li], v[i]])
+                rows_k = torch.cat([r.prefix_keys[li], r.gen_keys[li]])
+                rows_v = torch.cat([r.prefix_values[li], r.gen_values[li]])
+                kk[i, : rows_k.shape[0]] = rows_k
+                vv[i, : rows_v.shape[0]] = rows_v
+            a = attention(q, kk.transpose(1, 2), vv.transpose(1, 2), allowed, spec.head_dim**-0.5)
+            x = x + lin_nb(a, w[p + "o"])
+            x = x + gemma_mlp(w, p, rms_norm(x, w[p + "ln_mlp"], cfg.rms_eps))
+        h = rms_norm(x[:, 0], w["vlm.norm"], cfg.rms_eps)
+        return (h @ table.T).float()
+
