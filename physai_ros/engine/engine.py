@@ -60,6 +60,7 @@ class Pi0Engine:
         backend: str = "torch",
         seed: int = 0,
         cuda_graphs: bool = False,
+        language: bool = False,
     ):
         config.validate()
         self.config = config
@@ -79,7 +80,7 @@ class Pi0Engine:
         pi05 = config.policy == "pi05"
         if fast:
             fast_cls = FastPi05 if pi05 else FastPi0
-            self.model = fast_cls(config, weights, backend=backend, consume=True, dtype=dtype)
+            self.model = fast_cls(config, weights, backend=backend, consume=True, dtype=dtype, language=language)
         else:
             self.model = (PlainPi05 if pi05 else PlainPi0)(config, weights)
         self._graphs = None
@@ -96,7 +97,8 @@ class Pi0Engine:
     def from_lerobot_checkpoint(cls, path, device="cpu", dtype=torch.float32, fast: bool = True,
                                 backend: str = "torch", progress: Optional[Callable[[str], None]] = None,
                                 head_dim: Optional[int] = None, vision_heads: int = 16,
-                                cuda_graphs: bool = False, **config_overrides) -> "Pi0Engine":
+                                cuda_graphs: bool = False, language: bool = False,
+                                **config_overrides) -> "Pi0Engine":
         """Load a LeRobot PI0 checkpoint directory (see weights.load_lerobot_checkpoint for
         head_dim / vision_heads and the config overrides such as time_schedule)."""
         from .checkpoint_format import detect_format
@@ -104,9 +106,17 @@ class Pi0Engine:
 
         config, weights = load_lerobot_checkpoint(path, dtype=dtype, head_dim=head_dim, vision_heads=vision_heads,
                                                   progress=progress, **config_overrides)
-        engine = cls(config, weights, device=device, dtype=dtype, fast=fast, backend=backend, cuda_graphs=cuda_graphs)
+        engine = cls(config, weights, device=device, dtype=dtype, fast=fast, backend=backend, cuda_graphs=cuda_graphs,
+                     language=language)
         engine.checkpoint_format = detect_format(path)  # what was decided, for logs and /diagnostics
         return engine
+
+    def language_decoder(self):
+        """Text decoding on this engine's prefix caches (language.py): the plain path always; the
+        fast path when built with language=True."""
+        from .language import FastLanguage, PlainLanguage
+
+        return FastLanguage(self.model) if self.fast else PlainLanguage(self.config, self.model.w)
 
     # ------------------------------------------------------------------ input checking
     def check(self, inp: EngineInput) -> Optional[str]:

@@ -71,9 +71,11 @@ def _fold_ln(weight: torch.Tensor, bias: Optional[torch.Tensor], g: torch.Tensor
 
 class FastPi0:
     def __init__(self, config: Pi0Config, weights: Weights, backend: str = "torch", consume: bool = False,
-                 dtype: Optional[torch.dtype] = None):
+                 dtype: Optional[torch.dtype] = None, language: bool = False):
         """Prepare from plain weights. consume=True pops every folded tensor from `weights` as it
-        goes, so a full-size model never exists twice in memory."""
+        goes, so a full-size model never exists twice in memory. language=True keeps what text
+        decoding on the prefix cache needs (language.FastLanguage): the VLM's final norm and its
+        last layer whole (without it that layer computes K/V only)."""
         config.validate()
         self.cfg = cfg = config
         self.backend = backend
@@ -114,9 +116,19 @@ class FastPi0:
         # --- Gemma towers ---
         self.embed = _take(weights, "vlm.embed", c).to(dt)
         self.embed_scale = torch.tensor(math.sqrt(cfg.vlm.width), dtype=dt)
+        self.language = language
+        self.vlm_norm = _take(weights, "vlm.norm", c).to(dt) if language else None
         if c:
-            weights.pop("vlm.norm", None)  # feeds only the VLM's token head, never run by pi0
-        self.vlm_layers = self._gemma_layers(weights, "vlm", cfg.vlm, c, kv_only_last=True)
+            weights.pop("vlm.norm", None)  # feeds only the VLM's token head, never run for actions
+        self.vlm_layers = self._gemma_layers(weights, "vlm", cfg.vlm, c, kv_only_last=not language)
+        self.vlm_last_full: Optional[GemmaLayer] = None
+        if language:
+            # The prefix keeps its K/V-only last layer (the rows of the whole layer's fused weight,
+            # the same values and GEMM shape: actions stay bit-identical); text reads the whole one.
+            full = self.vlm_layers[-1]
+            q_rows = cfg.vlm.num_heads * cfg.vlm.head_dim
+            self.vlm_last_full = full
+            self.vlm_layers[-1] = GemmaLayer(w_qkv=full.w_qkv[q_rows:], w_o=None, w_gate_up=None, w_down=None)
         self._prepare_expert(weights, c)
 
         # RoPE tables for every position a prefix + state + chunk can reach.

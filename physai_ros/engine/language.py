@@ -83,15 +83,10 @@ class LanguageRequest:
                    for ts in (self.prefix_keys, self.prefix_values, self.gen_keys, self.gen_values) for t in ts)
 
 
-class PlainLanguage:
-    """Greedy / top-p decoding with the VLM of a plain weight dict (PlainPi0 / PlainPi05 `.w`)."""
+class LanguageDecoder:
+    """Requests, sampling and end rules; a subclass supplies `next_logits` for its model path."""
 
-    def __init__(self, config: Pi0Config, weights: Weights):
-        missing = [n for n in ("vlm.embed", "vlm.norm") if n not in weights]
-        if missing:
-            raise ValueError(f"language decoding needs the VLM's token embedding and final norm; missing {missing} "
-                             "(the checkpoint has no LM head to speak with)")
-        self.cfg, self.w = config, weights
+    cfg: Pi0Config
 
     # ---------------------------------------------------------------- requests
     def start(self, cache: PrefixCache, row: int, last_prompt_token: int, params: SamplingParams,
@@ -157,6 +152,49 @@ class PlainLanguage:
             probs = torch.zeros_like(probs).scatter_(0, idx[keep], sorted_p[keep])
         return int(torch.multinomial(probs, 1, generator=r.generator))
 
+    @staticmethod
+    def _attend_to(reqs: List[LanguageRequest], first: List[bool], layer: int, k: torch.Tensor,
+                   v: torch.Tensor, allowed: torch.Tensor):
+        """Append each generated input's new K/V [B, 1, KV, hd] to its request at this layer and
+        return the batch's padded keys/values [B, L, KV, hd] with the mask [B, 1, L]."""
+        b, lmax = len(reqs), allowed.shape[-1]
+        kk = torch.zeros(b, lmax, k.shape[2], k.shape[3], dtype=k.dtype)
+        vv = torch.zeros_like(kk)
+        for i, (r, f) in enumerate(zip(reqs, first)):
+            if not f:  # the new token's K/V joins the request's cache at this layer
+                r.gen_keys[layer] = torch.cat([r.gen_keys[layer], k[i]])
+                r.gen_values[layer] = torch.cat([r.gen_values[layer], v[i]])
+            rows_k = torch.cat([r.prefix_keys[layer], r.gen_keys[layer]])
+            rows_v = torch.cat([r.prefix_values[layer], r.gen_values[layer]])
+            kk[i, : rows_k.shape[0]] = rows_k
+            vv[i, : rows_v.shape[0]] = rows_v
+        return kk, vv, allowed
+
+    @staticmethod
+    def _inputs(reqs: List[LanguageRequest]):
+        """(first-step flags, input token ids [B], positions [B], attention mask [B, 1, L])."""
+        first = [not r.tokens for r in reqs]
+        ids = torch.tensor([r.last_prompt_token if f else r.tokens[-1] for r, f in zip(reqs, first)])
+        pos = torch.tensor([r.n_prefix - 1 if f else r.n_prefix + len(r.tokens) - 1 for r, f in zip(reqs, first)])
+        # Keys each token attends to: the valid prefix and every generated token's K/V, its own
+        # included (appended as the layers run; the first step's input is already in the prefix).
+        lengths = [r.n_prefix + len(r.tokens) for r in reqs]
+        allowed = torch.zeros(len(reqs), 1, max(lengths), dtype=torch.bool)
+        for i, n in enumerate(lengths):
+            allowed[i, 0, :n] = True
+        return first, ids, pos, allowed
+
+
+class PlainLanguage(LanguageDecoder):
+    """Decoding with the VLM of a plain weight dict (PlainPi0 / PlainPi05 `.w`): the reference."""
+
+    def __init__(self, config: Pi0Config, weights: Weights):
+        missing = [n for n in ("vlm.embed", "vlm.norm") if n not in weights]
+        if missing:
+            raise ValueError(f"language decoding needs the VLM's token embedding and final norm; missing {missing} "
+                             "(the checkpoint has no LM head to speak with)")
+        self.cfg, self.w = config, weights
+
     @torch.no_grad()
     def next_logits(self, reqs: List[LanguageRequest]) -> torch.Tensor:
         """Logits [B, vocab] for each request's next token (step() samples from them). Writes
@@ -165,19 +203,10 @@ class PlainLanguage:
         prompt token against the cache (not appended: it is there)."""
         cfg, w, spec = self.cfg, self.w, self.cfg.vlm
         b = len(reqs)
-        first = [not r.tokens for r in reqs]
-        ids = torch.tensor([r.last_prompt_token if f else r.tokens[-1] for r, f in zip(reqs, first)])
-        pos = torch.tensor([r.n_prefix - 1 if f else r.n_prefix + len(r.tokens) - 1 for r, f in zip(reqs, first)])
+        first, ids, pos, allowed = self._inputs(reqs)
         table = w["vlm.embed"]
         x = (table[ids] * torch.tensor(math.sqrt(spec.width), dtype=table.dtype))[:, None]
         cos, sin = rope_cos_sin(pos[:, None], cfg, x.dtype)
-        # Keys each token attends to: the valid prefix and every generated token's K/V, its own
-        # included (appended below; the first step's input is already in the prefix).
-        lengths = [r.n_prefix + len(r.tokens) for r in reqs]
-        lmax = max(lengths)
-        allowed = torch.zeros(b, 1, lmax, dtype=torch.bool)
-        for i, n in enumerate(lengths):
-            allowed[i, 0, :n] = True
         for li in range(spec.depth):
             p = f"vlm.layers.{li}."
             h = rms_norm(x, w[p + "ln_attn"], cfg.rms_eps)
@@ -186,19 +215,34 @@ class PlainLanguage:
             v = lin_nb(h, w[p + "v"]).view(b, 1, spec.num_kv_heads, spec.head_dim)
             q = apply_rope(q, cos, sin)
             k = apply_rope(k.transpose(1, 2), cos, sin).transpose(1, 2)
-            kk = torch.zeros(b, lmax, spec.num_kv_heads, spec.head_dim, dtype=x.dtype)
-            vv = torch.zeros_like(kk)
-            for i, (r, f) in enumerate(zip(reqs, first)):
-                if not f:  # the new token's K/V joins the request's cache at this layer
-                    r.gen_keys[li] = torch.cat([r.gen_keys[li], k[i]])
-                    r.gen_values[li] = torch.cat([r.gen_values[li], v[i]])
-                rows_k = torch.cat([r.prefix_keys[li], r.gen_keys[li]])
-                rows_v = torch.cat([r.prefix_values[li], r.gen_values[li]])
-                kk[i, : rows_k.shape[0]] = rows_k
-                vv[i, : rows_v.shape[0]] = rows_v
-            a = attention(q, kk.transpose(1, 2), vv.transpose(1, 2), allowed, spec.head_dim**-0.5)
+            kk, vv, mask = self._attend_to(reqs, first, li, k, v, allowed)
+            a = attention(q, kk.transpose(1, 2), vv.transpose(1, 2), mask, spec.head_dim**-0.5)
             x = x + lin_nb(a, w[p + "o"])
             x = x + gemma_mlp(w, p, rms_norm(x, w[p + "ln_mlp"], cfg.rms_eps))
         h = rms_norm(x[:, 0], w["vlm.norm"], cfg.rms_eps)
         return (h @ table.T).float()
 
+
+class FastLanguage(LanguageDecoder):
+    """Decoding with a prepared fast model (FastPi0 / FastPi05 built with language=True): its
+    folded VLM layers and kernels backend, K/V through the same per-request caches."""
+
+    def __init__(self, model):
+        if not getattr(model, "language", False):
+            raise ValueError("language decoding on the fast path needs the model prepared with language=True "
+                             "(Pi0Engine(..., language=True)): it keeps the VLM's last layer whole and its final norm")
+        self.cfg, self.m = model.cfg, model
+
+    @torch.no_grad()
+    def next_logits(self, reqs: List[LanguageRequest]) -> torch.Tensor:
+        """As PlainLanguage.next_logits, through the fast model's VLM layers."""
+        m, cfg, spec = self.m, self.cfg, self.cfg.vlm
+        first, ids, pos, allowed = self._inputs(reqs)
+        x = (m.embed[ids] * m.embed_scale)[:, None]
+        cos, sin = rope_cos_sin(pos[:, None], cfg, x.dtype)
+        for li, layer in enumerate(m.vlm_layers[:-1] + [m.vlm_last_full]):
+            def sink(k, v, li=li):
+                return self._attend_to(reqs, first, li, k, v, allowed)
+            x = m.gemma_block(layer, spec, x, cos, sin, sink)
+        h = rms_norm(x[:, 0], m.vlm_norm, cfg.rms_eps)
+        return (h @ m.embed.T).float()

@@ -174,3 +174,36 @@ def test_bad_params_and_missing_lm_weights_are_refused():
                        (SamplingParams(top_p=0.0), "top_p"), (SamplingParams(temperature=-1.0), "temperature")):
         with pytest.raises(ValueError, match=match):
             lang.start(cache, 0, 1, bad, "x")
+
+
+@pytest.mark.parametrize("policy", ["pi0", "pi05"])
+def test_fast_path_decodes_as_the_plain_path_and_keeps_its_actions(policy):
+    """Pi0Engine(language=True): the fast model keeps the VLM's final norm and its last layer whole
+    for text, while the prefix still runs that layer K/V-only: the same chunks bit for bit as an
+    engine without language, and the same logits as the plain decoder (fp32 reordering only)."""
+    from physai_ros.engine import Pi0Engine
+
+    from engine_helpers import make_input as mk
+
+    cfg = CONFIGS[policy]
+    w = random_weights(cfg, 10)
+    with_text = Pi0Engine(cfg, {k: v.clone() for k, v in w.items()}, language=True)
+    without = Pi0Engine(cfg, {k: v.clone() for k, v in w.items()})
+    plain = Pi0Engine(cfg, {k: v.clone() for k, v in w.items()}, fast=False)
+    gen = torch.Generator().manual_seed(11)
+    inputs = [mk(cfg, 2, 6, gen), mk(cfg, 1, 9, gen)]
+    a, b0 = with_text.infer(inputs), without.infer(inputs)
+    assert all(torch.equal(x.actions, y.actions) for x, y in zip(a, b0))
+    b = collate(inputs, cfg, "cpu", torch.float32)
+    decoders = (with_text.language_decoder(), plain.language_decoder())
+    caches = [e.model.prefix(b.images, b.image_masks, b.tokens, b.token_mask) for e in (with_text, plain)]
+    reqs = [[d.start(c, r, _last_prompt_token(b, r), SamplingParams(max_tokens=5), str(r)) for r in range(2)]
+            for d, c in zip(decoders, caches)]
+    for _ in range(5):
+        lf, lp = decoders[0].next_logits(reqs[0]), decoders[1].next_logits(reqs[1])
+        torch.testing.assert_close(lf, lp, rtol=0, atol=1e-4)
+        for rs in reqs:  # feed both the plain path's choice, so they stay on one text
+            for r, lg in zip(rs, lp):
+                r.tokens.append(int(torch.argmax(lg)))
+    with pytest.raises(ValueError, match="language=True"):
+        without.language_decoder()
