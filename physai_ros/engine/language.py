@@ -119,6 +119,23 @@ class LanguageDecoder:
                 out[id(r)] = self._accept(r, self._sample(r, lg))
         return [out.get(id(r)) for r in requests]
 
+    @torch.no_grad()
+    def decode_batched(self, state, k: int) -> List[List[int]]:
+        """Algorithm 1's BATCHEDLANGUAGEDECODE: up to k tokens for every request of a batched
+        state (kv_manager.KVCacheManager.batch), writing their K/V into its buffers; UNBATCH
+        hands them back. Returns the tokens each request emitted."""
+        emitted: List[List[int]] = [[] for _ in state.requests]
+        for _ in range(k):
+            if all(r.done for r in state.requests):
+                break
+            logits = self.next_logits(state.requests, batched=state)
+            for j, (r, lg) in enumerate(zip(state.requests, logits)):
+                if not r.done:
+                    tok = self._accept(r, self._sample(r, lg))
+                    if tok is not None:
+                        emitted[j].append(tok)
+        return emitted
+
     def generate(self, requests: Sequence[LanguageRequest], max_steps: int = 1 << 20) -> None:
         """Decode until every request is done (tests, offline use)."""
         for _ in range(max_steps):
@@ -154,9 +171,17 @@ class LanguageDecoder:
 
     @staticmethod
     def _attend_to(reqs: List[LanguageRequest], first: List[bool], layer: int, k: torch.Tensor,
-                   v: torch.Tensor, allowed: torch.Tensor):
-        """Append each generated input's new K/V [B, 1, KV, hd] to its request at this layer and
-        return the batch's padded keys/values [B, L, KV, hd] with the mask [B, 1, L]."""
+                   v: torch.Tensor, allowed: torch.Tensor, batched=None):
+        """Add each generated input's new K/V [B, 1, KV, hd] to its request at this layer (or to
+        the batched state's buffers) and return the keys/values [B, L, KV, hd] to attend over
+        with the mask [B, 1, L]. Finished requests of a batched state are frozen: nothing added."""
+        if batched is not None:
+            for j, (r, f) in enumerate(zip(reqs, first)):
+                if not f and not r.done:
+                    n = int(batched.lengths[j])
+                    batched.keys[layer][j, n] = k[j, 0]
+                    batched.values[layer][j, n] = v[j, 0]
+            return batched.keys[layer], batched.values[layer], allowed
         b, lmax = len(reqs), allowed.shape[-1]
         kk = torch.zeros(b, lmax, k.shape[2], k.shape[3], dtype=k.dtype)
         vv = torch.zeros_like(kk)
@@ -171,7 +196,7 @@ class LanguageDecoder:
         return kk, vv, allowed
 
     @staticmethod
-    def _inputs(reqs: List[LanguageRequest]):
+    def _inputs(reqs: List[LanguageRequest], batched=None):
         """(first-step flags, input token ids [B], positions [B], attention mask [B, 1, L])."""
         first = [not r.tokens for r in reqs]
         ids = torch.tensor([r.last_prompt_token if f else r.tokens[-1] for r, f in zip(reqs, first)])
@@ -179,10 +204,18 @@ class LanguageDecoder:
         # Keys each token attends to: the valid prefix and every generated token's K/V, its own
         # included (appended as the layers run; the first step's input is already in the prefix).
         lengths = [r.n_prefix + len(r.tokens) for r in reqs]
-        allowed = torch.zeros(len(reqs), 1, max(lengths), dtype=torch.bool)
+        width = batched.keys[0].shape[1] if batched is not None else max(lengths)
+        allowed = torch.zeros(len(reqs), 1, width, dtype=torch.bool)
         for i, n in enumerate(lengths):
             allowed[i, 0, :n] = True
         return first, ids, pos, allowed
+
+    @staticmethod
+    def _advance(batched, reqs: List[LanguageRequest], first: List[bool]) -> None:
+        if batched is not None:
+            for j, (r, f) in enumerate(zip(reqs, first)):
+                if not f and not r.done:
+                    batched.lengths[j] += 1
 
 
 class PlainLanguage(LanguageDecoder):
@@ -196,14 +229,15 @@ class PlainLanguage(LanguageDecoder):
         self.cfg, self.w = config, weights
 
     @torch.no_grad()
-    def next_logits(self, reqs: List[LanguageRequest]) -> torch.Tensor:
-        """Logits [B, vocab] for each request's next token (step() samples from them). Writes
+    def next_logits(self, reqs: List[LanguageRequest], batched=None) -> torch.Tensor:
+        """Logits [B, vocab] for each request's next token (step() samples from them); with
+        `batched` (a kv_manager.BatchedState of these requests) K/V go to its buffers. Writes
         the newest generated token's K/V into each request, so each call must be followed by
         that request accepting a token. A request with no generated token yet re-reads its last
         prompt token against the cache (not appended: it is there)."""
         cfg, w, spec = self.cfg, self.w, self.cfg.vlm
         b = len(reqs)
-        first, ids, pos, allowed = self._inputs(reqs)
+        first, ids, pos, allowed = self._inputs(reqs, batched)
         table = w["vlm.embed"]
         x = (table[ids] * torch.tensor(math.sqrt(spec.width), dtype=table.dtype))[:, None]
         cos, sin = rope_cos_sin(pos[:, None], cfg, x.dtype)
@@ -215,10 +249,11 @@ class PlainLanguage(LanguageDecoder):
             v = lin_nb(h, w[p + "v"]).view(b, 1, spec.num_kv_heads, spec.head_dim)
             q = apply_rope(q, cos, sin)
             k = apply_rope(k.transpose(1, 2), cos, sin).transpose(1, 2)
-            kk, vv, mask = self._attend_to(reqs, first, li, k, v, allowed)
+            kk, vv, mask = self._attend_to(reqs, first, li, k, v, allowed, batched)
             a = attention(q, kk.transpose(1, 2), vv.transpose(1, 2), mask, spec.head_dim**-0.5)
             x = x + lin_nb(a, w[p + "o"])
             x = x + gemma_mlp(w, p, rms_norm(x, w[p + "ln_mlp"], cfg.rms_eps))
+        self._advance(batched, reqs, first)
         h = rms_norm(x[:, 0], w["vlm.norm"], cfg.rms_eps)
         return (h @ table.T).float()
 
@@ -234,15 +269,16 @@ class FastLanguage(LanguageDecoder):
         self.cfg, self.m = model.cfg, model
 
     @torch.no_grad()
-    def next_logits(self, reqs: List[LanguageRequest]) -> torch.Tensor:
+    def next_logits(self, reqs: List[LanguageRequest], batched=None) -> torch.Tensor:
         """As PlainLanguage.next_logits, through the fast model's VLM layers."""
         m, cfg, spec = self.m, self.cfg, self.cfg.vlm
-        first, ids, pos, allowed = self._inputs(reqs)
+        first, ids, pos, allowed = self._inputs(reqs, batched)
         x = (m.embed[ids] * m.embed_scale)[:, None]
         cos, sin = rope_cos_sin(pos[:, None], cfg, x.dtype)
         for li, layer in enumerate(m.vlm_layers[:-1] + [m.vlm_last_full]):
             def sink(k, v, li=li):
-                return self._attend_to(reqs, first, li, k, v, allowed)
+                return self._attend_to(reqs, first, li, k, v, allowed, batched)
             x = m.gemma_block(layer, spec, x, cos, sin, sink)
+        self._advance(batched, reqs, first)
         h = rms_norm(x[:, 0], m.vlm_norm, cfg.rms_eps)
         return (h @ m.embed.T).float()
