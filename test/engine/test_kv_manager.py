@@ -106,3 +106,45 @@ def test_store_retrieve_update_remove_and_the_memory_bound(engine):
     assert m.active() == [other]
     with pytest.raises(KeyError):
         m.update(rid, req)
+
+
+def test_decode_budget_lowers_k_before_actions_slip():
+    from physai_ros.engine.language_frame import DecodeBudget
+
+    b = DecodeBudget(k_max=8, f_min_hz=10.0)  # 100 ms per frame
+    assert b.choose(0.05, 2) == 8  # nothing measured yet: the configured k
+    b.record(2, 4, 0.020)  # 5 ms per step at batch 2
+    assert b.choose(0.05, 2) == 8  # 50 ms left: 10 steps fit, capped at 8
+    assert b.choose(0.08, 2) == 4  # 20 ms left: 4 steps
+    assert b.choose(0.12, 2) == 0  # actions alone miss the floor: no text this frame
+    assert b.choose(0.08, 5) == 4  # an unmeasured batch size borrows the slowest known step
+    b.record(2, 2, 0.040)  # slower steps now: 20 ms, averaged in
+    assert b.step_s[2] == pytest.approx(0.7 * 0.005 + 0.3 * 0.020)
+    with pytest.raises(ValueError):
+        DecodeBudget(k_max=4, f_min_hz=0.0)
+
+
+def test_run_frame_holds_the_floor_and_reports_texts(engine):
+    """Algorithm 1 through run_frame with a fake clock: the frame's k follows the budget, new
+    requests start from the frame's own cache, finished ones are reported and removed."""
+    from physai_ros.engine.language_frame import DecodeBudget, run_frame
+
+    ticks = iter(float(i) * 0.01 for i in range(10_000))  # every clock read advances 10 ms
+    dec, m = engine.language_decoder(), KVCacheManager(robot_budget_bytes=1 << 30)
+    budget = DecodeBudget(k_max=3, f_min_hz=10.0)
+    frames = _frames(3, seed=5)
+    r0 = run_frame(engine, dec, m, budget, frames[0], ["robot_0", "robot_1"],
+                   {"robot_0": SamplingParams(max_tokens=4)}, clock=lambda: next(ticks))
+    assert r0.k == 3 and set(r0.new_requests) == {"robot_0"} and len(r0.emitted[r0.new_requests["robot_0"]]) == 3
+    direct, _ = engine.model.denoise(engine.model.prefix(frames[0].images, frames[0].image_masks, frames[0].tokens,
+                                                         frames[0].token_mask), frames[0].state, frames[0].noise)
+    assert torch.equal(r0.actions, direct)
+    r1 = run_frame(engine, dec, m, budget, frames[1], ["robot_0", "robot_1"],
+                   {"robot_1": SamplingParams(max_tokens=2)}, clock=lambda: next(ticks))
+    # The fake clock made one decode step cost 10 / 3 ms and the actions 10 ms: 3 steps fit.
+    assert r1.k == 3 and r1.finished == {r0.new_requests["robot_0"]: DONE_BUDGET, r1.new_requests["robot_1"]: DONE_BUDGET}
+    assert m.active() == [] and m.total_bytes() == 0
+    slow = DecodeBudget(k_max=3, f_min_hz=50.0, step_s={1: 0.05})  # 20 ms frames, 50 ms steps
+    r2 = run_frame(engine, dec, m, slow, frames[2], ["robot_0", "robot_1"],
+                   {"robot_0": SamplingParams(max_tokens=4)}, clock=lambda: next(ticks))
+    assert r2.k == 0 and r2.emitted == {} and m.active() == [r2.new_requests["robot_0"]]
