@@ -307,7 +307,7 @@ class FastPi0:
         """rtc: one Optional[RtcGuide] per robot (real-time chunking, rtc.py). Guided rows run a
         differentiable copy of the step with the torch ops (Triton kernels have no backward);
         rows without a guide get exactly what they get without the argument."""
-        cfg, spec, be = self.cfg, self.cfg.expert, self.backend
+        spec, be = self.cfg.expert, self.backend
         b, chunk, _ = noise.shape
         t_pre = cache.pad.shape[1]
         total = t_pre + 1 + chunk
@@ -348,11 +348,18 @@ class FastPi0:
                 return kbuf[i], vbuf[i], mask_act
             return sink
 
-        plan = RtcBatch.build(rtc, dev) if rtc is not None else None
+        # The action tokens' K/V follow the prefix and the state: t_pre + 1 static rows.
+        return self._euler(noise, rtc, kbuf, vbuf, t_pre + 1, mask_act, acos, asin, buffer_sink)
+
+    def _euler(self, noise, rtc, kbuf, vbuf, n_static: int, mask_act, acos, asin, buffer_sink):
+        """The Euler steps over the action tokens (pi0 and pi0.5 share it): `_action_step` per
+        step, guided rows (rtc) through `_guided_step_fn`. Returns (actions, updates)."""
+        cfg, be = self.cfg, self.backend
+        plan = RtcBatch.build(rtc, noise.device) if rtc is not None else None
         if plan is not None:
-            guided_step = self._guided_step_fn(plan, kbuf, vbuf, t_pre, mask_act, acos, asin)
+            guided_step = self._guided_step_fn(plan, kbuf, vbuf, n_static, mask_act, acos, asin)
         xt = noise.to(torch.float32)
-        updates = torch.empty(cfg.num_steps, b, chunk, noise.shape[2], dtype=torch.float32, device=dev)
+        updates = torch.empty(cfg.num_steps, *noise.shape, dtype=torch.float32, device=noise.device)
         for s in range(cfg.num_steps):
             if plan is None:
                 u = self._action_step(s, xt, acos, asin, buffer_sink, be)
@@ -365,15 +372,16 @@ class FastPi0:
             xt = xt + u
         return xt, updates
 
-    def _guided_step_fn(self, plan: RtcBatch, kbuf, vbuf, t_pre: int, mask_act, acos, asin):
+    def _guided_step_fn(self, plan: RtcBatch, kbuf, vbuf, n_static: int, mask_act, acos, asin):
         """step(s, x_rows) -> the guided dt * v of the plan's rows: the same expert pass with the
-        torch ops, the static prefix + state K/V of those rows concatenated (no in-place buffer
-        writes, which autograd would have to track across layers)."""
+        torch ops, the first n_static rows of the static K/V (prefix, and pi0's state) of those
+        rows concatenated (no in-place buffer writes, which autograd would have to track across
+        layers)."""
         cfg = self.cfg
         with torch.inference_mode(False):
             rows = plan.rows
-            keys = [k[rows, : t_pre + 1] for k in kbuf]
-            values = [v[rows, : t_pre + 1] for v in vbuf]
+            keys = [k[rows, :n_static] for k in kbuf]
+            values = [v[rows, :n_static] for v in vbuf]
             mask, cos, sin = mask_act[rows], acos[rows], asin[rows]
 
         def cat_sink(i):

@@ -29,7 +29,6 @@ from physai_ros.kernels import ops
 from .fast import FastPi0, _take
 from .model import sincos_time_embedding
 from .params import Weights
-from .rtc import RtcBatch, guide_rows
 from .types import PrefixCache
 
 
@@ -140,8 +139,7 @@ class FastPi05(FastPi0):
         """Euler from noise [B, C, A] at t=1 to t=0; `state` is unused (it is in the prompt).
         rtc: one Optional[RtcGuide] per robot (real-time chunking, rtc.py), as FastPi0: guided
         rows run a differentiable torch-ops copy of the step, the others the ordinary one."""
-        b, chunk, a = noise.shape
-        kbuf, vbuf, mask, cos, sin, t_pre = self.denoise_buffers(cache, chunk)
+        kbuf, vbuf, mask, cos, sin, t_pre = self.denoise_buffers(cache, noise.shape[1])
 
         def buffer_sink(i):
             def sink(k, v):
@@ -150,39 +148,4 @@ class FastPi05(FastPi0):
                 return kbuf[i], vbuf[i], mask
             return sink
 
-        plan = RtcBatch.build(rtc, noise.device) if rtc is not None else None
-        if plan is not None:
-            guided_step = self._guided_step_fn(plan, kbuf, vbuf, t_pre, mask, cos, sin)
-        xt = noise.to(torch.float32)
-        updates = torch.empty(self.cfg.num_steps, b, chunk, a, dtype=torch.float32, device=noise.device)
-        for s in range(self.cfg.num_steps):
-            if plan is None:
-                u = self._action_step(s, xt, cos, sin, buffer_sink, self.backend)
-            else:
-                u = (self._action_step(s, xt, cos, sin, buffer_sink, self.backend) if plan.partial
-                     else torch.empty_like(xt))
-                u[plan.rows] = guided_step(s, xt[plan.rows])
-            updates[s] = u
-            xt = xt + u
-        return xt, updates
-
-    def _guided_step_fn(self, plan: RtcBatch, kbuf, vbuf, t_pre: int, mask, cos, sin):
-        """step(s, x_rows) -> the guided dt * v of the plan's rows, K/V concatenated to the
-        rows' prefix (no in-place buffer writes for autograd to track)."""
-        cfg = self.cfg
-        with torch.inference_mode(False):
-            rows = plan.rows
-            keys = [k[rows, :t_pre] for k in kbuf]
-            values = [v[rows, :t_pre] for v in vbuf]
-            m, c, sn = mask[rows], cos[rows], sin[rows]
-
-        def cat_sink(i):
-            return lambda k, v: (torch.cat([keys[i], k], dim=1), torch.cat([values[i], v], dim=1), m)
-
-        times = cfg.step_times()
-
-        def step(s: int, x_rows):
-            def velocity(x, _rows):
-                return self._action_step(s, x, c, sn, cat_sink, "torch") / cfg.dt
-            return cfg.dt * guide_rows(velocity, x_rows, times[s], plan)
-        return step
+        return self._euler(noise, rtc, kbuf, vbuf, t_pre, mask, cos, sin, buffer_sink)
