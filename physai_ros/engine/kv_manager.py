@@ -15,31 +15,16 @@ from __future__ import annotations
 
 import itertools
 import threading
-from dataclasses import dataclass
 from typing import Dict, Iterable, List, Optional
 
-import torch
 
-from .language import LanguageRequest
+from .language import BatchedState, LanguageRequest, batch_requests, unbatch_requests
 
 DONE_MEMORY = "memory"
 
 
 class KVBudgetError(RuntimeError):
     """A robot's language KV memory is full: the message names the robot and both sizes."""
-
-
-@dataclass
-class BatchedState:
-    """BATCH's result: per layer keys/values [m, L_max + k, KV, hd] with each request's rows at the
-    front, `lengths` [m] the rows filled so far (prefix + generated K/V)."""
-
-    ids: List[int]
-    requests: List[LanguageRequest]
-    keys: List[torch.Tensor]
-    values: List[torch.Tensor]
-    lengths: torch.Tensor
-    filled_at_batch: List[int]
 
 
 def _row_bytes(req: LanguageRequest) -> int:
@@ -132,29 +117,13 @@ class KVCacheManager:
                     used[robot] += grow
 
     def batch(self, rids: List[int], k: int) -> BatchedState:
-        """Stack the requests' K/V (prefix copy + generated) into padded buffers with room for k
-        more tokens each."""
-        reqs = [self.retrieve(i) for i in rids]
-        filled = [r.n_prefix + r.gen_keys[0].shape[0] for r in reqs]
-        lmax = max(filled) + k
-        keys, values = [], []
-        for layer in range(len(reqs[0].prefix_keys)):
-            ref = reqs[0].prefix_keys[layer]
-            kb = torch.zeros(len(reqs), lmax, *ref.shape[1:], dtype=ref.dtype)
-            vb = torch.zeros_like(kb)
-            for j, r in enumerate(reqs):
-                n, g = r.n_prefix, r.gen_keys[layer].shape[0]
-                kb[j, :n], vb[j, :n] = r.prefix_keys[layer], r.prefix_values[layer]
-                kb[j, n: n + g], vb[j, n: n + g] = r.gen_keys[layer], r.gen_values[layer]
-            keys.append(kb)
-            values.append(vb)
-        return BatchedState(list(rids), reqs, keys, values, torch.tensor(filled), list(filled))
+        """BATCH: the requests' K/V stacked with room for k more tokens each."""
+        state = batch_requests([self.retrieve(i) for i in rids], k)
+        state.ids = list(rids)
+        return state
 
     def unbatch(self, state: BatchedState) -> None:
-        """Hand each request the K/V rows its decoding added to the batch, then UPDATE it."""
-        for j, (rid, r) in enumerate(zip(state.ids, state.requests)):
-            start, end = state.filled_at_batch[j], int(state.lengths[j])
-            for layer in range(len(state.keys)):
-                r.gen_keys[layer] = torch.cat([r.gen_keys[layer], state.keys[layer][j, start:end]])
-                r.gen_values[layer] = torch.cat([r.gen_values[layer], state.values[layer][j, start:end]])
+        """UNBATCH, then UPDATE each request."""
+        unbatch_requests(state)
+        for rid, r in zip(state.ids, state.requests):
             self.update(rid, r)

@@ -122,8 +122,8 @@ class LanguageDecoder:
     @torch.no_grad()
     def decode_batched(self, state, k: int) -> List[List[int]]:
         """Algorithm 1's BATCHEDLANGUAGEDECODE: up to k tokens for every request of a batched
-        state (kv_manager.KVCacheManager.batch), writing their K/V into its buffers; UNBATCH
-        hands them back. Returns the tokens each request emitted."""
+        state (batch_requests, or KVCacheManager.batch), writing their K/V into its buffers;
+        unbatch_requests hands them back. Returns the tokens each request emitted."""
         emitted: List[List[int]] = [[] for _ in state.requests]
         for _ in range(k):
             if all(r.done for r in state.requests):
@@ -171,32 +171,19 @@ class LanguageDecoder:
 
     @staticmethod
     def _attend_to(reqs: List[LanguageRequest], first: List[bool], layer: int, k: torch.Tensor,
-                   v: torch.Tensor, allowed: torch.Tensor, batched=None):
-        """Add each generated input's new K/V [B, 1, KV, hd] to its request at this layer (or to
-        the batched state's buffers) and return the keys/values [B, L, KV, hd] to attend over
-        with the mask [B, 1, L]. Finished requests of a batched state are frozen: nothing added."""
-        if batched is not None:
-            for j, (r, f) in enumerate(zip(reqs, first)):
-                if not f and not r.done:
-                    n = int(batched.lengths[j])
-                    batched.keys[layer][j, n] = k[j, 0]
-                    batched.values[layer][j, n] = v[j, 0]
-            return batched.keys[layer], batched.values[layer], allowed
-        b, lmax = len(reqs), allowed.shape[-1]
-        kk = torch.zeros(b, lmax, k.shape[2], k.shape[3], dtype=k.dtype)
-        vv = torch.zeros_like(kk)
-        for i, (r, f) in enumerate(zip(reqs, first)):
-            if not f:  # the new token's K/V joins the request's cache at this layer
-                r.gen_keys[layer] = torch.cat([r.gen_keys[layer], k[i]])
-                r.gen_values[layer] = torch.cat([r.gen_values[layer], v[i]])
-            rows_k = torch.cat([r.prefix_keys[layer], r.gen_keys[layer]])
-            rows_v = torch.cat([r.prefix_values[layer], r.gen_values[layer]])
-            kk[i, : rows_k.shape[0]] = rows_k
-            vv[i, : rows_v.shape[0]] = rows_v
-        return kk, vv, allowed
+                   v: torch.Tensor, allowed: torch.Tensor, batched: "BatchedState"):
+        """Write each generated input's new K/V [B, 1, KV, hd] into the batched buffers at this
+        layer and return the keys/values [B, L, KV, hd] to attend over with the mask [B, 1, L].
+        Finished requests are frozen: nothing added."""
+        for j, (r, f) in enumerate(zip(reqs, first)):
+            if not f and not r.done:
+                n = int(batched.lengths[j])
+                batched.keys[layer][j, n] = k[j, 0]
+                batched.values[layer][j, n] = v[j, 0]
+        return batched.keys[layer], batched.values[layer], allowed
 
     @staticmethod
-    def _inputs(reqs: List[LanguageRequest], batched=None):
+    def _inputs(reqs: List[LanguageRequest], batched: "BatchedState"):
         """(first-step flags, input token ids [B], positions [B], attention mask [B, 1, L])."""
         first = [not r.tokens for r in reqs]
         ids = torch.tensor([r.last_prompt_token if f else r.tokens[-1] for r, f in zip(reqs, first)])
@@ -204,18 +191,32 @@ class LanguageDecoder:
         # Keys each token attends to: the valid prefix and every generated token's K/V, its own
         # included (appended as the layers run; the first step's input is already in the prefix).
         lengths = [r.n_prefix + len(r.tokens) for r in reqs]
-        width = batched.keys[0].shape[1] if batched is not None else max(lengths)
-        allowed = torch.zeros(len(reqs), 1, width, dtype=torch.bool)
+        allowed = torch.zeros(len(reqs), 1, batched.keys[0].shape[1], dtype=torch.bool)
         for i, n in enumerate(lengths):
             allowed[i, 0, :n] = True
         return first, ids, pos, allowed
 
     @staticmethod
-    def _advance(batched, reqs: List[LanguageRequest], first: List[bool]) -> None:
-        if batched is not None:
-            for j, (r, f) in enumerate(zip(reqs, first)):
-                if not f and not r.done:
-                    batched.lengths[j] += 1
+    def _advance(batched: "BatchedState", reqs: List[LanguageRequest], first: List[bool]) -> None:
+        for j, (r, f) in enumerate(zip(reqs, first)):
+            if not f and not r.done:
+                batched.lengths[j] += 1
+
+    @torch.no_grad()
+    def next_logits(self, reqs: List[LanguageRequest], batched: Optional["BatchedState"] = None) -> torch.Tensor:
+        """Logits [B, vocab] for each request's next token (step() samples from them). The
+        newest generated token's K/V is written as it is read back, so each call must be followed
+        by each request accepting a token. With `batched` (batch_requests of these requests) the
+        K/V go to its buffers; without, the requests are batched for this one step and handed
+        their K/V back. A request with no generated token yet re-reads its last prompt token
+        against the cache (not appended: it is there)."""
+        own = batched is None
+        if own:
+            batched = batch_requests(reqs, 1)
+        logits = self._forward(reqs, batched)
+        if own:
+            unbatch_requests(batched)
+        return logits
 
 
 class PlainLanguage(LanguageDecoder):
@@ -228,13 +229,7 @@ class PlainLanguage(LanguageDecoder):
                              "(the checkpoint has no LM head to speak with)")
         self.cfg, self.w = config, weights
 
-    @torch.no_grad()
-    def next_logits(self, reqs: List[LanguageRequest], batched=None) -> torch.Tensor:
-        """Logits [B, vocab] for each request's next token (step() samples from them); with
-        `batched` (a kv_manager.BatchedState of these requests) K/V go to its buffers. Writes
-        the newest generated token's K/V into each request, so each call must be followed by
-        that request accepting a token. A request with no generated token yet re-reads its last
-        prompt token against the cache (not appended: it is there)."""
+    def _forward(self, reqs: List[LanguageRequest], batched: "BatchedState") -> torch.Tensor:
         cfg, w, spec = self.cfg, self.w, self.cfg.vlm
         b = len(reqs)
         first, ids, pos, allowed = self._inputs(reqs, batched)
@@ -268,9 +263,7 @@ class FastLanguage(LanguageDecoder):
                              "(Pi0Engine(..., language=True)): it keeps the VLM's last layer whole and its final norm")
         self.cfg, self.m = model.cfg, model
 
-    @torch.no_grad()
-    def next_logits(self, reqs: List[LanguageRequest], batched=None) -> torch.Tensor:
-        """As PlainLanguage.next_logits, through the fast model's VLM layers."""
+    def _forward(self, reqs: List[LanguageRequest], batched: "BatchedState") -> torch.Tensor:
         m, cfg, spec = self.m, self.cfg, self.cfg.vlm
         first, ids, pos, allowed = self._inputs(reqs, batched)
         x = (m.embed[ids] * m.embed_scale)[:, None]
@@ -282,3 +275,46 @@ class FastLanguage(LanguageDecoder):
         self._advance(batched, reqs, first)
         h = rms_norm(x[:, 0], m.vlm_norm, cfg.rms_eps)
         return (h @ m.embed.T).float()
+
+
+@dataclass
+class BatchedState:
+    """Requests stacked for decoding (OxyGen's BATCH): per layer keys/values [m, L_max + k, KV, hd]
+    with each request's rows at the front, `lengths` [m] the rows filled so far (prefix +
+    generated K/V), `ids` the manager's request ids when it made the batch."""
+
+    requests: List[LanguageRequest]
+    keys: List[torch.Tensor]
+    values: List[torch.Tensor]
+    lengths: torch.Tensor
+    filled_at_batch: List[int]
+    ids: List[int] = field(default_factory=list)
+
+
+def batch_requests(reqs: Sequence[LanguageRequest], k: int) -> BatchedState:
+    """Stack the requests' K/V (prefix copy + generated) into padded buffers with room for k more
+    tokens each."""
+    reqs = list(reqs)
+    filled = [r.n_prefix + r.gen_keys[0].shape[0] for r in reqs]
+    lmax = max(filled) + k
+    keys, values = [], []
+    for layer in range(len(reqs[0].prefix_keys)):
+        ref = reqs[0].prefix_keys[layer]
+        kb = torch.zeros(len(reqs), lmax, *ref.shape[1:], dtype=ref.dtype)
+        vb = torch.zeros_like(kb)
+        for j, r in enumerate(reqs):
+            n, g = r.n_prefix, r.gen_keys[layer].shape[0]
+            kb[j, :n], vb[j, :n] = r.prefix_keys[layer], r.prefix_values[layer]
+            kb[j, n: n + g], vb[j, n: n + g] = r.gen_keys[layer], r.gen_values[layer]
+        keys.append(kb)
+        values.append(vb)
+    return BatchedState(reqs, keys, values, torch.tensor(filled), list(filled))
+
+
+def unbatch_requests(state: BatchedState) -> None:
+    """Hand each request the K/V rows its decoding added to the batch (OxyGen's UNBATCH)."""
+    for j, r in enumerate(state.requests):
+        start, end = state.filled_at_batch[j], int(state.lengths[j])
+        for layer in range(len(state.keys)):
+            r.gen_keys[layer] = torch.cat([r.gen_keys[layer], state.keys[layer][j, start:end]])
+            r.gen_values[layer] = torch.cat([r.gen_values[layer], state.values[layer][j, start:end]])
