@@ -19,7 +19,6 @@ launcher's preflight can call it.
 """
 from __future__ import annotations
 
-import dataclasses
 import json
 import re
 import struct
@@ -230,12 +229,7 @@ def detect_format(path: str | Path) -> CheckpointFormat:
 
 def config_overrides_for(fmt: CheckpointFormat) -> dict[str, Any]:
     """The Pi0Config fields that make the engine run `fmt` as its own code would."""
-    out: dict[str, Any] = {"time_schedule": fmt.time_schedule, "rope_style": fmt.rope_style}
-    from .types import Pi0Config  # deferred: types imports torch, this module must not
-
-    if "policy" in {f.name for f in dataclasses.fields(Pi0Config)}:
-        out["policy"] = fmt.policy_type
-    return out
+    return {"time_schedule": fmt.time_schedule, "rope_style": fmt.rope_style, "policy": fmt.policy_type}
 
 
 def resolve_overrides(fmt: CheckpointFormat, overrides: Mapping[str, Any] | None = None,

@@ -104,11 +104,12 @@ class Pi0Engine:
         from .checkpoint_format import detect_format
         from .weights import load_lerobot_checkpoint
 
+        fmt = detect_format(path)  # decided once: the loader's variant, then logs and /diagnostics
         config, weights = load_lerobot_checkpoint(path, dtype=dtype, head_dim=head_dim, vision_heads=vision_heads,
-                                                  progress=progress, **config_overrides)
+                                                  progress=progress, fmt=fmt, **config_overrides)
         engine = cls(config, weights, device=device, dtype=dtype, fast=fast, backend=backend, cuda_graphs=cuda_graphs,
                      language=language)
-        engine.checkpoint_format = detect_format(path)  # what was decided, for logs and /diagnostics
+        engine.checkpoint_format = fmt
         return engine
 
     def language_decoder(self):

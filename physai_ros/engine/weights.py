@@ -23,7 +23,7 @@ from typing import Callable, Dict, List, Optional, Tuple
 
 import torch
 
-from .checkpoint_format import CheckpointError, detect_format, resolve_overrides  # CheckpointError: torch-free there (preflight), re-exported
+from .checkpoint_format import CheckpointError, CheckpointFormat, detect_format, resolve_overrides  # CheckpointError: torch-free there (preflight), re-exported
 
 from .params import Weights, infer_config, param_shapes
 from .types import Pi0Config
@@ -205,6 +205,7 @@ def load_lerobot_checkpoint(
     vision_heads: int = 16,
     progress: Optional[Callable[[str], None]] = None,
     force_variant: bool = False,
+    fmt: Optional[CheckpointFormat] = None,
     **config_overrides,
 ) -> Tuple[Pi0Config, Weights]:
     """(config, weights) from a LeRobot PI0 / PI05 checkpoint directory (or one of ours).
@@ -217,7 +218,7 @@ def load_lerobot_checkpoint(
     vision_heads: SigLIP head count (16 for So400m).
     """
     path = Path(path)
-    fmt = detect_format(path)
+    fmt = fmt or detect_format(path)  # fmt: the caller's detect_format(path), when it has one
     log.info(fmt.summary())
     config_overrides = resolve_overrides(fmt, config_overrides, force_variant)
     lr_cfg = read_lerobot_config(path)

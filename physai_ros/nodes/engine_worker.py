@@ -39,16 +39,15 @@ from physai_ros.workers.core import WorkerCore
 
 
 def build_engine(preset: str, checkpoint: str, seed: int, device: str, log=None):
-    from physai_ros.engine.checkpoint_format import config_overrides_for, detect_format
     from physai_ros.engine.engine import Pi0Engine
     from physai_ros.engine.types import Pi0Config
 
     if checkpoint:
-        # The same float32 variant the policy server picks for this checkpoint (its LeRobot family).
-        fmt = detect_format(checkpoint)
+        # The loader runs the float32 variant of the checkpoint's LeRobot family, as the server's does.
+        engine = Pi0Engine.from_lerobot_checkpoint(checkpoint, device=device)
         if log is not None:
-            log(fmt.summary())
-        return Pi0Engine.from_lerobot_checkpoint(checkpoint, device=device, **config_overrides_for(fmt)), checkpoint
+            log(engine.checkpoint_format.summary())
+        return engine, checkpoint
     return Pi0Engine(Pi0Config.preset(preset), device=device, seed=seed), f"{preset} (seed {seed})"
 
 

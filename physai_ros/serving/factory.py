@@ -3,7 +3,7 @@ from __future__ import annotations
 
 from typing import Any, Callable
 
-from physai_ros.engine.checkpoint_format import CheckpointFormat, config_overrides_for, detect_format
+from physai_ros.engine.checkpoint_format import CheckpointFormat, detect_format
 from physai_ros.scheduler.base import make_scheduler
 
 from .chunk_merge import check_against_model
@@ -33,8 +33,6 @@ def build_engine_slots(cfg: FleetConfig, remote_engine: RemoteEngineFactory | No
     slots = []
     # The checkpoint's family (LeRobot <= 0.3, >= 0.4, ours) picks the engine's time schedule
     # and RoPE formula: the numbers its own code produces (engine.checkpoint_format).
-    fmt = model_format(cfg)
-    overrides = config_overrides_for(fmt) if fmt is not None else {}
     # Standby instances are built (weights loaded) and warmed up like the others, then wait:
     # engine_<engine_instances> ... are the standbys.
     for i in range(srv.engine_instances + srv.standby_instances):
@@ -42,8 +40,8 @@ def build_engine_slots(cfg: FleetConfig, remote_engine: RemoteEngineFactory | No
             engine = Pi0Engine(Pi0Config.preset(srv.model.preset), device=srv.device,
                                seed=srv.model.seed)
         else:
-            engine = Pi0Engine.from_lerobot_checkpoint(checkpoint_dir(cfg), device=srv.device,
-                                                       **srv.model.load_args(), **overrides)
+            # The loader reads the checkpoint's LeRobot family and runs its float32 variant.
+            engine = Pi0Engine.from_lerobot_checkpoint(checkpoint_dir(cfg), device=srv.device, **srv.model.load_args())
         slots.append(EngineSlot(f"engine_{i}", engine, srv.max_batch, default_profile(srv.max_batch),
                                 standby=i >= srv.engine_instances))
     if srv.remote_engines:
@@ -85,8 +83,8 @@ def build_core(cfg: FleetConfig, instance_id: str | None = None,
                remote_engine: RemoteEngineFactory | None = None) -> ServingCore:
     slots = build_engine_slots(cfg, remote_engine)
     # The prompt as the checkpoint's own preprocessor writes it (pi0.5: with the state as text).
-    style = prompt_style_for(slots[0].engine.config.policy,
-                             checkpoint_dir(cfg) if cfg.server.model.checkpoint else None)
+    fmt = getattr(slots[0].engine, "checkpoint_format", None)  # decided once, when it loaded
+    style = prompt_style_for(slots[0].engine.config.policy, fmt.family if fmt is not None else None)
     tokenizer = PromptTokenizer(tokenizer_path(cfg), cfg.server.model.max_token_len, verbatim=style.verbatim)
     vocab = slots[0].engine.config.vocab_size
     if style.verbatim and cfg.server.model.checkpoint and tokenizer.vocab_size < 0.9 * vocab:

@@ -63,17 +63,12 @@ class PromptStyle:
         return task
 
 
-def prompt_style_for(policy: str, checkpoint_dir=None) -> PromptStyle:
-    """pi0.5 always writes the state into its prompt; a LeRobot checkpoint (config.json without
-    our normalization_stats.json) gets LeRobot's pi0 text; ours and the presets get ours."""
-    from pathlib import Path
-
-    from .normalizer import STATS_FILE
-
+def prompt_style_for(policy: str, family: str | None = None) -> PromptStyle:
+    """pi0.5 always writes the state into its prompt; a LeRobot checkpoint (its family, as
+    engine.checkpoint_format decided it from the files) gets LeRobot's pi0 text; ours
+    (physai_ros-trained) and the presets (family None) get ours."""
     if policy == "pi05":
         return PromptStyle("lerobot_pi05")
-    if checkpoint_dir is not None:
-        d = Path(checkpoint_dir)
-        if (d / "config.json").is_file() and not (d / STATS_FILE).is_file():
-            return PromptStyle("lerobot_pi0")
+    if family is not None and family.startswith("lerobot"):
+        return PromptStyle("lerobot_pi0")
     return PromptStyle("ours")

@@ -129,7 +129,7 @@ def test_raw_observation_to_robot_unit_actions(ckpt, case):
     c = {k[len(ckpt) + len(case) + 2:]: v for k, v in CASES.items() if k.startswith(f"{ckpt}.{case}.")}
     eng = Pi0Engine.from_lerobot_checkpoint(FIXTURE / ckpt)
     norm = Normalizer.from_checkpoint(FIXTURE / ckpt)
-    style = prompt_style_for(eng.config.policy, FIXTURE / ckpt)
+    style = prompt_style_for(eng.config.policy, eng.checkpoint_format.family)
     tok = PromptTokenizer(FIXTURE / "tokenizer" / "tokenizer.json", eng.config.max_tokens, verbatim=style.verbatim)
     runner = ActionModelRunner(eng.config, tok, norm, style)
     raw_state = c["observation.state"].numpy()

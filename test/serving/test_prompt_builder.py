@@ -34,13 +34,15 @@ def test_styles():
         PromptStyle("pi7")
 
 
-def test_style_follows_the_checkpoint(tmp_path):
+def test_style_follows_the_checkpoint():
+    from physai_ros.engine.checkpoint_format import LEROBOT_03, LEROBOT_04, PHYSAI
+
     assert prompt_style_for("pi05").name == "lerobot_pi05"
+    assert prompt_style_for("pi05", LEROBOT_04).name == "lerobot_pi05"
     assert prompt_style_for("pi0").name == "ours"
-    (tmp_path / "config.json").write_text("{}")
-    assert prompt_style_for("pi0", tmp_path).name == "lerobot_pi0"
-    (tmp_path / "normalization_stats.json").write_text("{}")
-    assert prompt_style_for("pi0", tmp_path).name == "ours"
+    assert prompt_style_for("pi0", LEROBOT_03).name == "lerobot_pi0"
+    assert prompt_style_for("pi0", LEROBOT_04).name == "lerobot_pi0"
+    assert prompt_style_for("pi0", PHYSAI).name == "ours"
 
 
 def test_verbatim_tokenizer_keeps_case_and_newline():
