@@ -25,3 +25,12 @@ def make_input(cfg: Pi0Config, views: int, prompt_len: int, gen: torch.Generator
         state=torch.randn(cfg.max_state_dim, generator=gen),
         noise=torch.randn(cfg.chunk_size, cfg.max_action_dim, generator=gen),
     )
+
+
+def mixed_batch(cfg: Pi0Config, gen: torch.Generator):
+    """Three robots collated: 1, 2 and 3 views (the third with a missing camera), prompts of 5, 11
+    and 2 tokens: every kind of padding the engine must mask."""
+    from physai_ros.engine.batching import collate
+
+    inputs = [make_input(cfg, 1, 5, gen), make_input(cfg, 2, 11, gen), make_input(cfg, 3, 2, gen, masked_views=[1])]
+    return collate(inputs, cfg, "cpu", torch.float32)

@@ -12,7 +12,7 @@ from physai_ros.engine.fast import FastPi0
 from physai_ros.engine.model import PlainPi0, sincos_time_embedding, siglip
 from physai_ros.engine.params import random_weights
 
-from engine_helpers import make_input
+from engine_helpers import make_input, mixed_batch
 
 TOL = 2e-5
 
@@ -21,11 +21,6 @@ def _pair(name="tiny", seed=0):
     cfg = Pi0Config.preset(name)
     w = random_weights(cfg, seed)
     return cfg, PlainPi0(cfg, dict(w)), FastPi0(cfg, dict(w))
-
-
-def _batch(cfg, gen):
-    inputs = [make_input(cfg, 1, 5, gen), make_input(cfg, 2, 11, gen), make_input(cfg, 3, 2, gen, masked_views=[1])]
-    return collate(inputs, cfg, "cpu", torch.float32)
 
 
 @pytest.fixture(scope="module", params=["tiny", "tiny_mqa"])
@@ -44,7 +39,7 @@ def test_vision_fold_ln_qkv_patch_gemm(models):
 
 def test_prefix_cache_fused_qkv_rope_tables_kv_only_last_layer(models):
     cfg, plain, fast = models
-    b = _batch(cfg, torch.Generator().manual_seed(4))
+    b = mixed_batch(cfg, torch.Generator().manual_seed(4))
     ref = plain.prefix(b.images, b.image_masks, b.tokens, b.token_mask)
     got = fast.prefix(b.images, b.image_masks, b.tokens, b.token_mask)
     assert torch.equal(ref.pad, got.pad) and torch.equal(ref.next_pos, got.next_pos)
@@ -72,7 +67,7 @@ def test_action_time_fold_tabulates_the_step_biases(models):
 def test_denoise_state_once_static_buffers_dt_folded(models):
     cfg, plain, fast = models
     gen = torch.Generator().manual_seed(6)
-    b = _batch(cfg, gen)
+    b = mixed_batch(cfg, gen)
     cache = plain.prefix(b.images, b.image_masks, b.tokens, b.token_mask)
     a_ref, u_ref = plain.denoise(cache, b.state, b.noise)
     a_got, u_got = fast.denoise(cache, b.state, b.noise)  # same cache: isolates the expert rewrites

@@ -12,12 +12,11 @@ import torch
 import torch.nn.functional as F
 
 from physai_ros.engine import Pi0Config, Pi0Engine
-from physai_ros.engine.batching import collate
 from physai_ros.engine.fast_pi05 import FastPi05
 from physai_ros.engine.model_pi05 import PlainPi05, ada_rms_norm, time_condition
 from physai_ros.engine.params import param_shapes, random_weights
 
-from engine_helpers import make_input
+from engine_helpers import make_input, mixed_batch
 
 TOL = 2e-5
 
@@ -30,11 +29,6 @@ def _pair(name="tiny", seed=0):
     cfg = pi05(name)
     w = random_weights(cfg, seed)
     return cfg, PlainPi05(cfg, dict(w)), FastPi05(cfg, dict(w))
-
-
-def _batch(cfg, gen):
-    inputs = [make_input(cfg, 1, 5, gen), make_input(cfg, 2, 11, gen), make_input(cfg, 3, 2, gen, masked_views=[1])]
-    return collate(inputs, cfg, "cpu", torch.float32)
 
 
 @pytest.fixture(scope="module", params=["tiny", "tiny_mqa"])
@@ -69,7 +63,7 @@ def test_ada_rms_norm_hand_checked():
 
 def test_prefix_is_pi0s(models):
     cfg, plain, fast = models
-    b = _batch(cfg, torch.Generator().manual_seed(4))
+    b = mixed_batch(cfg, torch.Generator().manual_seed(4))
     ref = plain.prefix(b.images, b.image_masks, b.tokens, b.token_mask)
     got = fast.prefix(b.images, b.image_masks, b.tokens, b.token_mask)
     valid = ref.pad[:, :, None, None]
@@ -107,7 +101,7 @@ def test_final_norm_shift_and_dt_folded_into_action_out(models):
 
 def test_denoise_fused_static_buffers(models):
     cfg, plain, fast = models
-    b = _batch(cfg, torch.Generator().manual_seed(6))
+    b = mixed_batch(cfg, torch.Generator().manual_seed(6))
     cache = plain.prefix(b.images, b.image_masks, b.tokens, b.token_mask)
     a_ref, u_ref = plain.denoise(cache, b.state, b.noise)
     a_got, u_got = fast.denoise(cache, b.state, b.noise)  # same cache: isolates the expert rewrites
