@@ -150,16 +150,15 @@ for r in time_lerobot_pi05.measure("auto", "pi05", [{batch}], [{views}], {prompt
 
 def time_lerobot_cpu(ckpt: Path, preset: str, batch: int, views: int, repeats: int, threads: int) -> dict:
     """LeRobot's own timing script run with process CPU time as its clock."""
-    if POLICY == "pi05":
-        from time_lerobot_pi05 import reference_python
-    else:
-        from time_lerobot import reference_python
+    from reference_venvs import venv_python
+
 
     code = (_LEROBOT06_CPU if POLICY == "pi05" else _LEROBOT_CPU).format(here=str(ROOT / "scripts" / "lerobot_reference"), threads=threads, preset=preset,
                                batch=batch, views=views, prompt=PROMPT_LEN, repeats=repeats, ckpt=str(ckpt))
     env = {k: v for k, v in os.environ.items() if not k.startswith(("PYTHON", "VIRTUAL_ENV"))}
     env["OMP_NUM_THREADS"] = str(threads)
-    p = subprocess.run([str(reference_python()), "-c", code], capture_output=True, text=True, env=env, timeout=3600)
+    py = venv_python("0.6.1" if POLICY == "pi05" else "0.3.2")
+    p = subprocess.run([str(py), "-c", code], capture_output=True, text=True, env=env, timeout=3600)
     if p.returncode != 0:
         return {"error": p.stderr[-500:]}
     r = json.loads(p.stdout.strip().splitlines()[-1])

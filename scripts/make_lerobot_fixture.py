@@ -26,15 +26,14 @@ from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
 REF_DIR = ROOT / "scripts" / "lerobot_reference"
+sys.path.insert(0, str(REF_DIR))
+from reference_venvs import venv_python  # noqa: E402  (stdlib only)
 DEFAULT_OUT = ROOT / "test" / "fixtures" / "lerobot_pi0"
 
 
 def reference_python() -> Path:
-    """LEROBOT_PYTHON, else LEROBOT_VENV/bin/python, else <repo>/.venv-lerobot/bin/python."""
-    if os.environ.get("LEROBOT_PYTHON"):
-        return Path(os.environ["LEROBOT_PYTHON"])
-    venv = Path(os.environ.get("LEROBOT_VENV", ROOT / ".venv-lerobot"))
-    return (venv if venv.is_absolute() else ROOT / venv) / "bin" / "python"
+    """The LeRobot 0.3.2 reference venv's python (reference_venvs.venv_python)."""
+    return venv_python("0.3.2")
 
 
 def _reexec_in_reference_venv() -> None:

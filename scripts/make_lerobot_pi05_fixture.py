@@ -28,16 +28,15 @@ from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
 REF_DIR = ROOT / "scripts" / "lerobot_reference"
+sys.path.insert(0, str(REF_DIR))
+from reference_venvs import venv_python  # noqa: E402  (stdlib only)
 DEFAULT_OUT = ROOT / "test" / "fixtures" / "lerobot_pi05"
 TOKENIZER_JSON = ROOT / "physai_ros" / "assets" / "tokenizer.json"
 
 
 def reference_python() -> Path:
-    """LEROBOT06_PYTHON, else LEROBOT06_VENV/bin/python, else <repo>/.venv-lerobot06/bin/python."""
-    if os.environ.get("LEROBOT06_PYTHON"):
-        return Path(os.environ["LEROBOT06_PYTHON"])
-    venv = Path(os.environ.get("LEROBOT06_VENV", ROOT / ".venv-lerobot06"))
-    return (venv if venv.is_absolute() else ROOT / venv) / "bin" / "python"
+    """The LeRobot 0.6.1 reference venv's python (reference_venvs.venv_python)."""
+    return venv_python("0.6.1")
 
 
 def _reexec_in_reference_venv() -> None:

@@ -30,16 +30,15 @@ from pathlib import Path
 
 HERE = Path(__file__).resolve().parent
 ROOT = HERE.parents[1]
+sys.path.insert(0, str(HERE))
+from reference_venvs import venv_python  # noqa: E402  (stdlib only)
 
 PRESET_NAMES = ("tiny", "tiny_mqa", "pi0", "pi0_2layer", "pi0_1layer", "fixture")
 
 
 def reference_python() -> Path:
-    """LEROBOT_PYTHON, else LEROBOT_VENV/bin/python, else <repo>/.venv-lerobot/bin/python."""
-    if os.environ.get("LEROBOT_PYTHON"):
-        return Path(os.environ["LEROBOT_PYTHON"])
-    venv = Path(os.environ.get("LEROBOT_VENV", ROOT / ".venv-lerobot"))
-    return (venv if venv.is_absolute() else ROOT / venv) / "bin" / "python"
+    """The LeRobot 0.3.2 reference venv's python (reference_venvs.venv_python)."""
+    return venv_python("0.3.2")
 
 
 def time_in_reference_venv(preset: str = "tiny", batch: int = 1, views: int = 1, prompt_len: int = 48,

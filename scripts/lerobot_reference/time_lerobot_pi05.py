@@ -35,16 +35,15 @@ from pathlib import Path
 
 HERE = Path(__file__).resolve().parent
 ROOT = HERE.parents[1]
+sys.path.insert(0, str(HERE))
+from reference_venvs import venv_python  # noqa: E402  (stdlib only)
 
 PRESET_NAMES = ("fixture", "tiny", "tiny_mqa", "pi0", "pi0_2layer", "pi0_1layer", "auto")
 
 
 def reference_python() -> Path:
-    """LEROBOT06_PYTHON, else LEROBOT06_VENV/bin/python, else <repo>/.venv-lerobot06/bin/python."""
-    if os.environ.get("LEROBOT06_PYTHON"):
-        return Path(os.environ["LEROBOT06_PYTHON"])
-    venv = Path(os.environ.get("LEROBOT06_VENV", ROOT / ".venv-lerobot06"))
-    return (venv if venv.is_absolute() else ROOT / venv) / "bin" / "python"
+    """The LeRobot 0.6.1 reference venv's python (reference_venvs.venv_python)."""
+    return venv_python("0.6.1")
 
 
 def time_in_reference_venv(preset: str = "tiny", batch: int = 1, views: int = 1, prompt_len: int = 48,

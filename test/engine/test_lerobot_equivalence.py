@@ -21,6 +21,8 @@ from physai_ros.engine import EngineInput, Pi0Engine
 from physai_ros.engine.weights import normalization_stats
 
 ROOT = Path(__file__).resolve().parents[2]
+sys.path.insert(0, str(ROOT / "scripts" / "lerobot_reference"))
+from reference_venvs import venv_python  # noqa: E402  (stdlib only)
 FIXTURE = ROOT / "test" / "fixtures" / "lerobot_pi0"
 TOL = 1e-4  # fp32, issue 3
 MANIFEST = json.loads((FIXTURE / "manifest.json").read_text())
@@ -128,11 +130,8 @@ def test_normalisation_stats_reproduce_lerobot_pre_and_post_processing(cases):
 
 
 def reference_python() -> Path:
-    """LEROBOT_PYTHON, else LEROBOT_VENV/bin/python, else <repo>/.venv-lerobot/bin/python."""
-    if os.environ.get("LEROBOT_PYTHON"):
-        return Path(os.environ["LEROBOT_PYTHON"])
-    venv = Path(os.environ.get("LEROBOT_VENV", ROOT / ".venv-lerobot"))
-    return (venv if venv.is_absolute() else ROOT / venv) / "bin" / "python"
+    """The LeRobot 0.3.2 reference venv's python (reference_venvs.venv_python)."""
+    return venv_python("0.3.2")
 
 
 def run_fixture_script(out: Path, *args: str) -> None:

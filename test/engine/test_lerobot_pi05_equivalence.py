@@ -14,6 +14,7 @@ from __future__ import annotations
 import json
 import os
 import subprocess
+import sys
 from pathlib import Path
 
 import numpy as np
@@ -31,6 +32,8 @@ from physai_ros.serving.prompt_builder import prompt_style_for
 from physai_ros.serving.tokenizer import PromptTokenizer
 
 ROOT = Path(__file__).resolve().parents[2]
+sys.path.insert(0, str(ROOT / "scripts" / "lerobot_reference"))
+from reference_venvs import venv_python  # noqa: E402  (stdlib only)
 FIXTURE = ROOT / "test" / "fixtures" / "lerobot_pi05"
 MANIFEST = json.loads((FIXTURE / "manifest.json").read_text())
 CASES = load_file(str(FIXTURE / "cases.safetensors"))
@@ -170,13 +173,8 @@ def test_raw_observation_to_robot_unit_actions(ckpt, case):
 
 # ---------------------------------------------------------------- live LeRobot 0.6.1
 
-def reference_python() -> Path:
-    venv = Path(os.environ.get("LEROBOT06_VENV", ROOT / ".venv-lerobot06"))
-    return (venv if venv.is_absolute() else ROOT / venv) / "bin" / "python"
-
-
 def run_reference(*args: str) -> str:
-    py = reference_python()
+    py = venv_python("0.6.1")
     assert py.exists(), (f"LeRobot 0.6.1 reference environment missing ({py}): `make test` builds it with "
                          "scripts/lerobot_reference/setup_venv06.sh (docs/lerobot_reference.md)")
     env = {k: v for k, v in os.environ.items() if not k.startswith(("PYTHON", "VIRTUAL_ENV"))}
