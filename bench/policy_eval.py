@@ -29,8 +29,7 @@ from pathlib import Path
 from physai_ros.evaluation.lockstep import LockstepConfig
 from physai_ros.evaluation.results import dominance, summarize
 from physai_ros.evaluation.sweep import (Setting, disjoint_from_training, eval_seeds, run_setting,
-                                         scale_setting, task_robot, training_manifest)
-from physai_ros.serving.config import load_fleet
+                                         fleet_for, task_robot, training_manifest)
 
 
 def _floats(text: str) -> list[float]:
@@ -75,12 +74,7 @@ def parse_args(argv=None) -> argparse.Namespace:
 
 
 def _load(args):
-    cfg = load_fleet(args.fleet)
-    if args.checkpoint:
-        cfg = scale_setting(cfg, checkpoint=str(Path(args.checkpoint).resolve()), preset=None)
-    elif args.preset:
-        cfg = scale_setting(cfg, checkpoint=None, preset=args.preset)
-    return cfg
+    return fleet_for(args.fleet, args.checkpoint, args.preset)
 
 
 def _run(job):

@@ -35,10 +35,9 @@ from physai_ros.evaluation.lockstep import LockstepConfig, SimClock, clone_robot
 from physai_ros.evaluation.results import wilson_interval
 from physai_ros.evaluation.servers import build_policy_server
 from physai_ros.evaluation.smoothness import SmoothnessRecorder, summary
-from physai_ros.evaluation.sweep import (disjoint_from_training, eval_seeds, scale_setting, task_robot,
+from physai_ros.evaluation.sweep import (disjoint_from_training, eval_seeds, fleet_for, task_robot,
                                          training_manifest)
 from physai_ros.serving.chunk_merge import ChunkMergeConfig
-from physai_ros.serving.config import load_fleet
 
 
 def parse_args(argv=None) -> argparse.Namespace:
@@ -71,12 +70,7 @@ def parse_args(argv=None) -> argparse.Namespace:
 
 
 def _load(args):
-    cfg = load_fleet(args.fleet)
-    if args.checkpoint:
-        cfg = scale_setting(cfg, checkpoint=str(Path(args.checkpoint).resolve()), preset=None)
-    elif args.preset:
-        cfg = scale_setting(cfg, checkpoint=None, preset=args.preset)
-    return cfg
+    return fleet_for(args.fleet, args.checkpoint, args.preset)
 
 
 def merge_config(name: str, args) -> ChunkMergeConfig:

@@ -127,3 +127,18 @@ def scale_setting(cfg: FleetConfig, **server_model) -> FleetConfig:
     """cfg with server.model fields replaced (e.g. a different checkpoint)."""
     model = dataclasses.replace(cfg.server.model, **server_model)
     return dataclasses.replace(cfg, server=dataclasses.replace(cfg.server, model=model))
+
+
+def fleet_for(fleet_file, checkpoint=None, preset=None) -> FleetConfig:
+    """The benchmarks' fleet: fleet_file (None: the embedded one) with its model replaced by a
+    checkpoint directory or a preset when one is given."""
+    from pathlib import Path
+
+    from physai_ros.serving.config import load_fleet
+
+    cfg = load_fleet(fleet_file)
+    if checkpoint:
+        cfg = scale_setting(cfg, checkpoint=str(Path(checkpoint).resolve()), preset=None)
+    elif preset:
+        cfg = scale_setting(cfg, checkpoint=None, preset=preset)
+    return cfg
