@@ -107,14 +107,19 @@ def safetensors_keys(path: Path) -> list[str]:
     return [k for k in header if k != "__metadata__"]
 
 
+def _weight_map(index: Path) -> dict:
+    """tensor name -> shard file, from a sharded checkpoint's index."""
+    weight_map = read_json(index).get("weight_map")
+    if not isinstance(weight_map, dict):
+        raise CheckpointError(f"{index}: no 'weight_map' object")
+    return weight_map
+
+
 def weight_files(path: Path) -> list[Path]:
     """The safetensors files holding a checkpoint's weights (one, or the shards an index names)."""
     index = path / WEIGHTS_INDEX
     if index.is_file():
-        weight_map = read_json(index).get("weight_map")
-        if not isinstance(weight_map, dict):
-            raise CheckpointError(f"{index}: no 'weight_map' object")
-        return [path / s for s in sorted(set(weight_map.values()))]
+        return [path / s for s in sorted(set(_weight_map(index).values()))]
     if (path / WEIGHTS_FILE).is_file():
         return [path / WEIGHTS_FILE]
     raise CheckpointError(f"{path}: no {WEIGHTS_FILE} (or {WEIGHTS_INDEX})")
@@ -124,13 +129,8 @@ def weight_keys(path: Path) -> list[str]:
     """Every tensor name of a checkpoint's weights (single file or sharded with an index)."""
     index = path / WEIGHTS_INDEX
     if index.is_file():
-        weight_map = read_json(index).get("weight_map")
-        if not isinstance(weight_map, dict):
-            raise CheckpointError(f"{index}: no 'weight_map' object")
-        return list(weight_map)
-    if (path / WEIGHTS_FILE).is_file():
-        return safetensors_keys(path / WEIGHTS_FILE)
-    raise CheckpointError(f"{path}: no {WEIGHTS_FILE} (or {WEIGHTS_INDEX})")
+        return list(_weight_map(index))
+    return safetensors_keys(weight_files(path)[0])
 
 
 def read_json(path: Path) -> dict:

@@ -23,7 +23,7 @@ from typing import Callable, Dict, List, Optional, Tuple
 
 import torch
 
-from .checkpoint_format import CheckpointError, CheckpointFormat, detect_format, resolve_overrides  # CheckpointError: torch-free there (preflight), re-exported
+from .checkpoint_format import CheckpointError, CheckpointFormat, detect_format, resolve_overrides, weight_files  # CheckpointError: torch-free there (preflight), re-exported
 
 from .params import Weights, infer_config, param_shapes
 from .types import Pi0Config
@@ -164,17 +164,6 @@ class SafetensorsFile:
         return t if dtype is None or t.dtype == dtype else t.to(dtype)
 
 
-def _safetensors_files(path: Path) -> List[Path]:
-    index = path / "model.safetensors.index.json"
-    if index.exists():
-        shards = sorted(set(json.loads(index.read_text())["weight_map"].values()))
-        return [path / s for s in shards]
-    single = path / "model.safetensors"
-    if single.exists():
-        return [single]
-    raise CheckpointError(f"{path}: no model.safetensors (or model.safetensors.index.json) found")
-
-
 def read_lerobot_config(path) -> dict:
     cfg_path = Path(path) / "config.json"
     if not cfg_path.exists():
@@ -227,7 +216,7 @@ def load_lerobot_checkpoint(
                               "state, LeRobot's Relative/AbsoluteActionsProcessorStep); this server does not "
                               "apply that conversion, so it refuses rather than send relative actions as absolute")
     policy = lr_cfg.get("type", "pi0")
-    files = [SafetensorsFile(f) for f in _safetensors_files(path)]
+    files = [SafetensorsFile(f) for f in weight_files(path)]
     report = progress or (lambda msg: log.info(msg))
 
     # Pass 1: map names and collect shapes (header only).
