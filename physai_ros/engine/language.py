@@ -6,7 +6,12 @@ Semantics (PaliGemma is a prefix LM):
 - the prefix (image tokens, prompt tokens) is bidirectional over its valid tokens; a generated
   token attends to every valid prefix token, the generated tokens before it and itself;
 - RoPE positions continue after the valid prefix: generated token j sits at n_valid + j;
-- the first token's logits are the prefix's output at its last valid token. That output is
+- a request may carry a question (token ids, e.g. "what is the current subtask?" asked at run
+  time): it is appended after the valid prefix like generated text (causal, positions n_valid + j)
+  but not emitted; its tokens but the last are prefilled in one block when the request starts, the
+  last is the first decode step's input, and the answer starts from its logits. The prefix, and so
+  the action's cache, is the same for every question;
+- without a question, the first token's logits are the prefix's output at its last valid token. That output is
   recomputed here from the cache, not kept from the prefill: in a bidirectional prefix the last
   token attends to exactly the valid prefix K/V at every layer, so pushing its embedding through
   the layers against the cache (without appending it) gives its prefill output bit for bit, and
@@ -45,6 +50,8 @@ class SamplingParams:
     eos_id: Optional[int] = None
     stop_ids: tuple = ()
     seed: int = 0
+    # Tokens this request may decode per frame (0: the frame's k). A task's k in fleet.yaml.
+    tokens_per_frame: int = 0
 
     def validate(self) -> None:
         if isinstance(self.max_tokens, bool) or not isinstance(self.max_tokens, int) or self.max_tokens < 1:
@@ -53,12 +60,17 @@ class SamplingParams:
             raise ValueError(f"temperature: expected a finite number >= 0, got {self.temperature!r}")
         if not (0 < self.top_p <= 1):
             raise ValueError(f"top_p: expected 0 < top_p <= 1, got {self.top_p!r}")
+        if isinstance(self.tokens_per_frame, bool) or not isinstance(self.tokens_per_frame, int) \
+                or self.tokens_per_frame < 0:
+            raise ValueError(f"tokens_per_frame: expected an integer >= 0, got {self.tokens_per_frame!r}")
 
 
 @dataclass
 class LanguageRequest:
     """One text being generated. prefix_keys/values: per layer [n_prefix, KV, hd] (valid rows
-    only, RoPE applied); gen_keys/values: per layer [G, KV, hd]; tokens: generated so far."""
+    only, RoPE applied); gen_keys/values: per layer [G, KV, hd], the question's and the generated
+    tokens' K/V; question: forced input ids after the prefix (not emitted); tokens: generated so
+    far."""
 
     request_id: str
     params: SamplingParams
@@ -71,6 +83,15 @@ class LanguageRequest:
     done: bool = False
     reason: str = ""
     generator: Optional[torch.Generator] = None
+    question: List[int] = field(default_factory=list)
+
+    @property
+    def n_stream(self) -> int:
+        """Inputs after the prefix so far: the question and the generated tokens."""
+        return len(self.question) + len(self.tokens)
+
+    def last_input(self) -> int:
+        return self.tokens[-1] if self.tokens else self.question[-1]
 
     @property
     def n_prefix(self) -> int:
@@ -84,23 +105,51 @@ class LanguageRequest:
 
 
 class LanguageDecoder:
-    """Requests, sampling and end rules; a subclass supplies `next_logits` for its model path."""
+    """Requests, sampling and end rules; a subclass supplies its model path's layers (`_layers`)
+    and LM head (`_logits`)."""
 
     cfg: Pi0Config
 
     # ---------------------------------------------------------------- requests
     def start(self, cache: PrefixCache, row: int, last_prompt_token: int, params: SamplingParams,
-              request_id: str) -> LanguageRequest:
-        """A request continuing robot `row`'s prompt, with its own copy of that row's valid K/V."""
+              request_id: str, question: Sequence[int] = ()) -> LanguageRequest:
+        """A request continuing robot `row`'s prompt, with its own copy of that row's valid K/V,
+        answering `question` (token ids appended after the prompt; empty: continue the prompt)."""
         params.validate()
+        question = [int(t) for t in question]
+        bad = [t for t in question if not 0 <= t < self.cfg.vocab_size]
+        if bad:
+            raise ValueError(f"question: token ids {bad[:4]} outside the vocabulary (0..{self.cfg.vocab_size - 1})")
         valid = cache.pad[row]
         with torch.inference_mode(False):
             keys = [k[row][valid].clone() for k in cache.keys]
             values = [v[row][valid].clone() for v in cache.values]
         empty = [k[:0] for k in keys]
         gen = torch.Generator().manual_seed(params.seed) if params.temperature > 0 else None
-        return LanguageRequest(request_id, params, keys, values, int(last_prompt_token), list(empty),
-                               [v[:0] for v in values], generator=gen)
+        req = LanguageRequest(request_id, params, keys, values, int(last_prompt_token), list(empty),
+                              [v[:0] for v in values], generator=gen, question=question)
+        if len(question) > 1:
+            with torch.inference_mode(False):
+                self._prefill(req, question[:-1])
+        return req
+
+    @torch.no_grad()
+    def _prefill(self, req: LanguageRequest, ids: List[int]) -> None:
+        """The question's leading tokens in one causal block after the prefix, their K/V appended
+        to the request (the last question token is the first decode step's input)."""
+        n, t = req.n_prefix, len(ids)
+        allowed = torch.ones(1, t, n + t, dtype=torch.bool)
+        allowed[0, :, n:] = torch.tril(torch.ones(t, t, dtype=torch.bool))
+
+        def sink_of(li):
+            def sink(k, v):
+                req.gen_keys[li] = torch.cat([req.gen_keys[li], k[0]])
+                req.gen_values[li] = torch.cat([req.gen_values[li], v[0]])
+                return (torch.cat([req.prefix_keys[li], req.gen_keys[li]])[None],
+                        torch.cat([req.prefix_values[li], req.gen_values[li]])[None], allowed)
+            return sink
+
+        self._layers(torch.tensor([ids]), (n + torch.arange(t))[None], sink_of)
 
     @staticmethod
     def cancel(req: LanguageRequest) -> None:
@@ -125,12 +174,16 @@ class LanguageDecoder:
         state (batch_requests, or KVCacheManager.batch), writing their K/V into its buffers;
         unbatch_requests hands them back. Returns the tokens each request emitted."""
         emitted: List[List[int]] = [[] for _ in state.requests]
-        for _ in range(k):
-            if all(r.done for r in state.requests):
+        # A request's own tokens_per_frame (its task's k) can be below the frame's k: it sits out
+        # the remaining steps (frozen like a finished one: no K/V written, no token taken).
+        limits = [min(k, r.params.tokens_per_frame or k) for r in state.requests]
+        for step in range(k):
+            live = [not r.done and step < lim for r, lim in zip(state.requests, limits)]
+            if not any(live):
                 break
-            logits = self.next_logits(state.requests, batched=state)
+            logits = self._forward(state.requests, state, live)
             for j, (r, lg) in enumerate(zip(state.requests, logits)):
-                if not r.done:
+                if live[j]:
                     tok = self._accept(r, self._sample(r, lg))
                     if tok is not None:
                         emitted[j].append(tok)
@@ -170,13 +223,13 @@ class LanguageDecoder:
         return int(torch.multinomial(probs, 1, generator=r.generator))
 
     @staticmethod
-    def _attend_to(reqs: List[LanguageRequest], first: List[bool], layer: int, k: torch.Tensor,
+    def _attend_to(live: List[bool], first: List[bool], layer: int, k: torch.Tensor,
                    v: torch.Tensor, allowed: torch.Tensor, batched: "BatchedState"):
         """Write each generated input's new K/V [B, 1, KV, hd] into the batched buffers at this
         layer and return the keys/values [B, L, KV, hd] to attend over with the mask [B, 1, L].
-        Finished requests are frozen: nothing added."""
-        for j, (r, f) in enumerate(zip(reqs, first)):
-            if not f and not r.done:
+        Requests not live this step (finished, or past their per-frame k) are frozen: nothing added."""
+        for j, (on, f) in enumerate(zip(live, first)):
+            if on and not f:
                 n = int(batched.lengths[j])
                 batched.keys[layer][j, n] = k[j, 0]
                 batched.values[layer][j, n] = v[j, 0]
@@ -185,21 +238,22 @@ class LanguageDecoder:
     @staticmethod
     def _inputs(reqs: List[LanguageRequest], batched: "BatchedState"):
         """(first-step flags, input token ids [B], positions [B], attention mask [B, 1, L])."""
-        first = [not r.tokens for r in reqs]
-        ids = torch.tensor([r.last_prompt_token if f else r.tokens[-1] for r, f in zip(reqs, first)])
-        pos = torch.tensor([r.n_prefix - 1 if f else r.n_prefix + len(r.tokens) - 1 for r, f in zip(reqs, first)])
-        # Keys each token attends to: the valid prefix and every generated token's K/V, its own
-        # included (appended as the layers run; the first step's input is already in the prefix).
-        lengths = [r.n_prefix + len(r.tokens) for r in reqs]
+        first = [r.n_stream == 0 for r in reqs]
+        ids = torch.tensor([r.last_prompt_token if f else r.last_input() for r, f in zip(reqs, first)])
+        pos = torch.tensor([r.n_prefix - 1 if f else r.n_prefix + r.n_stream - 1 for r, f in zip(reqs, first)])
+        # Keys each token attends to: the valid prefix, the question and every generated token's
+        # K/V, its own included (appended as the layers run; without a question the first step's
+        # input is already in the prefix).
+        lengths = [r.n_prefix + r.n_stream for r in reqs]
         allowed = torch.zeros(len(reqs), 1, batched.keys[0].shape[1], dtype=torch.bool)
         for i, n in enumerate(lengths):
             allowed[i, 0, :n] = True
         return first, ids, pos, allowed
 
     @staticmethod
-    def _advance(batched: "BatchedState", reqs: List[LanguageRequest], first: List[bool]) -> None:
-        for j, (r, f) in enumerate(zip(reqs, first)):
-            if not f and not r.done:
+    def _advance(batched: "BatchedState", live: List[bool], first: List[bool]) -> None:
+        for j, (on, f) in enumerate(zip(live, first)):
+            if on and not f:
                 batched.lengths[j] += 1
 
     @torch.no_grad()
@@ -213,10 +267,31 @@ class LanguageDecoder:
         own = batched is None
         if own:
             batched = batch_requests(reqs, 1)
-        logits = self._forward(reqs, batched)
+        logits = self._forward(reqs, batched, [not r.done for r in reqs])
         if own:
             unbatch_requests(batched)
         return logits
+
+    def _forward(self, reqs: List[LanguageRequest], batched: "BatchedState", live: List[bool]) -> torch.Tensor:
+        """One decode step of every request (B inputs of one token each) -> logits [B, vocab]."""
+        first, ids, pos, allowed = self._inputs(reqs, batched)
+
+        def sink_of(li):
+            return lambda k, v: self._attend_to(live, first, li, k, v, allowed, batched)
+
+        h = self._layers(ids[:, None], pos[:, None], sink_of)
+        self._advance(batched, live, first)
+        return self._logits(h[:, 0])
+
+    def _layers(self, ids: torch.Tensor, pos: torch.Tensor, sink_of) -> torch.Tensor:
+        """The VLM's layers over input ids [B, T] at RoPE positions [B, T]; sink_of(layer)(k, v)
+        stores that layer's K/V [B, T, KV, hd] and returns (keys, values [B, L, KV, hd], mask
+        [B, T, L]) to attend over. Returns the last layer's output [B, T, width]."""
+        raise NotImplementedError
+
+    def _logits(self, h: torch.Tensor) -> torch.Tensor:
+        """Final norm and the tied LM head: [B, width] -> float logits [B, vocab]."""
+        raise NotImplementedError
 
 
 class PlainLanguage(LanguageDecoder):
@@ -229,28 +304,28 @@ class PlainLanguage(LanguageDecoder):
                              "(the checkpoint has no LM head to speak with)")
         self.cfg, self.w = config, weights
 
-    def _forward(self, reqs: List[LanguageRequest], batched: "BatchedState") -> torch.Tensor:
+    def _layers(self, ids, pos, sink_of):
         cfg, w, spec = self.cfg, self.w, self.cfg.vlm
-        b = len(reqs)
-        first, ids, pos, allowed = self._inputs(reqs, batched)
+        b, t = ids.shape
         table = w["vlm.embed"]
-        x = (table[ids] * torch.tensor(math.sqrt(spec.width), dtype=table.dtype))[:, None]
-        cos, sin = rope_cos_sin(pos[:, None], cfg, x.dtype)
+        x = table[ids] * torch.tensor(math.sqrt(spec.width), dtype=table.dtype)
+        cos, sin = rope_cos_sin(pos, cfg, x.dtype)
         for li in range(spec.depth):
             p = f"vlm.layers.{li}."
             h = rms_norm(x, w[p + "ln_attn"], cfg.rms_eps)
-            q = lin_nb(h, w[p + "q"]).view(b, 1, spec.num_heads, spec.head_dim).transpose(1, 2)
-            k = lin_nb(h, w[p + "k"]).view(b, 1, spec.num_kv_heads, spec.head_dim)
-            v = lin_nb(h, w[p + "v"]).view(b, 1, spec.num_kv_heads, spec.head_dim)
+            q = lin_nb(h, w[p + "q"]).view(b, t, spec.num_heads, spec.head_dim).transpose(1, 2)
+            k = lin_nb(h, w[p + "k"]).view(b, t, spec.num_kv_heads, spec.head_dim)
+            v = lin_nb(h, w[p + "v"]).view(b, t, spec.num_kv_heads, spec.head_dim)
             q = apply_rope(q, cos, sin)
             k = apply_rope(k.transpose(1, 2), cos, sin).transpose(1, 2)
-            kk, vv, mask = self._attend_to(reqs, first, li, k, v, allowed, batched)
+            kk, vv, mask = sink_of(li)(k, v)
             a = attention(q, kk.transpose(1, 2), vv.transpose(1, 2), mask, spec.head_dim**-0.5)
             x = x + lin_nb(a, w[p + "o"])
             x = x + gemma_mlp(w, p, rms_norm(x, w[p + "ln_mlp"], cfg.rms_eps))
-        self._advance(batched, reqs, first)
-        h = rms_norm(x[:, 0], w["vlm.norm"], cfg.rms_eps)
-        return (h @ table.T).float()
+        return x
+
+    def _logits(self, h):
+        return (rms_norm(h, self.w["vlm.norm"], self.cfg.rms_eps) @ self.w["vlm.embed"].T).float()
 
 
 class FastLanguage(LanguageDecoder):
@@ -263,18 +338,16 @@ class FastLanguage(LanguageDecoder):
                              "(Pi0Engine(..., language=True)): it keeps the VLM's last layer whole and its final norm")
         self.cfg, self.m = model.cfg, model
 
-    def _forward(self, reqs: List[LanguageRequest], batched: "BatchedState") -> torch.Tensor:
+    def _layers(self, ids, pos, sink_of):
         m, cfg, spec = self.m, self.cfg, self.cfg.vlm
-        first, ids, pos, allowed = self._inputs(reqs, batched)
-        x = (m.embed[ids] * m.embed_scale)[:, None]
-        cos, sin = rope_cos_sin(pos[:, None], cfg, x.dtype)
+        x = m.embed[ids] * m.embed_scale
+        cos, sin = rope_cos_sin(pos, cfg, x.dtype)
         for li, layer in enumerate(m.vlm_layers[:-1] + [m.vlm_last_full]):
-            def sink(k, v, li=li):
-                return self._attend_to(reqs, first, li, k, v, allowed, batched)
-            x = m.gemma_block(layer, spec, x, cos, sin, sink)
-        self._advance(batched, reqs, first)
-        h = rms_norm(x[:, 0], m.vlm_norm, cfg.rms_eps)
-        return (h @ m.embed.T).float()
+            x = m.gemma_block(layer, spec, x, cos, sin, sink_of(li))
+        return x
+
+    def _logits(self, h):
+        return (rms_norm(h, self.m.vlm_norm, self.cfg.rms_eps) @ self.m.embed.T).float()
 
 
 @dataclass

@@ -61,9 +61,11 @@ class FrameResult:
 
 
 def run_frame(engine, decoder, manager: KVCacheManager, budget: DecodeBudget, batch, robots: Sequence[str],
-              ask: Dict[str, SamplingParams], clock: Callable[[], float] = time.perf_counter) -> FrameResult:
+              ask: Dict[str, SamplingParams], clock: Callable[[], float] = time.perf_counter,
+              questions: Optional[Dict[str, Sequence[int]]] = None) -> FrameResult:
     """Algorithm 1 for one collated batch (engine.batching.Batch) of `robots`; `ask` names the
-    robots that start a text this frame and its sampling parameters."""
+    robots that start a text this frame and its sampling parameters, `questions` the token ids
+    a robot's text answers (none: it continues the prompt)."""
     t0 = clock()
     cache = engine.model.prefix(batch.images, batch.image_masks, batch.tokens, batch.token_mask)
     actions, updates = engine.model.denoise(cache, batch.state, batch.noise)
@@ -74,7 +76,8 @@ def run_frame(engine, decoder, manager: KVCacheManager, budget: DecodeBudget, ba
             continue
         last = int(batch.tokens[row][batch.token_mask[row]][-1])
         try:
-            new[robot] = manager.store(decoder.start(cache, row, last, ask[robot], f"{robot}"), robot)
+            q = (questions or {}).get(robot, ())
+            new[robot] = manager.store(decoder.start(cache, row, last, ask[robot], f"{robot}", question=q), robot)
         except (KVBudgetError, ValueError) as e:
             new[robot], refused[robot] = None, str(e)
     active = manager.active()

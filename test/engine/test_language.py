@@ -207,3 +207,71 @@ def test_fast_path_decodes_as_the_plain_path_and_keeps_its_actions(policy):
                 r.tokens.append(int(torch.argmax(lg)))
     with pytest.raises(ValueError, match="language=True"):
         without.language_decoder()
+
+
+@pytest.mark.parametrize("policy", ["pi0", "pi05"])
+def test_a_question_is_answered_as_a_full_recompute_with_it_appended(policy):
+    """A question (token ids after the prompt, not emitted) prefilled in one block at start, then
+    decoded: every step's logits equal the full recompute of [prefix; question; answer so far],
+    for requests with and without questions of different lengths decoded in one batch, and the
+    fast path answers as the plain path."""
+    from physai_ros.engine import Pi0Engine
+
+    model = _model(policy, seed=12)
+    b = _batch(model.cfg, seed=13)
+    cache = model.prefix(b.images, b.image_masks, b.tokens, b.token_mask)
+    lang = PlainLanguage(model.cfg, model.w)
+    questions = [[5, 9, 17, 3], [], [42]]
+    reqs = [lang.start(cache, r, _last_prompt_token(b, r), SamplingParams(max_tokens=5), f"q{r}", question=q)
+            for r, q in enumerate(questions)]
+    assert [r.gen_keys[0].shape[0] for r in reqs] == [3, 0, 0]  # all question tokens but the last
+    while not all(r.done for r in reqs):
+        logits = lang.next_logits(reqs)
+        for r, (req, lg, q) in enumerate(zip(reqs, logits, questions)):
+            if req.done:
+                continue
+            ref = full_recompute_logits(model, b, r, q + req.tokens)
+            torch.testing.assert_close(lg, ref, rtol=0, atol=1e-4)
+            req.tokens.append(int(torch.argmax(lg)))
+            req.done = len(req.tokens) == 5
+    fast = Pi0Engine(model.cfg, {k: v.clone() for k, v in model.w.items()}, language=True)
+    fcache = fast.model.prefix(b.images, b.image_masks, b.tokens, b.token_mask)
+    fdec = fast.language_decoder()
+    again = [fdec.start(fcache, r, _last_prompt_token(b, r), SamplingParams(max_tokens=5), f"f{r}", question=q)
+             for r, q in enumerate(questions)]
+    fdec.generate(again)
+    assert [a.tokens for a in again] == [r.tokens for r in reqs]
+    with pytest.raises(ValueError, match="question"):
+        lang.start(cache, 0, 1, SamplingParams(), "bad", question=[model.cfg.vocab_size])
+
+
+def test_a_request_decodes_at_most_its_own_tokens_per_frame():
+    """A task's k below the frame's: the request sits the remaining steps out (no token, no K/V)
+    and its text is still the one it gives alone."""
+    from physai_ros.engine.language import batch_requests, unbatch_requests
+
+    model = _model("pi0", seed=14)
+    b = _batch(model.cfg, seed=15)
+    cache = model.prefix(b.images, b.image_masks, b.tokens, b.token_mask)
+    lang = PlainLanguage(model.cfg, model.w)
+
+    def fresh():
+        return [lang.start(cache, r, _last_prompt_token(b, r), SamplingParams(max_tokens=6, tokens_per_frame=tpf),
+                           f"t{r}", question=[7, 8]) for r, tpf in ((0, 1), (1, 0), (2, 2))]
+
+    reqs = fresh()
+    state = batch_requests(reqs, 3)
+    emitted = lang.decode_batched(state, 3)
+    unbatch_requests(state)
+    assert [len(e) for e in emitted] == [1, 3, 2]
+    assert [r.gen_keys[0].shape[0] for r in reqs] == [2, 4, 3]  # question (2) + tokens read back
+    while not all(r.done for r in reqs):
+        state = batch_requests(reqs, 3)
+        lang.decode_batched(state, 3)
+        unbatch_requests(state)
+    alone = fresh()
+    for a in alone:
+        lang.generate([a])
+    assert [a.tokens for a in alone] == [r.tokens for r in reqs]
+    with pytest.raises(ValueError, match="tokens_per_frame"):
+        SamplingParams(tokens_per_frame=-1).validate()
