@@ -68,6 +68,7 @@ class PromptTokenizer:
         self.path = p
         self.pad_id = self._tok.token_to_id(PAD)
         self.bos_id = self._tok.token_to_id(BOS)
+        self.eos_id = self._tok.token_to_id(EOS)  # ends generated text (language stream)
         if self.pad_id is None:
             self.pad_id = 0
         self.verbatim = verbatim
@@ -105,6 +106,15 @@ class PromptTokenizer:
 
     def decode(self, tokens: np.ndarray, mask: np.ndarray) -> str:
         return self._tok.decode([int(t) for t, m in zip(tokens, mask) if m], skip_special_tokens=True)
+
+    def encode_text(self, text: str) -> list[int]:
+        """Text that continues a prompt (a question, an answer): normalised as prompts are, no
+        BOS, no padding, no length limit (the caller bounds it)."""
+        return self._tok.encode(text if self.verbatim else text.strip().lower(), add_special_tokens=False).ids
+
+    def decode_ids(self, ids: list[int]) -> str:
+        """Generated token ids -> text (special tokens dropped)."""
+        return self._tok.decode([int(t) for t in ids], skip_special_tokens=True)
 
 
 def main(argv: list[str] | None = None) -> int:
