@@ -185,13 +185,25 @@ class Pi0Engine:
     def infer(self, batch: List[EngineInput]) -> List[EngineOutput]:
         """Sample one chunk per robot. Raises EngineInputError naming the robot and field when an
         input is malformed (nothing runs then; the rejection is counted in .stats)."""
+        return self.infer_frame(batch, keep_prefix=False)[0]
+
+    def infer_frame(self, batch: List[EngineInput], keep_prefix: bool = True
+                    ) -> Tuple[List[EngineOutput], Optional[PrefixCache], Optional[Batch]]:
+        """infer(), also handing back the frame's prefix KV cache and collated batch, for the
+        language stream to start its texts from (OxyGen: one prefill for actions and text).
+        The cache is read-only for the caller: decoding copies the rows it needs."""
         # Real-time chunking guides (docs/rtc.md): a guided batch runs eagerly (autograd does not
         # run inside a captured CUDA graph); without any, the path below is the unguided one.
         guides = [getattr(inp, "rtc", None) for inp in batch] if isinstance(batch, (list, tuple)) else []
         guided = any(g is not None for g in guides)
-        b = self._collate(batch, for_graphs=self._graphs is not None and not guided)
+        graphs = self._graphs is not None and not guided
+        if graphs and keep_prefix:
+            raise ValueError("the language stream needs the prefix cache, which a CUDA-graph replay keeps "
+                             "inside its static buffers: serve it without cuda_graphs")
+        b = self._collate(batch, for_graphs=graphs)
         t0 = time.perf_counter()
-        if self._graphs is not None and not guided:
+        cache = None
+        if graphs:
             actions, updates, t_prefix = self._graphs.run(b)
         else:
             cache = self.model.prefix(b.images, b.image_masks, b.tokens, b.token_mask)
@@ -209,4 +221,6 @@ class Pi0Engine:
         timings = {"prefix_ms": t_prefix, "denoise_ms": total - t_prefix, "total_ms": total, "batch": b.size}
         if guided:
             timings["rtc_guided"] = sum(g is not None for g in guides)
-        return [EngineOutput(actions=actions[i], updates=updates[:, i], timings_ms=dict(timings)) for i in range(b.size)]
+        outputs = [EngineOutput(actions=actions[i], updates=updates[:, i], timings_ms=dict(timings))
+                   for i in range(b.size)]
+        return (outputs, cache, b) if keep_prefix else (outputs, None, None)

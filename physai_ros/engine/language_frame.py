@@ -31,13 +31,17 @@ class DecodeBudget:
         if self.k_max < 0 or not (math.isfinite(self.f_min_hz) and self.f_min_hz > 0):
             raise ValueError(f"k_max must be >= 0 and f_min_hz > 0, got {self.k_max}, {self.f_min_hz}")
 
-    def choose(self, actions_s: float, batch: int) -> int:
-        """Tokens to decode this frame given the time the actions took."""
+    def choose(self, actions_s: float, batch: int, k_max: Optional[int] = None,
+               f_min_hz: Optional[float] = None) -> int:
+        """Tokens to decode this frame given the time the actions took. k_max / f_min_hz: this
+        frame's (the server takes them from the tasks of the texts being decoded)."""
+        k_max = self.k_max if k_max is None else k_max
+        f_min = self.f_min_hz if f_min_hz is None else f_min_hz
         per_step = self.step_s.get(batch) or (max(self.step_s.values()) if self.step_s else None)
         if per_step is None:
-            return self.k_max
-        left = 1.0 / self.f_min_hz - actions_s
-        return max(0, min(self.k_max, int(left // per_step))) if left > 0 else 0
+            return k_max
+        left = 1.0 / f_min - actions_s
+        return max(0, min(k_max, int(left // per_step))) if left > 0 else 0
 
     def record(self, batch: int, steps: int, seconds: float) -> None:
         if steps <= 0:
@@ -60,16 +64,11 @@ class FrameResult:
     decode_s: float
 
 
-def run_frame(engine, decoder, manager: KVCacheManager, budget: DecodeBudget, batch, robots: Sequence[str],
-              ask: Dict[str, SamplingParams], clock: Callable[[], float] = time.perf_counter,
-              questions: Optional[Dict[str, Sequence[int]]] = None) -> FrameResult:
-    """Algorithm 1 for one collated batch (engine.batching.Batch) of `robots`; `ask` names the
-    robots that start a text this frame and its sampling parameters, `questions` the token ids
-    a robot's text answers (none: it continues the prompt)."""
-    t0 = clock()
-    cache = engine.model.prefix(batch.images, batch.image_masks, batch.tokens, batch.token_mask)
-    actions, updates = engine.model.denoise(cache, batch.state, batch.noise)
-    actions_s = clock() - t0
+def start_texts(decoder, manager: KVCacheManager, cache, batch, robots: Sequence[str],
+                ask: Dict[str, SamplingParams], questions: Optional[Dict[str, Sequence[int]]] = None,
+                request_ids: Optional[Dict[str, str]] = None):
+    """STORE a new request for each robot of `ask`, started from its row of this frame's prefix
+    cache. Returns (robot -> manager id or None, robot -> why refused)."""
     new, refused = {}, {}
     for row, robot in enumerate(robots):
         if robot not in ask:
@@ -77,11 +76,20 @@ def run_frame(engine, decoder, manager: KVCacheManager, budget: DecodeBudget, ba
         last = int(batch.tokens[row][batch.token_mask[row]][-1])
         try:
             q = (questions or {}).get(robot, ())
-            new[robot] = manager.store(decoder.start(cache, row, last, ask[robot], f"{robot}", question=q), robot)
+            name = (request_ids or {}).get(robot, robot)
+            new[robot] = manager.store(decoder.start(cache, row, last, ask[robot], name, question=q), robot)
         except (KVBudgetError, ValueError) as e:
             new[robot], refused[robot] = None, str(e)
+    return new, refused
+
+
+def decode_frame(decoder, manager: KVCacheManager, budget: DecodeBudget, actions_s: float,
+                 clock: Callable[[], float] = time.perf_counter, k_max: Optional[int] = None,
+                 f_min_hz: Optional[float] = None):
+    """Algorithm 1's decoding half: k tokens for every active request in one batch (k from the
+    budget), then REMOVE the finished. Returns (emitted, finished, k, decode_s)."""
     active = manager.active()
-    k = budget.choose(actions_s, len(active)) if active else 0
+    k = budget.choose(actions_s, len(active), k_max, f_min_hz) if active else 0
     emitted: Dict[int, List[int]] = {}
     t1 = clock()
     if active and k > 0:
@@ -94,6 +102,22 @@ def run_frame(engine, decoder, manager: KVCacheManager, budget: DecodeBudget, ba
             emitted = dict(zip(live, out))
     decode_s = clock() - t1
     budget.record(len(active), k if active else 0, decode_s)
-    finished = {i: manager.retrieve(i).reason for i in active if manager.retrieve(i).done}
+    finished = {i: manager.retrieve(i) for i in active if manager.retrieve(i).done}
     manager.remove_done()
-    return FrameResult(actions, updates, new, refused, emitted, finished, k, actions_s, decode_s)
+    return emitted, finished, k, decode_s
+
+
+def run_frame(engine, decoder, manager: KVCacheManager, budget: DecodeBudget, batch, robots: Sequence[str],
+              ask: Dict[str, SamplingParams], clock: Callable[[], float] = time.perf_counter,
+              questions: Optional[Dict[str, Sequence[int]]] = None) -> FrameResult:
+    """Algorithm 1 for one collated batch (engine.batching.Batch) of `robots`; `ask` names the
+    robots that start a text this frame and its sampling parameters, `questions` the token ids
+    a robot's text answers (none: it continues the prompt)."""
+    t0 = clock()
+    cache = engine.model.prefix(batch.images, batch.image_masks, batch.tokens, batch.token_mask)
+    actions, updates = engine.model.denoise(cache, batch.state, batch.noise)
+    actions_s = clock() - t0
+    new, refused = start_texts(decoder, manager, cache, batch, robots, ask, questions)
+    emitted, finished, k, decode_s = decode_frame(decoder, manager, budget, actions_s, clock)
+    return FrameResult(actions, updates, new, refused, emitted, {i: r.reason for i, r in finished.items()}, k,
+                       actions_s, decode_s)

@@ -22,6 +22,7 @@ from physai_ros.security.config import SecurityConfig
 from .chunk_merge import ChunkMergeConfig, parse_chunk_merge
 from .config_fields import (FleetConfigError, integer, join_key, mapping, no_unknown, number, required,
                             string, strings)
+from .language_config import TaskLanguageConfig, parse_task_language
 from .server_config import ServerConfig, parse_server
 
 PACKAGE_PREFIX = PACKAGE_URL_PREFIX
@@ -48,6 +49,8 @@ class TaskConfig:
     segment_rate_hz: float = 60.0  # streaming: TrajectorySegment messages per second (at most)
     # How consecutive chunks join: off (replace) | crossfade | rtc (serving.chunk_merge, docs/rtc.md).
     chunk_merge: ChunkMergeConfig = ChunkMergeConfig()
+    # The language stream (serving.language_config): what its robots are asked; None: nothing.
+    language: TaskLanguageConfig | None = None
 
     @property
     def action_period_s(self) -> float:
@@ -173,7 +176,7 @@ def _parse_task(name: str, d: Any) -> TaskConfig:
     d = mapping(d, path)
     no_unknown(d, {"prompt", "action_rate_hz", "horizon_policy", "slo_ms", "fallback",
                     "max_consecutive_slo_violation", "on_max_violation", "trigger_margin_s", "mode",
-                    "segment_rate_hz", "chunk_merge"}, path)
+                    "segment_rate_hz", "chunk_merge", "language"}, path)
     hp, hparams = _parse_horizon(required(d, "horizon_policy", path), join_key(path, "horizon_policy"))
     return TaskConfig(
         name=name,
@@ -192,6 +195,7 @@ def _parse_task(name: str, d: Any) -> TaskConfig:
         mode=string(d.get("mode", "chunked"), join_key(path, "mode"), TASK_MODES),
         segment_rate_hz=number(d.get("segment_rate_hz", 60.0), join_key(path, "segment_rate_hz")),
         chunk_merge=parse_chunk_merge(d.get("chunk_merge"), join_key(path, "chunk_merge")),
+        language=parse_task_language(d.get("language"), join_key(path, "language")),
     )
 
 

@@ -31,6 +31,7 @@ from physai_ros.scheduler.types import ACTION, Request
 
 from .action_runner import ActionModelRunner
 from .instances import EngineSlot, InstancePool
+from .language_stream import FrameRobot
 from .normalizer import Normalizer
 from .prompt_builder import PromptStyle
 from .registry import RobotRegistry, TaskEnded
@@ -60,6 +61,7 @@ class ServingCore:
         self.action_runner = ActionModelRunner(cfg, tokenizer, normalizer, prompt_style)
         self.runners = {ACTION: self.action_runner}
         self.rtc = RtcPlanner({})  # real-time chunking per task (docs/rtc.md); the factory sets it
+        self.language = None  # serving.language_stream.LanguageStream: enable_language sets it
         self.limits = ModelLimits(cfg.max_views, cfg.max_state_dim, cfg.max_action_dim)
         self.instance_id = instance_id or uuid.uuid4().hex[:12]
         self.registry = RobotRegistry(self.limits, self.instance_id, max_observation_age_s,
@@ -75,6 +77,35 @@ class ServingCore:
         self._ids = itertools.count(1)
         self._lock = threading.Lock()
         self._work = threading.Condition(self._lock)
+
+    def enable_language(self, stream) -> None:
+        """Text from every local instance's frames (serving.language_stream, docs/language.md)."""
+        for iid, slot in self.engines.items():
+            if not slot.remote:
+                stream.attach(iid, slot.engine)
+        self.language = stream
+
+    def run_language(self, instance_id: str) -> list:
+        """After run_batch's chunks are published: the frame's text (the instance stays busy
+        until this returns, so the scheduler's idea of it holds). [] when nothing was held."""
+        if self.language is None:
+            return []
+        slot = self.engines[instance_id]
+        try:
+            return self.language.run_held(instance_id)
+        except Exception as e:  # text failing must not take the actions down
+            with self._lock:
+                self.events.append(f"language frame on {instance_id} failed: {type(e).__name__}: {e}")
+            return []
+        finally:
+            with self._lock:
+                slot.running = False
+                slot.busy_until = self.clock()
+                self._work.notify_all()
+
+    def take_text_notices(self) -> list:
+        """Texts ended by robots leaving or switching task (cancelled), to publish."""
+        return self.language.drain_ended() if self.language is not None else []
 
     def warm_up(self, views: int = 1) -> float:
         """One inference per local engine instance on a blank input, so the first robot's first
@@ -167,6 +198,8 @@ class ServingCore:
                 self._notices.append(self.runners.get(req.component, self.action_runner).refused(
                     req.payload, ended.registration, Refusal("superseded", ended.why)))
         self._last_task.pop(ended.robot_id, None)
+        if self.language is not None:
+            self.language.robot_ended(ended.robot_id, ended.why)
         if ended.released:
             self.events.append(f"released robot {ended.robot_id!r}")
 
@@ -292,6 +325,7 @@ class ServingCore:
 
         def run(k: int) -> None:
             results[k] = self.run_batch(d.work[k])
+            self.run_language(d.work[k].instance_id)  # step() has no text consumer: decoded, dropped
 
         threads = [threading.Thread(target=run, args=(k,), daemon=True) for k in range(1, len(d.work))]
         for t in threads:
@@ -313,6 +347,8 @@ class ServingCore:
         # One model per batch: the scheduler batches requests of one component per instance.
         runner = self.runners.get(reqs[0].component)
         inputs, ok_reqs, out, outputs, lost = [], [], [], [], []
+        speaks = self.language is not None and self.language.speaks_on(slot.instance_id)
+        cache = collated = None
         fatal: BaseException | None = None
         lost_why = ""
         t0 = t1 = self.clock()
@@ -337,7 +373,10 @@ class ServingCore:
                 try:
                     if slot.fault is not None:
                         slot.fault.before_batch(slot.instance_id, batch_no)
-                    outputs = runner.execute(slot.engine, inputs)
+                    if speaks:  # the same prefill feeds the text (OxyGen): keep its cache
+                        outputs, cache, collated = runner.execute_frame(slot.engine, inputs)
+                    else:
+                        outputs = runner.execute(slot.engine, inputs)
                 except Exception as e:  # one bad batch must not take the server down
                     msg = f"engine failed: {type(e).__name__}: {e}"
                     if getattr(e, "instance_lost", False):
@@ -353,7 +392,11 @@ class ServingCore:
             # Whatever happened, the instance is free again and the scheduler hears about it.
             inference_ms = (t1 - t0) * 1e3
             with self._lock:
-                slot.running = False
+                held = cache is not None and bool(ok_reqs) and fatal is None
+                if held:  # run_language decodes this frame's text next and frees the instance
+                    self.language.hold(slot.instance_id, cache, collated,
+                                       [FrameRobot(r.robot_id, r.payload.task_id, r.round_id) for r in ok_reqs], t1 - t0)
+                slot.running = held
                 slot.busy_until = t1
                 if fatal is not None:
                     self.pool.fail(slot, lost_why)

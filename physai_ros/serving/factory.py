@@ -11,6 +11,8 @@ from .config import FleetConfig, FleetConfigError, tokenizer_path
 from .core import ServingCore
 from .fault_injection import ENV_VAR, faults_from_env
 from .instances import EngineSlot, default_profile
+from .language_config import LanguageServerConfig
+from .language_stream import LanguageStream
 from .normalizer import Normalizer
 from .preflight import checkpoint_dir
 from .rtc_planner import RtcPlanner
@@ -30,6 +32,7 @@ def build_engine_slots(cfg: FleetConfig, remote_engine: RemoteEngineFactory | No
     from physai_ros.engine.types import Pi0Config
 
     srv = cfg.server
+    language = language_enabled(cfg)  # engines keep the VLM's LM head (engine/language.py)
     slots = []
     # The checkpoint's family (LeRobot <= 0.3, >= 0.4, ours) picks the engine's time schedule
     # and RoPE formula: the numbers its own code produces (engine.checkpoint_format).
@@ -38,10 +41,11 @@ def build_engine_slots(cfg: FleetConfig, remote_engine: RemoteEngineFactory | No
     for i in range(srv.engine_instances + srv.standby_instances):
         if srv.model.preset is not None:
             engine = Pi0Engine(Pi0Config.preset(srv.model.preset), device=srv.device,
-                               seed=srv.model.seed)
+                               seed=srv.model.seed, language=language)
         else:
             # The loader reads the checkpoint's LeRobot family and runs its float32 variant.
-            engine = Pi0Engine.from_lerobot_checkpoint(checkpoint_dir(cfg), device=srv.device, **srv.model.load_args())
+            engine = Pi0Engine.from_lerobot_checkpoint(checkpoint_dir(cfg), device=srv.device, language=language,
+                                                       **srv.model.load_args())
         slots.append(EngineSlot(f"engine_{i}", engine, srv.max_batch, default_profile(srv.max_batch),
                                 standby=i >= srv.engine_instances))
     if srv.remote_engines:
@@ -61,6 +65,11 @@ def build_engine_slots(cfg: FleetConfig, remote_engine: RemoteEngineFactory | No
             slots.append(EngineSlot(r.instance_id, proxy, srv.max_batch, default_profile(srv.max_batch)))
     _attach_faults(slots)
     return slots
+
+
+def language_enabled(cfg: FleetConfig) -> bool:
+    """The language stream runs when the server's `language:` section or any task's asks."""
+    return cfg.server.language is not None or any(t.language is not None for t in cfg.tasks.values())
 
 
 def model_format(cfg: FleetConfig) -> CheckpointFormat | None:
@@ -110,7 +119,27 @@ def build_core(cfg: FleetConfig, instance_id: str | None = None,
         robot_idle_release_s=cfg.server.robot_idle_release_s,
     )
     core.rtc = rtc_planner(cfg, slots)
+    if language_enabled(cfg):
+        core.enable_language(language_stream(cfg, tokenizer))
     return core
+
+
+def language_stream(cfg: FleetConfig, tokenizer: PromptTokenizer) -> LanguageStream:
+    """The language stream of fleet.yaml (docs/language.md). Its questions are checked against
+    the tokenizer here, so a question the model cannot read fails at start-up, by key."""
+    for name, t in cfg.tasks.items():
+        if t.language is None:
+            continue
+        key = f"tasks.{name}.language"
+        n = len(tokenizer.encode_text(t.language.question)) if t.language.question else 0
+        limit = (cfg.server.language or LanguageServerConfig()).max_question_tokens
+        if n > limit:
+            raise FleetConfigError(f"{key}.question: {n} tokens, more than server.language.max_question_tokens ({limit})")
+        if t.mode == "streaming":
+            raise FleetConfigError(f"{key}: the streaming action expert keeps no prefix cache for text; "
+                                   "use a chunked task (docs/language.md)")
+    return LanguageStream(cfg.server.language or LanguageServerConfig(),
+                          {n: t.language for n, t in cfg.tasks.items()}, tokenizer)
 
 
 def rtc_planner(cfg: FleetConfig, slots: list[EngineSlot]) -> RtcPlanner:

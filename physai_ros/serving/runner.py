@@ -29,9 +29,11 @@ RETRY_S = 0.005
 class ServingRunner:
     def __init__(self, core: ServingCore, on_chunks: Callable[[Sequence[ActionChunkData]], None],
                  on_refresh: Callable[[str, int], None],
-                 on_error: Callable[[str], None] = lambda msg: None):
+                 on_error: Callable[[str], None] = lambda msg: None,
+                 on_texts: Callable[[Sequence], None] = lambda texts: None):
+        """on_texts: the language stream's updates (RobotTextData), after each batch's chunks."""
         self.core = core
-        self.on_chunks, self.on_refresh, self.on_error = on_chunks, on_refresh, on_error
+        self.on_chunks, self.on_refresh, self.on_error, self.on_texts = on_chunks, on_refresh, on_error, on_texts
         self._stop = threading.Event()
         self._queues: dict[str, queue.SimpleQueue] = {iid: queue.SimpleQueue() for iid in core.engines}
         self._threads = [threading.Thread(target=self._dispatch_loop, name="serving_dispatch", daemon=True)]
@@ -110,6 +112,10 @@ class ServingRunner:
                 continue
             if not self._stop.is_set():
                 self._call(self.on_chunks, chunks)
+            # Text after the chunks are out: actions never wait for it (OxyGen's frame order).
+            texts = self.core.run_language(instance_id) + self.core.take_text_notices()
+            if texts and not self._stop.is_set():
+                self._call(self.on_texts, texts)
 
     def _call(self, fn, *args) -> None:
         try:

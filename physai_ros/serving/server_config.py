@@ -8,6 +8,7 @@ from typing import Any, Mapping
 from physai_ros.protocol.chunk import HOLD_ENGINE_INSTANCE
 
 from .config_fields import FleetConfigError, integer, join_key, mapping, no_unknown, number, required, string
+from .language_config import LanguageServerConfig, parse_server_language
 
 SCHEDULERS = ("fifo", "autellix", "wait_ratio")
 DEVICES = ("cpu", "cuda")
@@ -98,6 +99,8 @@ class ServerConfig:
     # request, scheduler history (it registers again on return). None: only robot_idle_release_s
     # under capacity pressure. Set it above the clients' 2 s keep-alive re-registration.
     robot_timeout_s: float | None = None
+    # The language stream's server side (serving.language_config); None: off unless a task asks.
+    language: LanguageServerConfig | None = None
 
 
 def _parse_model(d: Any, path: str) -> ModelConfig:
@@ -222,7 +225,7 @@ def parse_server(d: Any) -> ServerConfig:
     d = mapping(d, path)
     no_unknown(d, {"node_name", "model", "device", "engine_instances", "max_batch", "scheduler",
                     "max_observation_age_s", "remote_engines", "profile", "streaming",
-                    "max_robots", "robot_idle_release_s", "standby_instances", "robot_timeout_s"}, path)
+                    "max_robots", "robot_idle_release_s", "standby_instances", "robot_timeout_s", "language"}, path)
     remote = _parse_remote_engines(d.get("remote_engines", []), join_key(path, "remote_engines"))
     # Local instances may be 0 when engine workers serve (a server host without a GPU).
     engine_instances = integer(d.get("engine_instances", 1), join_key(path, "engine_instances"),
@@ -246,6 +249,7 @@ def parse_server(d: Any) -> ServerConfig:
         robot_timeout_s=None if d.get("robot_timeout_s") is None else number(d["robot_timeout_s"],
                                                                            join_key(path, "robot_timeout_s")),
         streaming=_parse_streaming(d.get("streaming", {}), join_key(path, "streaming")),
+        language=parse_server_language(d.get("language"), join_key(path, "language")),
     )
 
 

@@ -1,0 +1,84 @@
+"""Operator questions to a robot's policy, checked before they reach a frame (issue 22): the
+robot must be served, the text short, printable and of a bounded token count, the robot's rate
+of questions bounded (a token bucket) and its waiting questions few. A refused question gets its
+reason back at once and is counted per robot and reason; it never touches another robot's text.
+"""
+from __future__ import annotations
+
+import unicodedata
+from collections import Counter, deque
+from dataclasses import dataclass, field
+from typing import Callable
+
+from physai_ros.protocol.text import SOURCE_OPERATOR, TextQuery
+
+from .language_config import LanguageServerConfig
+
+MAX_ANSWER_TOKENS = 256  # an operator's max_tokens above this is refused (KV memory per text)
+
+
+@dataclass
+class PendingQuestion:
+    request_id: int
+    question: str
+    tokens: list[int]
+    max_tokens: int  # 0: the task's
+    source: str = SOURCE_OPERATOR
+
+
+@dataclass
+class _Bucket:
+    level: float
+    at: float
+
+
+@dataclass
+class QueryGate:
+    cfg: LanguageServerConfig
+    encode: Callable[[str], list[int]]
+    refused: dict[str, Counter] = field(default_factory=dict)
+    _buckets: dict[str, _Bucket] = field(default_factory=dict)
+
+    def check(self, q: TextQuery, pending: deque, now: float) -> tuple[str, str] | list[int]:
+        """The question's token ids, or (reason, detail) when refused (counted)."""
+        bad = self._why_not(q, pending, now)
+        if isinstance(bad, tuple):
+            self.refused.setdefault(q.robot_id[:64], Counter())[bad[0]] += 1
+        return bad
+
+    def _why_not(self, q: TextQuery, pending: deque, now: float):
+        c = self.cfg
+        text = q.question.strip() if isinstance(q.question, str) else ""
+        if not text:
+            return "empty", "the question is empty"
+        if len(text) > c.max_question_chars:
+            return "too_long", f"{len(text)} characters, at most {c.max_question_chars}"
+        if any(unicodedata.category(ch) in ("Cc", "Cs", "Co", "Cn") for ch in text):
+            return "bad_characters", "control, surrogate, private-use or unassigned characters"
+        if isinstance(q.max_tokens, bool) or not isinstance(q.max_tokens, int) \
+                or not 0 <= q.max_tokens <= MAX_ANSWER_TOKENS:
+            return "max_tokens", f"expected 0..{MAX_ANSWER_TOKENS}, got {q.max_tokens!r}"
+        ids = self.encode(text)
+        if len(ids) > c.max_question_tokens:
+            return "too_long", f"{len(ids)} tokens, at most {c.max_question_tokens}"
+        if len(pending) >= c.max_pending_per_robot:
+            return "busy", f"{len(pending)} question(s) already wait for this robot's next frame"
+        # Last: only a question that would be taken spends the robot's rate.
+        if not self._take(q.robot_id, now):
+            return "rate", f"more than {c.queries_per_s:g} question(s)/s (burst {c.query_burst})"
+        return ids
+
+    def _take(self, robot_id: str, now: float) -> bool:
+        c = self.cfg
+        b = self._buckets.get(robot_id)
+        if b is None:
+            b = self._buckets[robot_id] = _Bucket(float(c.query_burst), now)
+        b.level = min(float(c.query_burst), b.level + (now - b.at) * c.queries_per_s)
+        b.at = now
+        if b.level < 1.0:
+            return False
+        b.level -= 1.0
+        return True
+
+    def forget(self, robot_id: str) -> None:
+        self._buckets.pop(robot_id, None)
