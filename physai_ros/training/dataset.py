@@ -19,6 +19,9 @@ Recovery episodes (training.rollouts: driven by the policy or a perturbed expert
 what was executed is not what should have been, so each frame carries its own label, the chunk
 the scripted expert would command from the state reached, in an extra `action_chunk` column
 ([chunk, dim]); `action` is that chunk's first action. episodes.jsonl names the `driver`.
+
+Text targets (issue 22, sim.narration): `subtask` and `scene` string columns, the ground-truth
+answers to narration's two questions at that frame; absent in datasets recorded before them.
 """
 from __future__ import annotations
 
@@ -63,12 +66,15 @@ class EncodedEpisode:
     success_flags: np.ndarray
     labels: Optional[np.ndarray] = None  # [n, chunk, dim]: per-frame expert chunks (recovery data)
     driver: str = "expert"  # who moved the robot: expert | policy | perturbed_expert
+    subtask: Optional[List[str]] = None  # per frame: sim.narration's answers (text targets)
+    scene: Optional[List[str]] = None
 
     @staticmethod
     def encode(ep: Episode) -> "EncodedEpisode":
         png = [[encode_png(im) for im in views] for views in ep.images]
         return EncodedEpisode(ep.task, ep.prompt, ep.seed, ep.success, png, np.stack(ep.state),
-                              np.stack(ep.wrench), np.stack(ep.action), np.asarray(ep.success_flags, dtype=bool))
+                              np.stack(ep.wrench), np.stack(ep.action), np.asarray(ep.success_flags, dtype=bool),
+                              subtask=list(ep.subtask) or None, scene=list(ep.scene) or None)
 
     def __len__(self) -> int:
         return len(self.png)
@@ -102,6 +108,9 @@ def write_dataset(root, episodes: Sequence[EncodedEpisode], fps: int, joint_name
     labelled = episodes[0].labels is not None
     if any((ep.labels is not None) != labelled for ep in episodes):
         raise DatasetError("episodes with and without per-frame label chunks cannot share a dataset")
+    narrated = episodes[0].subtask is not None
+    if any((ep.subtask is not None) != narrated or (ep.scene is not None) != narrated for ep in episodes):
+        raise DatasetError("episodes with and without text targets cannot share a dataset")
     tasks: Dict[str, int] = {}
     index = 0
     img_type = pa.struct([("bytes", pa.binary()), ("path", pa.string())])
@@ -124,6 +133,9 @@ def write_dataset(root, episodes: Sequence[EncodedEpisode], fps: int, joint_name
             if labelled:
                 cols["action_chunk"] = pa.array(list(ep.labels.reshape(n, -1).astype(np.float32)),
                                                 type=pa.list_(pa.float32()))
+            if narrated:
+                cols["subtask"] = pa.array(list(ep.subtask), type=pa.string())
+                cols["scene"] = pa.array(list(ep.scene), type=pa.string())
             path = root / DATA_PATH.format(episode_chunk=e // CHUNKS_SIZE, episode_index=e)
             path.parent.mkdir(parents=True, exist_ok=True)
             pq.write_table(pa.table(cols), path)
@@ -151,6 +163,9 @@ def write_dataset(root, episodes: Sequence[EncodedEpisode], fps: int, joint_name
     if labelled:
         features["action_chunk"] = {"dtype": "float32", "shape": list(episodes[0].labels.shape[1:]),
                                     "names": ["step", "joint"]}
+    if narrated:
+        for name in ("subtask", "scene"):
+            features[name] = {"dtype": "string", "shape": [1], "names": None}
     info = {
         "codebase_version": CODEBASE_VERSION, "robot_type": robot_type, "total_episodes": len(episodes),
         "total_frames": index, "total_tasks": len(tasks), "total_videos": 0,
@@ -186,6 +201,8 @@ class LoadedDataset:
     episodes_skipped: int
     label_chunks: Optional[np.ndarray] = None  # float32 [N, chunk, D]: the targets when known per frame
     driver: List[str] = field(default_factory=list)  # per frame
+    subtask: List[str] = field(default_factory=list)  # per frame text targets; "" where not recorded
+    scene: List[str] = field(default_factory=list)
 
     def __len__(self) -> int:
         return int(self.state.shape[0])
@@ -210,7 +227,8 @@ def load_dataset(root, image_size: int, only_successful: bool = True) -> LoadedD
     episodes = [json.loads(line) for line in (root / "meta" / "episodes.jsonl").read_text().splitlines() if line]
     stats = json.loads((root / "meta" / "stats.json").read_text())
     imgs, state, wrench, action, ep_idx, ends, prompts, sim = [], [], [], [], [], [], [], []
-    labels, drivers = [], []
+    labels, drivers, subtask, scene = [], [], [], []
+    narrated = "subtask" in info["features"]
     label_shape = info["features"].get("action_chunk", {}).get("shape")
     used = skipped = 0
     rows = 0
@@ -238,6 +256,8 @@ def load_dataset(root, image_size: int, only_successful: bool = True) -> LoadedD
         prompts += ep["tasks"] * n
         sim += [ep.get("sim_task", "")] * n
         drivers += [driver] * n
+        subtask += cols["subtask"] if narrated else [""] * n
+        scene += cols["scene"] if narrated else [""] * n
         if label_shape:
             labels.append(np.asarray(cols["action_chunk"], np.float32).reshape(n, *label_shape))
         rows += n
@@ -246,7 +266,7 @@ def load_dataset(root, image_size: int, only_successful: bool = True) -> LoadedD
         raise DatasetError(f"{root}: no usable episodes ({skipped} unsuccessful skipped)")
     return LoadedDataset(info["fps"], np.concatenate(imgs), np.concatenate(state), np.concatenate(wrench),
                          np.concatenate(action), np.concatenate(ep_idx), np.concatenate(ends), prompts, sim, stats,
-                         used, skipped, np.concatenate(labels) if label_shape else None, drivers)
+                         used, skipped, np.concatenate(labels) if label_shape else None, drivers, subtask, scene)
 
 
 def target_chunks(data: LoadedDataset, chunk: int, action_rate_hz: float) -> np.ndarray:
@@ -280,7 +300,8 @@ def merge_datasets(parts: Sequence[LoadedDataset], chunk: int, action_rate_hz: f
         cat([p.action for p in parts]), cat(episodes), cat(ends), [x for p in parts for x in p.prompts],
         [x for p in parts for x in p.sim_task], parts[0].stats, sum(p.episodes_used for p in parts),
         sum(p.episodes_skipped for p in parts), cat(labels).astype(np.float32),
-        [x for p in parts for x in (p.driver or ["expert"] * len(p))])
+        [x for p in parts for x in (p.driver or ["expert"] * len(p))],
+        [x for p in parts for x in (p.subtask or [""] * len(p))], [x for p in parts for x in (p.scene or [""] * len(p))])
 
 
 def chunk_indices(rows: np.ndarray, episode_end: np.ndarray, fps: int, action_rate_hz: float, chunk: int) -> np.ndarray:

@@ -18,6 +18,7 @@ from typing import Iterator, List
 import numpy as np
 
 from physai_ros.sim.expert import ScriptedExpert
+from physai_ros.sim.narration import SubtaskTracker, narrate
 from physai_ros.sim.render import Renderer
 from physai_ros.sim.robot import ArmConfig
 from physai_ros.sim.world import SimWorld
@@ -53,6 +54,8 @@ class Episode:
     wrench: List[np.ndarray] = field(default_factory=list)
     action: List[np.ndarray] = field(default_factory=list)  # command set at this frame
     success_flags: List[bool] = field(default_factory=list)
+    subtask: List[str] = field(default_factory=list)  # sim.narration's answers per frame
+    scene: List[str] = field(default_factory=list)
 
     def __len__(self) -> int:
         return len(self.state)
@@ -64,6 +67,7 @@ def record_cell(cfg: RecordConfig) -> Iterator[Episode]:
     renderer = Renderer(world.arm.cfg, num_views=cfg.num_views, width=cfg.image_width, height=cfg.image_height,
                         object_size=world.scene.object_size, goal_radius=world.scene.goal_radius)
     expert = ScriptedExpert(world)
+    tracker = SubtaskTracker(world.scene)
     control_dt = 1.0 / cfg.control_hz
     substeps = cfg.physics_hz // cfg.control_hz
     per_frame = cfg.control_hz // cfg.fps
@@ -86,6 +90,9 @@ def record_cell(cfg: RecordConfig) -> Iterator[Episode]:
                 ep.wrench.append(snap.wrench.astype(np.float32))
                 ep.action.append(command.astype(np.float32))
                 ep.success_flags.append(bool(snap.success))
+                subtask, scene = narrate(tracker, snap)
+                ep.subtask.append(subtask)
+                ep.scene.append(scene)
             world.set_command(command)
             for _ in range(substeps):
                 world.step(1.0 / cfg.physics_hz)

@@ -31,6 +31,7 @@ from physai_ros.evaluation.lockstep import EpisodeSlot, LockstepConfig, SimClock
 from physai_ros.evaluation.servers import ExpertServer
 from physai_ros.protocol.observation import ObservationData
 from physai_ros.sim.expert import ScriptedExpert
+from physai_ros.sim.narration import SubtaskTracker, narrate
 from physai_ros.sim.robot import ArmConfig
 from physai_ros.sim.tasks import make_task
 from physai_ros.sim.world import SimWorld
@@ -115,7 +116,8 @@ class FrameRecorder:
         rec = self.open.get(slot.robot.id)
         if rec is None or rec["episode"] != slot.episode_id:
             rec = self.open[slot.robot.id] = {"episode": slot.episode_id, "ticks": 0, "png": [], "state": [],
-                                              "wrench": [], "labels": []}
+                                              "wrench": [], "labels": [], "subtask": [], "scene": [],
+                                              "tracker": SubtaskTracker(slot.runtime.world.scene)}
         rec["ticks"] += 1
         world = slot.runtime.world
         if (rec["ticks"] - 1) % self.every or world.done:
@@ -124,6 +126,9 @@ class FrameRecorder:
         rec["png"].append([encode_png(im) for im in slot.runtime.renderer.render(snap)])
         rec["state"].append(snap.positions.astype(np.float32))
         rec["wrench"].append(snap.wrench.astype(np.float32))
+        subtask, scene = narrate(rec["tracker"], snap)
+        rec["subtask"].append(subtask)
+        rec["scene"].append(scene)
         rec["labels"].append(expert_label(world, self.job.chunk_size, 1.0 / self.job.action_rate_hz,
                                           self.job.expert_hz))
 
@@ -137,7 +142,7 @@ class FrameRecorder:
         self.episodes.append(EncodedEpisode(
             task=self.job.task, prompt=make_task(self.job.task).prompt, seed=int(result.seed), success=bool(result.success),
             png=rec["png"], state=np.stack(rec["state"]), wrench=np.stack(rec["wrench"]), action=labels[:, 0],
-            success_flags=flags, labels=labels, driver=self.job.driver))
+            success_flags=flags, labels=labels, driver=self.job.driver, subtask=rec["subtask"], scene=rec["scene"]))
 
 
 def run_job(job: RolloutJob, fleet_cfg, lock: Optional[LockstepConfig] = None) -> List[EncodedEpisode]:
