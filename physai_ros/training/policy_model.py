@@ -7,6 +7,8 @@ and the weights this module learns are, by construction, the weights the serving
 
 Objective (LeRobot PI0.forward): t ~ Beta(1.5, 1) * 0.999 + 0.001, x_t = t noise + (1 - t) a,
 the expert predicts the velocity u = noise - a; MSE over the robot's real action dims.
+With text targets (issue 22) the same prefix pass also feeds text_loss: the VLM's LM head
+answering a question about the frame, next-token cross-entropy (pi0.5-style co-training).
 """
 from __future__ import annotations
 
@@ -18,6 +20,8 @@ from torch import nn
 from physai_ros.engine.model import PlainPi0
 from physai_ros.engine.params import Weights, random_weights
 from physai_ros.engine.types import Pi0Config, PrefixCache
+
+from .text_loss import text_logits, text_loss
 
 _prefix = PlainPi0.prefix.__wrapped__
 _velocity = PlainPi0.velocity.__wrapped__
@@ -76,7 +80,20 @@ class TrainablePi0(nn.Module):
         """Flow-matching loss for a batch. actions [B, C, max_action_dim] (normalised, padded).
         samples_per_obs > 1 draws several (noise, t) pairs per observation against one prefix
         pass: the prefix (vision + VLM) is most of the compute, the expert is cheap."""
+        return self.losses(images, image_masks, tokens, token_mask, state, actions, action_dim, samples_per_obs,
+                           generator)[0]
+
+    def losses(self, images, image_masks, tokens, token_mask, state, actions, action_dim: int,
+               samples_per_obs: int = 1, generator: Optional[torch.Generator] = None,
+               text_block: Optional[torch.Tensor] = None,
+               text_mask: Optional[torch.Tensor] = None) -> Tuple[torch.Tensor, Optional[torch.Tensor]]:
+        """(flow-matching loss, text loss or None). text_block / text_mask [B, T]
+        (text_data.TextTargets.batch): one question + answer block per observation, read from
+        the same prefix cache the action expert reads."""
         cache = self.prefix(images, image_masks, tokens, token_mask)
+        txt = None
+        if text_block is not None and bool(text_mask.any()):
+            txt = text_loss(text_logits(self.weights(), self.cfg, cache, text_block), text_block, text_mask)
         k = samples_per_obs
         if k > 1:
             cache = PrefixCache(keys=[x.repeat_interleave(k, 0) for x in cache.keys],
@@ -88,7 +105,7 @@ class TrainablePi0(nn.Module):
         tt = t[:, None, None]
         x_t = tt * noise + (1 - tt) * actions
         v = self.velocity(cache, state, x_t, t)
-        return torch.mean((v[..., :action_dim] - (noise - actions)[..., :action_dim]) ** 2)
+        return torch.mean((v[..., :action_dim] - (noise - actions)[..., :action_dim]) ** 2), txt
 
     @torch.no_grad()
     def sample(self, images, image_masks, tokens, token_mask, state, noise) -> Tuple[torch.Tensor, torch.Tensor]:

@@ -7,6 +7,10 @@ the joint positions mean/std-normalised and zero padded; targets are the normali
 the next `chunk_size` action periods (dataset.chunk_indices). A share of samples masks the
 second camera, since a one-camera robot sends one view (masking is the same as absence: padding
 never moves RoPE positions).
+
+With text_weight > 0 (issue 22) every observation also carries one of sim.narration's questions
+and its recorded answer (text_data.TextTargets); the loss is flow matching + text_weight x the
+answer's next-token cross-entropy through the VLM's tied LM head (text_loss), one prefix pass.
 """
 from __future__ import annotations
 
@@ -25,6 +29,7 @@ from physai_ros.serving.tokenizer import PromptTokenizer
 
 from .dataset import LoadedDataset, target_chunks
 from .policy_model import TrainablePi0
+from .text_data import TextCodec, TextTargets
 
 # Minimum std used for normalisation: a feature that never moves in the data (it happens in tiny
 # datasets) must not blow a small deviation up into a huge normalised value at run time.
@@ -77,6 +82,7 @@ class TrainConfig:
     threads: int = 2
     max_minutes: float = 0.0  # > 0: the run ends at this budget (or `steps`, whichever first)
     log_every: int = 50
+    text_weight: float = 0.0  # > 0: co-train text answers (needs a dataset with text columns)
 
 
 @dataclass
@@ -89,6 +95,7 @@ class TrainResult:
     seconds: float
     loss_curve: List[tuple]  # (step, mean loss over the last log_every steps)
     prompts: Dict[str, List[str]]
+    text_curve: List[tuple] = field(default_factory=list)  # (step, mean text loss) when co-training text
 
 
 def norm_stats(x: np.ndarray) -> Dict[str, np.ndarray]:
@@ -140,6 +147,12 @@ class BatchMaker:
         n = max(int(e.mask.sum()) for e in encoded)
         self.tokens = torch.from_numpy(np.stack([e.tokens[:n] for e in encoded]))
         self.token_mask = torch.from_numpy(np.stack([e.mask[:n] for e in encoded]))
+        self.text: Optional[TextTargets] = None
+        if tc.text_weight > 0:
+            if not any(data.subtask):
+                raise ValueError("text_weight > 0 but the dataset has no text columns (record it again: "
+                                 "sim.narration's subtask / scene answers are recorded per frame)")
+            self.text = TextTargets(TextCodec(tokenizer), data.subtask, data.scene)
 
     def batch(self, b: int):
         g = self.gen
@@ -156,7 +169,9 @@ class BatchMaker:
         actions = torch.zeros(b, self.chunk, self.maxd)
         actions[:, :, : self.dim] = torch.from_numpy(self.targets[rows])
         pid = torch.from_numpy(prompt_ids)
-        return img, masks, self.tokens[pid], self.token_mask[pid], state, actions
+        out = (img, masks, self.tokens[pid], self.token_mask[pid], state, actions)
+        # Drawn after everything else, so a run without text keeps its batches as before.
+        return out + (self.text.batch(rows, g) if self.text is not None else (None, None))
 
 
 def train(data: LoadedDataset, tc: TrainConfig, tokenizer: PromptTokenizer, prompts: Dict[str, List[str]],
@@ -179,6 +194,7 @@ def train(data: LoadedDataset, tc: TrainConfig, tokenizer: PromptTokenizer, prom
     opt = torch.optim.AdamW(model.parameters(), lr=tc.lr, betas=(0.9, 0.95), weight_decay=1e-10)
     gen = torch.Generator().manual_seed(tc.seed)
     total, curve, window = tc.steps, [], []
+    text_curve, text_window = [], []
     budget = tc.max_minutes * 60
     t0 = time.perf_counter()
     step = 0
@@ -196,8 +212,10 @@ def train(data: LoadedDataset, tc: TrainConfig, tokenizer: PromptTokenizer, prom
         lr = _lr_at(progress(), tc)
         for group in opt.param_groups:
             group["lr"] = lr
-        img, masks, tok, tmask, state, actions = maker.batch(tc.batch_size)
-        loss = model.loss(img, masks, tok, tmask, state, actions, maker.dim, tc.samples_per_obs, gen)
+        img, masks, tok, tmask, state, actions, block, bmask = maker.batch(tc.batch_size)
+        flow, txt = model.losses(img, masks, tok, tmask, state, actions, maker.dim, tc.samples_per_obs, gen,
+                                 block, bmask)
+        loss = flow if txt is None else flow + tc.text_weight * txt
         opt.zero_grad(set_to_none=True)
         loss.backward()
         torch.nn.utils.clip_grad_norm_(model.parameters(), tc.grad_clip)
@@ -207,25 +225,33 @@ def train(data: LoadedDataset, tc: TrainConfig, tokenizer: PromptTokenizer, prom
                 d = min(tc.ema, (1 + step) / (10 + step))
                 for k, p in model.params.items():
                     ema[k].lerp_(p, 1 - d)
-        window.append(loss.item())
+        # loss_curve stays the flow-matching loss alone: comparable with action-only runs.
+        window.append(flow.item())
+        if txt is not None:
+            text_window.append(txt.item())
         step += 1
         done = progress() >= 1.0
         if step % tc.log_every == 0 or done:
             curve.append((step, float(np.mean(window))))
             window = []
-            log(f"step {step} loss {curve[-1][1]:.4f} lr {lr:.2e} {time.perf_counter() - t0:.0f} s")
+            extra = ""
+            if text_window:
+                text_curve.append((step, float(np.mean(text_window))))
+                text_window = []
+                extra = f" text {text_curve[-1][1]:.4f}"
+            log(f"step {step} loss {curve[-1][1]:.4f}{extra} lr {lr:.2e} {time.perf_counter() - t0:.0f} s")
         if snapshot is not None and snapshot_every_s > 0 and time.perf_counter() - last_snap >= snapshot_every_s:
             last_snap = time.perf_counter()
             src = ema if ema is not None else model.params
             snapshot(TrainResult({model._names[k]: p.detach().clone() for k, p in src.items()}, cfg,
                                  maker.state_stats, maker.action_stats, step, last_snap - t0, list(curve),
-                                 maker.prompts_used))
+                                 maker.prompts_used, list(text_curve)))
     if ema is not None:
         with torch.no_grad():
             for k, p in model.params.items():
                 p.copy_(ema[k])
     return TrainResult(model.export(), cfg, maker.state_stats, maker.action_stats, step,
-                       time.perf_counter() - t0, curve, maker.prompts_used)
+                       time.perf_counter() - t0, curve, maker.prompts_used, text_curve)
 
 
 def summarise_curve(curve: List[tuple], points: int = 12) -> dict:

@@ -92,7 +92,7 @@ def test_unsuccessful_or_missing_data_is_refused(tmp_path):
 
 
 def _fixed_loss(model, batch, dim):
-    img, masks, tok, tmask, state, actions = batch
+    img, masks, tok, tmask, state, actions = batch[:6]  # then the text block (None without text)
     g = torch.Generator().manual_seed(123)
     with torch.no_grad():
         return float(model.loss(img, masks, tok, tmask, state, actions, dim, 2, g))
@@ -144,3 +144,33 @@ def test_loss_decreases_and_checkpoint_runs_unchanged_in_serving(dataset_dir, tm
                           inp.state[None], noise)
     torch.testing.assert_close(served, ref[0], atol=2e-4, rtol=1e-4)
     assert torch.isfinite(served).all()
+
+
+def test_text_columns_round_trip_and_co_training_lowers_the_text_loss(dataset_dir):
+    """Issue 22: every recorded frame carries sim.narration's answers; training with text_weight
+    asks one of the two questions per observation and learns the answers."""
+    data = load_dataset(dataset_dir, image_size=TINY.image_size)
+    ep = next(record_cell(RecordConfig(task="reach", seed=5, episodes=1, image_width=48, image_height=32, fps=10)))
+    assert data.subtask[: len(ep)] == ep.subtask and data.scene[: len(ep)] == ep.scene
+    assert set(data.subtask) >= {"reach the marker", "reach the cube", "place on the goal", "done"}
+    tc = TrainConfig(size=TINY, steps=40, batch_size=16, samples_per_obs=1, lr=3e-3, warmup=0.1, ema=0.0, seed=2,
+                     threads=1, log_every=10, text_weight=1.0)
+    tokenizer = PromptTokenizer(TOKENIZER, 48)
+    probe = BatchMaker(data, tc, tokenizer, PROMPTS, np.random.default_rng(8)).batch(16)
+    block, mask = probe[6:]
+    assert mask.any(1).all()  # every frame of this dataset has text
+    model = TrainablePi0(tc.size.config(), seed=2)
+
+    def text_loss_now():
+        with torch.no_grad():
+            return float(model.losses(*probe[:6], 5, 1, torch.Generator().manual_seed(0), block, mask)[1])
+
+    before = text_loss_now()
+    res = train(data, tc, tokenizer, PROMPTS, log=lambda m: None, model=model)
+    assert text_loss_now() < 0.5 * before
+    assert [s for s, _ in res.text_curve] == [10, 20, 30, 40] and len(res.loss_curve) == 4
+
+    data.subtask = [""] * len(data)  # a dataset recorded before the text columns
+    data.scene = [""] * len(data)
+    with pytest.raises(ValueError, match="text columns"):
+        train(data, tc, tokenizer, PROMPTS, log=lambda m: None)
