@@ -5,7 +5,9 @@ perturbed-expert episodes labelled by the expert), train on everything, write th
 
 From scratch that is --first-minutes of expert-only training, then per --dagger-rounds a
 recording driven by the policy so far and --minutes of training on all data. With --init the
-given checkpoint is the first driver (and its normalisation is kept). See docs/training.md.
+given checkpoint is the first driver (and its normalisation is kept). With --text-weight > 0 the
+same model is co-trained to answer sim.narration's questions (current subtask, scene) from the
+recorded ground truth; --text-eval-data measures its answers afterwards. See docs/training.md.
 """
 from __future__ import annotations
 
@@ -120,6 +122,12 @@ def main(argv=None) -> int:
                     help="policy-driven episodes per task and round")
     ap.add_argument("--perturbed-episodes", default="pick_and_place=200,reach=100",
                     help="perturbed-expert episodes per task and round")
+    ap.add_argument("--extra-data", action="append", default=[], metavar="DIR",
+                    help="more recorded datasets to train on (e.g. earlier recovery rounds); repeatable")
+    ap.add_argument("--text-weight", type=float, default=0.1,
+                    help="weight of the text loss (narration answers through the VLM's LM head); 0: actions only")
+    ap.add_argument("--text-eval-data", action="append", default=[], metavar="DIR",
+                    help="recorded datasets of unseen seeds: text accuracy stored in the manifest; repeatable")
     a = ap.parse_args(argv)
     if a.dagger_rounds < 0:
         ap.error("--dagger-rounds must be >= 0")
@@ -150,11 +158,23 @@ def main(argv=None) -> int:
         shutil.rmtree(data_dir, ignore_errors=True)
         record_summary = record_dataset(data_dir, cells, workers=a.workers)
     info = read_info(data_dir)
-    tc = TrainConfig(steps=a.steps, batch_size=a.batch_size, seed=a.seed, max_minutes=a.minutes)
+    tc = TrainConfig(steps=a.steps, batch_size=a.batch_size, seed=a.seed, max_minutes=a.minutes,
+                     text_weight=a.text_weight)
     t0 = time.perf_counter()
     parts = [load_dataset(data_dir, tc.size.image_size)]
     print(f"loaded {len(parts[0])} frames of {parts[0].episodes_used} episodes ({parts[0].episodes_skipped} "
           f"unsuccessful skipped) in {time.perf_counter() - t0:.0f} s", flush=True)
+    demo_frames, demo_episodes = len(parts[0]), parts[0].episodes_used
+    extra = []
+    for d in a.extra_data:
+        parts.append(load_dataset(d, tc.size.image_size))
+        eps = [json.loads(x) for x in (Path(d) / "meta" / "episodes.jsonl").read_text().splitlines() if x]
+        seeds = [int(e["seed"]) for e in eps]
+        # Named "seed_range" so evaluation.sweep.training_seeds keeps evaluation episodes off them.
+        extra.append({"path": str(d), "frames": len(parts[-1]), "with_text": any(parts[-1].subtask),
+                      "drivers": sorted({e.get("driver", "expert") for e in eps}),
+                      "seed_range": [min(seeds), max(seeds) + 1]})
+        print(f"loaded {len(parts[-1])} frames of {d}", flush=True)
     tokenizer = PromptTokenizer(a.tokenizer, tc.size.max_tokens)
     prompts = fleet_prompts(Path(a.fleet))
     views = sorted(k for k, f in info["features"].items() if f["dtype"] == "image")
@@ -176,8 +196,9 @@ def main(argv=None) -> int:
             "total_seconds": round(time.perf_counter() - t_start, 1),
             "torch_threads": torch.get_num_threads(),
             "data": {"path": str(data_dir), "format": "LeRobot dataset v2.1 (parquet + PNG)", "recording": record_summary,
-                     "frames": len(parts[0]), "episodes": parts[0].episodes_used, "fps": parts[0].fps,
-                     "cells_per_task": a.cells_per_task, "episodes_per_cell": a.episodes_per_cell},
+                     "frames": demo_frames, "episodes": demo_episodes, "fps": info["fps"],
+                     "cells_per_task": a.cells_per_task, "episodes_per_cell": a.episodes_per_cell,
+                     "extra": extra},
             "recovery_rounds": rollouts,
             "stages": stages,
             "prompts": res.prompts,
@@ -189,6 +210,7 @@ def main(argv=None) -> int:
             "continued_from": continued_from,
             "objective": "flow matching: x_t = t noise + (1-t) a, target noise - a, t ~ Beta(1.5,1)*0.999+0.001",
             "loss": summarise_curve(res.loss_curve),
+            "text": text_block(res),
         }
         tmp = out.with_name(out.name + ".tmp")
         shutil.rmtree(tmp, ignore_errors=True)
@@ -202,8 +224,26 @@ def main(argv=None) -> int:
             with open(a.status_file, "a") as f:
                 f.write(line + "\n")
 
+    def text_block(res) -> dict:
+        if a.text_weight <= 0:
+            return {"co_trained": False}
+        from physai_ros.sim.narration import SCENE_QUESTION, SUBTASK_QUESTION, SUBTASKS
+
+        return {"co_trained": True, "weight": a.text_weight,
+                "objective": "next-token cross-entropy of answer + <eos> after the question, causal block on the "
+                             "prefix KV cache, logits = rms_norm(h, vlm.norm) @ vlm.embed^T (engine/language.py)",
+                "questions": {"subtask": SUBTASK_QUESTION, "scene": SCENE_QUESTION},
+                "encoding": "PromptTokenizer.encode_text (lowercase, no BOS, no padding); answer ends with <eos> "
+                            f"(id {tokenizer.eos_id})",
+                "subtask_labels": {t: list(v) for t, v in SUBTASKS.items()},
+                "scene_template": "sim.narration.scene_description",
+                "loss": summarise_curve(res.text_curve)}
+
     def run_stage(name: str, minutes: float, model, stats, final: bool):
         data = merge_datasets(parts, tc.size.chunk_size, tc.action_rate_hz)
+        if final:
+            for p in parts:  # the merged copy holds every frame; halve the memory for the last stage
+                p.images = None
         stage_tc = dataclasses.replace(tc, max_minutes=minutes)
         res = train(data, stage_tc, tokenizer, prompts, log=lambda m: print(m, flush=True), model=model,
                     snapshot=(lambda r: write(r, False)) if a.snapshot_minutes > 0 else None,
@@ -248,7 +288,7 @@ def main(argv=None) -> int:
         model = TrainablePi0(tc.size.config(), weights=res.weights)
         driver = out
     if res is None:
-        run_stage("expert demonstrations", a.minutes, model, stats, True)
+        run_stage("expert demonstrations" + (" and --extra-data" if extra else ""), a.minutes, model, stats, True)
     if a.eval_episodes > 0:
         from physai_ros.training.closed_loop import evaluate_checkpoint
 
@@ -256,6 +296,14 @@ def main(argv=None) -> int:
         print(json.dumps(report, indent=2), flush=True)
         m = json.loads((out / "manifest.json").read_text())
         m["closed_loop_check"] = report
+        (out / "manifest.json").write_text(json.dumps(m, indent=2))
+    if a.text_eval_data and a.text_weight > 0:
+        from physai_ros.training.text_eval import evaluate_checkpoint_text
+
+        report = evaluate_checkpoint_text(out, a.text_eval_data, a.tokenizer)
+        print(json.dumps(report, indent=2), flush=True)
+        m = json.loads((out / "manifest.json").read_text())
+        m["text"]["accuracy_unseen_seeds"] = report
         (out / "manifest.json").write_text(json.dumps(m, indent=2))
     return 0
 
