@@ -9,6 +9,7 @@ ROS I/O only; the logic is physai_ros.serving.core.ServingCore.
            "policy_server: <robot_id>" per robot, ": engine <id>" per instance, ": fleet",
            ": registrations" and ": inputs" (refusals not attributable to a served round)
   pub      /<robot_id>/metrics/<name>, /fleet/metrics/<name>  (std_msgs/Float64, for rqt_plot)
+  with the language stream on: pub /<ns>/text, service /policy_server/ask_robot (policy_server_language)
 Parameters: fleet_file (default: the embedded config/fleet.yaml), num_robots (0: the robots
 listed; N: the first N, cloning the last entry beyond the list, as the launchers start them),
 checkpoint (a policy directory replacing server.model: physai-fleet --checkpoint).
@@ -30,6 +31,7 @@ from physai_ros.monitoring.diagnostics import ERROR, OK, MetricsTask, level_byte
 from physai_ros.monitoring.metrics import MetricsPublisher
 from physai_ros.monitoring.refusals import RefusalHealth, RefusalLog
 from physai_ros.monitoring.server_view import ServerView
+from physai_ros.nodes.policy_server_language import PolicyServerLanguage
 from physai_ros.nodes.policy_server_streaming import PolicyServerStreaming
 from physai_ros.protocol.registration import RegistrationResult
 from physai_ros.protocol.topics import (ACTION_CHUNK_TOPIC, OBSERVATION_TOPIC, REFRESH_TOPIC, REGISTER_SERVICE,
@@ -102,8 +104,10 @@ class PolicyServerNode(Node):
         for robot in self.fleet.robots:
             self._ensure_topics(robot.id, robot.namespace)
         self._stop = threading.Event()
+        # The language stream (issue 22) when fleet.yaml asks for it: /<ns>/text and ask_robot.
+        self.language = PolicyServerLanguage.maybe(self, self.fleet, self.core)
         self._runner = ServingRunner(self.core, self._publish_chunks, self._publish_refresh,
-                                     self.get_logger().error).start()
+                                     self.get_logger().error, on_texts=self._publish_texts).start()
         if self.fleet.server.robot_timeout_s is not None:
             # A robot silent past server.robot_timeout_s (network cut, client dead) is freed.
             self.create_timer(1.0, self._release_idle_robots)
@@ -179,6 +183,8 @@ class PolicyServerNode(Node):
             self._ns_by_robot[robot_id] = ns
             new_robot = robot_id not in self._diag_robots
             self._diag_robots.add(robot_id)
+        if getattr(self, "language", None) is not None:
+            self.language.ensure_topics(robot_id, namespace)
         if new_robot:
             self.view.track(robot_id)
             self.updater.add(MetricsTask(robot_id, lambda rid=robot_id: self._robot_metrics(rid),
@@ -251,6 +257,10 @@ class PolicyServerNode(Node):
         for chunk in chunks:
             self._publish(chunk)
 
+    def _publish_texts(self, texts) -> None:
+        if self.language is not None and not self._stop.is_set():
+            self.language.publish(texts)
+
     def _publish_refresh(self, robot_id: str, round_id: int) -> None:
         with self._pub_lock:
             pubs = self._pubs_by_robot.get(robot_id)
@@ -317,6 +327,8 @@ class PolicyServerNode(Node):
             core["refused"] = refused
             core["refused_total"] = sum(refused.values())
         m = self.view.robot_metrics(rid, core)
+        if self.language is not None:
+            m.update(self.language.robot_metrics(rid))
         for key in ("latency_ms_p50", "latency_ms_p99", "slo_meet_rate", "wait_ratio", "rounds", "refused_total",
                     "errors", "queue_ms_p50", "inference_ms_p50"):
             if isinstance(m.get(key), (int, float)):

@@ -26,6 +26,7 @@ from .wire import pack_auth, pack_grant, pack_proof, unpack_auth, unpack_grant, 
 
 # Domains: a tag made for one kind of message is never valid for another.
 OBSERVATION, WRENCH, CHUNK, SEGMENT, HOLD = b"observation", b"wrench", b"chunk", b"segment", b"hold"
+TEXT = b"text"  # RobotText: what a robot's policy says, signed by the server like its chunks
 BATCH_REQUEST, BATCH_RESULT, WORKER_STATUS = b"batch_request", b"batch_result", b"worker_status"
 MAX_SESSIONS = 8  # sessions of one robot valid at once (granted, not yet superseded by use)
 SESSION_MAC_DOMAIN = b"session"  # SessionMac's own domain, under the per-message ones above
