@@ -70,6 +70,10 @@ class Pi0Engine:
         self.backend = backend
         self.stats = EngineStats()
         self.checkpoint_format = None  # set by from_lerobot_checkpoint (checkpoint_format.CheckpointFormat)
+        # keep_prefix: infer() keeps its last frame's prefix cache for take_prefix() (the language
+        # stream starts texts from it: one prefill for actions and text).
+        self.keep_prefix = False
+        self._kept: Optional[Tuple[PrefixCache, Batch]] = None
         self._gen = torch.Generator().manual_seed(seed)
         if weights is None:
             weights = random_weights(config, seed=seed)
@@ -184,8 +188,18 @@ class Pi0Engine:
 
     def infer(self, batch: List[EngineInput]) -> List[EngineOutput]:
         """Sample one chunk per robot. Raises EngineInputError naming the robot and field when an
-        input is malformed (nothing runs then; the rejection is counted in .stats)."""
-        return self.infer_frame(batch, keep_prefix=False)[0]
+        input is malformed (nothing runs then; the rejection is counted in .stats). With
+        keep_prefix set, the frame's prefix cache and collated batch wait for take_prefix()."""
+        self._kept = None
+        outputs, cache, b = self.infer_frame(batch, keep_prefix=self.keep_prefix)
+        if self.keep_prefix:
+            self._kept = (cache, b)
+        return outputs
+
+    def take_prefix(self) -> Optional[Tuple[PrefixCache, Batch]]:
+        """The last infer()'s (prefix cache, collated batch) when keep_prefix is set, once."""
+        kept, self._kept = self._kept, None
+        return kept
 
     def infer_frame(self, batch: List[EngineInput], keep_prefix: bool = True
                     ) -> Tuple[List[EngineOutput], Optional[PrefixCache], Optional[Batch]]:

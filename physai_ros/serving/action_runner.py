@@ -105,15 +105,6 @@ class ActionModelRunner:
         with torch.inference_mode():
             return engine.infer(inputs)
 
-    @staticmethod
-    def execute_frame(engine: Any, inputs: list) -> tuple:
-        """execute(), also returning the frame's prefix cache and collated batch (the language
-        stream starts its texts from them)."""
-        import torch
-
-        with torch.inference_mode():
-            return engine.infer_frame(inputs)
-
     # ---- outputs -----------------------------------------------------------------------
 
     def unnormalize(self, actions: np.ndarray, action_dim: int) -> np.ndarray:

@@ -337,7 +337,8 @@ class ServingCore:
         return StepOutput([c for r in results for c in r], d.refresh)
 
     def run_batch(self, work: BatchWork) -> list[ActionChunkData]:
-        """Execute one dispatched batch on its instance. A failing engine never makes this
+        """Execute one dispatched batch on its instance. With the language stream on, the
+        instance stays busy until run_language(instance) has decoded the frame's text. A failing engine never makes this
         raise: the batch's requests get ERROR chunks and the instance serves on. Two cases
         are the instance's fault, not the batch's, and the requests run again elsewhere: an
         engine error marked `instance_lost` (a remote worker that is gone), and a fatal
@@ -347,7 +348,7 @@ class ServingCore:
         # One model per batch: the scheduler batches requests of one component per instance.
         runner = self.runners.get(reqs[0].component)
         inputs, ok_reqs, out, outputs, lost = [], [], [], [], []
-        speaks = self.language is not None and self.language.speaks_on(slot.instance_id)
+        speaks = self.language is not None and self.language.speaks_on(slot.instance_id, slot.engine)
         cache = collated = None
         fatal: BaseException | None = None
         lost_why = ""
@@ -373,10 +374,9 @@ class ServingCore:
                 try:
                     if slot.fault is not None:
                         slot.fault.before_batch(slot.instance_id, batch_no)
-                    if speaks:  # the same prefill feeds the text (OxyGen): keep its cache
-                        outputs, cache, collated = runner.execute_frame(slot.engine, inputs)
-                    else:
-                        outputs = runner.execute(slot.engine, inputs)
+                    outputs = runner.execute(slot.engine, inputs)
+                    if speaks:  # the same prefill feeds the text (OxyGen): its cache, kept by infer
+                        cache, collated = slot.engine.take_prefix() or (None, None)
                 except Exception as e:  # one bad batch must not take the server down
                     msg = f"engine failed: {type(e).__name__}: {e}"
                     if getattr(e, "instance_lost", False):

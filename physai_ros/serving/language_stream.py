@@ -57,6 +57,7 @@ class _Text:
 
 @dataclass
 class _Instance:
+    engine: Any
     decoder: Any
     manager: KVCacheManager
     budget: DecodeBudget
@@ -90,14 +91,19 @@ class LanguageStream:
     # ---- set-up --------------------------------------------------------------------------
 
     def attach(self, instance_id: str, engine: Any) -> None:
-        """Give a local engine instance a decoder, a KV cache manager and a decode budget."""
-        inst = _Instance(engine.language_decoder(), KVCacheManager(self.cfg.kv_budget_bytes,
+        """Give a local engine instance a decoder, a KV cache manager and a decode budget; its
+        infer() keeps each frame's prefix cache from now on (Pi0Engine.keep_prefix)."""
+        engine.keep_prefix = True
+        inst = _Instance(engine, engine.language_decoder(), KVCacheManager(self.cfg.kv_budget_bytes,
                                                                     self.cfg.max_requests_per_robot),
                          DecodeBudget(k_max=1, f_min_hz=1.0))
         self._instances[instance_id] = inst
 
-    def speaks_on(self, instance_id: str) -> bool:
-        return instance_id in self._instances
+    def speaks_on(self, instance_id: str, engine: Any) -> bool:
+        """Whether this instance's frames start texts: it was attached, with this very engine (an
+        engine swapped in later, e.g. a wrapper, has other weights or none to speak with)."""
+        inst = self._instances.get(instance_id)
+        return inst is not None and inst.engine is engine
 
     def task_config(self, task_id: str) -> TaskLanguageConfig:
         return self.tasks.get(task_id) or TaskLanguageConfig()

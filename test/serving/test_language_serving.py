@@ -17,10 +17,11 @@ from serving_helpers import make_obs
 QUESTION = "what is the current subtask?"
 
 
-def _fleet(fleet, server_lang=None, **task_lang):
-    lang = TaskLanguageConfig(**{"question": QUESTION, "every_rounds": 2, "max_tokens": 6,
-                                 "tokens_per_frame": 2, **task_lang})
-    tasks = {n: dataclasses.replace(t, language=lang) if n == "pick_place" else t for n, t in fleet.tasks.items()}
+def _fleet(fleet, server_lang=None, off=False, **task_lang):
+    """The default fleet with only pick_place asking (or nobody: off)."""
+    lang = None if off else TaskLanguageConfig(**{"question": QUESTION, "every_rounds": 2, "max_tokens": 6,
+                                                  "tokens_per_frame": 2, **task_lang})
+    tasks = {n: dataclasses.replace(t, language=lang if n == "pick_place" else None) for n, t in fleet.tasks.items()}
     robots = tuple(dataclasses.replace(r, task=tasks[r.task.name]) for r in fleet.robots)
     server = dataclasses.replace(fleet.server, max_observation_age_s=30.0, language=server_lang)
     return dataclasses.replace(fleet, tasks=tasks, robots=robots, server=server)
@@ -47,7 +48,7 @@ def _frame(core, obs):
 
 def test_texts_come_from_the_action_prefill_and_leave_the_actions_untouched(fleet):
     on_fleet = _fleet(fleet)
-    on, off = _core(on_fleet, "lang_on"), _core(dataclasses.replace(fleet, server=on_fleet.server), "lang_off")
+    on, off = _core(on_fleet, "lang_on"), _core(_fleet(fleet, off=True), "lang_off")
     assert on.language is not None and off.language is None
     robots = [r for r in on_fleet.robots if r.task.name == "pick_place"]
     texts, frames = [], []

@@ -119,9 +119,11 @@ def test_a_running_instance_gets_no_second_batch(fleet):
     assert not core.wait_for_work(0.0), "queued work but no free instance"
     chunks = core.run_batch(d1.work[0])
     assert [c.status for c in chunks] == [STATUS_OK]
+    core.run_language("engine_0")  # the frame's text (the default fleet asks pick_place robots)
     assert core.wait_for_work(0.0)
     d3 = core.dispatch()
     assert [w.instance_id for w in d3.work] == ["engine_0"]
     for w in d2.work + d3.work:
         assert [c.status for c in core.run_batch(w)] == [STATUS_OK]
+        core.run_language(w.instance_id)
     assert core.pending() == 0 and not any(s.running for s in core.engines.values())
