@@ -79,6 +79,7 @@ class LanguageStream:
         self._instances: dict[str, _Instance] = {}
         self._pending: dict[str, deque] = {}  # robot -> PendingQuestion (operator questions)
         self._rounds_since_task_q: dict[str, int] = {}
+        self._task_text: set[str] = set()  # robots whose task's own question is being answered
         self._ids = itertools.count(1)
         self._lock = threading.Lock()
         self._tokens: dict[str, deque] = {}  # robot -> (t, n) emitted
@@ -136,11 +137,10 @@ class LanguageStream:
             return None
         n = self._rounds_since_task_q.get(fr.robot_id, tcfg.every_rounds - 1) + 1
         self._rounds_since_task_q[fr.robot_id] = n
-        busy = any(t.robot_id == fr.robot_id and t.source == SOURCE_TASK
-                   for inst in self._instances.values() for t in inst.texts.values())
-        if n < tcfg.every_rounds or busy:
+        if n < tcfg.every_rounds or fr.robot_id in self._task_text:
             return None
         self._rounds_since_task_q[fr.robot_id] = 0
+        self._task_text.add(fr.robot_id)  # until its text ends (_count)
         return PendingQuestion(next(self._ids), tcfg.question, list(self._task_q_tokens.get(fr.task_id, [])),
                                0, SOURCE_TASK)
 
@@ -211,6 +211,8 @@ class LanguageStream:
             for u in updates:
                 if u.done:
                     self._done.setdefault(u.robot_id, Counter())[u.reason] += 1
+                    if u.source == SOURCE_TASK:
+                        self._task_text.discard(u.robot_id)
             for robot, n in (tokens or {}).items():
                 q = self._tokens.setdefault(robot, deque())
                 q.append((now, n))
@@ -251,6 +253,7 @@ class LanguageStream:
                 out.append(RobotTextData(robot_id, "", 0, q.request_id, q.question, q.source, (), "", 1, True,
                                          "cancelled", why, time.time()))
             self._rounds_since_task_q.pop(robot_id, None)
+            self._task_text.discard(robot_id)
             self.gate.forget(robot_id)
         for inst in self._instances.values():
             with inst.lock:
