@@ -200,9 +200,11 @@ def main(argv: list[str] | None = None) -> int:
     import rclpy
     from rclpy.signals import SignalHandlerOptions
 
-    from physai_ros.fleet.report import (contact_sheet, format_serving, format_summary, rebase_series,
+    from physai_ros.fleet.report import (contact_sheet, format_serving, format_summary, rebase_series, run_frames,
                                          serving_summary, summary_doc, task_completion_line)
     from physai_ros.fleet.startup import StartupRelay, server_answers
+    from physai_ros.monitoring.text_report import (NO_LANGUAGE, format_language, language_doc, questions,
+                                                   sheet_captions)
     from physai_ros.nodes.fleet_monitor import FleetMonitor
     from physai_ros.serving.preflight import STARTUP_LOG_PREFIX as STARTUP_PREFIX
 
@@ -282,22 +284,27 @@ def main(argv: list[str] | None = None) -> int:
         print(format_summary(summaries, elapsed), flush=True)
         print(task_completion_line(summaries), flush=True)
         serving = [] if args.scripted else serving_summary(summaries, client_status)
-        for line in format_serving(serving):
+        asked = {} if args.scripted else questions(_fleet_config(args.fleet, args.robots).robots)
+        off = "--scripted: no policy server, no language stream" if args.scripted else NO_LANGUAGE
+        for line in format_serving(serving) + format_language(monitor.text_logs, asked, elapsed, off_reason=off):
             print(line, flush=True)
-        frames = [(ns, monitor.frames[ns]) for ns in monitor.frames]
+        origin = warmup_s or 0.0
+        frames = run_frames(monitor.frames, origin)
         if any(cells for _, cells in frames):
             import cv2
 
             path = Path(args.contact_sheet)
             path.parent.mkdir(parents=True, exist_ok=True)
-            cv2.imwrite(str(path), contact_sheet(frames))
+            cv2.imwrite(str(path), contact_sheet(frames, captions=sheet_captions(monitor.text_logs, asked, frames,
+                                                                                 monitor.t0 + origin)))
             print(f"physai-fleet: contact sheet {path}", flush=True)
         else:
             print("physai-fleet: no camera frames arrived; no contact sheet", file=sys.stderr)
             exit_code = 1
         if capture is not None and not write_trace(capture, args.record_trace, elapsed):
             exit_code = 1
-        extra = {"interrupted": stop, "cpu_fraction": cpu, "series": monitor.series()}
+        extra = {"interrupted": stop, "cpu_fraction": cpu, "series": monitor.series(),
+                 "language": language_doc(monitor.text_logs, asked)}
         if warmup_s is not None:
             extra.update(warmup_s=round(warmup_s, 1), series=rebase_series(extra["series"], warmup_s))
         if serving:

@@ -95,24 +95,92 @@ def rebase_series(series: dict[str, dict[str, dict[str, list[float]]]], origin_s
             for kind, per_label in series.items()}
 
 
-def contact_sheet(rows: list[tuple[str, list[tuple[float, np.ndarray]]]], cell_height: int = 224) -> np.ndarray:
-    """One row per robot of (time, RGB frame) cells, labelled; returns a BGR image for cv2.imwrite."""
+def run_frames(frames: dict[str, list[tuple[float, np.ndarray]]], origin_s: float
+               ) -> list[tuple[str, list[tuple[float, np.ndarray]]]]:
+    """The contact sheet's rows: each robot's (monitor time, frame) cells from origin_s on (the
+    moment the policy server served), timed from it like rebase_series. Frames from the warm-up
+    show robots standing still before anything was served (the first 30 s demo's sheet was 10
+    of them and 6 of the run); all are kept when none is later."""
+    later = {ns: [(round(t - origin_s, 3), f) for t, f in cells if t >= origin_s] for ns, cells in frames.items()}
+    if not any(later.values()):
+        later = {ns: [(round(t - origin_s, 3), f) for t, f in cells] for ns, cells in frames.items()}
+    return list(later.items())
+
+
+CAPTION_FONT, CAPTION_SCALE, CAPTION_LINE_PX = cv2.FONT_HERSHEY_SIMPLEX, 0.35, 12
+CAPTION_MAX_LINES = 3  # per caption line once wrapped; the rest is cut with "..."
+CAPTION_COLOURS = [(255, 255, 255), (140, 230, 255)]  # BGR: what the robot said, then the simulator
+
+
+def wrap_caption(text: str, width_px: int, max_lines: int = CAPTION_MAX_LINES) -> list[str]:
+    """Greedy word wrap to width_px as cv2.putText draws it; a word wider than a line is broken,
+    and what does not fit in max_lines ends the last line with "..."."""
+    def fits(s: str) -> bool:
+        return cv2.getTextSize(s, CAPTION_FONT, CAPTION_SCALE, 1)[0][0] <= width_px
+
+    lines, cur = [], ""
+    for word in text.split():
+        while word:
+            cand = f"{cur} {word}" if cur else word
+            if fits(cand):
+                cur, word = cand, ""
+            elif cur:
+                lines.append(cur)
+                cur = ""
+            else:  # one word wider than the line: as many characters as fit
+                n = max(1, max(k for k in range(1, len(word) + 1) if k == 1 or fits(word[:k])))
+                lines.append(word[:n])
+                word = word[n:]
+    if cur:
+        lines.append(cur)
+    if len(lines) > max_lines:
+        last = lines[max_lines - 1]
+        while last and not fits(last + "..."):
+            last = last[:-1]
+        lines = lines[:max_lines - 1] + [last + "..."]
+    return lines
+
+
+def _caption_band(lines: list[str], width: int, height: int) -> np.ndarray:
+    band = np.zeros((height, width, 3), np.uint8)
+    y = CAPTION_LINE_PX - 2
+    for i, text in enumerate(lines):
+        for row in wrap_caption(text, width - 6):
+            cv2.putText(band, row, (3, y), CAPTION_FONT, CAPTION_SCALE, CAPTION_COLOURS[min(i, 1)], 1, cv2.LINE_AA)
+            y += CAPTION_LINE_PX
+    return band
+
+
+def contact_sheet(rows: list[tuple[str, list[tuple[float, np.ndarray]]]], cell_height: int = 224,
+                  captions: list[list[list[str]]] | None = None) -> np.ndarray:
+    """One row per robot of (time, RGB frame) cells, labelled; returns a BGR image for cv2.imwrite.
+    captions[row][cell]: lines written under that frame (monitoring.text_report.frame_caption: what
+    the robot had said by then and what the simulator knew), wrapped to the cell's width; every
+    cell gets a band as tall as the longest caption needs."""
     if not rows or not any(cells for _, cells in rows):
         raise ValueError("no frames to put on a contact sheet")
     ncols = max(len(cells) for _, cells in rows)
+    band_h = 0
+    if captions:
+        widths = [[max(1, round(f.shape[1] * cell_height / f.shape[0])) for _, f in cells] for _, cells in rows]
+        band_h = max((sum(len(wrap_caption(line, w - 6)) for line in cap) for row_caps, row_w in zip(captions, widths)
+                      for cap, w in zip(row_caps, row_w)), default=0) * CAPTION_LINE_PX + 4
     out_rows = []
-    for label, cells in rows:
+    for r, (label, cells) in enumerate(rows):
         imgs = []
-        for t, frame in cells:
+        for c, (t, frame) in enumerate(cells):
             h, w = frame.shape[:2]
             cell = cv2.resize(frame, (max(1, round(w * cell_height / h)), cell_height))
             cell = cv2.cvtColor(cell, cv2.COLOR_RGB2BGR)
             cv2.putText(cell, f"{label} t={t:.1f}s", (4, 14), cv2.FONT_HERSHEY_SIMPLEX, 0.4, (255, 255, 255), 1,
                         cv2.LINE_AA)
+            if band_h:
+                cap = captions[r][c] if r < len(captions) and c < len(captions[r]) else []
+                cell = np.concatenate([cell, _caption_band(cap, cell.shape[1], band_h)], axis=0)
             imgs.append(cell)
         width = imgs[0].shape[1] if imgs else cell_height
         while len(imgs) < ncols:
-            imgs.append(np.zeros((cell_height, width, 3), np.uint8))
+            imgs.append(np.zeros((cell_height + band_h, width, 3), np.uint8))
         out_rows.append(np.concatenate(imgs, axis=1))
     width = max(r.shape[1] for r in out_rows)
     out_rows = [np.pad(r, ((0, 0), (0, width - r.shape[1]), (0, 0))) for r in out_rows]

@@ -1,8 +1,11 @@
 """The fleet's observer node: counts every robot stream, keeps the newest status and execution
 info, samples camera frames for the contact sheet, and reads the nodes' /diagnostics (publisher
-side stream rates from their FrequencyStatus tasks, refusals by reason, holds). With a
-FleetTraceCapture it also follows each robot's observation and action_chunk topics to record
-task traces (--record-trace). Runs inside the physai-fleet process."""
+side stream rates from their FrequencyStatus tasks, refusals by reason, holds). Each robot's
+language stream (/<ns>/text) goes into a monitoring.text_report.RobotTextLog with the sim's ground
+truth from task_status and the served rounds' capture times, so the summary can pair what a robot
+said with what the simulator knew (issue 22). With a FleetTraceCapture it also follows each
+robot's observation and action_chunk topics to record task traces (--record-trace). Runs inside
+the physai-fleet process."""
 from __future__ import annotations
 
 import numpy as np
@@ -12,16 +15,19 @@ from rclpy.node import Node
 from sensor_msgs.msg import Image, JointState
 from std_msgs.msg import String
 from trajectory_msgs.msg import JointTrajectory
-from physai_ros_interfaces.msg import ActionChunk, ExecutionInfo, Observation
+from physai_ros_interfaces.msg import ActionChunk, ExecutionInfo, Observation, RobotText
 
 from physai_ros.control.types import ExecutionState
+from physai_ros.monitoring.text_report import GroundTruth, RobotTextLog
 from physai_ros.monitoring.robot_summary import PublishedRate, RateCounter, RobotSummary
 from physai_ros.protocol import topics
 from physai_ros.protocol.chunk import STATUS_OK, is_hold_chunk
+from physai_ros.protocol.text import TEXT_TOPIC
 from physai_ros.ros import qos
 from physai_ros.ros.codecs.chunk import chunk_from_msg
 from physai_ros.ros.codecs.execution_info import execution_state_from_msg
 from physai_ros.ros.codecs.observation import observation_from_msg
+from physai_ros.ros.codecs.text import text_from_msg
 from physai_ros.ros.image import ImageBridge
 from physai_ros.ros.time_conv import now_sec, to_sec
 from physai_ros.sim.runtime import TaskStatus
@@ -52,6 +58,7 @@ class FleetMonitor(Node):
         self.slo_ms: dict[str, float] = {}
         # from the policy server's /diagnostics: "<robot>" -> wait ratio, "<instance>" -> queue depth
         self.server_series: dict[str, dict[str, tuple[list[float], list[float]]]] = {"wait_ratio": {}, "queue_depth": {}}
+        self.text_logs: dict[str, RobotTextLog] = {}
         self.t0 = now_sec(self)
         for ns, views in robots.items():
             self.rates[ns] = {}
@@ -69,6 +76,11 @@ class FleetMonitor(Node):
             self.create_subscription(String, topics.robot_topic(ns, topics.TASK_STATUS_TOPIC), self._status_cb(ns),
                                      qos.latched_qos())
             self.latency_ms[ns] = []
+            self.text_logs[ns] = RobotTextLog()
+            # Reliable, depth 50 like the server's publisher. The updates are signed; the monitor
+            # only shows them, so it does not verify them (a robot_client would).
+            self.create_subscription(RobotText, topics.robot_topic(ns, TEXT_TOPIC),
+                                     lambda m, ns=ns: self._on_text(ns, m), qos.reliable_qos(50))
             self.create_subscription(ActionChunk, topics.robot_topic(ns, topics.ACTION_CHUNK_TOPIC),
                                      lambda m, ns=ns: self._on_chunk(ns, m), qos.reliable_qos(50))
             if capture is not None:
@@ -88,7 +100,9 @@ class FleetMonitor(Node):
         if msg.status != STATUS_OK or is_hold_chunk(msg.status, msg.error, msg.engine_instance):
             return
         samples = self.latency_ms[ns]
-        samples.append(round((now_sec(self) - to_sec(msg.header.stamp)) * 1e3, 2))
+        capture = to_sec(msg.header.stamp)
+        samples.append(round((now_sec(self) - capture) * 1e3, 2))
+        self.text_logs[ns].on_round(msg.round_id, capture)  # when the frame its texts start from was taken
         if len(samples) > 6000:
             del samples[:-5000]
 
@@ -173,7 +187,14 @@ class FleetMonitor(Node):
                 self.get_logger().warning(f"{ns}: unreadable task_status: {exc}", throttle_duration_sec=5.0)
                 return
             self.status[ns] = st
+            self.text_logs[ns].on_status(GroundTruth.from_status(st))
         return cb
+
+    def _on_text(self, ns: str, msg: RobotText) -> None:
+        try:
+            self.text_logs[ns].on_text(text_from_msg(msg), now_sec(self))
+        except (ValueError, TypeError) as exc:
+            self.get_logger().warning(f"{ns}: unreadable text: {exc}", throttle_duration_sec=5.0)
 
     def _snapshot(self) -> None:
         t = now_sec(self) - self.t0

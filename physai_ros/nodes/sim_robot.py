@@ -2,7 +2,8 @@
 
 Publishes camera_<i>/image_raw (Image rgb8, sensor-data QoS), wrench (WrenchStamped, sensor-data
 QoS), joint_states (JointState, reliable) and task_status (std_msgs/String JSON, reliable,
-transient local); follows joint_trajectory (JointTrajectory, reliable). /diagnostics through the
+transient local; sim.runtime.TaskStatus, with the ground-truth subtask and scene of sim.narration a
+robot's text is checked against, sent at once when the subtask changes); follows joint_trajectory (JointTrajectory, reliable). /diagnostics through the
 monitoring Updater: "<ns>/sim_robot: wrench rate", "joint_states rate", "camera rate",
 "commands", "episode". Run:
   python -m physai_ros.nodes.sim_robot --ros-args -r __ns:=/robot_0 -p task:=reach -p num_views:=2

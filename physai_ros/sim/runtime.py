@@ -15,6 +15,7 @@ import numpy as np
 
 from physai_ros.control.joint_trajectory import JointTrajectoryPlan
 from physai_ros.sim.command import TrajectoryFollower
+from physai_ros.sim.narration import SubtaskTracker, scene_description, subtask_label
 from physai_ros.sim.render import Renderer
 from physai_ros.sim.robot import ArmConfig
 from physai_ros.sim.world import SimWorld, WorldSnapshot
@@ -35,6 +36,10 @@ class SimRobotConfig:
     status_rate_hz: float = 2.0
     reset_delay_s: float = 0.5
     max_catch_up_s: float = 0.1
+    # A subtask change publishes a status at once (the ground truth a robot's text is checked
+    # against, issue 22), but no sooner than this after the last one: a label flickering at the
+    # "grasp" boundary must not turn the reliable status topic into a physics-rate stream.
+    subtask_status_min_interval_s: float = 0.1
 
     def __post_init__(self) -> None:
         for name in ("physics_rate_hz", "camera_rate_hz", "joint_state_rate_hz", "status_rate_hz"):
@@ -64,6 +69,11 @@ class TaskStatus:
     # statuses give publisher-side rates without subscribing to the 480 Hz streams.
     published: dict[str, int] = field(default_factory=dict)
     stamp: float = 0.0
+    # Ground truth for the language stream (sim.narration): what the robot should answer to
+    # "what is the current subtask?" (drops included: the tracker sees every tick) and to
+    # "describe the scene.". Defaults keep statuses written before them readable.
+    subtask: str = ""
+    scene: str = ""
 
     def to_json(self) -> str:
         return json.dumps(asdict(self), separators=(",", ":"))
@@ -125,6 +135,10 @@ class SimRobotRuntime:
         self._status_dirty = True
         self.published = {"wrench": 0, "joint_states": 0, "camera": 0}
         self._now = 0.0
+        self.tracker = SubtaskTracker(self.world.scene)
+        self.subtask = ""
+        self._status_at = float("-inf")
+        self._subtask_changed = False
 
     def on_plan(self, plan: JointTrajectoryPlan) -> bool:
         return self.follower.set_plan(plan)
@@ -150,6 +164,12 @@ class SimRobotRuntime:
         samples = self._advance(now)
         self._episode_bookkeeping(now)
         snap = self.world.snapshot()
+        # Every tick, not every status: a drop is a grasped -> released change the 2 Hz status
+        # could miss, and the label it gives holds only DROP_WINDOW_S.
+        subtask = self.tracker.observe(snap)
+        if subtask != self.subtask:
+            self.subtask = subtask
+            self._subtask_changed = True
         out = TickOutput(snapshot=snap)
         self._now = now
         out.wrench = snap.wrench
@@ -161,9 +181,11 @@ class SimRobotRuntime:
         if self._rates["camera"].due(now):
             out.images = self.renderer.render(snap)
             self.published["camera"] += 1
-        if self._rates["status"].due(now) or self._status_dirty:
+        changed = self._subtask_changed and now - self._status_at >= self.cfg.subtask_status_min_interval_s
+        if self._rates["status"].due(now) or self._status_dirty or changed:
             out.status = self.status(snap)
-            self._status_dirty = False
+            self._status_dirty = self._subtask_changed = False
+            self._status_at = now
         return out
 
     def _episode_bookkeeping(self, now: float) -> None:
@@ -189,4 +211,5 @@ class SimRobotRuntime:
             successes=self.world.successes, timeouts=self.timeouts, success=s.success, grasped=s.grasped,
             tool=[round(float(v), 5) for v in s.tool], object_pos=[round(float(v), 5) for v in s.object_pos],
             goal=[round(float(v), 5) for v in s.goal], contacts=list(s.contacts),
-            commands_rejected=self.follower.rejected, published=dict(self.published), stamp=self._now)
+            commands_rejected=self.follower.rejected, published=dict(self.published), stamp=self._now,
+            subtask=self.subtask or subtask_label(s, self.world.scene), scene=scene_description(s, self.world.scene))
