@@ -181,6 +181,114 @@ def run_case(args, n_robots: int) -> dict:
     return out
 
 
+# ---------------------------------------------------------------- the tick itself (issue 19)
+def _count_ops(fn) -> dict:
+    from torch.profiler import ProfilerActivity, profile
+
+    with profile(activities=[ProfilerActivity.CPU]) as prof:
+        fn()
+    ev = [e for e in prof.events() if e.name.startswith("aten::")]
+
+    def top(e):
+        p = e.cpu_parent
+        while p is not None:
+            if p.name.startswith("aten::"):
+                return False
+            p = p.cpu_parent
+        return True
+
+    return {"aten_all": len(ev), "aten_top": sum(top(e) for e in ev),
+            "gemm": sum(e.name in ("aten::mm", "aten::addmm", "aten::bmm", "aten::baddbmm") and top(e) for e in ev)}
+
+
+def _dist(ms, period_ms) -> dict:
+    a = np.asarray(ms)
+    return {"n": int(a.size), "p50": round(float(np.percentile(a, 50)), 4), "p90": round(float(np.percentile(a, 90)), 4),
+            "p99": round(float(np.percentile(a, 99)), 4), "max": round(float(a.max()), 4),
+            "over_period": round(float(np.mean(a > period_ms)), 5)}
+
+
+def _tick_core(args, impl: str, n_robots: int, vlm_hz: float):
+    cfg = Pi0Config.preset(args.preset)
+    t0 = time.perf_counter()
+    engine, expert = StreamingExpert.build(cfg, force="random", backend=args.backend, tick=impl)
+    scfg = StreamingConfig(vlm_hz=vlm_hz, ae_hz=args.ae_hz, node_hz=args.node_hz, action_hz=args.action_hz,
+                           max_robots=max(4, n_robots), ae_priority=args.ae_priority)
+    core = StreamingCore(engine, expert, scfg)
+    for i in range(n_robots):
+        core.add_robot(f"r{i}", observation(cfg, i), seed=i)
+    core.vlm_pass(0.0)
+    core.tick(0.0)  # compiles (tick="compiled") for this batch shape
+    return core, time.perf_counter() - t0
+
+
+def tick_sequential(args, impl: str, n_robots: int) -> dict:
+    """core.tick back to back at nominal stream times (no other thread), a VLM pass between
+    every ae_hz / vlm_hz ticks (untimed; the tick after it pays the snapshot's prepare)."""
+    core, build_s = _tick_core(args, impl, n_robots, args.vlm_hz)
+    period = 1.0 / args.ae_hz
+    every = max(1, round(args.ae_hz / args.vlm_hz))
+    t, ms = period, []
+    for k in range(args.tick_reps + 200):
+        if k % every == 0:
+            core.vlm_pass(t)
+        t0 = time.perf_counter()
+        core.tick(t)
+        if k >= 200:
+            ms.append((time.perf_counter() - t0) * 1e3)
+        t += period
+    out = {"impl": impl, "robots": n_robots, "tick_ms": _dist(ms, period * 1e3), "build_s": round(build_s, 2)}
+    if impl == "compiled":
+        out["compile_s"] = round(core.expert.fused.compile_s or 0.0, 2)
+    if n_robots == 1:
+        out["ops_core_tick"] = _count_ops(lambda: core.tick(t))
+    return out
+
+
+def tick_realtime(args, impl: str, n_robots: int, vlm: str) -> dict:
+    """The AE stream on its thread at ae_hz for --seconds (StreamingEngine), with the VLM stream
+    on its own thread ("thread", the default engine), in its own process with the KV cache in
+    shared memory ("process", StreamingEngine(vlm="process")), or absent ("none": one pass at
+    the start). Missed ticks and the tick's compute-time distribution as the engine counts them."""
+    core, _ = _tick_core(args, impl, n_robots, 1e-3 if vlm == "none" else args.vlm_hz)
+    eng = StreamingEngine(core, vlm="process" if vlm == "process" else "thread")
+    eng.start()
+    time.sleep(args.seconds)
+    eng.stop()
+    m = eng.metrics()
+    out = {"impl": impl, "robots": n_robots, "vlm": vlm, "ae_hz": round(m["ae_hz"], 1),
+           "missed_tick_fraction": round(m["missed_tick_fraction"], 5),
+           "tick_ms": _dist(list(eng.tick_ms), core.period * 1e3),
+           "tick_period_ms_p99": round(m["tick_period_ms_p99"], 3), "errors": m["error_count"],
+           "ae_scheduling": m["ae_scheduling"]}
+    if vlm != "none":
+        out["vlm_hz"] = round(m["vlm_hz"], 2)
+        out["vlm_pass_ms"] = round(m["vlm_pass_ms_p50"], 2)  # process: the mean
+    if vlm == "process":
+        out["vlm_process_start_s"] = round(eng.vlm_start_s, 2)
+    print(f"[tick realtime] {json.dumps(out)}", file=sys.stderr, flush=True)
+    return out
+
+
+def tick_bench(args) -> dict:
+    res = {"sequential": [], "realtime": [], "robots_held_480hz": {}}
+    for impl in args.impls:
+        for n in args.robots:
+            r = tick_sequential(args, impl, n)
+            print(f"[tick sequential] {json.dumps(r)}", file=sys.stderr, flush=True)
+            res["sequential"].append(r)
+    for impl in args.impls:
+        for vlm in args.vlm_modes:
+            held = 0
+            for n in args.robots:
+                r = tick_realtime(args, impl, n, vlm)
+                res["realtime"].append(r)
+                if r["missed_tick_fraction"] < 0.01 and r["errors"] == 0 and (vlm == "none" or r.get("vlm_hz", 0) >= 0.95 * args.vlm_hz):
+                    held = max(held, n)
+            res["robots_held_480hz"][f"{impl}/{vlm}"] = held
+    return res
+
+
 # ---------------------------------------------------------------- through ROS 2
 def _ros_fleet_doc(args, n_robots: int) -> dict:
     import yaml
@@ -478,11 +586,24 @@ def main() -> int:
     ap.add_argument("--threads", type=int, default=1, help="torch intra-op threads (each stream is its own thread)")
     ap.add_argument("--no-ros", action="store_true", help="skip the ROS 2 cases")
     ap.add_argument("--ros-only", action="store_true", help="skip the in-process cases")
+    ap.add_argument("--tick-bench", action="store_true",
+                    help="only the action-expert tick: op counts, sequential tick time distribution and "
+                         "real-time missed ticks per --impls x --vlm-modes x --robots (issue 19)")
+    ap.add_argument("--impls", nargs="+", default=["plain", "fused"], choices=["plain", "fused", "compiled"])
+    ap.add_argument("--vlm-modes", nargs="+", default=["thread", "process", "none"], choices=["thread", "process", "none"])
+    ap.add_argument("--tick-reps", type=int, default=3000)
+    ap.add_argument("--ae-priority", type=int, default=0,
+                    help="--tick-bench real-time cases: SCHED_FIFO priority of the AE thread (0 = ordinary)")
     args = ap.parse_args()
     torch.set_num_threads(args.threads)
     res = {"preset": args.preset, "device": "cpu", "torch_threads": args.threads,
            "configured": {"vlm_hz": args.vlm_hz, "ae_hz": args.ae_hz, "action_hz": args.action_hz},
            "load_avg_before": [round(x, 2) for x in os.getloadavg()], "cpus": os.cpu_count(), "cases": []}
+    if args.tick_bench:
+        res["tick"] = tick_bench(args)
+        res["load_avg_after"] = [round(x, 2) for x in os.getloadavg()]
+        print(json.dumps(res) if args.json else json.dumps(res, indent=1))
+        return 0
     for n in ([] if args.ros_only else args.robots):
         res["cases"].append(run_case(args, n))
     res["load_avg_after_in_process"] = [round(x, 2) for x in os.getloadavg()]

@@ -21,6 +21,7 @@ from __future__ import annotations
 import collections
 import logging
 import math
+import os
 import threading
 import time
 from dataclasses import dataclass, field
@@ -57,6 +58,10 @@ class StreamingConfig:
     lead_ticks: float = 1.0  # a node is final this many ticks before it is due
     max_robots: int = 4
     stagger: bool = True  # False: all tokens share one flow time (one chunk; tests)
+    # The AE thread's OS scheduling (Linux): 0 = ordinary; N > 0 = SCHED_FIFO priority N, so a
+    # tick preempts other work on its core when its slot comes (needs root or CAP_SYS_NICE;
+    # refused -> ordinary scheduling, said in metrics()["ae_scheduling"]). Sleeps between ticks.
+    ae_priority: int = 0
 
     def schedule(self, num_steps: int) -> StaggeredSchedule:
         n = float(self.steps_per_token if self.steps_per_token is not None else num_steps)
@@ -67,6 +72,8 @@ class StreamingConfig:
             v = getattr(self, name)
             if not (math.isfinite(v) and v >= 0) or (name != "lead_ticks" and v == 0):
                 raise ValueError(f"StreamingConfig.{name} must be a positive finite number, got {v!r}")
+        if not 0 <= int(self.ae_priority) <= 99:
+            raise ValueError(f"StreamingConfig.ae_priority must lie in 0..99, got {self.ae_priority!r}")
         if self.max_robots < 1:
             raise ValueError(f"StreamingConfig.max_robots must be >= 1, got {self.max_robots}")
         self.schedule(num_steps).validate(chunk_size)
@@ -165,7 +172,7 @@ class _Robot:
         a longer interpolated stretch before it instead, so the stream catches up with time.
         Nodes of that stretch due before the fresh token can be final (+ lead) are skipped: they
         could only be sent late, and the controller holds its last command meanwhile."""
-        while bool(self.tau[1] <= 0):
+        while float(self.tau[1]) <= 0:
             finish = max(float(self.finish[-1]) + stagger, earliest_finish)
             delay = finish - (float(self.finish[-1]) + stagger)
             if delay > 0:
@@ -193,6 +200,19 @@ class StreamingCore:
         self._lock = threading.RLock()
         self._kv: Optional[ExpertKV] = None
         self._kv_key = None
+        # VLM stream in its own process (StreamingEngine(vlm="process")): called with every
+        # robot-table change, under the lock: ("set", key, slot, observation, captured_at) /
+        # ("remove", key).
+        self.vlm_sink: Optional[Callable] = None
+
+    def _to_vlm(self, *msg) -> None:
+        if self.vlm_sink is not None:
+            self.vlm_sink(*msg)
+
+    def vlm_table(self) -> list:
+        """Every robot's ("set", ...) message, for a VLM process starting."""
+        with self._lock:
+            return [("set", r.key, r.slot, r.obs, r.captured_at) for r in self._robots.values()]
 
     # ------------------------------------------------------------------ bad input
     def _reject(self, robot_id, fieldname: str, msg: str) -> StreamInputError:
@@ -270,9 +290,10 @@ class StreamingCore:
                 raise StreamCapacityError(f"all {self.config.max_robots} streaming slots are taken")
             slot = free[0]
             self.wrench.clear(slot)
-            self._robots[robot_id] = _Robot(robot_id, slot, observation, adim,
-                                            seed if seed is not None else 1000 + slot, noise,
-                                            self.clock() if captured_at is None else captured_at)
+            r = self._robots[robot_id] = _Robot(robot_id, slot, observation, adim,
+                                                seed if seed is not None else 1000 + slot, noise,
+                                                self.clock() if captured_at is None else captured_at)
+            self._to_vlm("set", r.key, r.slot, r.obs, r.captured_at)
             return slot
 
     def remove_robot(self, robot_id: str) -> None:
@@ -280,6 +301,7 @@ class StreamingCore:
             r = self._get(robot_id)
             del self._robots[robot_id]
             self.wrench.clear(r.slot)
+            self._to_vlm("remove", r.key)
 
     def update_observation(self, robot_id: str, observation: EngineInput, captured_at: Optional[float] = None) -> None:
         self._check_obs(robot_id, observation)
@@ -287,6 +309,7 @@ class StreamingCore:
             r = self._get(robot_id)
             r.obs = observation
             r.captured_at = self.clock() if captured_at is None else captured_at
+            self._to_vlm("set", r.key, r.slot, r.obs, r.captured_at)
 
     def set_state(self, robot_id: str, state) -> None:
         s = self._check_state(robot_id, state)
@@ -345,7 +368,8 @@ class StreamingCore:
             state = torch.stack([r.state for r in robots])
             wrench, versions, wstamps = self.wrench.read([r.slot for r in robots])
             x_new, preview = self.expert.step(self._kv, state, wrench, x, tau, tau_new)
-            x_new, preview = x_new.cpu(), preview.cpu()
+            if x_new.device.type != "cpu":
+                x_new, preview = x_new.cpu(), preview.cpu()
             out = []
             for i, r in enumerate(robots):
                 r.x, r.tau, r.preview = x_new[i], tau_new[i], preview[i]
@@ -366,7 +390,7 @@ class StreamingCore:
         due = r.due.numpy()
         first = max(r.next_node_tick, math.ceil(due[0] * hz - 1e-6))
         # Final tokens are sent as they are, the others as the clean-action estimate.
-        ticks, pos, committed = dense_nodes(due, r.preview[:, : r.action_dim].numpy(), (r.tau <= 0).numpy(), hz, first)
+        ticks, pos, committed = dense_nodes(due, r.preview.numpy()[:, : r.action_dim], r.tau.numpy() <= 0, hz, first)
         if ticks.size == 0:
             return None
         ncommit = int(np.argmin(committed)) if not committed.all() else int(committed.size)
@@ -383,7 +407,23 @@ class StreamingEngine:
     """The two streams on two threads. start() / stop() may be called repeatedly."""
 
     def __init__(self, core: StreamingCore, on_segment: Optional[Callable[[StreamSegment], None]] = None,
-                 history: int = 20000):
+                 history: int = 20000, vlm: str = "thread", vlm_spec=None):
+        """vlm: "thread" (the VLM stream on a thread of this process) or "process" (its own
+        process, the KV cache through shared memory: streaming_vlm.py; CPU only). vlm_spec:
+        how the child builds the prefix model (default: the one StreamingExpert.build recorded)."""
+        if vlm not in ("thread", "process"):
+            raise ValueError(f"vlm={vlm!r}: expected 'thread' or 'process'")
+        if vlm == "process":
+            if core.engine.device.type != "cpu":
+                raise ValueError("vlm='process' runs on the CPU only (a CUDA cache would need IPC handles)")
+            vlm_spec = vlm_spec or getattr(core.expert, "vlm_spec", None)
+            if vlm_spec is None:
+                raise ValueError("vlm='process' needs a VLMSpec (StreamingExpert.build records one)")
+        self.vlm_mode, self.vlm_spec = vlm, vlm_spec
+        self._vlm_proc = None
+        self._shared_kv = None
+        self.vlm_start_s: Optional[float] = None
+        self._vlm_stats0 = self._vlm_stats = None
         self.core = core
         self.on_segment = on_segment
         self._stop = threading.Event()
@@ -391,6 +431,7 @@ class StreamingEngine:
         self._history = history
         self.errors: List[str] = []
         self.error_count = 0
+        self.ae_scheduling = "not started"
         self._reset_metrics()
         cuda = core.engine.device.type == "cuda" and torch.cuda.is_available()
         self._streams = (torch.cuda.Stream(core.engine.device), torch.cuda.Stream(core.engine.device)) if cuda else (None, None)
@@ -416,9 +457,13 @@ class StreamingEngine:
         self._stop.clear()
         self._reset_metrics()
         self.core.restart_robots()
+        if self.vlm_mode == "process":
+            self._start_vlm_process()
         self.started_at = self.core.clock()
-        self._threads = [threading.Thread(target=self._run, args=(self._vlm_loop, self._streams[0]), name="vlm-stream", daemon=True),
-                         threading.Thread(target=self._run, args=(self._ae_loop, self._streams[1]), name="ae-stream", daemon=True)]
+        self._threads = [threading.Thread(target=self._run, args=(self._ae_loop, self._streams[1]), name="ae-stream", daemon=True)]
+        if self.vlm_mode == "thread":
+            self._threads.insert(0, threading.Thread(target=self._run, args=(self._vlm_loop, self._streams[0]),
+                                                     name="vlm-stream", daemon=True))
         for t in self._threads:
             t.start()
 
@@ -428,10 +473,43 @@ class StreamingEngine:
         end = time.monotonic() + timeout
         for t in self._threads:
             t.join(max(0.0, end - time.monotonic()))
+        stopped_at = self.core.clock()
+        if self._vlm_proc is not None:
+            with self.core._lock:
+                self.core.vlm_sink = None
+            self._vlm_stats = self._shared_kv.stats()
+            self._vlm_proc.stop(max(1.0, end - time.monotonic()))
+            self._vlm_proc = None
         if self.running:
             raise RuntimeError("a stream thread did not stop in time")
         self._threads = []
-        self.stopped_at = self.core.clock()
+        self.stopped_at = stopped_at
+
+    def _start_vlm_process(self) -> None:
+        from .streaming_vlm import SharedKVDoubleBuffer, VLMProcess, to_wire
+
+        core = self.core
+        if self._shared_kv is None:
+            self._shared_kv = SharedKVDoubleBuffer(core.engine.config, core.config.max_robots, core.engine.dtype)
+        proc = VLMProcess(self.vlm_spec, self._shared_kv, core.config.vlm_hz)
+        self.vlm_start_s = proc.start()
+        self._vlm_proc = proc
+
+        def sink(kind, key, *rest):
+            if kind == "set":
+                slot, obs, captured = rest
+                proc.send("set", key, slot, to_wire(obs), float(captured))
+            else:
+                proc.send(kind, key)
+
+        with core._lock:
+            core.kv = self._shared_kv
+            core._kv_key = None
+            for msg in core.vlm_table():
+                sink(*msg)
+            core.vlm_sink = sink
+        self._vlm_stats0 = self._shared_kv.stats()
+        self._vlm_stats = None
 
     def _run(self, loop, stream) -> None:
         try:
@@ -474,7 +552,20 @@ class StreamingEngine:
             if clock() > nxt:  # behind: run again now, do not queue a burst
                 nxt = clock()
 
+    def _set_ae_scheduling(self) -> None:
+        prio = int(self.core.config.ae_priority)
+        self.ae_scheduling = "ordinary"
+        if prio <= 0:
+            return
+        try:
+            os.sched_setscheduler(0, os.SCHED_FIFO, os.sched_param(prio))  # this thread only
+            self.ae_scheduling = f"SCHED_FIFO {prio}"
+        except (AttributeError, OSError) as exc:
+            self.ae_scheduling = f"ordinary (SCHED_FIFO {prio} refused: {exc})"
+            log.warning("streaming: AE thread %s", self.ae_scheduling)
+
     def _ae_loop(self) -> None:
+        self._set_ae_scheduling()
         clock, period = self.core.clock, self.core.period
         t_start = clock()
         k = 0
@@ -507,16 +598,27 @@ class StreamingEngine:
         ts = np.diff(np.asarray(self.tick_starts)) * 1e3 if len(self.tick_starts) > 1 else np.zeros(1)
         tm = np.asarray(self.tick_ms) if self.tick_ms else np.zeros(1)
         vm = np.asarray(self.vlm_ms) if self.vlm_ms else np.zeros(1)
+        vlm_hz = len(self.vlm_starts) / dur
+        if self.vlm_mode == "process" and self._vlm_stats0 is not None:
+            now = self._vlm_stats or self._shared_kv.stats()
+            passes = now["passes"] - self._vlm_stats0["passes"]
+            vlm_hz = passes / dur
+            vm = np.asarray([(now["pass_ms_total"] - self._vlm_stats0["pass_ms_total"]) / max(passes, 1)])
         return {
             "duration_s": dur,
-            "vlm_hz": len(self.vlm_starts) / dur,
+            "vlm": self.vlm_mode,
+            "vlm_hz": vlm_hz,
             "ae_hz": len(self.tick_starts) / dur,
             "tick_period_ms_p50": float(np.percentile(ts, 50)),
             "tick_period_ms_p99": float(np.percentile(ts, 99)),
             "tick_compute_ms_p50": float(np.percentile(tm, 50)),
+            "tick_compute_ms_p90": float(np.percentile(tm, 90)),
             "tick_compute_ms_p99": float(np.percentile(tm, 99)),
+            "tick_compute_ms_max": float(tm.max()),
+            "ticks_over_period": float(np.mean(tm > self.core.period * 1e3)),
             "vlm_pass_ms_p50": float(np.percentile(vm, 50)),
             "missed_tick_fraction": self.missed_ticks / max(self.scheduled_ticks, 1),
             "errors": list(self.errors),
             "error_count": self.error_count,
+            "ae_scheduling": self.ae_scheduling,
         }

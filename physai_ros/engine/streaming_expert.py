@@ -13,6 +13,12 @@ num_steps; final tokens (tau = 0) are left exactly as they are.
 
 Everything else (the expert layers with folded norms, state projection, fused QKV + RoPE,
 attention, gated FFN, the ops backend) is B1's FastPi0, used as it is.
+
+Two implementations of the tick (issue 19): `step_plain` (B1's `gemma_block` per layer; the
+reference, ~720 aten ops at the tiny preset) and `FusedTick` (streaming_tick.py: the same
+function with the tick-invariant work prepared per model and per KV snapshot, ~100 ops, or one
+torch.compile'd graph). `StreamingExpert(tick=...)` picks one: "fused" (default), "compiled",
+"plain". Non-torch backends (Triton) always run the plain tick.
 """
 from __future__ import annotations
 
@@ -29,6 +35,7 @@ from .fast import FastPi0
 from .force_token import ForceProjection
 from .model import rope_angles, sincos_time_embedding
 from .params import Weights, random_weights
+from .streaming_tick import FusedKV, FusedTick
 from .types import Pi0Config, PrefixCache
 
 
@@ -59,10 +66,17 @@ class ExpertKV:
     cos: torch.Tensor  # [B, S, hd]
     sin: torch.Tensor
     t_prefix: int
+    fused: Optional[FusedKV] = None  # the fused tick's view of the same snapshot
+
+
+TICKS = ("fused", "compiled", "plain")
 
 
 class StreamingExpert:
-    def __init__(self, model: FastPi0, time_weights: TimeWeights, force: Optional[ForceProjection] = None):
+    def __init__(self, model: FastPi0, time_weights: TimeWeights, force: Optional[ForceProjection] = None,
+                 tick: str = "fused"):
+        if tick not in TICKS:
+            raise ValueError(f"tick={tick!r}: expected one of {TICKS}")
         self.model = model
         self.cfg = model.cfg
         self.tw = time_weights
@@ -74,6 +88,23 @@ class StreamingExpert:
         self._cos = emb.cos().to(model.dtype).to(model.device)
         self._sin = emb.sin().to(model.dtype).to(model.device)
         self._grid_times = torch.tensor(cfg.step_times(), dtype=torch.float32)
+        if model.backend != "torch":
+            tick = "plain"  # the fused tick is torch ops only
+        self.tick = tick
+        self.fused = None if tick == "plain" else FusedTick(self, compile=tick == "compiled")
+
+    @property
+    def force(self) -> Optional[ForceProjection]:
+        return self._force
+
+    @force.setter
+    def force(self, value: Optional[ForceProjection]) -> None:
+        """Setting it (e.g. None: the serving config's `force: none`) re-prepares the fused tick,
+        which has the token count and the folded projection built in. Snapshots prepared
+        before must be prepared again (StreamingCore does at its next VLM pass)."""
+        self._force = value
+        if getattr(self, "fused", None) is not None:
+            self.fused = FusedTick(self, compile=self.tick == "compiled")
 
     @property
     def has_force(self) -> bool:
@@ -85,13 +116,19 @@ class StreamingExpert:
 
     @staticmethod
     def build(config: Pi0Config, weights: Optional[Weights] = None, force=None, device="cpu",
-              dtype=torch.float32, backend: str = "torch", seed: int = 0) -> Tuple[Pi0Engine, "StreamingExpert"]:
+              dtype=torch.float32, backend: str = "torch", seed: int = 0,
+              tick: str = "fused") -> Tuple[Pi0Engine, "StreamingExpert"]:
         """A Pi0Engine (for the VLM prefix) and a StreamingExpert over the same prepared weights.
 
         weights=None draws the same seeded random weights as Pi0Engine(config, seed=seed).
         force: None (take `force_proj.*` from the weights if present, else no force token),
         "random" (seeded projection, for tests and benchmarks) or a ForceProjection.
+        tick: "fused" (default), "compiled" (torch.compile of the fused tick; compiles at the
+        first tick of each batch shape) or "plain" (B1's layers; the reference).
         """
+        from .streaming_vlm import VLMSpec
+
+        spec = VLMSpec(config, None if weights is None else weights, seed=seed, dtype=dtype, backend=backend)
         if weights is None:
             weights = random_weights(config, seed=seed)
         weights = dict(weights)  # Pi0Engine consumes the dict it is given, not the caller's
@@ -103,13 +140,20 @@ class StreamingExpert:
         force = force if force is not None else from_ckpt
         tw = TimeWeights.from_weights(weights, config.expert.width)
         engine = Pi0Engine(config, weights, device=device, dtype=dtype, fast=True, backend=backend, seed=seed)
-        return engine, StreamingExpert(engine.model, tw, force)
+        expert = StreamingExpert(engine.model, tw, force, tick=tick)
+        expert.vlm_spec = spec if torch.device(device).type == "cpu" else None  # StreamingEngine(vlm="process")
+        return engine, expert
 
     # ------------------------------------------------------------------ per snapshot
-    def prepare(self, cache: PrefixCache, rows: torch.Tensor) -> ExpertKV:
-        """Copy the given rows of a prefix cache into fresh static buffers for the ticks."""
+    def prepare(self, cache: PrefixCache, rows: torch.Tensor, plain: Optional[bool] = None) -> ExpertKV:
+        """Copy the given rows of a prefix cache into fresh static buffers for the ticks.
+        plain: also (True) / only (tick="plain") the buffers of `step_plain`; default: what
+        this expert's tick needs."""
         cfg, spec, m = self.cfg, self.cfg.expert, self.model
         rows = rows.to(cache.pad.device)
+        fused = None if self.fused is None else self.fused.prepare(cache, rows)
+        if not (plain or self.fused is None):
+            return ExpertKV([], [], None, None, None, int(cache.pad.shape[1]), fused)
         pad = cache.pad.index_select(0, rows)
         next_pos = cache.next_pos.index_select(0, rows)
         b, t_pre = pad.shape
@@ -129,7 +173,7 @@ class StreamingExpert:
         suffix[self.context_tokens:, :] = True
         mask = torch.cat([pad[:, None, :].expand(b, s, t_pre), suffix.expand(b, s, s)], dim=2)
         pos = next_pos[:, None] + torch.arange(s, device=dev)[None]
-        return ExpertKV(keys, values, mask.contiguous(), self._cos[pos], self._sin[pos], t_pre)
+        return ExpertKV(keys, values, mask.contiguous(), self._cos[pos], self._sin[pos], t_pre, fused)
 
     # ------------------------------------------------------------------ per tick
     def time_bias(self, tau: torch.Tensor) -> torch.Tensor:
@@ -151,6 +195,14 @@ class StreamingExpert:
     @torch.no_grad()
     def step(self, kv: ExpertKV, state: torch.Tensor, wrench: Optional[torch.Tensor], x: torch.Tensor,
              tau: torch.Tensor, tau_new: torch.Tensor) -> Tuple[torch.Tensor, torch.Tensor]:
+        """One tick with this expert's implementation (see `step_plain` for the contract)."""
+        if self.fused is not None and kv.fused is not None:
+            return self.fused.step(kv.fused, state, wrench, x, tau, tau_new)
+        return self.step_plain(kv, state, wrench, x, tau, tau_new)
+
+    @torch.no_grad()
+    def step_plain(self, kv: ExpertKV, state: torch.Tensor, wrench: Optional[torch.Tensor], x: torch.Tensor,
+                   tau: torch.Tensor, tau_new: torch.Tensor) -> Tuple[torch.Tensor, torch.Tensor]:
         """One expert forward and per-token Euler step. state [B, max_state_dim], wrench [B, 6]
         (ignored without a force projection), x [B, C, A] fp32, tau / tau_new [B, C] float64.
 

@@ -88,11 +88,15 @@ def dense_nodes(token_due: np.ndarray, token_values: np.ndarray, token_final: np
     if last < first:
         return np.zeros(0, np.int64), np.zeros((0, token_values.shape[1])), np.zeros(0, bool)
     ticks = np.arange(first, last + 1, dtype=np.int64)
-    idx = np.arange(token_due.shape[0], dtype=np.float64)
+    n = token_due.shape[0]
+    idx = np.arange(n, dtype=np.float64)
     s = np.interp(ticks / node_hz, token_due, idx)
-    pos = np.empty((ticks.shape[0], token_values.shape[1]))
-    for j in range(token_values.shape[1]):
-        pos[:, j] = np.interp(s, idx, token_values[:, j])
-    lo = np.clip(np.floor(s + eps).astype(np.int64), 0, idx.shape[0] - 1)
-    hi = np.clip(np.ceil(s - eps).astype(np.int64), 0, idx.shape[0] - 1)
+    # np.interp per action dim, for all dims at once: slope * (s - j) + v[j] on [j, j + 1]
+    # (the same float operations as numpy's interp over integer abscissae; v[j] exactly on a token).
+    j = np.minimum(np.floor(s).astype(np.int64), n - 1)
+    j1 = np.minimum(j + 1, n - 1)
+    v = np.asarray(token_values, dtype=np.float64)
+    pos = (v[j1] - v[j]) * (s - j)[:, None] + v[j]
+    lo = np.clip(np.floor(s + eps).astype(np.int64), 0, n - 1)
+    hi = np.clip(np.ceil(s - eps).astype(np.int64), 0, n - 1)
     return ticks, pos, token_final[lo] & token_final[hi]
