@@ -71,7 +71,10 @@ def _rotate_rows(w: torch.Tensor, heads: int, hd: int) -> torch.Tensor:
 
 
 class FusedTick:
-    def __init__(self, expert, compile: bool = False):
+    def __init__(self, expert, compile: bool = False, pad_prefix: Optional[bool] = None):
+        """compile: torch.compile the tick (inductor). pad_prefix (default: = compile): prepare
+        every snapshot at max_prefix_len keys (padding masked), so shapes depend on the robot
+        count only."""
         m, cfg = expert.model, expert.cfg
         spec = cfg.expert
         self.cfg, self.spec = cfg, spec
@@ -120,6 +123,7 @@ class FusedTick:
         self.eps_row = torch.full((1, 1), cfg.rms_eps, dtype=dt, device=self.device)
         self._cos, self._sin = expert._cos, expert._sin
         self.compiled = bool(compile)
+        self.pad_prefix = self.compiled if pad_prefix is None else bool(pad_prefix)
         self.compile_s: Optional[float] = None
         self._compiled_for = set()
         self._fn = self._tick
@@ -132,6 +136,15 @@ class FusedTick:
         pad = cache.pad.index_select(0, rows)
         next_pos = cache.next_pos.index_select(0, rows)
         b, t_pre = pad.shape
+        if self.pad_prefix and t_pre < self.cfg.max_prefix_len:
+            # Compiled: one prefix length (the longest the config allows, padding masked out),
+            # so a new prompt length never recompiles; only a new robot count does.
+            extra = self.cfg.max_prefix_len - t_pre
+            pad = torch.cat([pad, torch.zeros(b, extra, dtype=torch.bool, device=pad.device)], 1)
+            cache = PrefixCache(keys=[torch.nn.functional.pad(k, (0, 0, 0, 0, 0, extra)) for k in cache.keys],
+                                values=[torch.nn.functional.pad(v, (0, 0, 0, 0, 0, extra)) for v in cache.values],
+                                pad=cache.pad, next_pos=cache.next_pos)
+            t_pre = self.cfg.max_prefix_len
         c = self.cfg.chunk_size
         s = self.ctx + c
         kv, r, hd, h = self.kv_heads, self.group, self.hd, self.heads

@@ -37,6 +37,7 @@ def _pair(force, b, prompts):
     engine, expert = StreamingExpert.build(CFG, force=force)
     cache = engine.prefix([robot_input(10 + i, 2, p) for i, p in enumerate(prompts)])
     rows = torch.arange(len(prompts)).flip(0)[:b]  # a subset of rows, in another order
+    expert.engine_for_tests = engine
     return expert, expert.prepare(cache, rows, plain=True)
 
 
@@ -59,6 +60,22 @@ def test_fused_tick_equals_the_plain_tick(force, b, prompts):
     ref2 = expert.step_plain(kv, state * 0.5, wrench, ref_x, new, (new - 0.1).clamp(min=0))
     got2 = expert.step(kv, state * 0.5, wrench, got_x, new, (new - 0.1).clamp(min=0))
     assert float((got2[0] - ref2[0]).abs().max()) < TOL
+
+
+def test_fused_tick_with_the_prefix_padded_to_its_maximum_equals_the_plain_tick():
+    """The compiled tick's layout (one key count for every prompt length), run eagerly."""
+    from physai_ros.engine.streaming_tick import FusedTick
+
+    expert, kv = _pair("random", 3, [6, 11, 3])
+    expert.fused = FusedTick(expert, pad_prefix=True)
+    cache = expert.engine_for_tests.prefix([robot_input(10 + i, 2, p) for i, p in enumerate([6, 11, 3])])
+    kv = expert.prepare(cache, torch.arange(3).flip(0), plain=True)
+    assert kv.fused.mask_bias.shape[-1] == CFG.max_prefix_len + 1 + 1 + CFG.chunk_size
+    state, wrench, x, tau, new = _inputs(3)
+    ref = expert.step_plain(kv, state, wrench, x, tau, new)
+    got = expert.step(kv, state, wrench, x, tau, new)
+    for r, g in zip(ref, got):
+        assert float((g - r).abs().max()) < TOL
 
 
 def _segments(core, n):
