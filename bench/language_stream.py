@@ -1,0 +1,374 @@
+#!/usr/bin/env python3
+"""OxyGen's comparison (../shared/papers/oxygen-vla-kv-cache, §3 Algorithm 1, §4.2-4.3) on our
+engine, the three ways side by side in ONE run, so the ratios share the machine's state:
+
+  isolated    the paper's "sequential isolated execution": actions and text are separate tasks.
+              Per frame: prefill + denoise for the actions, a second prefill of the same
+              observation for the text, then each robot's text decoded on its own (batch 1,
+              all N tokens, within the frame).
+  shared      cross-task KV sharing ("Ours w/o batching"): one prefill feeds the actions and the
+              texts; the frame's texts finish within the frame, never batched with another
+              frame's. --shared-decode frame (default) decodes the frame's robots together (one
+              batch of R, as the engine batches their actions); `each` decodes them one by one,
+              the paper's single-robot definition for any R.
+  continuous  KV sharing + cross-frame continuous batching: engine.language_frame.run_frame
+              (Algorithm 1 with the f_min floor): k tokens per frame for every active request of
+              every robot and frame in one batch.
+
+Workload (the paper's Fig. 4/6): every frame brings one new observation per robot and every robot
+asks for one new text of N tokens (--budgets) each frame. Greedy, no EOS, so every text runs its
+full budget and token counts do not depend on the weights. In steady state `continuous` holds
+R * ceil(N / k) requests; its first ceil(N / k) frames fill that pipeline and are not timed.
+
+    .venv/bin/python bench/language_stream.py                       # sim_pi0, the full sweep
+    .venv/bin/python bench/language_stream.py --json --out out/language_stream.json
+    .venv/bin/python bench/language_stream.py --preset pi0_2layer --robots 1 --budgets 16,64 --frames 2 --cell-seconds 0
+    python3 bench/language_stream.py --device cuda --preset pi0 --dtype bfloat16 --f-min 0.001
+
+Reports per (robots R, budget N, mode): frames/s (the action frequency; x chunk = actions/s),
+whether it holds --f-min, tokens/s, p50/p99 frame time, the split into actions / text prefill /
+decode, and ratios vs isolated; then, labelled PREDICTED, the roofline lower bound of the same
+cells for the full pi0 on an H100 (language_roofline.py, bench/roofline.py's model), never a
+measurement. Results and the measured tables: docs/language.md.
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import math
+import os
+import statistics
+import sys
+import time
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT))
+sys.path.insert(0, str(ROOT / "bench"))
+
+SHIPPED = ROOT / "physai_ros" / "assets" / "policy" / "sim_pi0"
+MODES = ("isolated", "shared", "continuous")
+CLOCK = time.perf_counter  # --clock cpu: process CPU time (use with --threads 1)
+
+
+def build_engine(args):
+    """The real engine with its fast path prepared for language (Pi0Engine(..., language=True))."""
+    import torch
+
+    from physai_ros.engine import Pi0Config, Pi0Engine
+
+    from physai_ros.engine import random_weights
+
+    dtype = getattr(torch, args.dtype)
+    # Off the CPU, the fast path's preparation makes some tables (the time embedding) with
+    # torch's default device: build under the target device (weights drawn on the CPU first).
+    with torch.device(args.device):
+        if args.checkpoint or args.preset == "sim_pi0":
+            path = args.checkpoint or SHIPPED
+            return Pi0Engine.from_lerobot_checkpoint(path, device=args.device, dtype=dtype, language=True)
+    over = dict(policy="pi05", time_schedule="multiply", rope_style="multiply") if args.policy == "pi05" else {}
+    cfg = Pi0Config.preset(args.preset, **over)
+    with torch.device("cpu"):
+        weights = random_weights(cfg, seed=0)
+    with torch.device(args.device):
+        return Pi0Engine(cfg, weights, device=args.device, dtype=dtype, language=True)
+
+
+def frame_batches(engine, robots: int, views: int, prompt_len: int, count: int, seed: int):
+    """`count` collated frames of `robots` observations (random images, prompt and noise: the
+    timing does not depend on their content), cycled through the run."""
+    import torch
+
+    from physai_ros.engine import EngineInput
+    from physai_ros.engine.batching import collate
+
+    cfg = engine.config
+    gen = torch.Generator().manual_seed(seed)
+    s = cfg.vision.image_size
+    out = []
+    for _ in range(count):
+        with torch.device("cpu"):  # the CPU generator draws them; collate moves them to the engine
+            inputs = [EngineInput(
+                images=torch.rand(views, 3, s, s, generator=gen) * 2 - 1,
+                image_masks=torch.ones(views, dtype=torch.bool),
+                tokens=torch.randint(0, cfg.vocab_size, (prompt_len,), generator=gen),
+                token_mask=torch.ones(prompt_len, dtype=torch.bool),
+                state=torch.randn(cfg.max_state_dim, generator=gen),
+                noise=torch.randn(cfg.chunk_size, cfg.max_action_dim, generator=gen),
+            ) for _ in range(robots)]
+        out.append(collate(inputs, cfg, engine.device, engine.dtype))
+    return out
+
+
+def _last_token(b, row: int) -> int:
+    return int(b.tokens[row][b.token_mask[row]][-1])
+
+
+def _sync(engine) -> None:
+    import torch
+
+    if engine.device.type == "cuda":
+        torch.cuda.synchronize()
+
+
+class Stepper:
+    """One mode's frame: returns (tokens emitted, parts in seconds, extra per-frame facts)."""
+
+    def __init__(self, mode: str, engine, decoder, robots: int, budget: int, k: int, f_min: float,
+                 shared_decode: str):
+        from physai_ros.engine.kv_manager import KVCacheManager
+        from physai_ros.engine.language import SamplingParams
+        from physai_ros.engine.language_frame import DecodeBudget
+
+        self.mode, self.engine, self.dec, self.robots = mode, engine, decoder, robots
+        self.budget, self.shared_decode = budget, shared_decode
+        self.params = SamplingParams(max_tokens=budget)  # greedy, no EOS: every text runs N tokens
+        self.names = [f"robot_{i}" for i in range(robots)]
+        self.n = 0
+        if mode == "continuous":
+            # Room for the steady state (ceil(N / k) live requests per robot, one more arriving)
+            # so nothing is refused for memory unless the f_min floor lowers k below N / depth.
+            self.manager = KVCacheManager(robot_budget_bytes=1 << 40,
+                                          max_requests_per_robot=math.ceil(budget / k) + 1)
+            self.dbudget = DecodeBudget(k_max=k, f_min_hz=f_min)
+
+    def _decode_alone(self, cache, b, rows) -> int:
+        """Each text on its own: batch 1, N steps on one preallocated buffer (batch_requests once,
+        so the baseline pays no per-step re-batching the engine would not do either)."""
+        from physai_ros.engine.language import batch_requests
+
+        n = 0
+        for row in rows:
+            req = self.dec.start(cache, row, _last_token(b, row), self.params, f"{self.mode}{self.n}:{row}")
+            state = batch_requests([req], self.budget)
+            n += sum(len(t) for t in self.dec.decode_batched(state, self.budget))
+        return n
+
+    def frame(self, b):
+        m, e = self.engine.model, self.engine
+        self.n += 1
+        if self.mode == "continuous":
+            from physai_ros.engine.language_frame import run_frame
+
+            ask = {r: self.params for r in self.names}
+            active_before = len(self.manager.active())
+            res = run_frame(e, self.dec, self.manager, self.dbudget, b, self.names, ask, clock=CLOCK)
+            _sync(e)
+            tokens = sum(len(t) for t in res.emitted.values())
+            return tokens, {"actions_s": res.actions_s, "decode_s": res.decode_s}, {
+                "k": res.k, "batch": active_before + len(res.new_requests) - len(res.refused),
+                "refused": len(res.refused)}
+        t0 = CLOCK()
+        cache = m.prefix(b.images, b.image_masks, b.tokens, b.token_mask)
+        m.denoise(cache, b.state, b.noise)
+        _sync(e)
+        t1 = CLOCK()
+        parts = {"actions_s": t1 - t0}
+        if self.mode == "isolated":
+            # The text task's own forward pass over the same observation (batched over the
+            # robots like the action prefill: the only difference is the redundancy).
+            cache = m.prefix(b.images, b.image_masks, b.tokens, b.token_mask)
+            _sync(e)
+            t2 = CLOCK()
+            parts["text_prefill_s"] = t2 - t1
+            t1 = t2
+        rows = range(self.robots)
+        if self.mode == "shared" and self.shared_decode == "frame":
+            from physai_ros.engine.language import batch_requests
+
+            reqs = [self.dec.start(cache, r, _last_token(b, r), self.params, f"shared{self.n}:{r}") for r in rows]
+            tokens = sum(len(t) for t in self.dec.decode_batched(batch_requests(reqs, self.budget), self.budget))
+        else:
+            tokens = self._decode_alone(cache, b, rows)
+        _sync(e)
+        parts["decode_s"] = CLOCK() - t1
+        batch = self.robots if self.mode == "shared" and self.shared_decode == "frame" else 1
+        return tokens, parts, {"k": self.budget, "batch": batch, "refused": 0}
+
+
+def _pct(xs, q):
+    xs = sorted(xs)
+    return xs[min(len(xs) - 1, max(0, math.ceil(q / 100 * len(xs)) - 1))]
+
+
+def _summary(frame_s, toks, parts, extra, untimed, engine, f_min) -> dict:
+    total = sum(frame_s)
+    hz = len(frame_s) / total
+    return {
+        "frames": len(frame_s), "untimed_frames": untimed,
+        "frames_per_s": round(hz, 3), "actions_per_s": round(hz * engine.config.chunk_size, 2),
+        "holds_f_min": hz >= f_min,
+        "frames_within_f_min": round(sum(s <= 1 / f_min for s in frame_s) / len(frame_s), 3),
+        "tokens_per_s": round(toks / total, 1), "tokens": toks,
+        "p50_ms": round(statistics.median(frame_s) * 1e3, 2), "p99_ms": round(_pct(frame_s, 99) * 1e3, 2),
+        "split_ms_per_frame": {k.replace("_s", "_ms"): round(v / len(frame_s) * 1e3, 2) for k, v in parts.items()},
+        "k_mean": round(statistics.mean(extra["k"]), 2), "batch_mean": round(statistics.mean(extra["batch"]), 1),
+        "refused": extra["refused"],
+    }
+
+
+def run_cells(modes, engine, decoder, robots, budget, args, batches) -> dict:
+    """All modes of one (robots, budget) cell, their timed frames interleaved round-robin so a
+    change in the machine's load falls on every mode alike (the ratios are the point)."""
+    steppers = {m: Stepper(m, engine, decoder, robots, budget, args.k, args.f_min, args.shared_decode) for m in modes}
+    # Untimed: warm-up frames, and continuous's pipeline fill (ceil(N / k) frames until the
+    # steady state of R * ceil(N / k) live requests).
+    untimed = {m: args.warmup + (math.ceil(budget / args.k) if m == "continuous" else 0) for m in modes}
+    frame_no = {m: 0 for m in modes}
+    for m, st in steppers.items():
+        for _ in range(untimed[m]):
+            st.frame(batches[frame_no[m] % len(batches)])
+            frame_no[m] += 1
+    rec = {m: ([], [0], {}, {"k": [], "batch": [], "refused": 0}) for m in modes}
+    while True:
+        for m, st in steppers.items():
+            frame_s, toks, parts, extra = rec[m]
+            t0 = CLOCK()
+            n, p, x = st.frame(batches[frame_no[m] % len(batches)])
+            frame_s.append(CLOCK() - t0)
+            frame_no[m] += 1
+            toks[0] += n
+            for key, v in p.items():
+                parts[key] = parts.get(key, 0.0) + v
+            extra["k"].append(x["k"])
+            extra["batch"].append(x["batch"])
+            extra["refused"] += x["refused"]
+        done = len(rec[modes[0]][0])
+        spent = sum(sum(r[0]) for r in rec.values())
+        if done >= args.max_frames or (done >= args.frames and spent >= args.cell_seconds * len(modes)):
+            break
+    out = {}
+    for m in modes:
+        frame_s, toks, parts, extra = rec[m]
+        out[m] = _summary(frame_s, toks[0], parts, extra, untimed[m], engine, args.f_min)
+        print(f"[{m} R{robots} N{budget}] {json.dumps(out[m])}", file=sys.stderr, flush=True)
+    return out
+
+
+def ratios(cells: dict) -> dict:
+    """Each mode vs isolated, same (robots, budget): frames/s, tokens/s, p50 speed-up."""
+    base = cells.get("isolated")
+    out = {}
+    if not base:
+        return out
+    for mode, c in cells.items():
+        if mode == "isolated":
+            continue
+        out[mode] = {"frames_per_s": round(c["frames_per_s"] / base["frames_per_s"], 2),
+                     "tokens_per_s": round(c["tokens_per_s"] / base["tokens_per_s"], 2) if base["tokens_per_s"] else None,
+                     "p50_speedup": round(base["p50_ms"] / c["p50_ms"], 2)}
+    return out
+
+
+def print_table(result: dict, file=sys.stdout) -> None:
+    f_min = result["f_min_hz"]
+    print(f"\n{result['model']} | {result['machine']['device']}, {result['machine']['threads']} threads, "
+          f"clock {result['clock']} | k={result['k']} tokens/frame | f_min={f_min} frames/s", file=file)
+    hdr = (f"{'R':>3} {'N':>4} {'mode':<11} {'frames/s':>9} {'f_min':>5} {'tok/s':>8} {'p50 ms':>9} {'p99 ms':>9}"
+           f" {'batch':>6} {'x fps':>6} {'x tok/s':>7}")
+    print(hdr, file=file)
+    print("-" * len(hdr), file=file)
+    for row in result["cells"]:
+        for mode, c in row["modes"].items():
+            r = row["ratios"].get(mode, {})
+            print(f"{row['robots']:>3} {row['budget']:>4} {mode:<11} {c['frames_per_s']:>9.3f} "
+                  f"{'yes' if c['holds_f_min'] else 'NO':>5} {c['tokens_per_s']:>8.1f} {c['p50_ms']:>9.1f} "
+                  f"{c['p99_ms']:>9.1f} {c['batch_mean']:>6.1f} {r.get('frames_per_s', 1.0):>6.2f} "
+                  f"{r.get('tokens_per_s', 1.0) or 0:>7.2f}", file=file)
+    pred = result.get("gpu_prediction")
+    if pred:
+        print(f"\nPREDICTED, not measured: {pred['label']}", file=file)
+        for row in pred["rows"]:
+            print("  R{robots:>2} N{budget:>3}: ".format(**row) + "  ".join(
+                f"{m} {v['frames_per_s']:.1f} f/s {v['tokens_per_s']:.0f} tok/s" for m, v in row["modes"].items()),
+                file=file)
+
+
+def main(argv=None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--preset", default="sim_pi0",
+                    help="sim_pi0 (the shipped checkpoint) or a Pi0Config preset with random weights "
+                         "(tiny, tiny_mqa, pi0_1layer, pi0_2layer, pi0)")
+    ap.add_argument("--checkpoint", default=None, help="a LeRobot checkpoint directory instead of --preset")
+    ap.add_argument("--policy", choices=("pi0", "pi05"), default="pi0", help="for random-weight presets")
+    ap.add_argument("--robots", default="1,4,16")
+    ap.add_argument("--budgets", default="16,64,256", help="tokens per text request (N)")
+    ap.add_argument("--modes", default=",".join(MODES))
+    ap.add_argument("--k", type=int, default=8, help="continuous: tokens decoded per request per frame (k_max)")
+    ap.add_argument("--f-min", type=float, default=1.0,
+                    help="action-rate floor in frames/s; continuous lowers k to hold it (default 1: the sim "
+                         "fleet's 10-action chunks at 10 Hz last 1 s)")
+    ap.add_argument("--shared-decode", choices=("frame", "each"), default="frame")
+    ap.add_argument("--views", type=int, default=2)
+    ap.add_argument("--prompt-len", type=int, default=48)
+    ap.add_argument("--frames", type=int, default=3, help="timed frames per cell, at least")
+    ap.add_argument("--cell-seconds", type=float, default=2.0, help="more timed frames until this much time")
+    ap.add_argument("--max-frames", type=int, default=30)
+    ap.add_argument("--warmup", type=int, default=1, help="untimed frames per cell (continuous adds its fill)")
+    ap.add_argument("--threads", type=int, default=2)
+    ap.add_argument("--clock", choices=("wall", "cpu"), default="wall")
+    ap.add_argument("--device", default="cpu")
+    ap.add_argument("--dtype", default="float32")
+    ap.add_argument("--no-prediction", action="store_true", help="skip the roofline GPU prediction")
+    ap.add_argument("--json", action="store_true", help="print the result as one JSON object (table to stderr)")
+    ap.add_argument("--out", default=None, help="also write the JSON result here")
+    args = ap.parse_args(argv)
+
+    import torch
+
+    global CLOCK
+    torch.set_num_threads(args.threads)
+    CLOCK = time.process_time if args.clock == "cpu" else time.perf_counter
+    engine = build_engine(args)
+    decoder = engine.language_decoder()
+    cfg = engine.config
+    if engine.device.type == "cuda":
+        # The language path builds its masks, positions and batched buffers with torch's default
+        # device (engine/language.py): point it at the GPU once the engine and inputs are built.
+        torch.set_default_device(engine.device)
+    robots = [int(x) for x in args.robots.split(",") if x]
+    budgets = [int(x) for x in args.budgets.split(",") if x]
+    modes = [m for m in args.modes.split(",") if m]
+    bad = [m for m in modes if m not in MODES]
+    if bad or args.k < 1:
+        ap.error(f"unknown modes {bad} (known: {', '.join(MODES)})" if bad else "--k must be >= 1")
+    prompt_len = min(args.prompt_len, cfg.max_tokens)
+    name = args.checkpoint or (str(SHIPPED.relative_to(ROOT)) if args.preset == "sim_pi0" else f"{args.preset} (random weights)")
+    result = {
+        "model": f"{name}: vlm width {cfg.vlm.width} x {cfg.vlm.depth} layers, vocab {cfg.vocab_size}, "
+                 f"{args.views} views x {cfg.vision.num_tokens} + {prompt_len} prompt tokens, {cfg.policy}",
+        "machine": {"device": str(engine.device) if engine.device.type != "cpu" else f"cpu ({os.cpu_count()} cores)",
+                    "threads": args.threads, "load_avg_start": os.getloadavg(), "torch": torch.__version__},
+        "clock": args.clock, "k": args.k, "f_min_hz": args.f_min, "shared_decode": args.shared_decode,
+        "workload": "one new observation and one new N-token text request per robot per frame (paper Fig. 4)",
+        "cells": [],
+    }
+    t_start = time.perf_counter()
+    with torch.no_grad():  # as the engine's own prefix/denoise/decoders run
+        for r in robots:
+            batches = frame_batches(engine, r, args.views, prompt_len, 2, seed=r)
+            for n in budgets:
+                cells = run_cells(modes, engine, decoder, r, n, args, batches)
+                result["cells"].append({"robots": r, "budget": n, "modes": cells, "ratios": ratios(cells)})
+                _write(args.out, result)  # after every cell: a run cut short keeps what it measured
+    result["seconds"] = round(time.perf_counter() - t_start, 1)
+    result["machine"]["load_avg_end"] = os.getloadavg()
+    if not args.no_prediction:
+        import language_roofline
+
+        result["gpu_prediction"] = language_roofline.predict(robots, budgets, args.k, args.views, prompt_len)
+    print_table(result, file=sys.stderr if args.json else sys.stdout)
+    if args.json:
+        print(json.dumps(result))
+    _write(args.out, result)
+    return 0
+
+
+def _write(path, result) -> None:
+    if path:
+        Path(path).parent.mkdir(parents=True, exist_ok=True)
+        Path(path).write_text(json.dumps(result, indent=1) + "\n")
+
+
+if __name__ == "__main__":
+    sys.exit(main())
