@@ -97,6 +97,8 @@ def dense_nodes(token_due: np.ndarray, token_values: np.ndarray, token_final: np
     j1 = np.minimum(j + 1, n - 1)
     v = np.asarray(token_values, dtype=np.float64)
     pos = (v[j1] - v[j]) * (s - j)[:, None] + v[j]
-    lo = np.clip(np.floor(s + eps).astype(np.int64), 0, n - 1)
-    hi = np.clip(np.ceil(s - eps).astype(np.int64), 0, n - 1)
+    # s lies in [0, n - 1] (interp clamps), so these stay in range; min / max only guard
+    # (np.clip's Python wrapper costs more than the rest of this line).
+    lo = np.minimum(np.floor(s + eps).astype(np.int64), n - 1)
+    hi = np.maximum(np.ceil(s - eps).astype(np.int64), 0)
     return ticks, pos, token_final[lo] & token_final[hi]
