@@ -50,8 +50,13 @@ def test_fleet_demo_runs_and_reports(tmp_path):
     text = out.stdout.decode(errors="replace") + out.stderr.decode(errors="replace")
     assert out.returncode == 0, text[-4000:]
     assert "robot_0 [pick_and_place]" in text and "robot_1 [reach]" in text
+    # No policy server, so nothing speaks, and the summary says so plainly.
+    assert "physai-fleet: language" in text
+    assert "  robot_0: said nothing: --scripted: no policy server" in text, text[-4000:]
     report = json.loads(summary.read_text())
     assert len(report["robots"]) == 2
+    assert report["language"]["robot_1"] == {"question": None, "texts": [], "subtask_answers_judged": 0,
+                                             "subtask_answers_agreeing": 0}
     for r in report["robots"]:
         assert r["chunks_executed"] > 0, r
         assert all(r["counts"][k] > 0 for k in ("joint_states", "camera_0/image_raw", "camera_1/image_raw",
@@ -112,6 +117,12 @@ def test_fleet_default_serves_robots_through_the_policy_server(tmp_path):
     assert out.returncode == 0, text[-4000:]
     report = json.loads(summary.read_text())
     assert [r["id"] for r in report["robots"]] == ["robot_0", "robot_1"]
+    # Both tasks ask their subtask: the language section has a line per robot, texts or not
+    # (how many arrive in 20 s depends on the machine; their pairing is tested in test/fleet).
+    section = text[text.index("physai-fleet: language"):]
+    assert "  robot_0: " in section and "  robot_1: " in section, section
+    assert set(report["language"]) == {"robot_0", "robot_1"}
+    assert report["language"]["robot_0"]["question"] == "what is the current subtask?"
     for r in report["robots"]:
         for key in ("rounds", "chunks_executed", "latency_ms_p50", "latency_ms_p99", "slo_misses",
                     "refused_inputs", "tasks_completed"):
