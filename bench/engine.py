@@ -8,6 +8,10 @@ inputs, fp32 on this CPU.
     .venv/bin/python bench/engine.py --compile --clock cpu --threads 1 --json   # eager vs torch.compile
     .venv/bin/python bench/engine.py --policy pi05 --clock cpu --threads 1 --no-full-rss --json
         # pi0.5: ours vs LeRobot 0.6.1's PI05 (.venv-lerobot06)
+    .venv/bin/python bench/engine.py --profile 25 --presets pi0_2layer --threads 1
+        # torch.profiler op tables (self CPU, grouped by input shape) of the fast path's prefix
+        # and denoise and of LeRobot's sample_actions, headline case; op counts and shapes are
+        # what to compare (the profiler's own overhead inflates the times)
 
 Reports, per preset and per (batch, views) case, prefix and denoise times (median of --repeats
 runs after one warm-up) for each implementation; per preset the headline case (batch 1, 2 views,
@@ -223,6 +227,72 @@ def _child_rss(mode: str, ckpt: str) -> None:
     print(json.dumps({"peak_rss_gb": round(peak_kb * 1024 / 1e9, 2)}))
 
 
+_LEROBOT_PROFILE = """
+import sys
+sys.path.insert(0, {here!r})
+import torch
+torch.set_num_threads({threads})
+import lerobot_compat as lc, reference
+from torch.profiler import profile, ProfilerActivity
+spec = reference.spec_for({preset!r})
+policy = reference.build_policy(spec, 0, randomize=False)
+gen = torch.Generator().manual_seed(0)
+s, b = spec.sizes.image_size, {batch}
+images = [torch.rand(b, 3, s, s, generator=gen) * 2 - 1 for _ in range({views})]
+masks = [torch.ones(b, dtype=torch.bool) for _ in range({views})]
+tokens = torch.randint(1, spec.sizes.vocab_size, (b, {prompt}), generator=gen)
+args = (images, masks, tokens, torch.ones(b, {prompt}, dtype=torch.bool),
+        torch.randn(b, spec.max_state_dim, generator=gen))
+noise = torch.randn(b, spec.chunk_size, spec.max_action_dim, generator=gen)
+with torch.no_grad():
+    policy.model.sample_actions(*args, noise=noise.clone())
+    with profile(activities=[ProfilerActivity.CPU], record_shapes=True) as prof:
+        policy.model.sample_actions(*args, noise=noise.clone())
+print(prof.key_averages(group_by_input_shape=True).table(sort_by="self_cpu_time_total", row_limit={rows},
+      max_name_column_width=32, max_shapes_column_width=70))
+"""
+
+
+def profile_tables(presets, batch: int, views: int, rows: int, threads: int) -> None:
+    """Print torch.profiler tables (self CPU time, grouped by op and input shapes) of the fast
+    path's prefix and denoise and of LeRobot 0.3.2's whole sample_actions (pi0 only) on
+    random weights, after one warm-up call each."""
+    import torch
+    from torch.profiler import ProfilerActivity, profile
+
+    from physai_ros.engine import Pi0Engine
+    from physai_ros.engine.batching import collate
+
+    def table(prof):
+        return prof.key_averages(group_by_input_shape=True).table(
+            sort_by="self_cpu_time_total", row_limit=rows, max_name_column_width=32, max_shapes_column_width=70)
+
+    for preset in presets:
+        cfg = bench_config(preset)
+        m = Pi0Engine(cfg).model
+        b = collate(_inputs(cfg, batch, views), cfg, "cpu", torch.float32)
+        args = (b.images, b.image_masks, b.tokens, b.token_mask)
+        with torch.no_grad():
+            cache = m.prefix(*args)
+            m.denoise(cache, b.state, b.noise)
+            with profile(activities=[ProfilerActivity.CPU], record_shapes=True) as prof:
+                cache = m.prefix(*args)
+            print(f"== {preset} fast prefix b{batch} v{views} ({type(m).__name__}, packed={m.packed})\n{table(prof)}")
+            with profile(activities=[ProfilerActivity.CPU], record_shapes=True) as prof:
+                m.denoise(cache, b.state, b.noise)
+            print(f"== {preset} fast denoise b{batch} v{views}\n{table(prof)}")
+        if POLICY != "pi0":
+            continue
+        from reference_venvs import venv_python
+
+        code = _LEROBOT_PROFILE.format(here=str(ROOT / "scripts" / "lerobot_reference"), threads=threads,
+                                       preset=preset, batch=batch, views=views, prompt=PROMPT_LEN, rows=rows)
+        env = {k: v for k, v in os.environ.items() if not k.startswith(("PYTHON", "VIRTUAL_ENV"))}
+        p = subprocess.run([str(venv_python("0.3.2")), "-c", code], capture_output=True, text=True, env=env, timeout=3600)
+        out = p.stdout if p.returncode == 0 else p.stderr[-2000:]
+        print(f"== {preset} LeRobot 0.3.2 sample_actions (prefix + denoise) b{batch} v{views}\n{out}")
+
+
 def compile_comparison(presets, cases, reps: int, warm: int) -> dict:
     """Fast path eager vs the same model with torch.compile (inductor) of prefix and denoise:
     same weights (one model object), same inputs. The first compiled call per shape is the
@@ -296,6 +366,9 @@ def main() -> int:
     ap.add_argument("--compile", action="store_true",
                     help="only compare the fast path eager vs torch.compile (presets x --compile-cases)")
     ap.add_argument("--compile-cases", default="1x1,1x2", help="batch x views cases for --compile")
+    ap.add_argument("--profile", type=int, metavar="ROWS", default=0,
+                    help="only print torch.profiler op tables (top ROWS by self CPU time, by input shape) of "
+                         "the fast path's prefix and denoise and of LeRobot's sample_actions, headline case")
     ap.add_argument("--_write-checkpoint", nargs=2, help=argparse.SUPPRESS)
     ap.add_argument("--_rss", nargs=2, help=argparse.SUPPRESS)
     args = ap.parse_args()
@@ -312,6 +385,9 @@ def main() -> int:
     global CLOCK, POLICY
     CLOCK = time.process_time if args.clock == "cpu" else time.perf_counter
     POLICY = args.policy
+    if args.profile:
+        profile_tables([p for p in args.presets.split(",") if p], HEADLINE[0], HEADLINE[1], args.profile, args.threads)
+        return 0
     if args.compile:
         cc = [tuple(map(int, c.split("x"))) for c in args.compile_cases.split(",")]
         result = {"clock": args.clock, "threads": args.threads, "load_avg_start": os.getloadavg(),

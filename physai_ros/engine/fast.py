@@ -13,20 +13,26 @@ Rewrites, each checked against the plain path in test/engine/test_fast_equivalen
 - the VLM's last layer computes only K and V (nothing reads its output);
 - the state token does not see the action tokens (block-causal), so its K/V per expert layer
   are computed once per denoise call instead of once per step; the prefix KV cache is computed
-  once and read by all steps from static buffers that the action tokens' K/V are written into.
+  once and read by all steps from static buffers that the action tokens' K/V are written into;
+- on the CPU in fp32 (backend "torch"), the layers' weights are prepacked once for oneDNN
+  (physai_ros.kernels.onednn): torch's `mm` calls MKL, which repacks every weight per call and
+  is slow on AMD; bias, GELU / SiLU, the residual add and the gated FFN's product run in the
+  GEMM epilogue. SigLIP's and the VLM's dense layer weights are dropped once packed (nothing
+  else reads them); the expert keeps its dense ones for real-time chunking's autograd;
+- attention skips the mask when every key is valid (no padding in the batch).
 
-All GEMMs and gated FFNs go through physai_ros.kernels.ops with `backend=` passed through.
+All other GEMMs and gated FFNs go through physai_ros.kernels.ops with `backend=` passed through.
 """
 from __future__ import annotations
 
 import math
 from dataclasses import dataclass
-from typing import List, Optional, Tuple
+from typing import Dict, List, Optional, Tuple
 
 import torch
 import torch.nn.functional as F
 
-from physai_ros.kernels import ops
+from physai_ros.kernels import onednn, ops
 
 from .model import MASK_VALUE, rope_angles, sincos_time_embedding
 from .params import Weights
@@ -36,22 +42,36 @@ from .types import GemmaSpec, Pi0Config, PrefixCache
 
 @dataclass
 class VisionLayer:
-    w_qkv: torch.Tensor
+    w_qkv: Optional[torch.Tensor]  # dense weights: None once packed (`packed` holds them)
     b_qkv: torch.Tensor
-    w_o: torch.Tensor
+    w_o: Optional[torch.Tensor]
     b_o: torch.Tensor
-    w_fc1: torch.Tensor
+    w_fc1: Optional[torch.Tensor]
     b_fc1: torch.Tensor
-    w_fc2: torch.Tensor
+    w_fc2: Optional[torch.Tensor]
     b_fc2: torch.Tensor
+    packed: Optional[Dict[str, torch.Tensor]] = None  # oneDNN weights: qkv, o, fc1, fc2
 
 
 @dataclass
 class GemmaLayer:
-    w_qkv: torch.Tensor  # [(H + 2 KV) hd, D], (1 + ln_attn) folded, Q rows pre-scaled
-    w_o: Optional[torch.Tensor]  # None: the layer only produces K/V
+    w_qkv: Optional[torch.Tensor]  # [(H + 2 KV) hd, D], (1 + ln_attn) folded, Q rows pre-scaled
+    w_o: Optional[torch.Tensor]  # None (and kv_only): the layer only produces K/V
     w_gate_up: Optional[torch.Tensor]  # [2 F, D], (1 + ln_mlp) folded
     w_down: Optional[torch.Tensor]
+    kv_only: bool = False
+    # oneDNN weights (onednn.pack): qkv, o, gate, up, down (kv only: qkv). Where the dense ones
+    # are None, only these exist.
+    packed: Optional[Dict[str, torch.Tensor]] = None
+
+    def pack(self, drop_dense: bool) -> None:
+        dense = {"qkv": self.w_qkv}
+        if not self.kv_only:
+            f = self.w_gate_up.shape[0] // 2
+            dense.update(o=self.w_o, gate=self.w_gate_up[:f], up=self.w_gate_up[f:], down=self.w_down)
+        self.packed = {k: onednn.pack(w) for k, w in dense.items()}
+        if drop_dense:
+            self.w_qkv = self.w_o = self.w_gate_up = self.w_down = None
 
 
 def _take(w: Weights, name: str, consume: bool) -> torch.Tensor:
@@ -71,11 +91,12 @@ def _fold_ln(weight: torch.Tensor, bias: Optional[torch.Tensor], g: torch.Tensor
 
 class FastPi0:
     def __init__(self, config: Pi0Config, weights: Weights, backend: str = "torch", consume: bool = False,
-                 dtype: Optional[torch.dtype] = None, language: bool = False):
+                 dtype: Optional[torch.dtype] = None, language: bool = False, pack: Optional[bool] = None):
         """Prepare from plain weights. consume=True pops every folded tensor from `weights` as it
         goes, so a full-size model never exists twice in memory. language=True keeps what text
         decoding on the prefix cache needs (language.FastLanguage): the VLM's final norm and its
-        last layer whole (without it that layer computes K/V only)."""
+        last layer whole (without it that layer computes K/V only). pack: prepack the layers'
+        weights for oneDNN (None: wherever it runs, i.e. backend "torch", CPU, fp32)."""
         config.validate()
         self.cfg = cfg = config
         self.backend = backend
@@ -128,7 +149,8 @@ class FastPi0:
             full = self.vlm_layers[-1]
             q_rows = cfg.vlm.num_heads * cfg.vlm.head_dim
             self.vlm_last_full = full
-            self.vlm_layers[-1] = GemmaLayer(w_qkv=full.w_qkv[q_rows:], w_o=None, w_gate_up=None, w_down=None)
+            self.vlm_layers[-1] = GemmaLayer(w_qkv=full.w_qkv[q_rows:], w_o=None, w_gate_up=None, w_down=None,
+                                             kv_only=True)
         self._prepare_expert(weights, c)
 
         # RoPE tables for every position a prefix + state + chunk can reach.
@@ -137,6 +159,33 @@ class FastPi0:
         emb = torch.cat([ang, ang], dim=-1)
         self.rope_cos = emb.cos().to(dt).to(self.device)
         self.rope_sin = emb.sin().to(dt).to(self.device)
+
+        if pack is None:
+            pack = backend == "torch" and onednn.supported(self.device, dt)
+        elif pack and not onednn.supported(self.device, dt):
+            raise ValueError(f"pack=True needs fp32 weights on a CPU with oneDNN, got {dt} on {self.device}")
+        self.packed = bool(pack)
+        self.packed_misc: Dict[str, torch.Tensor] = {}
+        if self.packed:
+            self._pack()
+
+    def _pack(self) -> None:
+        """Prepack for oneDNN: SigLIP's and the VLM's layers replace their dense weights (only
+        the packed path reads them); the expert's layers keep theirs (real-time chunking
+        differentiates through them)."""
+        for L in self.vision_layers:
+            L.packed = {k: onednn.pack(getattr(L, "w_" + k)) for k in ("qkv", "o", "fc1", "fc2")}
+            L.w_qkv = L.w_o = L.w_fc1 = L.w_fc2 = None
+        for layer in self.vlm_layers + ([self.vlm_last_full] if self.vlm_last_full is not None else []):
+            layer.pack(drop_dense=True)
+        for layer in self.expert_layers:
+            self._pack_expert_layer(layer)
+        for name in ("patch_w", "proj_w", "act_out_w"):
+            if getattr(self, name, None) is not None:
+                self.packed_misc[name] = onednn.pack(getattr(self, name))
+
+    def _pack_expert_layer(self, layer) -> None:
+        layer.pack(drop_dense=False)
 
     def _prepare_expert(self, weights: Weights, c: bool) -> None:
         """The action expert's layers, head and tail (pi0: state token and action-time MLP)."""
@@ -175,7 +224,7 @@ class FastPi0:
             del q
             o, gate, up, down = (_take(w, p + n, c) for n in ("o", "gate", "up", "down"))
             if last_kv:
-                layers.append(GemmaLayer(w_qkv=w_qkv, w_o=None, w_gate_up=None, w_down=None))
+                layers.append(GemmaLayer(w_qkv=w_qkv, w_o=None, w_gate_up=None, w_down=None, kv_only=True))
                 continue
             gu = _fold_rms(torch.cat([gate, up]), ln_m).to(dt)
             del gate, up
@@ -191,21 +240,46 @@ class FastPi0:
         return x * cos[:, :, None] + rot * sin[:, :, None]
 
     def _attention(self, q, k, v, mask, backend: Optional[str] = None):
-        """q [B, Tq, H, D] (scale folded into W_q), k/v [B, Tk, KV, D], mask bool [B, Tq, Tk].
-        The torch backend uses a lean grouped matmul (no K/V repeat, no fp32 round trip): on the
-        CPU the reference op's validation and upcasts cost more than the tiny attention itself."""
+        """q [B, Tq, H, D] (scale folded into W_q), k/v [B, Tk, KV, D], mask bool [B, Tq, Tk] or
+        None (every key valid for every query). The torch backend uses a lean grouped matmul (no
+        K/V repeat, no fp32 round trip): on the CPU the reference op's validation and upcasts
+        cost more than the tiny attention itself. Query rows are token-major within a KV group,
+        so with one KV head (pi0) q and the output need no transposed copy."""
         be = backend or self.backend
-        if be != "torch":
-            return ops.attention(q, k, v, mask, 1.0, backend=be)
         b, tq, h, d = q.shape
+        if be != "torch":
+            if mask is None:
+                mask = torch.ones(b, tq, k.shape[1], dtype=torch.bool, device=q.device)
+            return ops.attention(q, k, v, mask, 1.0, backend=be)
         kv = k.shape[2]
         r = h // kv
-        qg = q.permute(0, 2, 1, 3).reshape(b, kv, r * tq, d)
-        s = torch.matmul(qg, k.permute(0, 2, 3, 1)).view(b, kv, r, tq, -1)
-        s = s.masked_fill(~mask[:, None, None], MASK_VALUE)
+        if kv == 1 and self.packed and not (torch.is_grad_enabled() and q.requires_grad):
+            return self._attention_onednn(q, k, v, mask)
+        qg = q.reshape(b, 1, tq * h, d) if kv == 1 else q.view(b, tq, kv, r, d).transpose(1, 2).reshape(b, kv, tq * r, d)
+        s = torch.matmul(qg, k.permute(0, 2, 3, 1))
+        if mask is not None:
+            s.view(b, kv, tq, r, -1).masked_fill_(~mask[:, None, :, None], MASK_VALUE)
         p = torch.softmax(s, dim=-1, dtype=torch.float32).to(q.dtype)
-        o = torch.matmul(p.view(b, kv, r * tq, -1), v.permute(0, 2, 1, 3))
-        return o.view(b, kv, r, tq, d).permute(0, 3, 1, 2, 4).reshape(b, tq, h, d)
+        o = torch.matmul(p, v.permute(0, 2, 1, 3))  # [B, KV, Tq * r, D]
+        if kv == 1:
+            return o.view(b, tq, h, d)
+        return o.view(b, kv, tq, r, d).transpose(1, 2).reshape(b, tq, h, d)
+
+    @staticmethod
+    def _attention_onednn(q, k, v, mask):
+        """_attention for one KV head on the CPU: per robot, the scores q K^T as a oneDNN
+        product with K [Tk, D] as the (unpacked) weight, which runs ~1.5x faster than MKL's
+        batched matmul at pi0's shapes ([400, 256] x [256, 611]); softmax; P V with matmul."""
+        b, tq, h, d = q.shape
+        out = torch.empty(b, tq, h, d, dtype=q.dtype, device=q.device)
+        for i in range(b):
+            s = torch.ops.mkldnn._linear_pointwise(q[i].reshape(tq * h, d), k[i, :, 0].contiguous(), None,
+                                                   "none", [], "")
+            if mask is not None:
+                s.view(tq, h, -1).masked_fill_(~mask[i][:, None, :], MASK_VALUE)
+            p = torch.softmax(s, dim=-1, dtype=torch.float32).to(q.dtype)
+            torch.matmul(p, v[i, :, 0], out=out[i].view(tq * h, d))
+        return out
 
     def _normed(self, x, backend: Optional[str] = None):
         """(input, row_scale) for a GEMM whose weight carries the folded norm affine. A fused
@@ -217,27 +291,71 @@ class FastPi0:
             return x * rs.unsqueeze(-1).to(x.dtype), None
         return x, rs
 
-    def _kv_only(self, w_kv, spec: GemmaSpec, x, cos, sin):
-        """K (with RoPE) and V of a layer whose outputs nobody reads."""
+    @staticmethod
+    def _no_padding(pad: torch.Tensor) -> bool:
+        """Every key valid (attention can skip the mask). CPU only: on CUDA the check would
+        synchronise (and break graph capture), so there the mask is always applied."""
+        return pad.device.type == "cpu" and bool(pad.all())
+
+    @staticmethod
+    def _packed_for(packed: Optional[Dict[str, torch.Tensor]], x: torch.Tensor, be: str):
+        """The oneDNN weights where they serve this call: torch backend and nothing to
+        differentiate (real-time chunking's guided step runs the dense torch ops)."""
+        if packed is None or be != "torch" or (x.requires_grad and torch.is_grad_enabled()):
+            return None
+        return packed
+
+    def _kv_only(self, w_kv, spec: GemmaSpec, x, cos, sin, packed: Optional[torch.Tensor] = None):
+        """K (with RoPE) and V of a layer whose outputs nobody reads. packed: w_kv for oneDNN."""
         b, t, _ = x.shape
         xin, rs = self._normed(x)
-        kv = ops.linear(xin, w_kv, row_scale=rs, backend=self.backend).view(b, t, 2 * spec.num_kv_heads, spec.head_dim)
+        if packed is not None and self._packed_for({"kv": packed}, x, self.backend) is not None:
+            kv = onednn.linear(xin, packed)
+        else:
+            kv = ops.linear(xin, w_kv, row_scale=rs, backend=self.backend)
+        kv = kv.view(b, t, 2 * spec.num_kv_heads, spec.head_dim)
         return self._rope(kv[:, :, : spec.num_kv_heads], cos, sin), kv[:, :, spec.num_kv_heads:]
+
+    def _qkv_packed(self, w: torch.Tensor, xin, cos, sin, spec: GemmaSpec):
+        """ops.qkv_rope's torch path with the GEMM on a oneDNN weight."""
+        b, t, _ = xin.shape
+        h, kv = spec.num_heads, spec.num_kv_heads
+        qkv = onednn.linear(xin, w).view(b, t, h + 2 * kv, spec.head_dim)
+        return self._rope(qkv[:, :, :h], cos, sin), self._rope(qkv[:, :, h:h + kv], cos, sin), qkv[:, :, h + kv:]
 
     def _gemma_block(self, layer: GemmaLayer, spec: GemmaSpec, x, cos, sin, kv_sink, backend: Optional[str] = None):
         """One decoder layer over x [B, T, D]. kv_sink(k, v) stores this layer's K/V
-        [B, T, KV, hd] and returns (keys, values, mask) to attend over. backend: override the
-        engine's (RTC's differentiable step runs the torch ops)."""
+        [B, T, KV, hd] and returns (keys, values, mask) to attend over (mask None: all valid).
+        backend: override the engine's (RTC's differentiable step runs the torch ops)."""
         be = backend or self.backend
+        pk = self._packed_for(layer.packed, x, be)
         xin, rs = self._normed(x, be)
-        q, k, v = ops.qkv_rope(xin, layer.w_qkv, cos, sin, spec.num_heads, spec.num_kv_heads, spec.head_dim,
-                               row_scale=rs, backend=be)
+        if pk is not None:
+            q, k, v = self._qkv_packed(pk["qkv"], xin, cos, sin, spec)
+        else:
+            q, k, v = ops.qkv_rope(xin, layer.w_qkv, cos, sin, spec.num_heads, spec.num_kv_heads, spec.head_dim,
+                                   row_scale=rs, backend=be)
         k_all, v_all, mask = kv_sink(k, v)
-        a = self._attention(q, k_all, v_all, mask, be)
-        x = ops.linear(a.reshape(x.shape[0], x.shape[1], -1), layer.w_o, residual=x, backend=be)
+        a = self._attention(q, k_all, v_all, mask, be).reshape(x.shape[0], x.shape[1], -1)
+        if pk is not None:
+            x = onednn.linear(a, pk["o"], residual=x)
+            xin, _ = self._normed(x, be)
+            # gelu(x W_gate) * (x W_up): each product's epilogue does the elementwise work.
+            f = onednn.linear(xin, pk["up"], mul=onednn.linear(xin, pk["gate"], activation="gelu_tanh"))
+            return onednn.linear(f, pk["down"], residual=x)
+        x = ops.linear(a, layer.w_o, residual=x, backend=be)
         xin, rs = self._normed(x, be)
         f = ops.gated_ffn(xin, layer.w_gate_up, row_scale=rs, activation="gelu_tanh", backend=be)
         return ops.linear(f, layer.w_down, residual=x, backend=be)
+
+    def _misc_linear(self, name: str, x, bias=None, *, activation=None, residual=None, backend: Optional[str] = None):
+        """ops.linear on the model weight `name` (e.g. "proj_w"), through its oneDNN copy where
+        there is one and it serves this call."""
+        be = backend or self.backend
+        pk = self._packed_for(self.packed_misc, x, be)
+        if pk is not None and name in pk:
+            return onednn.linear(x, pk[name], bias, activation=activation, residual=residual)
+        return ops.linear(x, getattr(self, name), bias, activation=activation, residual=residual, backend=be)
 
     # Public name for other modules (streaming) that run single decoder layers.
     gemma_block = _gemma_block
@@ -249,20 +367,29 @@ class FastPi0:
         p, n = cfg.vision.patch_size, images.shape[0]
         g = cfg.vision.image_size // p
         patches = images.to(self.dtype).reshape(n, 3, g, p, g, p).permute(0, 2, 4, 1, 3, 5).reshape(n, g * g, 3 * p * p)
-        x = ops.linear(patches, self.patch_w, self.patch_b, residual=self.pos.expand(n, -1, -1), backend=be)
+        x = self._misc_linear("patch_w", patches, self.patch_b, residual=self.pos.expand(n, -1, -1))
         d, t = x.shape[-1], x.shape[1]
         hh, hd = self.v_heads, self.v_hd
-        everything = torch.ones(n, t, t, dtype=torch.bool, device=x.device)
         for L in self.vision_layers:
+            pk = self._packed_for(L.packed, x, be)
             h = F.layer_norm(x, (d,), eps=cfg.layer_norm_eps)
-            qkv = ops.linear(h, L.w_qkv, L.b_qkv, backend=be).view(n, t, 3, hh, hd)
-            a = self._attention(qkv[:, :, 0], qkv[:, :, 1], qkv[:, :, 2], everything)
-            x = ops.linear(a.reshape(n, t, d), L.w_o, L.b_o, residual=x, backend=be)
+            if pk is not None:
+                qkv = onednn.linear(h, pk["qkv"], L.b_qkv).view(n, t, 3, hh, hd)
+            else:
+                qkv = ops.linear(h, L.w_qkv, L.b_qkv, backend=be).view(n, t, 3, hh, hd)
+            a = self._attention(qkv[:, :, 0], qkv[:, :, 1], qkv[:, :, 2], None).reshape(n, t, d)
+            if pk is not None:
+                x = onednn.linear(a, pk["o"], L.b_o, residual=x)
+                h = F.layer_norm(x, (d,), eps=cfg.layer_norm_eps)
+                h = onednn.linear(h, pk["fc1"], L.b_fc1, activation="gelu_tanh")
+                x = onednn.linear(h, pk["fc2"], L.b_fc2, residual=x)
+                continue
+            x = ops.linear(a, L.w_o, L.b_o, residual=x, backend=be)
             h = F.layer_norm(x, (d,), eps=cfg.layer_norm_eps)
             h = ops.linear(h, L.w_fc1, L.b_fc1, activation="gelu_tanh", backend=be)
             x = ops.linear(h, L.w_fc2, L.b_fc2, residual=x, backend=be)
         x = F.layer_norm(x, (d,), eps=cfg.layer_norm_eps)
-        return ops.linear(x, self.proj_w, self.proj_b, backend=be)
+        return self._misc_linear("proj_w", x, self.proj_b)
 
     @torch.no_grad()
     def prefix(self, images, image_masks, tokens, token_mask) -> PrefixCache:
@@ -275,7 +402,7 @@ class FastPi0:
         pad = torch.cat([image_masks[:, :, None].expand(b, nv, npatch).reshape(b, -1), token_mask], dim=1)
         pos = (torch.cumsum(pad.long(), dim=1) - 1).clamp(min=0)
         cos, sin = self.rope_cos[pos], self.rope_sin[pos]
-        mask = pad[:, None, :] & pad[:, :, None]
+        mask = None if self._no_padding(pad) else pad[:, None, :] & pad[:, :, None]
         keys, values = [], []
 
         def sink(k, v):
@@ -284,8 +411,8 @@ class FastPi0:
             return k, v, mask
 
         for layer in self.vlm_layers:
-            if layer.w_o is None:
-                sink(*self._kv_only(layer.w_qkv, spec, x, cos, sin))
+            if layer.kv_only:
+                sink(*self._kv_only(layer.w_qkv, spec, x, cos, sin, None if layer.packed is None else layer.packed["qkv"]))
             else:
                 x = self._gemma_block(layer, spec, x, cos, sin, sink)
         return PrefixCache(keys=keys, values=values, pad=pad, next_pos=pad.long().sum(1))
@@ -296,7 +423,7 @@ class FastPi0:
         sink_of(i) is layer i's kv_sink."""
         be = backend
         h = ops.linear(xt.to(self.dtype), self.act_w, self.act_b_table[s], activation="silu", backend=be)
-        h = ops.linear(h, self.act_out_w, self.act_out_b, backend=be)
+        h = self._misc_linear("act_out_w", h, self.act_out_b, backend=be)
         for i, layer in enumerate(self.expert_layers):
             h = self._gemma_block(layer, self.cfg.expert, h, cos, sin, sink_of(i), be)
         hin, rs = self._normed(h, be)
@@ -320,8 +447,10 @@ class FastPi0:
             kbuf[i][:, :t_pre] = cache.keys[i]
             vbuf[i][:, :t_pre] = cache.values[i]
         valid = torch.cat([cache.pad, torch.ones(b, 1 + chunk, dtype=torch.bool, device=dev)], dim=1)
-        mask_state = valid[:, None, : t_pre + 1]
         mask_act = valid[:, None, :].expand(b, chunk, total)
+        # No padded key anywhere in the batch: attend without a mask (the sinks return None).
+        mask_state = None if self._no_padding(cache.pad) else valid[:, None, : t_pre + 1]
+        sink_mask = None if mask_state is None else mask_act
 
         # 1) the state token, once: it sees the prefix and itself, never the actions.
         spos = cache.next_pos[:, None]
@@ -345,7 +474,7 @@ class FastPi0:
             def sink(k, v):
                 kbuf[i][:, t_pre + 1:] = k
                 vbuf[i][:, t_pre + 1:] = v
-                return kbuf[i], vbuf[i], mask_act
+                return kbuf[i], vbuf[i], sink_mask
             return sink
 
         # The action tokens' K/V follow the prefix and the state: t_pre + 1 static rows.

@@ -11,7 +11,10 @@ action expert's rewrites, each checked against PlainPi05 in test/engine/test_pi0
   step, so it stays on the activation (folding it would mean a copy of the weight per step);
 - Q, K, V fused into one matmul with the attention scale folded into Q; gate and up fused;
 - the gated residuals are one addcmul each;
-- the prefix KV cache is copied once into static buffers that each step's action K/V overwrite.
+- the prefix KV cache is copied once into static buffers that each step's action K/V overwrite;
+- on the CPU in fp32 the expert's weights are also prepacked for oneDNN (FastPi0._pack; the
+  dense ones stay for real-time chunking's autograd), GELU and the gated product in the GEMM
+  epilogues; attention skips the mask when no key is padded.
 Not applicable from pi0: the state token (pi0.5 has none) and the folded action-time MLP (the
 action tokens are action_in(x_t) alone). All GEMMs go through physai_ros.kernels.ops with
 `backend=` (torch or triton).
@@ -19,12 +22,12 @@ action tokens are action_in(x_t) alone). All GEMMs go through physai_ros.kernels
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import List, Tuple
+from typing import Dict, List, Optional, Tuple
 
 import torch
 import torch.nn.functional as F
 
-from physai_ros.kernels import ops
+from physai_ros.kernels import onednn, ops
 
 from .fast import FastPi0, _take
 from .model import sincos_time_embedding
@@ -49,6 +52,7 @@ class Pi05ExpertLayer:
     w_down: torch.Tensor
     attn_norm: AdaNorm
     mlp_norm: AdaNorm
+    packed: Optional[Dict[str, torch.Tensor]] = None  # oneDNN: qkv, o, gate, up, down
 
 
 def _modulation(cond: torch.Tensor, w: torch.Tensor, b: torch.Tensor, dt) -> AdaNorm:
@@ -92,6 +96,11 @@ class FastPi05(FastPi0):
         self.act_in_w = _take(weights, "action_in.weight", c).to(dt)
         self.act_in_b = _take(weights, "action_in.bias", c).to(dt)
 
+    def _pack_expert_layer(self, layer: Pi05ExpertLayer) -> None:
+        f = layer.w_gate_up.shape[0] // 2
+        layer.packed = {k: onednn.pack(w) for k, w in (("qkv", layer.w_qkv), ("o", layer.w_o),
+                        ("gate", layer.w_gate_up[:f]), ("up", layer.w_gate_up[f:]), ("down", layer.w_down))}
+
     def _ada(self, x: torch.Tensor, norm: AdaNorm, s: int, backend: str) -> torch.Tensor:
         """adaRMS at step s: x * rsqrt(mean(x^2) + eps) * (1 + scale_s) + shift_s."""
         rs = ops.rms_row_scale(x, self.cfg.rms_eps, backend=backend)
@@ -99,12 +108,20 @@ class FastPi05(FastPi0):
 
     def _expert_layer(self, layer: Pi05ExpertLayer, s: int, x, cos, sin, kv_sink, be: str):
         spec = self.cfg.expert
+        pk = self._packed_for(layer.packed, x, be)
         h = self._ada(x, layer.attn_norm, s, be)
-        q, k, v = ops.qkv_rope(h, layer.w_qkv, cos, sin, spec.num_heads, spec.num_kv_heads, spec.head_dim, backend=be)
+        if pk is not None:
+            q, k, v = self._qkv_packed(pk["qkv"], h, cos, sin, spec)
+        else:
+            q, k, v = ops.qkv_rope(h, layer.w_qkv, cos, sin, spec.num_heads, spec.num_kv_heads, spec.head_dim, backend=be)
         k_all, v_all, mask = kv_sink(k, v)
-        a = self._attention(q, k_all, v_all, mask, be)
-        x = torch.addcmul(x, ops.linear(a.reshape(x.shape[0], x.shape[1], -1), layer.w_o, backend=be),
-                          layer.attn_norm.gate[s])
+        a = self._attention(q, k_all, v_all, mask, be).reshape(x.shape[0], x.shape[1], -1)
+        if pk is not None:
+            x = torch.addcmul(x, onednn.linear(a, pk["o"]), layer.attn_norm.gate[s])
+            h = self._ada(x, layer.mlp_norm, s, be)
+            f = onednn.linear(h, pk["up"], mul=onednn.linear(h, pk["gate"], activation="gelu_tanh"))
+            return torch.addcmul(x, onednn.linear(f, pk["down"]), layer.mlp_norm.gate[s])
+        x = torch.addcmul(x, ops.linear(a, layer.w_o, backend=be), layer.attn_norm.gate[s])
         f = ops.gated_ffn(self._ada(x, layer.mlp_norm, s, be), layer.w_gate_up, activation="gelu_tanh", backend=be)
         return torch.addcmul(x, ops.linear(f, layer.w_down, backend=be), layer.mlp_norm.gate[s])
 
@@ -130,7 +147,7 @@ class FastPi05(FastPi0):
             kbuf[i][:, :t_pre] = cache.keys[i]
             vbuf[i][:, :t_pre] = cache.values[i]
         valid = torch.cat([cache.pad, torch.ones(b, chunk, dtype=torch.bool, device=dev)], dim=1)
-        mask = valid[:, None, :].expand(b, chunk, total)
+        mask = valid[:, None, :].expand(b, chunk, total)  # RTC's guided rows always take it
         apos = cache.next_pos[:, None] + torch.arange(chunk, device=dev)[None]
         return kbuf, vbuf, mask, self.rope_cos[apos], self.rope_sin[apos], t_pre
 
@@ -140,12 +157,13 @@ class FastPi05(FastPi0):
         rtc: one Optional[RtcGuide] per robot (real-time chunking, rtc.py), as FastPi0: guided
         rows run a differentiable torch-ops copy of the step, the others the ordinary one."""
         kbuf, vbuf, mask, cos, sin, t_pre = self.denoise_buffers(cache, noise.shape[1])
+        sink_mask = None if self._no_padding(cache.pad) else mask  # no padded key: attend unmasked
 
         def buffer_sink(i):
             def sink(k, v):
                 kbuf[i][:, t_pre:] = k
                 vbuf[i][:, t_pre:] = v
-                return kbuf[i], vbuf[i], mask
+                return kbuf[i], vbuf[i], sink_mask
             return sink
 
         return self._euler(noise, rtc, kbuf, vbuf, t_pre, mask, cos, sin, buffer_sink)
