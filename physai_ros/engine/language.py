@@ -138,8 +138,9 @@ class LanguageDecoder:
         """The question's leading tokens in one causal block after the prefix, their K/V appended
         to the request (the last question token is the first decode step's input)."""
         n, t = req.n_prefix, len(ids)
-        allowed = torch.ones(1, t, n + t, dtype=torch.bool)
-        allowed[0, :, n:] = torch.tril(torch.ones(t, t, dtype=torch.bool))
+        dev = req.prefix_keys[0].device  # the model's: masks and ids live beside the K/V
+        allowed = torch.ones(1, t, n + t, dtype=torch.bool, device=dev)
+        allowed[0, :, n:] = torch.tril(torch.ones(t, t, dtype=torch.bool, device=dev))
 
         def sink_of(li):
             def sink(k, v):
@@ -149,7 +150,7 @@ class LanguageDecoder:
                         torch.cat([req.prefix_values[li], req.gen_values[li]])[None], allowed)
             return sink
 
-        self._layers(torch.tensor([ids]), (n + torch.arange(t))[None], sink_of)
+        self._layers(torch.tensor([ids], device=dev), (n + torch.arange(t, device=dev))[None], sink_of)
 
     @staticmethod
     def cancel(req: LanguageRequest) -> None:
@@ -163,7 +164,7 @@ class LanguageDecoder:
         active = [r for r in requests if not r.done]
         out: dict = {}
         if active:
-            logits = self.next_logits(active)
+            logits = self.next_logits(active).cpu()
             for r, lg in zip(active, logits):
                 out[id(r)] = self._accept(r, self._sample(r, lg))
         return [out.get(id(r)) for r in requests]
@@ -181,7 +182,8 @@ class LanguageDecoder:
             live = [not r.done and step < lim for r, lim in zip(state.requests, limits)]
             if not any(live):
                 break
-            logits = self._forward(state.requests, state, live)
+            # One transfer per step: sampling and the end rules run on the host.
+            logits = self._forward(state.requests, state, live).cpu()
             for j, (r, lg) in enumerate(zip(state.requests, logits)):
                 if live[j]:
                     tok = self._accept(r, self._sample(r, lg))
@@ -239,13 +241,15 @@ class LanguageDecoder:
     def _inputs(reqs: List[LanguageRequest], batched: "BatchedState"):
         """(first-step flags, input token ids [B], positions [B], attention mask [B, 1, L])."""
         first = [r.n_stream == 0 for r in reqs]
-        ids = torch.tensor([r.last_prompt_token if f else r.last_input() for r, f in zip(reqs, first)])
-        pos = torch.tensor([r.n_prefix - 1 if f else r.n_prefix + r.n_stream - 1 for r, f in zip(reqs, first)])
+        dev = batched.keys[0].device
+        ids = torch.tensor([r.last_prompt_token if f else r.last_input() for r, f in zip(reqs, first)], device=dev)
+        pos = torch.tensor([r.n_prefix - 1 if f else r.n_prefix + r.n_stream - 1 for r, f in zip(reqs, first)],
+                           device=dev)
         # Keys each token attends to: the valid prefix, the question and every generated token's
         # K/V, its own included (appended as the layers run; without a question the first step's
         # input is already in the prefix).
         lengths = [r.n_prefix + r.n_stream for r in reqs]
-        allowed = torch.zeros(len(reqs), 1, batched.keys[0].shape[1], dtype=torch.bool)
+        allowed = torch.zeros(len(reqs), 1, batched.keys[0].shape[1], dtype=torch.bool, device=dev)
         for i, n in enumerate(lengths):
             allowed[i, 0, :n] = True
         return first, ids, pos, allowed
@@ -308,7 +312,7 @@ class PlainLanguage(LanguageDecoder):
         cfg, w, spec = self.cfg, self.w, self.cfg.vlm
         b, t = ids.shape
         table = w["vlm.embed"]
-        x = table[ids] * torch.tensor(math.sqrt(spec.width), dtype=table.dtype)
+        x = table[ids] * torch.tensor(math.sqrt(spec.width), dtype=table.dtype, device=table.device)
         cos, sin = rope_cos_sin(pos, cfg, x.dtype)
         for li in range(spec.depth):
             p = f"vlm.layers.{li}."
@@ -373,7 +377,7 @@ def batch_requests(reqs: Sequence[LanguageRequest], k: int) -> BatchedState:
     keys, values = [], []
     for layer in range(len(reqs[0].prefix_keys)):
         ref = reqs[0].prefix_keys[layer]
-        kb = torch.zeros(len(reqs), lmax, *ref.shape[1:], dtype=ref.dtype)
+        kb = torch.zeros(len(reqs), lmax, *ref.shape[1:], dtype=ref.dtype, device=ref.device)
         vb = torch.zeros_like(kb)
         for j, r in enumerate(reqs):
             n, g = r.n_prefix, r.gen_keys[layer].shape[0]
