@@ -306,6 +306,7 @@ def _ros_fleet_doc(args, n_robots: int) -> dict:
     doc["tasks"]["bench_stream"] = dict(doc["tasks"]["pick_place"], mode="streaming",
                                         segment_rate_hz=args.segment_rate_hz, slo_ms=10000,
                                         max_consecutive_slo_violation=1000)
+    doc["tasks"]["bench_stream"].pop("language", None)  # a streaming task cannot ask questions
     doc["robots"] = [{"id": f"robot_{k}", "task": "bench_stream", "cameras": ["camera_0/image_raw"],
                       "image_height": 64, "image_width": 64,
                       "joints": ["joint_0", "joint_1", "joint_2", "joint_3", "gripper"],

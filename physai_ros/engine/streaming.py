@@ -505,8 +505,10 @@ class StreamingEngine:
         with core._lock:
             core.kv = self._shared_kv
             core._kv_key = None
-            for msg in core.vlm_table():
-                sink(*msg)
+            # The whole robot table in one message: the child's first pass has every robot (one
+            # message per robot let it publish 1..n-1-robot snapshots first; each new robot
+            # count is a new shape, a recompilation for tick="compiled").
+            proc.send("table", [("set", key, slot, to_wire(obs), float(cap)) for _, key, slot, obs, cap in core.vlm_table()])
             core.vlm_sink = sink
         self._vlm_stats0 = self._shared_kv.stats()
         self._vlm_stats = None

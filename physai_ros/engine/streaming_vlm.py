@@ -195,8 +195,8 @@ def _vlm_main(spec: VLMSpec, buffer: SharedKVDoubleBuffer, inbox, stop, ready, v
                 robots[msg[1]] = (msg[2], from_wire(msg[3]), msg[4])
             elif msg[0] == "remove":
                 robots.pop(msg[1], None)
-            elif msg[0] == "clear":
-                robots.clear()
+            elif msg[0] == "table":  # the whole table at start
+                robots = {m[1]: (m[2], from_wire(m[3]), m[4]) for m in msg[1]}
         d = nxt - time.perf_counter()
         if d > 0:
             stop.wait(min(d, 0.05))
