@@ -9,7 +9,9 @@ action-expert stream, force in the fast loop, gradual generation into a dense tr
 - `StreamingEngine` runs the two on their own threads at `vlm_hz` / `ae_hz` (CPU: torch drops
   the GIL inside kernels; CUDA: each thread issues its work on its own torch.cuda.Stream and the
   KV hand-over is ordered by events). Missed ticks are counted, never queued: a late tick takes
-  a bigger flow step (see streaming_schedule.py).
+  a bigger flow step (see streaming_schedule.py). `vlm="process"` runs the VLM stream in its
+  own process instead, the cache through shared memory (streaming_vlm.py; CPU): the tick no
+  longer waits for the VLM thread's Python under the GIL.
 
 Robots are slots in the batch of the shared streams: `add_robot` takes a free slot (or raises
 StreamCapacityError), `remove_robot` frees it at once; the next VLM pass leaves it out.
