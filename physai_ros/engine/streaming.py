@@ -62,7 +62,10 @@ class StreamingConfig:
     stagger: bool = True  # False: all tokens share one flow time (one chunk; tests)
     # The AE thread's OS scheduling (Linux): 0 = ordinary; N > 0 = SCHED_FIFO priority N, so a
     # tick preempts other work on its core when its slot comes (needs root or CAP_SYS_NICE;
-    # refused -> ordinary scheduling, said in metrics()["ae_scheduling"]). Sleeps between ticks.
+    # refused -> ordinary scheduling, said in metrics()["ae_scheduling"]). The thread sleeps
+    # between ticks; if ticks overrun the period it runs back to back, bounded only by the
+    # kernel's RT throttling (sched_rt_runtime_us, 95 % of a core by default): use it with a
+    # tick that fits the period (docs/streaming.md, "The tick").
     ae_priority: int = 0
 
     def schedule(self, num_steps: int) -> StaggeredSchedule:
