@@ -200,7 +200,9 @@ class FastPi0:
         b_in = _take(weights, "action_time_in.bias", c).double()
         w_a, w_t = w_in[:, :e], w_in[:, e:]
         times = torch.tensor(cfg.step_times(), dtype=torch.float32)
-        temb = sincos_time_embedding(times, e, cfg.min_period, cfg.max_period).float().double()
+        # Computed on the CPU as the plain path does, then moved beside the weights (Pi0Engine on CUDA
+        # failed here with a CPU table against CUDA weights; found by bench/language_stream.py).
+        temb = sincos_time_embedding(times, e, cfg.min_period, cfg.max_period).float().double().to(w_in.device)
         self.act_w = (w_a @ w_ai).to(dt)
         self.act_b_table = (w_a @ b_ai + temb @ w_t.T + b_in).to(dt)  # [num_steps, E]
         self.act_out_w = _take(weights, "action_time_out.weight", c).to(dt)
