@@ -18,8 +18,8 @@ from trajectory_msgs.msg import JointTrajectory
 from physai_ros_interfaces.msg import ActionChunk, ExecutionInfo, Observation, RobotText
 
 from physai_ros.control.types import ExecutionState
-from physai_ros.monitoring.text_report import GroundTruth, RobotTextLog
 from physai_ros.monitoring.robot_summary import PublishedRate, RateCounter, RobotSummary
+from physai_ros.monitoring.text_report import GroundTruth, RobotTextLog
 from physai_ros.protocol import topics
 from physai_ros.protocol.chunk import STATUS_OK, is_hold_chunk
 from physai_ros.protocol.text import TEXT_TOPIC
