@@ -44,6 +44,7 @@ def fleet_doc(slots=1, when_full="chunked", segment_rate_hz=120.0, robots=3):
                                   "timeout_s": 1.0}
     doc["tasks"]["stream_task"] = dict(copy.deepcopy(doc["tasks"]["pick_place"]), mode="streaming",
                                        segment_rate_hz=segment_rate_hz)
+    doc["tasks"]["stream_task"].pop("language", None)  # refused on a streaming task (no prefix cache for text)
     base = doc["robots"][0]
     doc["robots"] = [dict(copy.deepcopy(base), id=f"robot_{k}", task="stream_task", cameras=["camera_0/image_raw"],
                           image_height=64, image_width=64, sim={"task": "pick_and_place", "num_joints": 4, "seed": k})

@@ -37,6 +37,7 @@ def _fleet_doc():
                                   "force": "random", "when_full": "chunked", "timeout_s": 1.5}
     doc["tasks"]["stream_touch"] = dict(copy.deepcopy(doc["tasks"]["pick_place"]), mode="streaming",
                                         segment_rate_hz=60, slo_ms=5000, max_consecutive_slo_violation=100)
+    doc["tasks"]["stream_touch"].pop("language", None)  # refused on a streaming task (no prefix cache for text)
     base = dict(doc["robots"][0], control_rate_hz=120)  # commands at 120 Hz on the 480 Hz node grid
     light = {"physics_rate_hz": 120.0, "camera_rate_hz": 15.0, "joint_state_rate_hz": 50.0}
     doc["robots"] = [
