@@ -26,7 +26,7 @@ from typing import Any, Callable, Mapping, Sequence
 from physai_ros.engine.kv_manager import KVCacheManager
 from physai_ros.engine.language import SamplingParams
 from physai_ros.engine.language_frame import DecodeBudget, decode_frame, start_texts
-from physai_ros.protocol.text import REASON_REFUSED, SOURCE_OPERATOR, SOURCE_TASK, QueryAnswer, RobotTextData, TextQuery
+from physai_ros.protocol.text import REASON_REFUSED, SOURCE_TASK, QueryAnswer, RobotTextData, TextQuery
 
 from .language_config import LanguageServerConfig, TaskLanguageConfig
 from .text_queries import PendingQuestion, QueryGate
