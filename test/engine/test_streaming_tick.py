@@ -136,8 +136,10 @@ def test_op_count_of_the_fused_tick():
     assert plain_all >= 2.5 * fused_all, (plain_all, fused_all)
 
 
-@pytest.mark.skipif(os.environ.get("PHYSAI_TEST_COMPILE") != "1" or shutil.which(os.environ.get("CXX", "g++")) is None,
-                    reason="torch.compile (inductor, C++) takes ~1 min here: set PHYSAI_TEST_COMPILE=1")
+# Runs in CI (about a minute of inductor C++ compilation on 2 cores); only a machine without a
+# C++ compiler, where tick="compiled" cannot work at all, skips it.
+@pytest.mark.skipif(shutil.which(os.environ.get("CXX", "g++")) is None,
+                    reason="torch.compile's CPU inductor backend needs a C++ compiler (g++), none found")
 def test_compiled_tick_equals_the_plain_tick():
     engine, expert = StreamingExpert.build(CFG, force="random", tick="compiled")
     cache = engine.prefix([robot_input(10, 2, 6)])
