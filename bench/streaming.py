@@ -183,22 +183,10 @@ def run_case(args, n_robots: int) -> dict:
 
 # ---------------------------------------------------------------- the tick itself (issue 19)
 def _count_ops(fn) -> dict:
-    from torch.profiler import ProfilerActivity, profile
+    from physai_ros.engine.op_count import count_aten_ops
 
-    with profile(activities=[ProfilerActivity.CPU]) as prof:
-        fn()
-    ev = [e for e in prof.events() if e.name.startswith("aten::")]
-
-    def top(e):
-        p = e.cpu_parent
-        while p is not None:
-            if p.name.startswith("aten::"):
-                return False
-            p = p.cpu_parent
-        return True
-
-    return {"aten_all": len(ev), "aten_top": sum(top(e) for e in ev),
-            "gemm": sum(e.name in ("aten::mm", "aten::addmm", "aten::bmm", "aten::baddbmm") and top(e) for e in ev)}
+    n = count_aten_ops(fn)
+    return {"aten_all": n.all, "aten_top": n.top, "gemm": n.gemm}
 
 
 def _dist(ms, period_ms) -> dict:

@@ -8,8 +8,8 @@ import shutil
 
 import pytest
 import torch
-from torch.profiler import ProfilerActivity, profile
 
+from physai_ros.engine.op_count import count_aten_ops
 from physai_ros.engine.streaming_expert import StreamingExpert
 
 from streaming_helpers import one_torch_thread  # noqa: F401 (autouse)
@@ -104,23 +104,6 @@ def test_streams_with_the_fused_and_the_plain_tick_send_the_same_nodes():
         assert abs(pa - pb).max() < TOL
 
 
-def count_aten_ops(fn) -> tuple:
-    """(all aten events, top-level aten events) of one call, from torch.profiler."""
-    with profile(activities=[ProfilerActivity.CPU]) as prof:
-        fn()
-    events = [e for e in prof.events() if e.name.startswith("aten::")]
-
-    def top(e):
-        p = e.cpu_parent
-        while p is not None:
-            if p.name.startswith("aten::"):
-                return False
-            p = p.cpu_parent
-        return True
-
-    return len(events), sum(top(e) for e in events)
-
-
 def test_op_count_of_the_fused_tick():
     """One robot, force token: the plain tick ran 719 aten ops (all levels; 781 for the whole
     core tick) before this change; the fused one 246 (111 top-level, 22 of them GEMMs). Bounds
@@ -129,11 +112,11 @@ def test_op_count_of_the_fused_tick():
     args = (kv,) + _inputs(1)
     for _ in range(2):
         expert.step(*args)
-    fused_all, fused_top = count_aten_ops(lambda: expert.step(*args))
-    plain_all, plain_top = count_aten_ops(lambda: expert.step_plain(*args))
-    assert fused_top <= 120, fused_top
-    assert fused_all <= 270, fused_all
-    assert plain_all >= 2.5 * fused_all, (plain_all, fused_all)
+    fused = count_aten_ops(lambda: expert.step(*args))
+    plain = count_aten_ops(lambda: expert.step_plain(*args))
+    assert fused.top <= 120, fused
+    assert fused.all <= 270, fused
+    assert plain.all >= 2.5 * fused.all, (plain, fused)
 
 
 # Runs in CI (about a minute of inductor C++ compilation on 2 cores); only a machine without a
@@ -152,10 +135,10 @@ def test_compiled_tick_equals_the_plain_tick():
         assert float((g - r).abs().max()) < TOL
     again = expert.step(*args)  # no recompilation for the same shapes
     assert torch.equal(again[0], got[0])
-    compiled_ops, _ = count_aten_ops(lambda: expert.step(*args))
+    compiled_ops = count_aten_ops(lambda: expert.step(*args)).all
     _, fused = StreamingExpert.build(CFG, force="random")
     kv_f = fused.prepare(cache, torch.arange(1))
-    fused_ops, _ = count_aten_ops(lambda: fused.step(kv_f, *args[1:]))
+    fused_ops = count_aten_ops(lambda: fused.step(kv_f, *args[1:])).all
     assert compiled_ops < fused_ops, (compiled_ops, fused_ops)  # measured 169 vs 294 per core tick
 
 
