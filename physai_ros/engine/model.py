@@ -125,6 +125,21 @@ def gemma_mlp(w, prefix: str, h):
     return lin_nb(F.gelu(lin_nb(h, w[prefix + "gate"]), approximate="tanh") * lin_nb(h, w[prefix + "up"]), w[prefix + "down"])
 
 
+def gemma_over_cache(w, prefix: str, spec: GemmaSpec, cfg: Pi0Config, x, cache: PrefixCache, allowed, cos, sin):
+    """The Gemma layers `prefix`.layers.* over suffix tokens x [B, S, D] that attend to the
+    prefix cache's per-layer K/V and to each other as `allowed` [B, S, P + S] says: the action
+    expert's suffix (velocity) and a text block on the VLM (training.text_loss)."""
+    for i in range(spec.depth):
+        p = f"{prefix}.layers.{i}."
+        h = rms_norm(x, w[p + "ln_attn"], cfg.rms_eps)
+        q, k, v = gemma_qkv(w, p, spec, h, cos, sin)
+        k = torch.cat([cache.keys[i].transpose(1, 2), k], dim=2)
+        v = torch.cat([cache.values[i].transpose(1, 2), v], dim=2)
+        x = x + lin_nb(attention(q, k, v, allowed, spec.head_dim**-0.5), w[p + "o"])
+        x = x + gemma_mlp(w, p, rms_norm(x, w[p + "ln_mlp"], cfg.rms_eps))
+    return x
+
+
 class PlainPi0:
     """Reference implementation. `prefix` runs SigLIP + the VLM into a KV cache; `denoise` runs
     the 10 Euler steps of the action expert against it."""
@@ -175,14 +190,7 @@ class PlainPi0:
         allowed = torch.cat([cache.pad[:, None, :].expand(b, s, -1), suffix_allowed.expand(b, s, s)], dim=2)
         pos = cache.next_pos[:, None] + torch.arange(s, device=x.device)[None]
         cos, sin = rope_cos_sin(pos, cfg, x.dtype)
-        for i in range(spec.depth):
-            p = f"expert.layers.{i}."
-            h = rms_norm(x, w[p + "ln_attn"], cfg.rms_eps)
-            q, k, v = gemma_qkv(w, p, spec, h, cos, sin)
-            k = torch.cat([cache.keys[i].transpose(1, 2), k], dim=2)
-            v = torch.cat([cache.values[i].transpose(1, 2), v], dim=2)
-            x = x + lin_nb(attention(q, k, v, allowed, spec.head_dim**-0.5), w[p + "o"])
-            x = x + gemma_mlp(w, p, rms_norm(x, w[p + "ln_mlp"], cfg.rms_eps))
+        x = gemma_over_cache(w, "expert", spec, cfg, x, cache, allowed, cos, sin)
         x = rms_norm(x, w["expert.norm"], cfg.rms_eps)
         return lin(x[:, -c:].to(w["action_out.weight"].dtype), w, "action_out")
 

@@ -9,9 +9,9 @@ is the same computation for a whole text block at once, teacher-forced, so it ca
 - logits = RMSNorm_(1 + w)(h, vlm.norm) @ vlm.embed^T (the LM head tied to the embedding);
 - the loss is next-token cross-entropy on the answer tokens and the final <eos>: the logits at
   question[-1] predict answer[0].
-The layer loop is PlainPi0.velocity's with the VLM's weights and a causal block, over the same
-engine functions (gemma_qkv, attention, gemma_mlp, rms_norm), so there is one definition of the
-math; test_text_loss checks it against the engine's own decoder token by token.
+The layer loop is PlainPi0.velocity's own (engine.model.gemma_over_cache) with the VLM's
+weights and a causal block, so there is one definition of the math; test_text_loss checks it
+against the engine's own decoder token by token.
 """
 from __future__ import annotations
 
@@ -21,7 +21,7 @@ from typing import List, Mapping, Sequence, Tuple
 import torch
 import torch.nn.functional as F
 
-from physai_ros.engine.model import attention, gemma_mlp, gemma_qkv, lin_nb, rms_norm, rope_cos_sin
+from physai_ros.engine.model import gemma_over_cache, rms_norm, rope_cos_sin
 from physai_ros.engine.types import Pi0Config, PrefixCache
 
 
@@ -37,14 +37,7 @@ def text_logits(w: Mapping[str, torch.Tensor], cfg: Pi0Config, cache: PrefixCach
     cos, sin = rope_cos_sin(pos, cfg, x.dtype)
     causal = torch.ones(t, t, dtype=torch.bool, device=block.device).tril()
     allowed = torch.cat([cache.pad[:, None, :].expand(b, t, -1), causal.expand(b, t, t)], dim=2)
-    for i in range(spec.depth):
-        p = f"vlm.layers.{i}."
-        h = rms_norm(x, w[p + "ln_attn"], cfg.rms_eps)
-        q, k, v = gemma_qkv(w, p, spec, h, cos, sin)
-        k = torch.cat([cache.keys[i].transpose(1, 2), k], dim=2)
-        v = torch.cat([cache.values[i].transpose(1, 2), v], dim=2)
-        x = x + lin_nb(attention(q, k, v, allowed, spec.head_dim**-0.5), w[p + "o"])
-        x = x + gemma_mlp(w, p, rms_norm(x, w[p + "ln_mlp"], cfg.rms_eps))
+    x = gemma_over_cache(w, "vlm", spec, cfg, x, cache, allowed, cos, sin)
     return rms_norm(x, w["vlm.norm"], cfg.rms_eps) @ table.T
 
 
