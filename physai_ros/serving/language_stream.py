@@ -156,20 +156,19 @@ class LanguageStream:
         with self._lock:
             starts = {fr.robot_id: (fr, q) for fr in rows if (q := self._due(fr)) is not None}
         with inst.lock:
-            ask, questions, names = {}, {}, {}
+            ask, questions, names, texts = {}, {}, {}, {}
             for robot, (fr, q) in starts.items():
                 tcfg = self.task_config(fr.task_id)
                 ask[robot] = SamplingParams(max_tokens=q.max_tokens or tcfg.max_tokens, temperature=tcfg.temperature,
                                             top_p=tcfg.top_p, eos_id=self.tokenizer.eos_id, seed=q.request_id,
                                             tokens_per_frame=tcfg.tokens_per_frame)
                 questions[robot], names[robot] = q.tokens, str(q.request_id)
+                texts[robot] = _Text(q.request_id, robot, fr.task_id, fr.round_id, q.question, q.source, tcfg)
             new, refused = start_texts(inst.decoder, inst.manager, cache, batch, [fr.robot_id for fr in rows],
                                        ask, questions, names)
-            for robot, (fr, q) in starts.items():
-                text = _Text(q.request_id, robot, fr.task_id, fr.round_id, q.question, q.source,
-                             self.task_config(fr.task_id))
+            for robot, text in texts.items():
                 if new.get(robot) is None:
-                    out.append(self._update(text, (), now, REASON_REFUSED, refused.get(robot, "not started")))
+                    out.append(self._update(text, (), REASON_REFUSED, refused.get(robot, "not started")))
                 else:
                     inst.texts[new[robot]] = text
             live = [inst.texts[i] for i in inst.manager.active() if i in inst.texts]
@@ -177,21 +176,23 @@ class LanguageStream:
             f_min = max((t.task_cfg.min_action_rate_hz for t in live), default=1.0)
             emitted, finished, inst.last_k, decode_s = decode_frame(
                 inst.decoder, inst.manager, inst.budget, actions_s, k_max=k_max, f_min_hz=f_min)
-            per_robot = Counter({inst.texts[m].robot_id: 0 for m in emitted if m in inst.texts})
+            per_robot: Counter = Counter()
             for mid, toks in emitted.items():
-                if mid in inst.texts:
-                    per_robot[inst.texts[mid].robot_id] += len(toks)
-                if toks and mid not in finished and mid in inst.texts:
-                    out.append(self._update(inst.texts[mid], inst.manager.retrieve(mid).tokens, now))
+                text = inst.texts.get(mid)
+                if text is None:
+                    continue
+                per_robot[text.robot_id] += len(toks)
+                if toks and mid not in finished:
+                    out.append(self._update(text, inst.manager.retrieve(mid).tokens))
             for mid, req in finished.items():
-                t = inst.texts.pop(mid, None)
-                if t is not None:
-                    out.append(self._update(t, req.tokens, now, req.reason))
+                text = inst.texts.pop(mid, None)
+                if text is not None:
+                    out.append(self._update(text, req.tokens, req.reason))
             self._frame_stats(inst, now, actions_s, decode_s, f_min if live else None)
         self._count(out, now, per_robot)
         return out
 
-    def _update(self, t: _Text, tokens: Sequence[int], now: float, reason: str = "", detail: str = "") -> RobotTextData:
+    def _update(self, t: _Text, tokens: Sequence[int], reason: str = "", detail: str = "") -> RobotTextData:
         t.seq += 1
         toks = tuple(int(x) for x in tokens)
         return RobotTextData(robot_id=t.robot_id, task_id=t.task_id, round_id=t.round_id, request_id=t.request_id,
@@ -262,23 +263,22 @@ class LanguageStream:
                     inst.decoder.cancel(req)
                     t = inst.texts.pop(mid, None)
                     if t is not None:
-                        out.append(self._update(t, req.tokens, now, "cancelled", why))
+                        out.append(self._update(t, req.tokens, "cancelled", why))
                 inst.manager.remove_done()
         self._count(out, now)
         return out
 
     # ---- reporting -----------------------------------------------------------------------
 
-    def _rate(self, robot: str, now: float) -> tuple[int, float]:
-        q = self._tokens.get(robot) or ()
-        recent = [(t, n) for t, n in q if t >= now - WINDOW_S]
-        return sum(n for _, n in recent), sum(n for _, n in recent) / WINDOW_S
+    def _rate(self, robot: str, now: float) -> float:
+        """Tokens/s over the last WINDOW_S (under the lock)."""
+        return sum(n for t, n in self._tokens.get(robot, ()) if t >= now - WINDOW_S) / WINDOW_S
 
     def robot_diagnostics(self, robot_id: str) -> dict[str, Any]:
         """Per robot: tokens/s over the window, texts active, K/V memory, ends and refusals."""
         now = self.clock()
         with self._lock:
-            _, rate = self._rate(robot_id, now)
+            rate = self._rate(robot_id, now)
             done = dict(self._done.get(robot_id, {}))
             refused = dict(self.gate.refused.get(robot_id, {}))
             pending = len(self._pending.get(robot_id, ()))
@@ -292,7 +292,7 @@ class LanguageStream:
         rate held against the floor (f_min) the texts' tasks ask for."""
         now = self.clock()
         with self._lock:
-            rate = sum(self._rate(r, now)[1] for r in self._tokens)
+            rate = sum(self._rate(r, now) for r in self._tokens)
             refused = sum(sum(c.values()) for c in self.gate.refused.values())
         out: dict[str, Any] = {"text_tokens_per_s": round(rate, 2), "text_questions_refused": refused,
                                "text_active": sum(len(i.manager.active()) for i in self._instances.values()),
