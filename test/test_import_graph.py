@@ -26,9 +26,11 @@ SOURCES = {"physai_ros": REPO / "physai_ros", "physai_ros.kernels": REPO / "kern
 # fleet/ (the launcher) starts nodes and hosts the fleet monitor node. A new package must be
 # placed here on purpose (test_every_package_has_a_layer).
 LAYERS: list[tuple[str, tuple[str, ...]]] = [
-    ("foundation", ("", "errors", "install_paths", "protocol", "kernels")),  # "": physai_ros/__init__
+    ("foundation", ("", "errors", "install_paths", "config_fields", "protocol", "kernels")),  # "": physai_ros/__init__
     ("logic", ("control", "scheduler", "engine", "security")),
     ("simulation, monitoring", ("sim", "monitoring")),
+    # Task pipelines (issue 23): pure logic, below serving because serving.config parses their keys.
+    ("pipeline", ("pipeline",)),
     ("serving", ("workers", "serving")),
     ("training, evaluation", ("training", "evaluation")),
     ("ros glue", ("ros",)),

@@ -16,6 +16,8 @@ from typing import Any, Mapping
 import yaml
 
 from physai_ros.install_paths import PACKAGE_URL_PREFIX, default_fleet_file, resolve_package_url
+from physai_ros.pipeline.config import PIPELINE_KEYS, TaskLevel, TaskPipelineConfig, first_pipeline_key, \
+    parse_task_pipeline
 from physai_ros.protocol.topics import JOINT_STATES_TOPIC, WRENCH_TOPIC
 from physai_ros.security.config import SecurityConfig
 
@@ -51,6 +53,9 @@ class TaskConfig:
     chunk_merge: ChunkMergeConfig = ChunkMergeConfig()
     # The language stream (serving.language_config): what its robots are asked; None: nothing.
     language: TaskLanguageConfig | None = None
+    # The task pipeline (pipeline.config, docs/pipelines.md): System 2, safety, monitor, retry
+    # and violation policies; None: System 1 only (a task without the pipeline keys).
+    pipeline: TaskPipelineConfig | None = None
 
     @property
     def action_period_s(self) -> float:
@@ -176,26 +181,53 @@ def _parse_task(name: str, d: Any) -> TaskConfig:
     d = mapping(d, path)
     no_unknown(d, {"prompt", "action_rate_hz", "horizon_policy", "slo_ms", "fallback",
                     "max_consecutive_slo_violation", "on_max_violation", "trigger_margin_s", "mode",
-                    "segment_rate_hz", "chunk_merge", "language"}, path)
+                    "segment_rate_hz", "chunk_merge", "language", *PIPELINE_KEYS}, path)
     hp, hparams = _parse_horizon(required(d, "horizon_policy", path), join_key(path, "horizon_policy"))
+    mode = string(d.get("mode", "chunked"), join_key(path, "mode"), TASK_MODES)
+    # System 1's prompt, SLO, fallback and violation policy: at task level, or (a task with a
+    # pipeline) in its pipeline keys, or both when equal (pipeline.config, docs/pipelines.md).
+    level = TaskLevel(
+        prompt=string(d["prompt"], join_key(path, "prompt")) if "prompt" in d else None,
+        slo_ms=number(d["slo_ms"], join_key(path, "slo_ms")) if "slo_ms" in d else None,
+        fallback=string(d["fallback"], join_key(path, "fallback"), FALLBACKS) if "fallback" in d else None,
+        max_consecutive_slo_violation=integer(d["max_consecutive_slo_violation"],
+                                              join_key(path, "max_consecutive_slo_violation"), 1)
+        if "max_consecutive_slo_violation" in d else None,
+        on_max_violation=string(d["on_max_violation"], join_key(path, "on_max_violation"), ESCALATIONS)
+        if "on_max_violation" in d else None)
+    pipeline = parse_task_pipeline(d, path, level)
+    if pipeline is None:
+        required(d, "prompt", path)
+        required(d, "slo_ms", path)
+        s1_prompt, s1_slo = level.prompt, level.slo_ms
+        s1_fallback = level.fallback or "hold"
+        max_viol = level.max_consecutive_slo_violation or 3
+        on_viol = level.on_max_violation or "stop_and_call_human"
+    else:
+        if mode == "streaming":
+            raise FleetConfigError(
+                f"{join_key(path, first_pipeline_key(d))}: a streaming task cannot have a pipeline (the streaming "
+                "action expert keeps no prefix cache for text and takes no subgoal prompts); use mode: chunked "
+                "(docs/pipelines.md)")
+        s1_prompt, s1_slo, s1_fallback = pipeline.system1.prompt, pipeline.system1.slo_ms, pipeline.system1.fallback
+        max_viol, on_viol = pipeline.max_consecutive_slo_violation, pipeline.on_max_violation
     return TaskConfig(
         name=name,
-        prompt=string(required(d, "prompt", path), join_key(path, "prompt")),
+        prompt=s1_prompt,
         action_rate_hz=number(d.get("action_rate_hz", 50.0), join_key(path, "action_rate_hz")),
         horizon_policy=hp,
         horizon_params=hparams,
-        slo_ms=number(required(d, "slo_ms", path), join_key(path, "slo_ms")),
-        fallback=string(d.get("fallback", "hold"), join_key(path, "fallback"), FALLBACKS),
-        max_consecutive_slo_violation=integer(d.get("max_consecutive_slo_violation", 3),
-                                           join_key(path, "max_consecutive_slo_violation"), 1),
-        on_max_violation=string(d.get("on_max_violation", "stop_and_call_human"),
-                              join_key(path, "on_max_violation"), ESCALATIONS),
+        slo_ms=s1_slo,
+        fallback=s1_fallback,
+        max_consecutive_slo_violation=max_viol,
+        on_max_violation=on_viol,
         trigger_margin_s=number(d.get("trigger_margin_s", 0.02), join_key(path, "trigger_margin_s"),
                               allow_zero=True),
-        mode=string(d.get("mode", "chunked"), join_key(path, "mode"), TASK_MODES),
+        mode=mode,
         segment_rate_hz=number(d.get("segment_rate_hz", 60.0), join_key(path, "segment_rate_hz")),
         chunk_merge=parse_chunk_merge(d.get("chunk_merge"), join_key(path, "chunk_merge")),
         language=parse_task_language(d.get("language"), join_key(path, "language")),
+        pipeline=pipeline,
     )
 
 
