@@ -43,6 +43,20 @@ class FrameRobot:
     round_id: int
 
 
+@dataclass(frozen=True)
+class PrefixFrame:
+    """A frame's prefix KV cache as the stream received it, offered to frame listeners that decode
+    on it too (pipeline components: physai_ros.pipeline.vla_backend), so a component's question
+    needs no second prefill. Read-only: a decoder's start() copies the rows it needs."""
+
+    instance_id: str
+    decoder: Any  # the instance's own decoder (the weights that made this cache)
+    cache: Any
+    batch: Any
+    rows: tuple[FrameRobot, ...]
+    stamp: float  # the stream's clock when the frame was handed over
+
+
 @dataclass
 class _Text:
     request_id: int
@@ -88,6 +102,8 @@ class LanguageStream:
         self._ended: deque = deque()  # (robot, why) to cancel outside the serving core's lock
         self._task_q_tokens = {name: tokenizer.encode_text(t.question) if t and t.question else []
                                for name, t in self.tasks.items()}
+        self._listeners: list[Callable[[PrefixFrame], None]] = []
+        self.listener_errors = 0
 
     # ---- set-up --------------------------------------------------------------------------
 
@@ -105,6 +121,18 @@ class LanguageStream:
         engine swapped in later, e.g. a wrapper, has other weights or none to speak with)."""
         inst = self._instances.get(instance_id)
         return inst is not None and inst.engine is engine
+
+    def add_frame_listener(self, listener: Callable[[PrefixFrame], None]) -> None:
+        """Call `listener` with every frame's prefix before its texts start (on the instance
+        thread, after the chunks are out). It must be quick: it runs before the frame's decoding."""
+        self._listeners.append(listener)
+
+    def _offer(self, frame: PrefixFrame) -> None:
+        for listener in self._listeners:
+            try:
+                listener(frame)
+            except Exception:  # a listener failing must not cost the robots their text
+                self.listener_errors += 1
 
     def task_config(self, task_id: str) -> TaskLanguageConfig:
         return self.tasks.get(task_id) or TaskLanguageConfig()
@@ -153,6 +181,8 @@ class LanguageStream:
         inst = self._instances[instance_id]
         now = self.clock()
         out: list[RobotTextData] = []
+        if self._listeners:
+            self._offer(PrefixFrame(instance_id, inst.decoder, cache, batch, tuple(rows), now))
         with self._lock:
             starts = {fr.robot_id: (fr, q) for fr in rows if (q := self._due(fr)) is not None}
         with inst.lock:
