@@ -155,6 +155,7 @@ class HFVisionLanguageBackend:
         t0 = time.perf_counter()
         texts = [self.prompt(q.question, len(imgs)) for q, imgs in zip(queries, images)]
         inputs = self.processor(text=texts, images=images, padding=True, return_tensors="pt")
+        inputs.pop("labels", None)  # PaliGemma's processor adds training labels; generate() needs none
         inputs = inputs.to(self.device)
         for k, v in inputs.items():  # pixel values in the model's dtype; ids and masks stay integers
             if torch.is_tensor(v) and v.is_floating_point():
