@@ -239,5 +239,7 @@ class VLABackboneBackend:
         if j.kept is not None:
             meta.update(round_id=j.kept.round_id, task_id=j.kept.task_id, instance=j.kept.frame.instance_id,
                         prefix_age_s=round(j.kept.age_s(self.kept.clock()), 4))
-        return ComponentAnswer(text=self.tokenizer.decode_ids(list(tokens)), tokens=len(tokens), latency_ms=ms,
-                               meta=meta)
+        # Stripped: the byte-level BPE marks a word start with a space, which is no part of the answer
+        # (training's text evaluation strips it too); the ids stay raw in meta.
+        return ComponentAnswer(text=self.tokenizer.decode_ids(list(tokens)).strip(), tokens=len(tokens),
+                               latency_ms=ms, meta=meta)

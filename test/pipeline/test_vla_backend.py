@@ -2,6 +2,7 @@
 decoded by the served model's own backbone, on its own prefill or on the prefix a System 1 round
 kept through the language stream, against the engine's language API token for token."""
 import dataclasses
+import time
 from pathlib import Path
 
 import numpy as np
@@ -85,7 +86,7 @@ def test_own_prefill_equals_the_engine_language_api_and_batched_equals_one_by_on
     for q, a in zip(qs, batched):
         ids = a.meta["token_ids"]
         assert ids == _alone(engine, runner, q)
-        assert a.text == runner.tokenizer.decode_ids(list(ids)) and a.tokens == len(ids)
+        assert a.text == runner.tokenizer.decode_ids(list(ids)).strip() and a.tokens == len(ids)
         assert a.latency_ms > 0 and a.latency_ms == batched[0].latency_ms  # one batch, one time
     assert any(a.tokens for a in batched)  # not a model that says nothing (random weights)
     one_by_one = [backend.answer([q])[0] for q in qs]
@@ -190,3 +191,70 @@ def test_a_model_without_its_lm_head_is_refused():
     runner = ActionModelRunner(cfg, PromptTokenizer(TOKENIZER, cfg.max_tokens))
     with pytest.raises(ValueError, match="language=True"):
         VLABackboneBackend(Pi0Engine(cfg, seed=3), runner)  # fast path prepared for actions only
+
+
+def _sim_frames(steps=(0, 120), seed=0):
+    """Rendered pick-and-place frames (both views, as the sim robot publishes them and as the text
+    co-training data was recorded) with the ground-truth subtask, the scripted expert driving."""
+    from physai_ros.sim.expert import ScriptedExpert
+    from physai_ros.sim.narration import SubtaskTracker
+    from physai_ros.sim.render import Renderer
+    from physai_ros.sim.robot import ArmConfig
+    from physai_ros.sim.world import SimWorld
+
+    world = SimWorld(ArmConfig(num_joints=4), task="pick_and_place", seed=seed)
+    renderer = Renderer(world.arm.cfg, num_views=2, width=224, height=224, object_size=world.scene.object_size,
+                        goal_radius=world.scene.goal_radius)
+    expert, tracker = ScriptedExpert(world), SubtaskTracker(world.scene)
+    frames = []
+    for step in range(max(steps) + 1):
+        snap = world.snapshot()
+        truth = tracker.observe(snap)
+        if step in steps:
+            frames.append((tuple(renderer.render(snap)), snap.positions.astype(np.float32), truth))
+        world.set_command(expert.act(snap, 1 / 60))
+        for _ in range(8):
+            world.step(1 / 480)
+    return frames
+
+
+def test_the_trained_sim_policy_names_the_subtask_through_the_backend(fleet_with_sim_pi0):
+    """The shipped sim_pi0 (co-trained on the subtask question) answers through the backend,
+    from its own prefill and from the real serving core's System 1 round, alike."""
+    from physai_ros.serving.client_core import RobotClientCore
+    from physai_ros.sim.narration import SUBTASK_QUESTION, SUBTASKS
+
+    fleet, core = fleet_with_sim_pi0
+    robot = fleet.robot("robot_0")
+    assert core.register(RobotClientCore(robot).registration()).accepted
+    backend = VLABackboneBackend.from_core(core)
+    for round_id, (images, state, truth) in enumerate(_sim_frames(), start=1):
+        q = ComponentQuery(robot.id, "monitor", SUBTASK_QUESTION, robot.task.prompt, images, state, 12)
+        # The sim ran 2 s ahead in no wall time: in real time the last round's prefix would have
+        # expired (max_prefix_age_s), so this frame's question takes the own path.
+        backend.forget(robot.id)
+        own = backend.answer([q])[0]
+        assert own.ok and own.meta["path"] == PATH_OWN
+        assert own.text in SUBTASKS["pick_and_place"] and own.text == truth
+        # System 1's round for the same frame through the serving core: its prefix answers next.
+        obs = dataclasses.replace(_observation(q, round_id), task_id=robot.task.name, stamp=time.time(),
+                                  control_period=robot.task.action_period_s)
+        assert core.submit(obs) == []
+        for work in core.dispatch().work:
+            assert all(c.status == 0 for c in core.run_batch(work))
+            core.run_language(work.instance_id)
+        shared = backend.answer([q])[0]
+        assert shared.meta["path"] == PATH_SHARED and shared.meta["round_id"] == round_id
+        assert shared.meta["token_ids"] == own.meta["token_ids"]
+    assert backend.stats.prefills_saved == 2
+
+
+@pytest.fixture(scope="module")
+def fleet_with_sim_pi0():
+    """The default fleet (server.model: the shipped sim_pi0, its language stream on)."""
+    from physai_ros.serving.config import load_fleet
+    from physai_ros.serving.factory import build_core
+
+    fleet = load_fleet()
+    fleet = dataclasses.replace(fleet, server=dataclasses.replace(fleet.server, max_observation_age_s=30.0))
+    return fleet, build_core(fleet)
