@@ -6,13 +6,16 @@ distance to the camera. Cheap enough (well under a millisecond per 224x224 view)
 """
 from __future__ import annotations
 
+import functools
 import math
 from dataclasses import dataclass
 
 import cv2
 import numpy as np
 
+from physai_ros.sim.events import IntruderPose
 from physai_ros.sim.robot import ArmConfig, chain_points
+from physai_ros.sim.tasks import PAD_TASKS
 from physai_ros.sim.world import WorldSnapshot
 
 MAX_WIDTH, MAX_HEIGHT = 640, 480
@@ -28,6 +31,11 @@ LINK = (230, 230, 230)
 JOINT = (250, 190, 40)
 FINGER = (200, 200, 200)
 SHADOW = (95, 85, 72)
+RED_CUBE = np.array([205, 45, 40], dtype=float)
+CUBE_COLOURS = {"blue cube": CUBE, "red cube": RED_CUBE}
+SKIN = (226, 178, 146)  # the intruder's forearm
+HAND = (240, 196, 164)
+NEAR_PLANE = 0.05  # m: an intruder's arm reaching behind a camera is cut here
 
 
 @dataclass(frozen=True)
@@ -102,16 +110,21 @@ class Renderer:
         table = np.array([[-0.2, -0.55, 0], [0.8, -0.55, 0], [0.8, 0.55, 0], [-0.2, 0.55, 0]])
         cv2.fillConvexPoly(img, P(table), TABLE, cv2.LINE_AA)
         cv2.polylines(img, [P(table)], True, TABLE_EDGE, k, cv2.LINE_AA)
-        if s.task == "pick_and_place":
+        if s.task in PAD_TASKS:
             pad = s.goal + self._circle * self.goal_radius
             cv2.fillPoly(img, [P(pad)], PAD, cv2.LINE_AA)
-        # Shadows give the depth cue a single view lacks.
-        for p, r in ((s.object_pos, self.object_size * 0.6), (s.tool, 0.02)):
+        multi = len(s.objects) > 1
+        cubes = [(p, CUBE_COLOURS[n]) for p, n in zip(s.objects, s.object_names)] if multi else [(s.object_pos, CUBE)]
+        # Shadows give the depth cue a single view lacks (none for a cube knocked off the table).
+        for p, r in [(c, self.object_size * 0.6) for c, _ in cubes if c[2] >= 0] + [(s.tool, 0.02)]:
             cv2.fillPoly(img, [P(np.array([p[0], p[1], 0.001]) + self._circle * r)], SHADOW, cv2.LINE_AA)
 
-        items = [(float(P.depth(s.object_pos)[0]), self._draw_cube), (float(P.depth(s.tool)[0]), self._draw_arm)]
+        items = [(float(P.depth(p)[0]), functools.partial(self._draw_cube, pos=p, colour=c)) for p, c in cubes]
+        items.append((float(P.depth(s.tool)[0]), self._draw_arm))
         if s.task == "reach":
             items.append((float(P.depth(s.goal)[0]), self._draw_marker))
+        if s.intruder is not None:
+            items.append((float(P.depth(s.intruder.hand)[0]), self._draw_intruder))
         for _, draw in sorted(items, key=lambda t: -t[0]):
             draw(img, P, s)
         return img
@@ -120,16 +133,37 @@ class Renderer:
         r = max(2, int(P.f * 0.015 / max(P.depth(s.goal)[0], 1e-3)))
         cv2.circle(img, tuple(int(v) for v in P(s.goal)[0]), r, MARKER, -1, cv2.LINE_AA)
 
-    def _draw_cube(self, img: np.ndarray, P: _Projector, s: WorldSnapshot) -> None:
-        corners = s.object_pos + _CUBE_CORNERS * (self.object_size / 2)
+    def _draw_intruder(self, img: np.ndarray, P: _Projector, s: WorldSnapshot) -> None:
+        """A forearm (thick line, width from its depth) and a hand blob, cut at the near plane so
+        an arm reaching past a camera does not project through it."""
+        pose: IntruderPose = s.intruder
+        a, b = pose.elbow, pose.wrist
+        da, db = float(P.depth(a)[0]), float(P.depth(b)[0])
+        if max(da, db) > NEAR_PLANE:
+            if da < NEAR_PLANE:
+                a = b + (a - b) * (db - NEAR_PLANE) / (db - da)
+            elif db < NEAR_PLANE:
+                b = a + (b - a) * (da - NEAR_PLANE) / (da - db)
+            mid = float(P.depth((a + b) / 2)[0])
+            width = max(2, int(2 * P.f * pose.arm_radius / max(mid, NEAR_PLANE)))
+            uv = P(np.stack([a, b]))
+            cv2.line(img, tuple(map(int, uv[0])), tuple(map(int, uv[1])), SKIN, min(width, 255), cv2.LINE_AA)
+        dh = float(P.depth(pose.hand)[0])
+        if dh > NEAR_PLANE:
+            r = max(2, int(P.f * pose.hand_radius / dh))
+            cv2.circle(img, tuple(int(v) for v in P(pose.hand)[0]), r, HAND, -1, cv2.LINE_AA)
+
+    def _draw_cube(self, img: np.ndarray, P: _Projector, s: WorldSnapshot, pos: np.ndarray,
+                   colour: np.ndarray) -> None:
+        corners = pos + _CUBE_CORNERS * (self.object_size / 2)
         uv = P(corners)
-        centre_depth = P.depth(s.object_pos)[0]
+        centre_depth = P.depth(pos)[0]
         faces = []
         for face, n in zip(_CUBE_FACES, _FACE_NORMALS):
             # Back-face culling: a face is visible when it points towards the camera.
-            if P.depth(s.object_pos + n * self.object_size / 2)[0] < centre_depth:
+            if P.depth(pos + n * self.object_size / 2)[0] < centre_depth:
                 shade = 0.55 + 0.45 * max(0.0, float(n @ _LIGHT))
-                faces.append((P.depth(corners[list(face)]).mean(), face, tuple(int(c) for c in CUBE * shade)))
+                faces.append((P.depth(corners[list(face)]).mean(), face, tuple(int(c) for c in colour * shade)))
         for _, face, colour in sorted(faces, key=lambda t: -t[0]):
             cv2.fillConvexPoly(img, uv[list(face)], colour, cv2.LINE_AA)
 

@@ -29,6 +29,7 @@ class SceneConfig:
 class Placement:
     object_pos: np.ndarray  # cube centre, resting on the table
     goal: np.ndarray  # reach: a point in the air; pick_and_place: centre of the pad's top face
+    others: tuple[np.ndarray, ...] = ()  # further cubes (multi-object tasks), in the task's order
 
 
 def _sample_on_table(rng: np.random.Generator, cfg: SceneConfig) -> np.ndarray:
@@ -41,6 +42,8 @@ class Task:
     name = "task"
     prompt = ""
     timeout_s = 20.0
+    object_names: tuple[str, ...] = ("blue cube",)  # the renderer's colours, one per cube
+    failure_reason = ""  # what wrong_order reports (multi-object tasks)
 
     def sample(self, rng: np.random.Generator, cfg: SceneConfig) -> Placement:
         raise NotImplementedError
@@ -48,6 +51,19 @@ class Task:
     def success(self, *, tool: np.ndarray, object_pos: np.ndarray, grasped: bool, object_resting: bool,
                 goal: np.ndarray, cfg: SceneConfig) -> bool:
         raise NotImplementedError
+
+    # Multi-object tasks (len(object_names) > 1) answer these instead of success().
+    def success_all(self, *, objects: list[np.ndarray], held: int | None, resting: list[bool], goal: np.ndarray,
+                    cfg: SceneConfig) -> bool:
+        raise NotImplementedError
+
+    def focus(self, objects: list[np.ndarray], goal: np.ndarray, cfg: SceneConfig) -> int:
+        """The cube the task wants moved next (when none is held)."""
+        return 0
+
+    def wrong_order(self, objects: list[np.ndarray], held: int | None, goal: np.ndarray, cfg: SceneConfig) -> bool:
+        """A state the task cannot succeed from without undoing something (a retry)."""
+        return False
 
 
 class ReachTask(Task):
@@ -88,7 +104,57 @@ class PickAndPlaceTask(Task):
             np.linalg.norm(object_pos[:2] - goal[:2]) <= cfg.place_tolerance)
 
 
-TASKS: dict[str, type[Task]] = {"reach": ReachTask, "pick_and_place": PickAndPlaceTask}
+class PlaceInOrderTask(Task):
+    """Two cubes onto one pad in the prompt's order: the red one on the pad, then the blue one on
+    top of it (the stack makes the order physical). Each step is what a single-object prompt says
+    (sim.multi_step.subgoal_text); blue on the pad first is a failure (it must come off again)."""
+    name = "place_in_order"
+    prompt = "place the red cube then the blue cube on the green pad"
+    timeout_s = 40.0
+    object_names = ("red cube", "blue cube")
+    failure_reason = "wrong_order"
+    min_cube_separation = 0.10
+
+    def sample(self, rng: np.random.Generator, cfg: SceneConfig) -> Placement:
+        goal_xy = _sample_on_table(rng, cfg)
+        cubes: list[np.ndarray] = []
+        for _ in range(2):
+            for _ in range(100):
+                xy = _sample_on_table(rng, cfg)
+                if np.linalg.norm(xy - goal_xy) >= cfg.min_separation and all(
+                        np.linalg.norm(xy - c) >= self.min_cube_separation for c in cubes):
+                    break
+            cubes.append(xy)
+        pos = [np.array([c[0], c[1], cfg.object_size / 2]) for c in cubes]
+        return Placement(object_pos=pos[0], goal=np.array([goal_xy[0], goal_xy[1], cfg.goal_height]),
+                         others=tuple(pos[1:]))
+
+    @staticmethod
+    def _on_pad(p: np.ndarray, goal: np.ndarray, cfg: SceneConfig) -> bool:
+        """Released onto the pad itself (settling included: the expert lets go 4 mm above)."""
+        return bool(np.linalg.norm(p[:2] - goal[:2]) <= cfg.place_tolerance
+                    and p[2] <= cfg.goal_height + cfg.object_size / 2 + 0.01)
+
+    @staticmethod
+    def _on_top(p: np.ndarray, below: np.ndarray, cfg: SceneConfig) -> bool:
+        return bool(np.all(np.abs(p[:2] - below[:2]) < cfg.object_size / 2)
+                    and 0 < p[2] - below[2] <= cfg.object_size + 0.01)
+
+    def success_all(self, *, objects, held, resting, goal, cfg) -> bool:
+        red, blue = objects
+        return held is None and all(resting) and self._on_pad(red, goal, cfg) and self._on_top(blue, red, cfg)
+
+    def focus(self, objects, goal, cfg) -> int:
+        return 1 if self._on_pad(objects[0], goal, cfg) else 0
+
+    def wrong_order(self, objects, held, goal, cfg) -> bool:
+        return held != 1 and self._on_pad(objects[1], goal, cfg) and not self._on_pad(objects[0], goal, cfg)
+
+
+TASKS: dict[str, type[Task]] = {"reach": ReachTask, "pick_and_place": PickAndPlaceTask,
+                                "place_in_order": PlaceInOrderTask}
+# Tasks with the green pad (drawn, touched by the wrench, the surface cubes are placed on).
+PAD_TASKS = frozenset({"pick_and_place", "place_in_order"})
 
 
 def make_task(name: str) -> Task:

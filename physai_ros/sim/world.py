@@ -1,13 +1,17 @@
-"""One simulated robot cell: the arm, a table, a cube, a goal, the contact model and a task."""
+"""One simulated robot cell: the arm, a table, one or more cubes, a goal, the contact model, a task
+and (off by default) events: an intruding human arm and injected failures (sim.events)."""
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import Optional
 
 import numpy as np
 
 from physai_ros.sim.contact import GRAVITY, ContactParams, Wrench, compute_wrench, hand_points
+from physai_ros.sim.events import (DONE, DROPPED, FAILED, FLOOR_Z, ONGOING, TIMEOUT, EventConfig, EventEngine,
+                                   IntruderPose, intruder_present, on_table)
 from physai_ros.sim.robot import Arm, ArmConfig
-from physai_ros.sim.tasks import SceneConfig, Task, make_task
+from physai_ros.sim.tasks import PAD_TASKS, SceneConfig, Task, make_task
 
 
 @dataclass(frozen=True)
@@ -21,23 +25,37 @@ class WorldSnapshot:
     velocities: np.ndarray
     command: np.ndarray
     tool: np.ndarray
-    object_pos: np.ndarray
+    object_pos: np.ndarray  # the held cube, else the one the task wants next (the only one, mostly)
     grasped: bool
     goal: np.ndarray
     wrench: np.ndarray  # fx fy fz tx ty tz
     contacts: tuple[str, ...]
     success: bool
     done: bool
+    # Issue 23 (defaults keep snapshots built elsewhere valid). Every cube and its name (the
+    # task's colours), the held one's index (-1: none), the intruder's pose (None: absent) and
+    # ground truth: intruder in the workcell, progress ongoing/done/failed and why it failed.
+    objects: tuple[np.ndarray, ...] = ()
+    object_names: tuple[str, ...] = ()
+    held: int = -1
+    intruder: Optional[IntruderPose] = None
+    intruder_present: bool = False
+    progress: str = ONGOING
+    failure: str = ""
 
 
 class SimWorld:
     def __init__(self, arm: ArmConfig | None = None, task: str | Task = "pick_and_place", seed: int = 0,
-                 scene: SceneConfig | None = None, contact: ContactParams | None = None):
+                 scene: SceneConfig | None = None, contact: ContactParams | None = None,
+                 events: EventConfig | None = None):
         self.arm = Arm(arm or ArmConfig())
         self.task = make_task(task) if isinstance(task, str) else task
         self.scene = scene or SceneConfig()
         self.contact = contact or ContactParams()
         self.rng = np.random.default_rng(seed)
+        self.event_cfg = events or EventConfig()
+        # Built only when something is on: a default cell has no extra state and draws nothing.
+        self.events: EventEngine | None = EventEngine(self.event_cfg, self.rng) if self.event_cfg.enabled else None
         self.time = 0.0
         self.episode = 0
         self.successes = 0
@@ -51,19 +69,25 @@ class SimWorld:
         robot needs (its controller keeps commanding from the current pose)."""
         if seed is not None:
             self.rng = np.random.default_rng(seed)
+            if self.events is not None:
+                self.events = EventEngine(self.event_cfg, self.rng)
         if not keep_arm:
             self.arm.reset()
         placement = self.task.sample(self.rng, self.scene)
-        self.object_pos = placement.object_pos.astype(float).copy()
+        self.objects = [placement.object_pos.astype(float).copy()] + [p.astype(float).copy() for p in placement.others]
         self.goal = placement.goal.astype(float).copy()
-        self.grasped = False
-        self._object_vz = 0.0
+        self.held: int | None = None
+        self._vz = [0.0] * len(self.objects)
+        self._slipping: set[int] = set()  # dropped cubes falling through the closed fingers
         self.episode += 1
         self.episode_start = self.time
         self.success = False
+        self.failure = ""
         self._prev_tool = self.arm.tool()
         self._tool_vel = np.zeros(3)
         self._wrench = Wrench()
+        if self.events is not None:
+            self.events.new_episode()
 
     @property
     def episode_time(self) -> float:
@@ -76,15 +100,70 @@ class SimWorld:
     def set_command(self, command: np.ndarray) -> None:
         self.arm.set_command(command)
 
+    # -- cubes -------------------------------------------------------------------------------
+    @property
+    def grasped(self) -> bool:
+        return self.held is not None
+
+    @grasped.setter
+    def grasped(self, value: bool) -> None:
+        self.held = self.focus_index() if value else None
+
+    def focus_index(self) -> int:
+        """The held cube, else the one the task wants moved next."""
+        if self.held is not None:
+            return self.held
+        return self.task.focus(self.objects, self.goal, self.scene) if len(self.objects) > 1 else 0
+
+    @property
+    def object_pos(self) -> np.ndarray:
+        return self.objects[self.focus_index()]
+
+    @object_pos.setter
+    def object_pos(self, value: np.ndarray) -> None:
+        self.objects[self.focus_index()] = value
+
+    def near_goal(self, pos: np.ndarray) -> bool:
+        """Within the success test's reach of the pad centre (pad tasks)."""
+        return self.task.name in PAD_TASKS and bool(np.linalg.norm(pos[:2] - self.goal[:2]) <= self.scene.place_tolerance)
+
+    def release(self, slipped: bool = False) -> None:
+        """The held cube leaves the gripper; `slipped`: it falls through the fingers (an injected
+        drop), which therefore do not push it meanwhile."""
+        if self.held is not None:
+            self._vz[self.held] = 0.0
+            if slipped:
+                self._slipping.add(self.held)
+            self.held = None
+
+    def mark_failure(self, reason: str) -> None:
+        """Latch the episode's first failure (ground truth: progress "failed" until the reset)."""
+        if not self.failure:
+            self.failure = reason
+
     # -- physics -----------------------------------------------------------------------------
-    def _surface_height(self, xy: np.ndarray) -> float:
-        if np.linalg.norm(xy - self.goal[:2]) <= self.scene.goal_radius and self.task.name == "pick_and_place":
-            return self.scene.goal_height
-        return 0.0
+    def _surface_height(self, xy: np.ndarray, index: int = 0) -> float:
+        if np.linalg.norm(xy - self.goal[:2]) <= self.scene.goal_radius and self.task.name in PAD_TASKS:
+            h = self.scene.goal_height
+        elif self.events is not None and not on_table(xy):
+            return FLOOR_Z
+        else:
+            h = 0.0
+        if len(self.objects) > 1:  # stacking: the top of another cube below this one
+            size = self.scene.object_size
+            for j, p in enumerate(self.objects):
+                if j != index and j != self.held and abs(p[0] - xy[0]) < size and abs(p[1] - xy[1]) < size \
+                        and p[2] < self.objects[index][2] - size / 2:
+                    h = max(h, p[2] + size / 2)
+        return h
+
+    def _resting(self, i: int) -> bool:
+        half = self.scene.object_size / 2
+        p = self.objects[i]
+        return i != self.held and abs(p[2] - (self._surface_height(p[:2], i) + half)) < 1e-3
 
     def object_resting(self) -> bool:
-        half = self.scene.object_size / 2
-        return (not self.grasped) and abs(self.object_pos[2] - (self._surface_height(self.object_pos[:2]) + half)) < 1e-3
+        return (not self.grasped) and self._resting(self.focus_index())
 
     def step(self, dt: float, wrench: bool = True) -> None:
         """Advance by dt. wrench=False skips the contact model (planning rollouts do not need it)."""
@@ -98,64 +177,99 @@ class SimWorld:
         self._prev_tool = tool
         width = self.arm.state.gripper
 
-        if self.grasped:
+        if self.held is not None:
             if width > size + 0.003:
-                self.grasped = False
-                self._object_vz = 0.0
+                self._released_at(self.held)
+                self._vz[self.held] = 0.0
+                self.held = None
             else:
-                self.object_pos = tool.copy()
+                self.objects[self.held] = tool.copy()
         elif width_before > size >= width:
-            # The fingers closed past the cube's width: a grasp if the cube was between them.
-            d = self.object_pos - tool
-            if np.hypot(d[0], d[1]) < 0.02 and abs(d[2]) < 0.02:
-                self.grasped = True
-                self.object_pos = tool.copy()
-                self.arm.state.gripper = size
+            # The fingers closed past the cube's width: a grasp if a cube was between them.
+            for i in self._by_distance(tool):
+                d = self.objects[i] - tool
+                if np.hypot(d[0], d[1]) < 0.02 and abs(d[2]) < 0.02:
+                    self.held = i
+                    self._slipping.discard(i)
+                    self.objects[i] = tool.copy()
+                    self.arm.state.gripper = size
+                    break
 
-        if not self.grasped:
-            self._fall(dt)
+        for i in range(len(self.objects)):
+            if i != self.held:
+                self._fall(i, dt)
 
         self.time += dt
+        if self.events is not None:
+            self.events.step(self, dt)
         # The wrench sees the finger inside the cube before the push resolves the overlap.
+        near = self.focus_index() if len(self.objects) == 1 or self.held is not None else self._by_distance(tool)[0]
         if wrench:
             self._wrench = compute_wrench(
-                self.contact, tool, self._tool_vel, gripper_width=width, object_pos=self.object_pos,
+                self.contact, tool, self._tool_vel, gripper_width=width, object_pos=self.objects[near],
                 object_size=size, object_mass=self.scene.object_mass, grasped=self.grasped, goal_xy=self.goal[:2],
-                goal_radius=self.scene.goal_radius if self.task.name == "pick_and_place" else 0.0,
+                goal_radius=self.scene.goal_radius if self.task.name in PAD_TASKS else 0.0,
                 goal_height=self.scene.goal_height, rng=self.rng)
         if not self.grasped:
-            self._push(tool, width)
-        if not self.success and self.task.success(
-                tool=tool, object_pos=self.object_pos, grasped=self.grasped, object_resting=self.object_resting(),
-                goal=self.goal, cfg=self.scene):
+            knocking = self.events.failures.knocking if self.events is not None else None
+            for i in range(len(self.objects)):
+                if i not in self._slipping and i != knocking:
+                    self._push(i, tool, width)
+        if not self.success and self._task_success(tool):
             self.success = True
             self.successes += 1
+        if not self.failure and len(self.objects) > 1 and self.task.wrong_order(self.objects, self.held, self.goal,
+                                                                                 self.scene):
+            self.mark_failure(self.task.failure_reason)
 
-    def _fall(self, dt: float) -> None:
-        rest = self._surface_height(self.object_pos[:2]) + self.scene.object_size / 2
-        if self.object_pos[2] > rest:
-            self._object_vz -= GRAVITY * dt
-            self.object_pos[2] = max(rest, self.object_pos[2] + self._object_vz * dt)
+    def _task_success(self, tool: np.ndarray) -> bool:
+        if len(self.objects) == 1:
+            return self.task.success(tool=tool, object_pos=self.objects[0], grasped=self.grasped,
+                                     object_resting=self.object_resting(), goal=self.goal, cfg=self.scene)
+        resting = [self._resting(i) for i in range(len(self.objects))]
+        return self.task.success_all(objects=self.objects, held=self.held, resting=resting, goal=self.goal,
+                                     cfg=self.scene)
+
+    def _by_distance(self, tool: np.ndarray) -> list[int]:
+        if len(self.objects) == 1:
+            return [0]
+        return sorted(range(len(self.objects)), key=lambda i: float(np.linalg.norm(self.objects[i] - tool)))
+
+    def _released_at(self, i: int) -> None:
+        """A cube let go away from the pad is a dropped cube (ground truth only)."""
+        if self.task.name in PAD_TASKS and not self.near_goal(self.objects[i]):
+            self.mark_failure(DROPPED)
+
+    def _fall(self, i: int, dt: float) -> None:
+        p = self.objects[i]
+        rest = self._surface_height(p[:2], i) + self.scene.object_size / 2
+        if p[2] > rest:
+            self._vz[i] -= GRAVITY * dt
+            p[2] = max(rest, p[2] + self._vz[i] * dt)
         else:
-            self.object_pos[2] = rest
-            self._object_vz = 0.0
+            p[2] = rest
+            self._vz[i] = 0.0
+            self._slipping.discard(i)
 
-    def _push(self, tool: np.ndarray, width: float) -> None:
-        """A finger moving into the cube's side slides it along the table (quasi-static)."""
+    def _push(self, i: int, tool: np.ndarray, width: float) -> None:
+        """A finger moving into a cube's side slides it along the table (quasi-static)."""
         half = self.scene.object_size / 2
         r = self.contact.finger_radius
+        p_obj = self.objects[i]
         for p in hand_points(self.contact, tool, width, self.scene.object_size):
-            d = p - self.object_pos
+            d = p - p_obj
             if np.all(np.abs(d) < half + r):
                 depth = half + r - np.abs(d)
                 axis = int(np.argmin(depth))
                 if axis < 2:  # pushing from above presses on the table; nothing moves
-                    self.object_pos[axis] -= np.sign(d[axis] or 1.0) * depth[axis]
+                    p_obj[axis] -= np.sign(d[axis] or 1.0) * depth[axis]
                 return
 
     def set_state(self, positions: np.ndarray, object_pos: np.ndarray, grasped: bool, goal: np.ndarray,
-                  command: np.ndarray | None = None) -> None:
-        """Overwrite the cell's state from observed values (a planner mirroring a live robot)."""
+                  command: np.ndarray | None = None, objects: list[np.ndarray] | None = None,
+                  held: int | None = None) -> None:
+        """Overwrite the cell's state from observed values (a planner mirroring a live robot).
+        With several cubes, `objects` and `held` give them all; object_pos is then ignored."""
         positions = np.asarray(positions, dtype=float)
         if positions.shape != (self.arm.dim,):
             raise ValueError(f"positions must have shape ({self.arm.dim},), got {positions.shape}")
@@ -163,18 +277,42 @@ class SimWorld:
         self.arm.state.qd = np.zeros_like(self.arm.state.q)
         self.arm.state.gripper = float(positions[-1])
         self.arm.state.command = (positions if command is None else np.asarray(command, dtype=float)).copy()
-        self.object_pos = np.asarray(object_pos, dtype=float).copy()
-        self.grasped = bool(grasped)
         self.goal = np.asarray(goal, dtype=float).copy()
+        if objects is not None:
+            self.objects = [np.asarray(p, dtype=float).copy() for p in objects]
+            self._vz = [0.0] * len(self.objects)
+            self.held = held if grasped else None
+        else:
+            self.held = None
+            self.objects[0] = np.asarray(object_pos, dtype=float).copy()
+            self.held = 0 if grasped else None
         self._prev_tool = self.arm.tool()
 
     def snapshot_wrench(self) -> np.ndarray:
         """The newest wrench sample alone (cheaper than a full snapshot)."""
         return self._wrench.as_array()
 
+    def progress(self) -> tuple[str, str]:
+        """Ground truth of a task-progress monitor: ("done", "") once the task's success test
+        held; ("failed", reason) after a failure this episode (latched until the reset: the
+        attempt needs a retry even if the robot could pick the cube up again) or on the time
+        limit; ("ongoing", "") otherwise."""
+        if self.success:
+            return DONE, ""
+        if self.failure:
+            return FAILED, self.failure
+        if self.episode_time >= self.task.timeout_s:
+            return FAILED, TIMEOUT
+        return ONGOING, ""
+
     def snapshot(self) -> WorldSnapshot:
+        pose = self.events.pose if self.events is not None else None
+        progress, failure = self.progress()
         return WorldSnapshot(
             time=self.time, episode=self.episode, episode_time=self.episode_time, task=self.task.name,
             positions=self.arm.positions(), velocities=self.arm.velocities(), command=self.arm.state.command.copy(),
             tool=self.arm.tool(), object_pos=self.object_pos.copy(), grasped=self.grasped, goal=self.goal.copy(),
-            wrench=self._wrench.as_array(), contacts=self._wrench.contacts, success=self.success, done=self.done)
+            wrench=self._wrench.as_array(), contacts=self._wrench.contacts, success=self.success, done=self.done,
+            objects=tuple(p.copy() for p in self.objects), object_names=self.task.object_names,
+            held=-1 if self.held is None else self.held, intruder=pose, intruder_present=intruder_present(pose),
+            progress=progress, failure=failure)
