@@ -62,7 +62,14 @@ class VLABackendStats:
     own: int = 0  # answered on this backend's own prefill
     prefills: int = 0  # own prefill calls (one per batch that needed one)
     prefill_rows: int = 0
+    decodes: int = 0  # batched decodes run (one per model a batch's questions were on)
     last_batch_ms: float = 0.0
+
+
+def _model_of(decoder: Any) -> int:
+    """Decoders over the same weights (the stream's instance decoder and this backend's, on one
+    engine) decode in one batch: FastLanguage keeps the model as .m, PlainLanguage the weights as .w."""
+    return id(getattr(decoder, "m", None) or getattr(decoder, "w", None) or decoder)
 
 
 @dataclass
@@ -201,10 +208,11 @@ class VLABackboneBackend:
         groups: dict[int, tuple[Any, list[_Job]]] = {}
         for j in jobs:
             if not j.error:
-                groups.setdefault(id(j.decoder), (j.decoder, []))[1].append(j)
+                groups.setdefault(_model_of(j.decoder), (j.decoder, []))[1].append(j)
         for decoder, group in groups.values():
             try:
                 k = max(j.query.max_tokens for j in group)
+                self.stats.decodes += 1
                 decoder.decode_batched(batch_requests([j.request for j in group], k), k)
             except Exception as e:
                 for j in group:

@@ -138,6 +138,7 @@ def test_shared_prefill_equals_own_prefill_and_saves_the_prefill(model):
     assert all(a.meta["round_id"] == 7 and a.meta["prefix_age_s"] == 0.5 for a in shared[:2])
     st = backend.stats
     assert (st.shared, st.prefills_saved, st.own, st.prefills, st.prefill_rows) == (2, 2, 1, 1, 1)
+    assert st.decodes == 1  # shared and own questions on one model decode as one batch
     reference = own.answer(qs)
     assert [a.meta["token_ids"] for a in shared] == [a.meta["token_ids"] for a in reference]
     assert [a.text for a in shared] == [a.text for a in reference]
