@@ -10,6 +10,7 @@ so answers are gibberish but deterministic, and a model loads and answers in wel
 The tokenizer is this repository's small byte-level BPE (assets/tokenizer.json: any text encodes)
 plus each family's special tokens; each processor gets its family's chat template where the real
 model ships one (SmolVLM, Qwen2.5-VL), none for PaliGemma (it has none: the backend's plain path).
+Qwen2.5-VL's processor is saved without a video processor (hf_processor.py says why).
 
     python -m physai_ros.pipeline.hf_tiny smolvlm /tmp/tiny-smolvlm
 """
@@ -17,6 +18,8 @@ from __future__ import annotations
 
 import argparse
 from pathlib import Path
+
+from physai_ros.pipeline.hf_processor import image_only
 
 FAMILIES = ("smolvlm", "paligemma", "qwen2_5_vl")
 TOKENIZER_JSON = Path(__file__).resolve().parents[1] / "assets" / "tokenizer.json"
@@ -120,7 +123,9 @@ def _qwen2_5_vl():
     patch = 4
     images = Qwen2VLImageProcessorPil(patch_size=patch, merge_size=2, temporal_patch_size=2,
                                       min_pixels=IMAGE * IMAGE, max_pixels=IMAGE * IMAGE)
-    proc = Qwen2_5_VLProcessor(image_processor=images, tokenizer=tok, chat_template=QWEN_TEMPLATE)
+    # No video processor: every video processor class needs torchvision (hf_processor.py says why).
+    proc = image_only(Qwen2_5_VLProcessor)(image_processor=images, tokenizer=tok, video_processor=None,
+                                           chat_template=QWEN_TEMPLATE)
     t = proc.tokenizer
     ids = dict(bos=t.convert_tokens_to_ids("<|im_start|>"), eos=t.eos_token_id, pad=t.pad_token_id)
     text = _text(len(t), **ids)

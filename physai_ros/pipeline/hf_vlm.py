@@ -18,6 +18,7 @@ import numpy as np
 
 from physai_ros.errors import UserInputError
 from physai_ros.pipeline.backend import ComponentAnswer, ComponentQuery
+from physai_ros.pipeline.hf_processor import load_processor
 
 DEVICES = ("cpu", "cuda", "auto")
 DTYPES = ("auto", "float32", "bfloat16")
@@ -86,7 +87,7 @@ class HFVisionLanguageBackend:
             raise HFModelError(f"{path} holds a {config.model_type!r} model, not a vision-language "
                                "(image-text-to-text) model")
         try:
-            self.processor = transformers.AutoProcessor.from_pretrained(path, local_files_only=True)
+            self.processor = load_processor(path)
             self.model = transformers.AutoModelForImageTextToText.from_pretrained(
                 path, local_files_only=True, dtype=self.dtype).to(device).eval()
         except Exception as e:  # noqa: BLE001 - missing weights, tokenizer, processor files, ...

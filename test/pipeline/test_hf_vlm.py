@@ -17,9 +17,8 @@ from physai_ros.pipeline.backend import ComponentQuery  # noqa: E402
 from physai_ros.pipeline.hf_tiny import write_tiny_vlm  # noqa: E402
 from physai_ros.pipeline.hf_vlm import HFModelError, HFVisionLanguageBackend  # noqa: E402
 
-# Qwen2.5-VL is left out: transformers 5's Qwen2.5-VL processor requires a video processor, which
-# needs torchvision, and PyPI's torchvision is a CUDA build that does not import beside CPU torch.
-FAMILIES = ("smolvlm", "paligemma")
+# Qwen2.5-VL loads here through hf_processor's image-only path (no torchvision on this machine).
+FAMILIES = ("smolvlm", "paligemma", "qwen2_5_vl")
 
 
 @pytest.fixture(scope="module", params=FAMILIES)
@@ -145,3 +144,15 @@ def test_bad_device_and_dtype(tmp_path):
 def test_unknown_family():
     with pytest.raises(ValueError, match="unknown tiny VLM family 'llava'"):
         write_tiny_vlm("llava", "/nonexistent")
+
+
+def test_qwen_processor_without_torchvision_is_image_only(tmp_path):
+    """transformers cannot build a Qwen2.5-VL processor without torchvision (its video processor);
+    the backend then loads it without one, under the real class name, images working."""
+    from transformers.utils import is_torchvision_available
+
+    b = HFVisionLanguageBackend(write_tiny_vlm("qwen2_5_vl", tmp_path / "q"), device="cpu")
+    assert type(b.processor).__name__ == "Qwen2_5_VLProcessor"
+    if not is_torchvision_available():
+        assert b.processor.video_processor is None
+    assert b.answer([_query(np.random.default_rng(0))])[0].ok
