@@ -156,3 +156,14 @@ def test_qwen_processor_without_torchvision_is_image_only(tmp_path):
     if not is_torchvision_available():
         assert b.processor.video_processor is None
     assert b.answer([_query(np.random.default_rng(0))])[0].ok
+
+
+def test_importing_the_backend_modules_stays_cheap():
+    """transformers and torch load when a backend is built, not when the modules are imported."""
+    import subprocess
+    import sys
+
+    code = ("import sys, physai_ros.pipeline.hf_vlm, physai_ros.pipeline.hf_tiny; "
+            "print(sorted(m for m in ('transformers', 'torch') if m in sys.modules))")
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout
+    assert out.strip() == "[]"
