@@ -131,14 +131,12 @@ def _component(name: str, v: Any, path: str) -> ComponentConfig:
         raise FleetConfigError(f"{join_key(path, 'freq_hz')}: not periodic: {name} {how}")
     no_unknown(d, {"model", "prompt", "slo_ms", "fallback"} | ({"freq_hz"} if periodic else set()), path)
     s1 = name == "system1"
-    model = _model(d["model"], join_key(path, "model"), name) if "model" in d else \
-        (VLA_MODEL if s1 else _model(required(d, "model", path), join_key(path, "model"), name))
-    prompt = string(d["prompt"], join_key(path, "prompt")) if "prompt" in d or not s1 else ""
-    if not s1 and "prompt" not in d:
-        required(d, "prompt", path)
+    if not s1:  # System 1's may come from the task's keys instead
+        for key in ("model", "prompt", "slo_ms"):
+            required(d, key, path)
+    model = _model(d["model"], join_key(path, "model"), name) if "model" in d else VLA_MODEL
+    prompt = string(d["prompt"], join_key(path, "prompt")) if "prompt" in d else ""
     slo = number(d["slo_ms"], join_key(path, "slo_ms")) if "slo_ms" in d else 0.0
-    if not s1 and "slo_ms" not in d:
-        required(d, "slo_ms", path)
     choices = FALLBACKS_BY_COMPONENT[name]
     fallback = string(d["fallback"], join_key(path, "fallback"), choices) if "fallback" in d else ""
     freq = number(required(d, "freq_hz", path), join_key(path, "freq_hz")) if periodic else None
