@@ -32,6 +32,11 @@ class KeptPrefix:
         b = self.frame.batch
         return int(b.tokens[self.row][b.token_mask[self.row]][-1])
 
+    def prompt(self, tokenizer) -> str:
+        """The prompt System 1 read in that round (the task's, or a System 2 subgoal)."""
+        b = self.frame.batch
+        return tokenizer.decode(b.tokens[self.row].cpu().numpy(), b.token_mask[self.row].cpu().numpy()).strip()
+
     def age_s(self, now: float) -> float:
         return now - self.frame.stamp
 

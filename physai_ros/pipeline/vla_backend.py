@@ -10,7 +10,7 @@ the prompt, causal, not emitted). Two ways to get that prefix:
   than `max_prefix_age_s` ago. The language stream offers every frame's prefix KV cache to this
   backend (`attach(stream)` registers `offer_frame` as a frame listener) and the question is
   decoded on the robot's row of it: no second prefill. The answer is about what System 1 saw at
-  that round, with System 1's prompt of that round (meta: round_id, prefix_age_s);
+  that round, with System 1's prompt of that round (meta: round_id, prefix_age_s, prefix_prompt);
 - own: no fresh round (the robot is held after a safety stop, or the component runs between
   rounds at its own rate). The queries' observations go through serving's preprocessing
   (pipeline.vla_inputs) and are prefilled once, as one batch.
@@ -246,7 +246,8 @@ class VLABackboneBackend:
         meta = {"path": j.path, "reason": req.reason, "token_ids": tokens, **timings}
         if j.kept is not None:
             meta.update(round_id=j.kept.round_id, task_id=j.kept.task_id, instance=j.kept.frame.instance_id,
-                        prefix_age_s=round(j.kept.age_s(self.kept.clock()), 4))
+                        prefix_age_s=round(j.kept.age_s(self.kept.clock()), 4),
+                        prefix_prompt=j.kept.prompt(self.tokenizer))
         # Stripped: the byte-level BPE marks a word start with a space, which is no part of the answer
         # (training's text evaluation strips it too); the ids stay raw in meta.
         return ComponentAnswer(text=self.tokenizer.decode_ids(list(tokens)).strip(), tokens=len(tokens),

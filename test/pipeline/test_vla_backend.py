@@ -136,6 +136,8 @@ def test_shared_prefill_equals_own_prefill_and_saves_the_prefill(model):
     shared = backend.answer(qs)
     assert [a.meta["path"] for a in shared] == [PATH_SHARED, PATH_SHARED, PATH_OWN]  # robot_2 ran none
     assert all(a.meta["round_id"] == 7 and a.meta["prefix_age_s"] == 0.5 for a in shared[:2])
+    if engine.config.policy == "pi0":  # (pi0.5's prompt also carries the state, as text)
+        assert [a.meta["prefix_prompt"] for a in shared[:2]] == [q.task_prompt for q in qs[:2]]
     st = backend.stats
     assert (st.shared, st.prefills_saved, st.own, st.prefills, st.prefill_rows) == (2, 2, 1, 1, 1)
     assert st.decodes == 1  # shared and own questions on one model decode as one batch
@@ -183,6 +185,9 @@ def test_a_bad_query_costs_the_others_nothing(model):
     oks = [a for a in answers if a.ok]
     assert [a.meta["token_ids"] for a in oks] == [a.meta["token_ids"] for a in alone]
     assert backend.stats.errors == len(bad)
+    # No state: pi0 reads zeros (as a robot without proprioception), pi0.5 cannot write its prompt.
+    no_state = backend.answer([dataclasses.replace(good[0], state=None)])[0]
+    assert no_state.ok == (engine.config.policy == "pi0") and (no_state.ok or no_state.error.startswith("state:"))
     # A batch of nothing but bad queries answers every one (no prefill, no decode).
     assert all(not a.ok for a in backend.answer([b for b, _ in bad]))
 
