@@ -93,6 +93,9 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
         else:
             cfg = _fleet_config(args.fleet, checkpoint=args.checkpoint)
             args.robots = len(cfg.robots) if args.robots is None else args.robots
+            from physai_ros.fleet.plan import check_sim
+
+            check_sim(cfg)
             # Before any process starts: a missing checkpoint is named now, not a minute later.
             check_server_files(cfg)
             check_keystore(cfg.with_num_robots(args.robots))

@@ -47,7 +47,23 @@ def robot_specs(cfg: FleetConfig, robot: RobotConfig, controller: bool = True) -
     return [_with_enclave(cfg, s) for s in specs]
 
 
+def check_sim(cfg: FleetConfig) -> None:
+    """Every simulated robot's `sim:` mapping as its sim_robot will take it (known keys, types,
+    values; issue 23 added event parameters), before any process starts: FleetConfigError naming
+    the key path, e.g. "robots[1].sim.drop_prob: drop_prob must be within 0..1, got 2.0"."""
+    from physai_ros.config_fields import FleetConfigError
+    from physai_ros.sim.runtime import check_sim_params
+
+    for i, robot in enumerate(cfg.robots):
+        if robot.simulated:
+            try:
+                check_sim_params(robot.sim, f"robots[{i}].sim")
+            except ValueError as exc:
+                raise FleetConfigError(str(exc)) from None
+
+
 def fleet_plan(cfg: FleetConfig, controller: bool = True) -> list[ProcessSpec]:
+    check_sim(cfg)
     plan = [server_spec(cfg)]
     for r in cfg.robots:
         plan += robot_specs(cfg, r, controller)

@@ -154,7 +154,7 @@ class FailureInjector:
 
     def new_episode(self) -> None:
         r = self.rng
-        u_drop, drop_after, u_knock, knock_at = r.random(), r.uniform(0.1, 0.5), r.random(), r.uniform(0.8, 2.5)
+        u_drop, drop_after, u_knock, knock_at = r.random(), r.uniform(0.1, 0.5), r.random(), r.uniform(0.3, 1.5)
         self.plan = _EpisodePlan(drop=bool(u_drop < self.cfg.drop_prob), drop_after_s=float(drop_after),
                                  knock=bool(u_knock < self.cfg.knock_prob), knock_at_s=float(knock_at))
         self.transport_s = 0.0

@@ -25,6 +25,7 @@ from typing import Optional
 
 import numpy as np
 
+from physai_ros.sim.multi_step import scene_text
 from physai_ros.sim.tasks import SceneConfig
 from physai_ros.sim.world import WorldSnapshot
 
@@ -33,7 +34,9 @@ SCENE_QUESTION = "describe the scene."
 
 REACH_CUBE, GRASP, PLACE, DONE, DROPPED = "reach the cube", "grasp", "place on the goal", "done", "failed: dropped"
 REACH_MARKER = "reach the marker"
-SUBTASKS = {"pick_and_place": (REACH_CUBE, GRASP, PLACE, DONE, DROPPED), "reach": (REACH_MARKER, DONE)}
+SUBTASKS = {"pick_and_place": (REACH_CUBE, GRASP, PLACE, DONE, DROPPED), "reach": (REACH_MARKER, DONE),
+            # The same labels about the cube of the current subgoal (sim.multi_step.subgoal_text).
+            "place_in_order": (REACH_CUBE, GRASP, PLACE, DONE, DROPPED)}
 
 DROP_WINDOW_S = 1.0
 # "grasp": the tool within this of the cube horizontally and below the expert's travel height
@@ -88,6 +91,8 @@ def scene_description(snap: WorldSnapshot, scene: SceneConfig = SceneConfig()) -
         height = "high" if snap.goal[2] > HIGH_Z else "low"
         return f"red marker {height} {_side(snap.goal)}; blue cube {_relation(snap.object_pos, snap.goal)} it"
     pad = f"pad {_side(snap.goal)}"
+    if len(snap.objects) > 1:
+        return scene_text(snap, scene, _side(snap.goal))
     if snap.grasped:
         return f"blue cube in the gripper; {pad}"
     if on_pad(snap, scene):
@@ -104,13 +109,23 @@ class SubtaskTracker:
         self._episode: Optional[int] = None
         self._was_grasped = False
         self._dropped_at: Optional[float] = None
+        self._held = -1  # with several cubes: the one in the gripper at the last call
+
+    def _released_on_goal(self, snap: WorldSnapshot) -> bool:
+        if len(snap.objects) <= 1:
+            return on_pad(snap, self.scene)
+        # Several cubes: the one just let go (snap.object_pos is already the next one), onto
+        # the pad or the stack on it.
+        p = snap.objects[self._held] if 0 <= self._held < len(snap.objects) else snap.object_pos
+        return bool(np.linalg.norm(p[:2] - snap.goal[:2]) <= self.scene.place_tolerance and p[2] >= 0)
 
     def observe(self, snap: WorldSnapshot) -> str:
         if snap.episode != self._episode:
             self._episode, self._was_grasped, self._dropped_at = snap.episode, False, None
-        if self._was_grasped and not snap.grasped and not snap.success and not on_pad(snap, self.scene):
+        if self._was_grasped and not snap.grasped and not snap.success and not self._released_on_goal(snap):
             self._dropped_at = snap.episode_time
         self._was_grasped = snap.grasped
+        self._held = snap.held
         if snap.grasped:
             self._dropped_at = None
         dropped = self._dropped_at is not None and snap.episode_time - self._dropped_at < self.window_s

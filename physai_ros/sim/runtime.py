@@ -8,16 +8,22 @@ the arm left where it is (the controller keeps commanding from there).
 """
 from __future__ import annotations
 
+import dataclasses
 import json
+import math
 from dataclasses import asdict, dataclass, field
+from typing import Any, Mapping
 
 import numpy as np
 
 from physai_ros.control.joint_trajectory import JointTrajectoryPlan
 from physai_ros.sim.command import TrajectoryFollower
+from physai_ros.sim.events import EventConfig
+from physai_ros.sim.multi_step import subgoal_text
 from physai_ros.sim.narration import SubtaskTracker, scene_description, subtask_label
 from physai_ros.sim.render import Renderer
 from physai_ros.sim.robot import ArmConfig
+from physai_ros.sim.tasks import TASKS
 from physai_ros.sim.world import SimWorld, WorldSnapshot
 
 
@@ -40,11 +46,51 @@ class SimRobotConfig:
     # against, issue 22), but no sooner than this after the last one: a label flickering at the
     # "grasp" boundary must not turn the reliable status topic into a physics-rate stream.
     subtask_status_min_interval_s: float = 0.1
+    # Events (issue 23, sim.events; all off by default): a human arm entering the workcell
+    # (Poisson arrivals per minute of sim time, mean stay in seconds) and, per episode, the
+    # probability that the held cube slips out during transport / the cube is knocked off the table.
+    intruder_rate_per_min: float = 0.0
+    intruder_duration_s: float = 3.0
+    drop_prob: float = 0.0
+    knock_prob: float = 0.0
 
     def __post_init__(self) -> None:
         for name in ("physics_rate_hz", "camera_rate_hz", "joint_state_rate_hz", "status_rate_hz"):
             if not getattr(self, name) > 0:
                 raise ValueError(f"{name} must be positive, got {getattr(self, name)}")
+        self.events  # validates the event parameters, each error naming its field
+
+    @property
+    def events(self) -> EventConfig:
+        return EventConfig(intruder_rate_per_min=self.intruder_rate_per_min,
+                           intruder_duration_s=self.intruder_duration_s, drop_prob=self.drop_prob,
+                           knock_prob=self.knock_prob)
+
+
+def check_sim_params(params: Mapping[str, Any], path: str) -> SimRobotConfig:
+    """A fleet.yaml `sim:` mapping as the sim robot will take it: unknown keys, wrong types and
+    bad values raise ValueError naming the key path ("robots[0].sim.drop_prob: ...")."""
+    fields = {f.name: f for f in dataclasses.fields(SimRobotConfig)}
+    defaults = SimRobotConfig()
+    values: dict[str, Any] = {}
+    for key, value in params.items():
+        if key not in fields:
+            raise ValueError(f"{path}.{key}: unknown sim parameter; known: {sorted(fields)}")
+        want = type(getattr(defaults, key))
+        if want is float and isinstance(value, int) and not isinstance(value, bool):
+            value = float(value)
+        if not isinstance(value, want) or isinstance(value, bool) != (want is bool) or (
+                want is float and not math.isfinite(value)):
+            raise ValueError(f"{path}.{key}: expected {want.__name__}, got {value!r}")
+        values[key] = value
+    if "task" in values and values["task"] not in TASKS:
+        raise ValueError(f"{path}.task: expected one of {sorted(TASKS)}, got {values['task']!r}")
+    try:
+        return SimRobotConfig(**values)
+    except ValueError as exc:
+        msg = str(exc)
+        key = msg.split(" ", 1)[0]
+        raise ValueError(f"{path}.{key}: {msg}" if key in fields else f"{path}: {msg}") from None
 
 
 @dataclass(frozen=True)
@@ -74,6 +120,14 @@ class TaskStatus:
     # "describe the scene.". Defaults keep statuses written before them readable.
     subtask: str = ""
     scene: str = ""
+    # Issue 23's ground truth (sim.events, sim.multi_step), for the safety checker, the progress
+    # monitor and the System 2 planner; the defaults again keep older statuses readable.
+    intruder: bool = False  # a human arm is in the workcell now
+    progress: str = ""  # "ongoing" / "done" / "failed" (SimWorld.progress); "": an older sim robot
+    failure: str = ""  # why failed: dropped / knocked / wrong_order / timeout
+    subgoal: str = ""  # the planner's answer: the next single-object instruction ("done" at the end)
+    objects: list[list[float]] = field(default_factory=list)  # every cube (place_in_order: red, blue)
+    held: int = -1  # index into objects of the cube in the gripper
 
     def to_json(self) -> str:
         return json.dumps(asdict(self), separators=(",", ":"))
@@ -119,7 +173,8 @@ class SimRobotRuntime:
     MAX_SAMPLES_PER_TICK = 16
     def __init__(self, cfg: SimRobotConfig):
         self.cfg = cfg
-        self.world = SimWorld(ArmConfig(num_joints=cfg.num_joints), task=cfg.task, seed=cfg.seed)
+        self.world = SimWorld(ArmConfig(num_joints=cfg.num_joints), task=cfg.task, seed=cfg.seed,
+                              events=cfg.events)
         self.renderer = Renderer(self.world.arm.cfg, num_views=cfg.num_views, width=cfg.image_width,
                                  height=cfg.image_height, object_size=self.world.scene.object_size,
                                  goal_radius=self.world.scene.goal_radius)
@@ -139,6 +194,8 @@ class SimRobotRuntime:
         self.subtask = ""
         self._status_at = float("-inf")
         self._subtask_changed = False
+        # Safety and progress ground truth changes publish a status at once, like the subtask.
+        self._truth: tuple = ()
 
     def on_plan(self, plan: JointTrajectoryPlan) -> bool:
         return self.follower.set_plan(plan)
@@ -170,6 +227,10 @@ class SimRobotRuntime:
         if subtask != self.subtask:
             self.subtask = subtask
             self._subtask_changed = True
+        truth = (snap.intruder_present, snap.progress)
+        if truth != self._truth:
+            self._subtask_changed = self._subtask_changed or bool(self._truth)
+            self._truth = truth
         out = TickOutput(snapshot=snap)
         self._now = now
         out.wrench = snap.wrench
@@ -212,4 +273,6 @@ class SimRobotRuntime:
             tool=[round(float(v), 5) for v in s.tool], object_pos=[round(float(v), 5) for v in s.object_pos],
             goal=[round(float(v), 5) for v in s.goal], contacts=list(s.contacts),
             commands_rejected=self.follower.rejected, published=dict(self.published), stamp=self._now,
-            subtask=self.subtask or subtask_label(s, self.world.scene), scene=scene_description(s, self.world.scene))
+            subtask=self.subtask or subtask_label(s, self.world.scene), scene=scene_description(s, self.world.scene),
+            intruder=s.intruder_present, progress=s.progress, failure=s.failure, subgoal=subgoal_text(s),
+            objects=[[round(float(v), 5) for v in p] for p in s.objects], held=s.held)
