@@ -325,3 +325,49 @@ def test_due_before_start_is_an_error():
     c.start(0.0)
     with pytest.raises(RuntimeError):
         c.start(0.0)
+
+
+# Every fallback of every component on one SLO miss: the decisions, whether the query is given up
+# (re-asked at once) and whether a late answer is still taken.
+@pytest.mark.parametrize("comp,fallback,decisions,given_up", [
+    ("system2", "use_last_plan", [], False),
+    ("system2", "hold", ["hold:system2"], False),
+    ("system2", "stop_and_resend", ["hold:system2"], True),
+    ("system2", "stop_and_replan", ["hold:system2", "drop_plan", "replan"], True),
+    ("safety", "hold", ["hold:safety"], False),
+    ("safety", "stop_and_resend", ["hold:safety"], True),
+    ("safety", "stop_and_replan", ["hold:safety", "drop_plan", "replan", "hold:system2"], True),
+    ("monitor", "hold", ["hold:monitor"], False),
+    ("monitor", "stop_and_resend", ["hold:monitor"], True),
+])
+def test_every_fallback_on_a_miss(comp, fallback, decisions, given_up):
+    c, ids = planned(**{f"components__{comp}__fallback": fallback})
+    t = 2.0
+    c.on_system1_prediction(t)
+    c.on_system1_prediction(t)
+    qs = {q.component: q for q in c.step(t).queries}
+    assert set(qs) == {"system2", "safety", "monitor"}
+    for other, q in qs.items():
+        if other != comp:
+            c.on_answer(q.query_id, ok({"system2": "next", "safety": "safe", "monitor": "ongoing"}[other]), t)
+    miss = c.step(qs[comp].deadline + 0.01)
+    assert kinds(miss.decisions) == decisions
+    assert (comp in [q.component for q in miss.queries]) == given_up
+    late = c.on_answer(qs[comp].query_id, ok({"system2": "late plan", "safety": "safe", "monitor": "ongoing"}[comp]),
+                       qs[comp].deadline + 0.02)
+    cc = c.counters.components[comp]
+    assert (cc.slo_misses, cc.consecutive_violations) == (1, 1)
+    if given_up:
+        assert late == [] and cc.stale == 1
+    else:
+        assert cc.late == 1 and cc.answered == 2
+        assert kinds(late) == (["set_prompt"] if comp == "system2" else []) + (["resume"] if decisions else [])
+
+
+def test_unsafe_without_system2_drops_the_plan_and_holds_until_safe():
+    c, ids = planned(components__system2=None, pipeline__system2_to_system1_call_ratio=None)
+    q = c.step(0.5).queries[0]
+    assert kinds(c.on_answer(q.query_id, ok("unsafe"), 0.6)) == ["hold:safety", "drop_plan", "replan"]
+    assert c.system1_prompt == "inspect the package"  # no subgoal to drop
+    q = c.step(1.0).queries[0]
+    assert c.on_answer(q.query_id, ok("safe"), 1.1) == [Resume()]
