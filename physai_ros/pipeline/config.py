@@ -3,7 +3,7 @@
 
 `parse_task_pipeline` is called by serving.config for each task. System 1's SLO, fallback,
 prompt and violation policy may be written at task level or in the pipeline keys; serving.config
-passes the task-level values in (`TaskLevel`) and `merge_task_level` reconciles them, so there
+passes the task-level values in (`TaskLevel`) and `parse_task_pipeline` reconciles them, so there
 is one value of each, and a conflict names both key paths.
 """
 from __future__ import annotations
