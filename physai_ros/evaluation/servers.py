@@ -13,7 +13,7 @@ from physai_ros.protocol.chunk import STATUS_OK, ActionChunkData
 from physai_ros.protocol.observation import ObservationData
 from physai_ros.protocol.registration import RegistrationResult, RobotRegistration
 from physai_ros.serving.config import FleetConfig
-from physai_ros.sim.expert import ScriptedExpert
+from physai_ros.sim.multi_step import make_expert
 from physai_ros.sim.world import SimWorld
 
 from .lockstep import SimClock
@@ -57,7 +57,7 @@ class ExpertServer:
     def submit(self, obs: ObservationData, now: float | None = None) -> list[ActionChunkData]:
         reg = self.registrations[obs.robot_id]
         world = copy.deepcopy(self.world_of(obs.robot_id))
-        actions = ScriptedExpert(world).rollout(world, self.chunk_size, reg.control_period, in_place=True)
+        actions = make_expert(world).rollout(world, self.chunk_size, reg.control_period, in_place=True)
         self._out.append(ActionChunkData(
             robot_id=obs.robot_id, task_id=obs.task_id, round_id=obs.round_id, stamp=obs.stamp,
             status=STATUS_OK, joint_names=reg.joint_names, dt=reg.control_period,

@@ -92,17 +92,16 @@ class _View:
         self.task = SimpleNamespace(name="pick_and_place")
 
 
-class MultiStepExpert:
+class MultiStepExpert(ScriptedExpert):
     """Solves place_in_order one subgoal at a time: the single-object expert on the snapshot's
     focus cube (the held one, else the task's next one), lowering onto the top of the stack when
     the pad already carries a cube. A wrong cube in the hand (only a policy gets there) is put
-    back down on the table where it is."""
+    back down on the table where it is. rollout() is ScriptedExpert's, over this act()."""
 
     def __init__(self, world_like: SimWorld, cfg: Optional[ExpertConfig] = None):
+        super().__init__(world_like, cfg)
         self.arm = world_like.arm
-        self.scene = world_like.scene
-        self.task = world_like.task
-        self.cfg = cfg or ExpertConfig()
+        self.multi_task = world_like.task
         self._experts: dict[float, ScriptedExpert] = {}
 
     def _expert(self, surface: float) -> ScriptedExpert:
@@ -115,7 +114,7 @@ class MultiStepExpert:
     def act(self, s: WorldSnapshot, dt: float) -> np.ndarray:
         objs = list(s.objects)
         if s.held >= 0:
-            if self.task.focus(objs, s.goal, self.scene) != s.held:
+            if self.multi_task.focus(objs, s.goal, self.scene) != s.held:
                 put_down = dataclasses.replace(s, goal=np.array([s.tool[0], s.tool[1], 0.0]))
                 return self._expert(0.0).act(put_down, dt)
             focus = s.held
@@ -123,10 +122,16 @@ class MultiStepExpert:
             focus = _index_of(s, s.object_pos)
         stack = sum(1 for i, p in enumerate(objs) if i != focus and i != s.held and p[2] >= 0
                     and np.linalg.norm(p[:2] - s.goal[:2]) <= self.scene.place_tolerance)
-        return self._expert(self.scene.goal_height + stack * self.scene.object_size).act(s, dt)
+        expert = self._expert(self.scene.goal_height + stack * self.scene.object_size)
+        if (s.held < 0 and stack and np.linalg.norm(s.object_pos[:2] - s.goal[:2]) <= self.scene.place_tolerance
+                and s.object_pos[2] > self.scene.goal_height + stack * self.scene.object_size):
+            # Just let go onto the stack and still settling (the success test wants it resting):
+            # back off open, as after a success; re-closing at once would grab it again.
+            return expert.act(dataclasses.replace(s, success=True), dt)
+        return expert.act(s, dt)
 
 
-def make_expert(world_like: SimWorld, cfg: Optional[ExpertConfig] = None):
+def make_expert(world_like: SimWorld, cfg: Optional[ExpertConfig] = None) -> ScriptedExpert:
     """The scripted expert for any task: ScriptedExpert, or MultiStepExpert for several cubes."""
     if len(world_like.task.object_names) > 1:
         return MultiStepExpert(world_like, cfg)

@@ -10,7 +10,7 @@ from __future__ import annotations
 import numpy as np
 
 from physai_ros.protocol.chunk import ActionChunkData
-from physai_ros.sim.expert import ScriptedExpert
+from physai_ros.sim.multi_step import make_expert
 from physai_ros.sim.robot import ArmConfig
 from physai_ros.sim.runtime import TaskStatus
 from physai_ros.sim.world import SimWorld
@@ -23,7 +23,7 @@ class ScriptedChunkPlanner:
             raise ValueError(f"horizon must be in 1..num_actions={num_actions}, got {horizon}")
         self.robot_id = robot_id
         self.mirror = SimWorld(ArmConfig(num_joints=num_joints), task=task, seed=0)
-        self.expert = ScriptedExpert(self.mirror)
+        self.expert = make_expert(self.mirror)
         self.joint_names = self.mirror.arm.cfg.joint_names
         self.num_actions, self.dt, self.horizon = num_actions, dt, horizon
         self._last: ActionChunkData | None = None
@@ -39,8 +39,11 @@ class ScriptedChunkPlanner:
     def plan(self, positions: np.ndarray, status: TaskStatus, capture_time: float, round_id: int) -> ActionChunkData:
         if status.task != self.mirror.task.name:
             raise ValueError(f"planner runs {self.mirror.task.name!r} but the robot reports {status.task!r}")
+        # Several cubes (place_in_order): the status lists them all and which one is held.
+        objects = [np.asarray(p) for p in status.objects] if len(status.objects) > 1 else None
         self.mirror.set_state(positions, np.asarray(status.object_pos), status.grasped, np.asarray(status.goal),
-                              command=self._commanded_at(capture_time))
+                              command=self._commanded_at(capture_time), objects=objects,
+                              held=status.held if status.held >= 0 else None)
         self.mirror.success = status.success
         actions = self.expert.rollout(self.mirror, self.num_actions, self.dt, in_place=True)
         chunk = ActionChunkData(robot_id=self.robot_id, task_id=f"{self.robot_id}/episode_{status.episode}",

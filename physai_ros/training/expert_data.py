@@ -17,7 +17,7 @@ from typing import Iterator, List
 
 import numpy as np
 
-from physai_ros.sim.expert import ScriptedExpert
+from physai_ros.sim.multi_step import make_expert
 from physai_ros.sim.narration import SubtaskTracker, narrate
 from physai_ros.sim.render import Renderer
 from physai_ros.sim.robot import ArmConfig
@@ -66,7 +66,7 @@ def record_cell(cfg: RecordConfig) -> Iterator[Episode]:
     world = SimWorld(ArmConfig(num_joints=cfg.num_joints), task=cfg.task, seed=cfg.seed)
     renderer = Renderer(world.arm.cfg, num_views=cfg.num_views, width=cfg.image_width, height=cfg.image_height,
                         object_size=world.scene.object_size, goal_radius=world.scene.goal_radius)
-    expert = ScriptedExpert(world)
+    expert = make_expert(world)
     tracker = SubtaskTracker(world.scene)
     control_dt = 1.0 / cfg.control_hz
     substeps = cfg.physics_hz // cfg.control_hz

@@ -30,7 +30,7 @@ import numpy as np
 from physai_ros.evaluation.lockstep import EpisodeSlot, LockstepConfig, SimClock, clone_robots, run_episodes
 from physai_ros.evaluation.servers import ExpertServer
 from physai_ros.protocol.observation import ObservationData
-from physai_ros.sim.expert import ScriptedExpert
+from physai_ros.sim.multi_step import make_expert
 from physai_ros.sim.narration import SubtaskTracker, narrate
 from physai_ros.sim.robot import ArmConfig
 from physai_ros.sim.tasks import make_task
@@ -72,7 +72,7 @@ def expert_label(world: SimWorld, chunk: int, action_period: float, expert_hz: i
     if per < 1 or abs(per - action_period * expert_hz) > 1e-6 or physics_hz % expert_hz:
         raise ValueError(f"action period {action_period} s is not a whole number of {expert_hz} Hz expert steps")
     sim = copy.deepcopy(world)
-    actions = ScriptedExpert(sim).rollout(sim, (chunk - 1) * per + 1, 1.0 / expert_hz,
+    actions = make_expert(sim).rollout(sim, (chunk - 1) * per + 1, 1.0 / expert_hz,
                                           substeps=physics_hz // expert_hz, in_place=True)
     return actions[::per].astype(np.float32)
 

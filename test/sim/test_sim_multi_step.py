@@ -1,0 +1,118 @@
+"""Issue 23's multi-step task (sim.tasks.PlaceInOrderTask) and its planner ground truth and expert
+(sim.multi_step): red cube on the pad, then the blue cube on top of it."""
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from physai_ros.sim.events import DONE, DROPPED, EventConfig, FAILED, ONGOING, WRONG_ORDER
+from physai_ros.sim.expert import ScriptedExpert
+from physai_ros.sim.multi_step import (DONE_SUBGOAL, MultiStepExpert, make_expert, subgoal_sequence,
+                                       subgoal_text)
+from physai_ros.sim.narration import DROPPED as SAID_DROPPED, SubtaskTracker, scene_description
+from physai_ros.sim.planner import ScriptedChunkPlanner
+from physai_ros.sim.render import Renderer
+from physai_ros.sim.runtime import SimRobotConfig, SimRobotRuntime
+from physai_ros.sim.world import SimWorld
+
+DT = 1 / 480
+RED_FIRST = "pick up the red cube and place it on the green pad"
+BLUE_NEXT = "pick up the blue cube and place it on the green pad"
+
+
+def _solve(world: SimWorld, extra_s: float = 0.5, every: int = 8):
+    """The expert until success (or the time limit), then extra_s more; a snapshot every 0.05 s."""
+    ex = make_expert(world)
+    snaps, n, end = [], 0, None
+    while end is None or world.time < end:
+        if n % every == 0:
+            world.set_command(ex.act(world.snapshot(), every * DT))
+        world.step(DT)
+        n += 1
+        if n % 24 == 0:
+            snaps.append(world.snapshot())
+        if end is None and world.done:
+            end = world.time + extra_s
+    return snaps
+
+
+def _collapse(seq):
+    return [x for i, x in enumerate(seq) if i == 0 or seq[i - 1] != x]
+
+
+@pytest.mark.parametrize("seed", range(5))
+def test_the_expert_solves_it_subgoal_by_subgoal(seed):
+    w = SimWorld(task="place_in_order", seed=seed)
+    assert isinstance(make_expert(w), MultiStepExpert)
+    snaps = _solve(w)
+    red, blue = w.objects
+    resting = [w._resting(i) for i in range(2)]
+    # The task's own success test: red on the pad, blue resting on the red cube.
+    assert w.success and w.task.success_all(objects=w.objects, held=None, resting=resting, goal=w.goal, cfg=w.scene)
+    assert np.linalg.norm(red[:2] - w.goal[:2]) <= w.scene.place_tolerance
+    assert blue[2] == pytest.approx(red[2] + w.scene.object_size, abs=2e-3)
+    # The planner's ground truth: one single-object instruction per step, in the prompt's order.
+    assert _collapse([subgoal_text(s) for s in snaps]) == [RED_FIRST, BLUE_NEXT, DONE_SUBGOAL]
+    assert tuple(_collapse([subgoal_text(s) for s in snaps])) == subgoal_sequence("place_in_order")
+    assert _collapse([s.progress for s in snaps]) == [ONGOING, DONE]
+    # The narration never calls a placed cube a drop, and ends on the stack.
+    tracker = SubtaskTracker(w.scene)
+    said = [tracker.observe(s) for s in snaps]
+    assert SAID_DROPPED not in said and said[-1] == "done"
+    assert scene_description(snaps[-1], w.scene).startswith("red cube on the green pad; blue cube on the red cube; pad ")
+
+
+def test_blue_first_is_a_wrong_order_failure_and_not_a_success():
+    w = SimWorld(task="place_in_order", seed=2)
+    top = w.scene.goal_height + w.scene.object_size / 2
+    w.objects[1] = np.array([w.goal[0], w.goal[1], top])  # blue onto the pad first
+    w.step(DT)
+    assert w.progress() == (FAILED, WRONG_ORDER)
+    w.objects[0] = np.array([w.goal[0], w.goal[1], top + w.scene.object_size])  # red on top of it
+    for _ in range(10):
+        w.step(DT)
+    assert not w.success and w.snapshot().progress == FAILED
+    # A red-blue stack the other way round is the success.
+    w.reset(seed=2)
+    w.objects[0] = np.array([w.goal[0], w.goal[1], top])
+    w.objects[1] = np.array([w.goal[0], w.goal[1], top + w.scene.object_size])
+    w.step(DT)
+    assert w.success and w.snapshot().progress == DONE
+
+
+def test_a_drop_in_transport_fails_the_attempt_and_the_expert_recovers():
+    w = SimWorld(task="place_in_order", seed=1, events=EventConfig(drop_prob=1.0))
+    snaps = _solve(w)
+    progress = [s.progress for s in snaps]
+    assert _collapse(progress) == [ONGOING, FAILED, DONE]
+    assert snaps[progress.index(FAILED)].failure == DROPPED and w.success
+
+
+def test_both_cubes_render_in_their_colours_on_the_pad_scene():
+    w = SimWorld(task="place_in_order", seed=0)
+    for img in Renderer(w.arm.cfg, num_views=3).render(w.snapshot()):
+        r, g, b = (img[..., i].astype(int) for i in range(3))
+        assert np.any((b - r > 80) & (b - g > 60))  # blue cube
+        assert np.any((r - g > 100) & (r - b > 100))  # red cube
+        assert np.any((g - r > 60) & (g - b > 40))  # pad
+
+
+def test_single_object_tasks_keep_the_single_expert_and_their_prompt_as_subgoal():
+    w = SimWorld(task="pick_and_place", seed=0)
+    assert type(make_expert(w)) is ScriptedExpert
+    assert subgoal_text(w.snapshot()) == w.task.prompt
+    assert subgoal_sequence("reach") == ("move the gripper to the red marker",)
+
+
+def test_runtime_status_and_mirror_planner_handle_two_cubes():
+    rt = SimRobotRuntime(SimRobotConfig(task="place_in_order", seed=3))
+    out = rt.tick(1.0)
+    st = out.status
+    assert st.prompt == "place the red cube then the blue cube on the green pad"
+    assert st.subgoal == RED_FIRST and len(st.objects) == 2 and st.held == -1 and st.progress == ONGOING
+    assert st.scene.startswith("red cube ") and "; blue cube " in st.scene
+    # The demo's scripted planner mirrors both cubes from the status and plans for the red one.
+    planner = ScriptedChunkPlanner("robot_0", "place_in_order", num_actions=20, horizon=10)
+    chunk = planner.plan(out.snapshot.positions, st, capture_time=1.0, round_id=0)
+    assert chunk.actions.shape == (20, 5)
+    np.testing.assert_allclose(planner.mirror.objects[1], st.objects[1], atol=1e-5)
