@@ -5,7 +5,10 @@ QoS), joint_states (JointState, reliable) and task_status (std_msgs/String JSON,
 transient local; sim.runtime.TaskStatus, with the ground-truth subtask and scene of sim.narration a
 robot's text is checked against, sent at once when the subtask changes); follows joint_trajectory (JointTrajectory, reliable). /diagnostics through the
 monitoring Updater: "<ns>/sim_robot: wrench rate", "joint_states rate", "camera rate",
-"commands", "episode". Run:
+"commands", "episode". Every SimRobotConfig field is a parameter (fleet.yaml `sim:`), including
+issue 23's events (intruder_rate_per_min, intruder_duration_s, drop_prob, knock_prob; all off by
+default) and task place_in_order; task_status then carries their ground truth (intruder, progress,
+failure, subgoal, objects, held; docs/sim_events.md). Run:
   python -m physai_ros.nodes.sim_robot --ros-args -r __ns:=/robot_0 -p task:=reach -p num_views:=2
 """
 from __future__ import annotations

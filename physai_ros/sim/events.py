@@ -53,7 +53,7 @@ class EventConfig:
 
 
 def on_table(xy: np.ndarray) -> bool:
-    return TABLE_X[0] <= xy[0] <= TABLE_X[1] and TABLE_Y[0] <= xy[1] <= TABLE_Y[1]
+    return bool(TABLE_X[0] <= xy[0] <= TABLE_X[1] and TABLE_Y[0] <= xy[1] <= TABLE_Y[1])
 
 
 # -- intruder ------------------------------------------------------------------------------------

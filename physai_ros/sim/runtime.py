@@ -274,5 +274,5 @@ class SimRobotRuntime:
             goal=[round(float(v), 5) for v in s.goal], contacts=list(s.contacts),
             commands_rejected=self.follower.rejected, published=dict(self.published), stamp=self._now,
             subtask=self.subtask or subtask_label(s, self.world.scene), scene=scene_description(s, self.world.scene),
-            intruder=s.intruder_present, progress=s.progress, failure=s.failure, subgoal=subgoal_text(s),
-            objects=[[round(float(v), 5) for v in p] for p in s.objects], held=s.held)
+            intruder=bool(s.intruder_present), progress=s.progress, failure=s.failure, subgoal=subgoal_text(s),
+            objects=[[round(float(v), 5) for v in p] for p in s.objects], held=int(s.held))

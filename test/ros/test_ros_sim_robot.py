@@ -77,3 +77,20 @@ def test_large_images_arrive_with_the_shared_memory_profile(procs, tmp_path):
     assert stats["shape"] == [480, 640, "rgb8"] and stats["bytes_ok"]
     # 30 Hz for 3 s is 90 frames; a default 512 KiB segment loses most 921 kB frames.
     assert stats["count"] >= 0.3 * 90, stats
+
+
+def test_sim_robot_takes_the_event_params_and_publishes_their_ground_truth(ros, procs):
+    """Issue 23: the place_in_order task and an intruder from node parameters (as fleet.yaml's
+    `sim:` passes them); task_status carries both cubes, the subgoal and the intruder flag."""
+    ns = f"/simevents{os.getpid()}"
+    procs.start(ProcessSpec("sim_robot", "physai_ros.nodes.sim_robot", ns,
+                            {"task": "place_in_order", "seed": 2, "intruder_rate_per_min": 60.0,
+                             "intruder_duration_s": 2.0, "physics_rate_hz": 240.0, "camera_rate_hz": 5.0}))
+    seen = []
+    ros.node.create_subscription(String, f"{ns}/task_status",
+                                 lambda m: seen.append(TaskStatus.from_json(m.data)), latched_qos())
+    if not ros.spin_until(lambda: any(s.intruder for s in seen), timeout=60.0):
+        fail_with_logs(procs, f"no intruder in {len(seen)} statuses")
+    st = seen[-1]
+    assert st.task == "place_in_order" and len(st.objects) == 2 and st.held == -1
+    assert st.subgoal == "pick up the red cube and place it on the green pad" and st.progress == "ongoing"

@@ -145,6 +145,7 @@ def test_task_status_carries_the_event_ground_truth_and_publishes_changes_at_onc
         if out.status is not None:
             seen.append((out.snapshot.intruder_present, out.status.intruder))
             assert out.status.intruder == out.snapshot.intruder_present
+            assert TaskStatus.from_json(out.status.to_json()) == out.status  # plain JSON types only
     # A status at every change of the intruder ground truth, not only every 2 s.
     assert any(v for v, _ in seen) and len(seen) > 30 / 2 + 2
     st = rt.status()
