@@ -186,6 +186,8 @@ class SimRobotRuntime:
         self._done_at: float | None = None
         self.episodes_finished = 0
         self.timeouts = 0
+        self.resets_requested = 0
+        self._reset_requested = False
         self.steps_skipped = 0
         self._status_dirty = True
         self.published = {"wrench": 0, "joint_states": 0, "camera": 0}
@@ -249,7 +251,21 @@ class SimRobotRuntime:
             self._status_at = now
         return out
 
+    def request_reset(self) -> None:
+        """End the episode at the next tick and start the next one (a task-progress monitor's
+        "failed" -> reset and retry, issue 23); counted in episodes_finished and resets_requested,
+        not as a timeout."""
+        self._reset_requested = True
+
     def _episode_bookkeeping(self, now: float) -> None:
+        if self._reset_requested:
+            self._reset_requested = False
+            self.episodes_finished += 1
+            self.resets_requested += 1
+            self._done_at = None
+            self.world.reset(keep_arm=True)
+            self._status_dirty = True
+            return
         if not self.world.done:
             return
         if self._done_at is None:

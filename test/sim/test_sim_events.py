@@ -187,3 +187,19 @@ def test_fleet_plan_rejects_a_bad_sim_key_with_its_path():
     bad = dataclasses.replace(fleet.robots[1], sim={**fleet.robots[1].sim, "knock_prob": 1.5})
     with pytest.raises(FleetConfigError, match=r"robots\[1\]\.sim\.knock_prob"):
         fleet_plan(dataclasses.replace(fleet, robots=(fleet.robots[0], bad, *fleet.robots[2:])))
+
+
+def test_a_requested_reset_starts_the_next_episode_and_clears_the_failure():
+    """What a progress monitor's "failed" leads to: reset and retry."""
+    rt = SimRobotRuntime(SimRobotConfig(task="pick_and_place", seed=2, knock_prob=1.0))
+    t = 50.0
+    while rt.world.failure != KNOCKED:
+        t += DT
+        rt.tick(t)
+    assert rt.status().progress == FAILED and rt.status().failure == KNOCKED
+    episode = rt.world.episode
+    rt.request_reset()
+    out = rt.tick(t + DT)
+    assert out.status is not None and out.status.episode == episode + 1 and out.status.progress == ONGOING
+    assert rt.episodes_finished == 1 and rt.resets_requested == 1 and rt.timeouts == 0
+    assert on_table(rt.world.object_pos[:2])
