@@ -63,7 +63,12 @@ def robot_auth(robot_id):
     return RobotAuth(open_keystore(sec, None, [sec.server, Identity("robot", robot_id)]), robot_id, sec.server)
 
 
-def run_case(node, pid, n_robots, views, hw, rounds, timeout_s, auth=False):
+def run_case(node, pid, n_robots, views, hw, rounds, timeout_s, auth=False, executor=None, register=True,
+             warmup=0, ids=None):
+    """One closed-loop case against the server process `pid`. executor: the rclpy executor the
+    load generator spins (default: rclpy's global one, as before); register=False for a server
+    without the registration service (bench/ros_echo_server.py); warmup: rounds per robot sent
+    and answered before the measured ones."""
     import rclpy
     from physai_ros_interfaces.msg import ActionChunk, Observation
     from physai_ros_interfaces.srv import RegisterRobot
@@ -78,12 +83,13 @@ def run_case(node, pid, n_robots, views, hw, rounds, timeout_s, auth=False):
 
     h, w = hw
     tag = f"b{n_robots}_{views}_{h}_{int(time.time() * 1000) % 100000}"
-    ids = [f"{tag}_{k}" for k in range(n_robots)]
-    cli = node.create_client(RegisterRobot, REGISTER_SERVICE)
+    ids = list(ids) if ids else [f"{tag}_{k}" for k in range(n_robots)]
     end = time.monotonic() + timeout_s
-    while not cli.wait_for_service(timeout_sec=0.5):
-        if time.monotonic() > end:
-            raise RuntimeError("policy_server did not come up")
+    if register:
+        cli = node.create_client(RegisterRobot, REGISTER_SERVICE)
+        while not cli.wait_for_service(timeout_sec=0.5):
+            if time.monotonic() > end:
+                raise RuntimeError("policy_server did not come up")
     rng = np.random.default_rng(0)
     frame = array.array("B", rng.integers(0, 256, h * w * 3, dtype=np.uint8).tobytes())
     imgs = []
@@ -126,7 +132,19 @@ def run_case(node, pid, n_robots, views, hw, rounds, timeout_s, auth=False):
             o.auth = keys[rid].tag_observation(digest(o))
         pubs[rid].publish(o)
 
+    def spin(timeout):
+        if executor is None:
+            rclpy.spin_once(node, timeout_sec=timeout)
+        else:
+            executor.spin_once(timeout_sec=timeout)
+
     for rid in ids:
+        if not register:
+            pubs[rid] = node.create_publisher(Observation, robot_topic(rid, OBSERVATION_TOPIC), reliable_qos())
+            node.create_subscription(ActionChunk, robot_topic(rid, ACTION_CHUNK_TOPIC),
+                                     lambda m, r=rid: on_chunk(m, r), reliable_qos())
+            state[rid] = {"round": 0, "sent": 0.0, "done": 0}
+            continue
         req = registration_to_request(RobotRegistration(
             robot_id=rid, task_id="bench", robot_namespace=rid, prompt="pick up the cube", camera_topics=(),
             num_views=views, image_height=h, image_width=w, joint_names=tuple(f"j{i}" for i in range(5)),
@@ -149,18 +167,35 @@ def run_case(node, pid, n_robots, views, hw, rounds, timeout_s, auth=False):
                                  reliable_qos())
         state[rid] = {"round": 0, "sent": 0.0, "done": 0}
     # Wait until every link matched both ways (a volatile reliable message sent earlier is lost).
-    while any(p.get_subscription_count() == 0 for p in pubs.values()):
-        rclpy.spin_once(node, timeout_sec=0.05)
+    if executor is not None:
+        executor.add_node(node)
+    while any(p.get_subscription_count() == 0 for p in pubs.values()) or any(
+            node.count_publishers(robot_topic(rid, ACTION_CHUNK_TOPIC)) == 0 for rid in ids):
+        spin(0.05)
         if time.monotonic() > end:
             raise RuntimeError("observation topics never matched")
     for _ in range(20):
-        rclpy.spin_once(node, timeout_sec=0.01)
+        spin(0.01)
+    if warmup:
+        rounds_measured = rounds
+        rounds = warmup
+        for rid in ids:
+            send(rid)
+        while sum(s["done"] for s in state.values()) < warmup * n_robots and time.monotonic() < end:
+            spin(0.05)
+        results.clear()
+        not_ok.clear()
+        rounds = rounds_measured
+        for st in state.values():
+            st["done"] = 0
     cpu0_srv, cpu0_me, t0 = proc_cpu_s(pid), time.process_time(), time.perf_counter()
     for rid in ids:
         send(rid)
     end = time.monotonic() + timeout_s
     while sum(s["done"] for s in state.values()) < rounds * n_robots and time.monotonic() < end:
-        rclpy.spin_once(node, timeout_sec=0.05)
+        spin(0.05)
+    if executor is not None:
+        executor.remove_node(node)
     wall = time.perf_counter() - t0
     cpu_srv, cpu_me = proc_cpu_s(pid) - cpu0_srv, time.process_time() - cpu0_me
     ok = [r for r in results if r[3] == 0]

@@ -1,0 +1,64 @@
+"""The rclpy floor for bench/serving_vs_openpi.py: the least a ROS 2 Python server can do per
+observation. It subscribes to /<robot>/observation (physai_ros_interfaces/Observation, reliable)
+for each robot named, and answers every message at once with an ActionChunk of the engine's
+shape on /<robot>/action_chunk: no registration, validation, scheduling, engine or thread
+hand-off; EventsExecutor, as the policy server. What remains is rclpy and DDS themselves.
+
+  python bench/ros_echo_server.py --robots r0,r1 --horizon 50 --action-dim 5
+"""
+from __future__ import annotations
+
+import argparse
+import array
+
+import numpy as np
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--robots", required=True)
+    ap.add_argument("--horizon", type=int, default=50)
+    ap.add_argument("--action-dim", type=int, default=5)
+    args = ap.parse_args()
+
+    import rclpy
+    from physai_ros_interfaces.msg import ActionChunk, Observation
+    from rclpy.executors import ExternalShutdownException
+    from rclpy.experimental import EventsExecutor
+
+    from physai_ros.protocol.topics import ACTION_CHUNK_TOPIC, OBSERVATION_TOPIC, robot_topic
+    from physai_ros.ros.qos import reliable_qos
+
+    rclpy.init()
+    node = rclpy.create_node("bench_ros_echo")
+    actions = array.array("f", np.zeros(args.horizon * args.action_dim, np.float32).tobytes())
+    pubs = {}
+
+    def answer(msg: Observation, rid: str) -> None:
+        out = ActionChunk(robot_id=msg.robot_id, task_id=msg.task_id, round_id=msg.round_id, status=0,
+                          num_actions=args.horizon, action_dim=args.action_dim, horizon=args.horizon)
+        out.header.stamp = msg.header.stamp
+        out.actions = actions
+        out.inference_ms = 0.0
+        pubs[rid].publish(out)
+
+    for rid in args.robots.split(","):
+        pubs[rid] = node.create_publisher(ActionChunk, robot_topic("/" + rid, ACTION_CHUNK_TOPIC), reliable_qos())
+        node.create_subscription(Observation, robot_topic("/" + rid, OBSERVATION_TOPIC),
+                                 lambda m, r=rid: answer(m, r), reliable_qos())
+    executor = EventsExecutor()
+    executor.add_node(node)
+    print("ready", flush=True)
+    # A spin_once loop, as physai_ros.ros.spin.run_node runs the policy server: EventsExecutor.spin()
+    # delivered nothing here (rclpy 9.1.2 from PyPI).
+    try:
+        while rclpy.ok():
+            executor.spin_once(timeout_sec=0.1)
+    except (KeyboardInterrupt, ExternalShutdownException):
+        pass
+    finally:
+        rclpy.try_shutdown()
+
+
+if __name__ == "__main__":
+    main()

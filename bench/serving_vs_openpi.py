@@ -1,0 +1,195 @@
+"""Serving overhead side by side: physai_ros's policy server vs openpi's websocket + msgpack
+server vs the rclpy floor, same payloads, one run (issue 19, part 1).
+
+Per answer, overhead = round trip at the robot minus the time the server says its model took
+(openpi: server_timing.infer_ms; ours: ActionChunk.inference_ms, the engine call alone, so our
+pre- and post-processing count as overhead). Three systems per case, each a fresh server process,
+the same closed-loop load (each robot sends its next observation when its answer is in):
+  openpi   bench/openpi_baseline/server.py in .venv-openpi (openpi_client's codec and websockets;
+           its policy touches every image byte and returns a chunk: ~0 ms), robots are threads of
+           bench/openpi_baseline/client.py, each with its own WebsocketClientPolicy connection.
+  rclpy    bench/ros_echo_server.py: Observation in, ActionChunk out, nothing between: what
+           rclpy and DDS cost by themselves (the floor for any ROS 2 Python server).
+  physai   the real policy_server (default fleet: the trained sim_pi0; insecure unless --auth),
+           robots as in bench/serving.py, spinning an EventsExecutor like the robot client.
+With several robots our engine batches them and a robot waits for the batch in flight: that
+queue wait is reported separately ("excl. queue"); openpi's ~0 ms policy never makes anyone wait.
+
+  bench/openpi_baseline/setup_venv.sh      # once: .venv-openpi (openpi-client pins numpy<2)
+  python bench/serving_vs_openpi.py --json --rounds 300 --reps 2
+  python bench/serving_vs_openpi.py --cases 1robot_1views_224 --systems openpi,physai
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import socket
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+import numpy as np
+
+ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT / "bench"))
+
+import serving as ros_bench  # noqa: E402  (bench/serving.py: the ROS load generator)
+
+OPENPI_PY = ROOT / ".venv-openpi" / "bin" / "python"
+DEFAULT_CASES = ("1robot_1views_224", "1robot_2views_224", "4robot_1views_224", "4robot_2views_224",
+                 "1robot_1views_480x640", "4robot_1views_480x640")
+SYSTEMS = ("openpi", "rclpy", "physai")
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def wait_ready(proc: subprocess.Popen, timeout_s: float) -> None:
+    end = time.monotonic() + timeout_s
+    while time.monotonic() < end:
+        line = proc.stdout.readline()
+        if line.strip() == "ready":
+            return
+        if proc.poll() is not None:
+            raise RuntimeError(f"server exited with {proc.returncode}")
+    raise RuntimeError("server did not become ready")
+
+
+def stop(proc: subprocess.Popen) -> None:
+    proc.terminate()
+    try:
+        proc.wait(timeout=10)
+    except subprocess.TimeoutExpired:
+        proc.kill()
+        proc.wait()
+
+
+def summarize(over: np.ndarray, client_cpu_s: float, extra: dict | None = None) -> dict:
+    out = {"n": int(over.size), "overhead_ms_p50": float(np.percentile(over, 50)),
+           "overhead_ms_p99": float(np.percentile(over, 99)), "client_cpu_ms_per_obs": client_cpu_s * 1e3 / over.size}
+    out.update(extra or {})
+    return out
+
+
+def run_openpi(n, views, hw, rounds, warmup) -> dict:
+    port = free_port()
+    srv = subprocess.Popen([str(OPENPI_PY), str(ROOT / "bench/openpi_baseline/server.py"), "--port", str(port),
+                            "--horizon", "50", "--action-dim", "5"], stdout=subprocess.PIPE, text=True)
+    try:
+        wait_ready(srv, 30)
+        cpu0 = ros_bench.proc_cpu_s(srv.pid)
+        out = subprocess.run([str(OPENPI_PY), str(ROOT / "bench/openpi_baseline/client.py"), "--port", str(port),
+                              "--robots", str(n), "--views", str(views), "--height", str(hw[0]), "--width", str(hw[1]),
+                              "--rounds", str(rounds), "--warmup", str(warmup)],
+                             capture_output=True, text=True, check=True, timeout=600)
+        server_cpu = ros_bench.proc_cpu_s(srv.pid) - cpu0
+    finally:
+        stop(srv)
+    d = json.loads(out.stdout.strip().splitlines()[-1])
+    over = np.array(d["rtt_ms"]) - np.array(d["infer_ms"])
+    # Server CPU includes the warm-up rounds: an upper bound per observation.
+    return summarize(over, d["client_cpu_s"], {"server_cpu_ms_per_obs": server_cpu * 1e3 / (over.size + n * warmup)})
+
+
+def run_ros(system, node, env, n, views, hw, rounds, warmup, auth) -> dict:
+    from rclpy.experimental import EventsExecutor
+
+    ids = [f"{system}_{n}_{views}_{hw[0]}_{int(time.time() * 1000) % 100000}_{k}" for k in range(n)]
+    if system == "rclpy":
+        srv = subprocess.Popen([sys.executable, str(ROOT / "bench/ros_echo_server.py"), "--robots", ",".join(ids)],
+                               env=env, stdout=subprocess.PIPE, text=True)
+        wait_ready(srv, 60)
+    else:
+        srv, _ = ros_bench.start_server(env, auth)
+    try:
+        executor = EventsExecutor()
+        r = ros_bench.run_case(node, srv.pid, n, views, hw, rounds, 300.0, auth=auth, executor=executor,
+                               register=system == "physai", warmup=warmup, ids=ids)
+        executor.shutdown()
+    finally:
+        if system == "rclpy":
+            stop(srv)
+        else:
+            ros_bench.stop_server(srv)
+    keys = ("n", "overhead_ms_p50", "overhead_ms_p99", "overhead_excl_queue_ms_p50", "overhead_excl_queue_ms_p99",
+            "queue_ms_p50", "engine_ms_p50", "client_cpu_ms_per_obs", "server_cpu_ms_per_obs", "not_ok", "lost")
+    r["n"] = r["served"]
+    return {k: r[k] for k in keys if k in r}
+
+
+def main(argv=None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--cases", default=",".join(DEFAULT_CASES))
+    ap.add_argument("--systems", default=",".join(SYSTEMS))
+    ap.add_argument("--rounds", type=int, default=200, help="measured answers per robot")
+    ap.add_argument("--warmup", type=int, default=20, help="answers per robot before measuring")
+    ap.add_argument("--reps", type=int, default=1, help="repetitions; the order of systems alternates")
+    ap.add_argument("--auth", action="store_true", help="run our server with the fleet's authentication")
+    ap.add_argument("--json", action="store_true")
+    args = ap.parse_args(argv)
+    systems = [s for s in args.systems.split(",") if s]
+    if "openpi" in systems and not OPENPI_PY.exists():
+        raise SystemExit("no .venv-openpi: run bench/openpi_baseline/setup_venv.sh first")
+    env = dict(os.environ)
+    env.setdefault("ROS_AUTOMATIC_DISCOVERY_RANGE", "LOCALHOST")
+    env.setdefault("ROS_DOMAIN_ID", str(100 + os.getpid() % 100))
+    keys_dir = tempfile.mkdtemp(prefix="bench_vs_openpi_keys_")
+    env.setdefault("PHYSAI_ROS_AUTO_KEYSTORE", os.path.join(keys_dir, "keystore"))
+    os.environ.update(env)
+    import rclpy
+
+    rclpy.init()
+    node = rclpy.create_node("bench_vs_openpi")
+    out = {"load_average_start": os.getloadavg(), "cases": {}, "command": " ".join([sys.executable, *sys.argv])}
+    try:
+        for rep in range(args.reps):
+            order = systems if rep % 2 == 0 else systems[::-1]
+            for case in [c for c in args.cases.split(",") if c]:
+                n, views, hw = ros_bench.parse_case(case)
+                for system in order:
+                    if system == "openpi":
+                        r = run_openpi(n, views, hw, args.rounds, args.warmup)
+                    else:
+                        r = run_ros(system, node, env, n, views, hw, args.rounds, args.warmup, args.auth)
+                    r["load_average"] = os.getloadavg()[0]
+                    out["cases"].setdefault(case, {}).setdefault(system, []).append(r)
+                    if not args.json:
+                        print(f"rep {rep} {case} {system}: overhead p50 {r['overhead_ms_p50']:.3f} ms p99 "
+                              f"{r['overhead_ms_p99']:.3f} ms"
+                              + (f" (excl. queue p50 {r['overhead_excl_queue_ms_p50']:.3f})"
+                                 if "overhead_excl_queue_ms_p50" in r else "")
+                              + f", client CPU/obs {r['client_cpu_ms_per_obs']:.3f} ms, load {r['load_average']:.2f}",
+                              flush=True)
+    finally:
+        out["load_average_end"] = os.getloadavg()
+        node.destroy_node()
+        rclpy.try_shutdown()
+    ratios = {}
+    for case, by in out["cases"].items():
+        med = {s: {k: float(np.median([r[k] for r in rs])) for k in rs[0] if isinstance(rs[0][k], float)}
+               for s, rs in by.items()}
+        out["cases"][case] = {"median": med, "runs": by}
+        if "openpi" in med:
+            base = med["openpi"]
+            ratios[case] = {f"{s}/openpi {k}": med[s][k] / base[k] for s in med if s != "openpi"
+                            for k in ("overhead_ms_p50", "overhead_ms_p99", "client_cpu_ms_per_obs") if base[k] > 0}
+            if "physai" in med:
+                ratios[case]["physai excl. queue/openpi p50"] = med["physai"]["overhead_excl_queue_ms_p50"] / base[
+                    "overhead_ms_p50"]
+    out["ratios"] = ratios
+    if args.json:
+        print(json.dumps(out, indent=2))
+    else:
+        for case, r in ratios.items():
+            print(case + ": " + ", ".join(f"{k} {v:.2f}x" for k, v in r.items()))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
