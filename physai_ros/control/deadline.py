@@ -202,6 +202,16 @@ class DeadlineMonitor:
         self.discarded_chunks += 1
         return ChunkVerdict(False, False, "unexpected", math.nan)
 
+    def abandon(self) -> int | None:
+        """Give the awaited request up without counting a miss: the robot stopped for a reason of
+        its own (a task pipeline's hold, serving.client_pipeline). Its late answer is judged as a
+        given-up one. Returns the round given up, if any."""
+        rnd = self._round
+        if rnd is not None:
+            self._give_up(rnd, self._captured_at)
+            self._round, self._deadline = None, math.inf
+        return rnd
+
     def operator_reset(self) -> None:
         self.state = DeadlineState.NOMINAL
         self.consecutive_misses = 0

@@ -119,6 +119,9 @@ class RobotClientCore:
         self._last_register_at = -math.inf
         self._want_register = True
         self.escalations: list[str] = []
+        # A task pipeline (serving.client_pipeline) sets these; without one they stay as they are.
+        self.prompt: str | None = None  # System 1's prompt for the next observations; None: the task's
+        self.pipeline_hold = ""  # while set (the reason), no System 1 round starts
 
     # ---- inputs (keep only the newest sample; images are held as the message's buffer) ----
 
@@ -252,7 +255,7 @@ class RobotClientCore:
         if not self.ready():
             return out
         resend = self._apply(self.deadline.check(now), now, out)
-        if self.state != ClientState.RUNNING or not link_up:
+        if self.state != ClientState.RUNNING or not link_up or self.pipeline_hold:
             return out
         if max(self._image_stamps) <= self._last_sent_stamp:
             return out  # no frame since the last observation: resending it would be stale
@@ -305,10 +308,39 @@ class RobotClientCore:
         n = int(min(max(1, math.ceil(span / dt) + 1), max(1, 20.0 / dt)))
         return HoldCommand(rid, self._positions.copy(), reason, capture, dt, n)
 
+    # ---- a task pipeline's holds (serving.client_pipeline) ---------------------------------
+
+    def hold_for_pipeline(self, reason: str, now: float) -> HoldCommand | None:
+        """Stop the robot for a pipeline hold source: no System 1 round starts until
+        `release_pipeline_hold`, the awaited one is given up without counting an SLO miss, and a
+        give-up hold chunk (the stop path of stop_and_resend) stops the controller, dropping its
+        buffered plan and refusing every round up to the hold's."""
+        self.pipeline_hold = reason or "pipeline hold"
+        self.trigger.abandon()
+        self.deadline.abandon()
+        hold = self._hold(self.round_id, True, reason, now)
+        if hold is not None:
+            self._holding = True
+        return hold
+
+    def release_pipeline_hold(self) -> None:
+        self.pipeline_hold = ""
+
+    @property
+    def taken_round(self) -> int:
+        """The round of the newest chunk taken for execution (0 before any)."""
+        return self._taken[0] if self._taken is not None else 0
+
+    def latest_inputs(self) -> tuple[tuple[ImageData, ...], np.ndarray] | None:
+        """The newest frame of every view and joint positions (None until every one arrived)."""
+        if not self.ready():
+            return None
+        return tuple(self._images), self._positions.copy()
+
     def refresh(self, round_id: int, now: float) -> ObservationData | None:
         """The server asks for a fresher observation of a queued round (Kairos stale refetch)."""
         out = self.trigger.outstanding
-        if out is None or out.round_id != round_id or not self.ready() or self.stopped:
+        if out is None or out.round_id != round_id or not self.ready() or self.stopped or self.pipeline_hold:
             return None
         remaining, period = self._actions_remaining(now)
         obs = self._build(round_id, remaining, period)
@@ -341,7 +373,8 @@ class RobotClientCore:
         return ObservationData(
             robot_id=self.robot.id, task_id=self.task.name, round_id=round_id,
             stamp=max(self._image_stamps), images=tuple(self._images), state=self._positions.copy(),
-            wrench=self._wrench.copy(), wrench_stamp=self._wrench_stamp, prompt=self.task.prompt,
+            wrench=self._wrench.copy(), wrench_stamp=self._wrench_stamp,
+            prompt=self.prompt if self.prompt is not None else self.task.prompt,
             exec_phase_start=phase_start, actions_remaining=remaining,
             control_period=period if period > 0 else self.task.action_period_s,
             horizon_policy=self.task.horizon_policy, horizon_params=self.task.horizon_params,
