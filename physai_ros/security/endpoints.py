@@ -1,10 +1,11 @@
 """Each process's side of fleet authentication, as plain logic over content digests and the
 auth fields of physai_ros.security.wire (the ROS glue computes the digests: ros/message_digest).
 
-  ServerAuth      policy server: grants sessions at registration, checks observations (HMAC with
-                  the robot's session key), signs chunks, segments and batch requests (Ed25519)
-  RobotAuth       robot client: proves its identity, tags observations, signs its hold chunks,
-                  checks the server's chunks
+  ServerAuth      policy server: grants sessions at registration, checks observations and
+                  component queries (HMAC with the robot's session key), signs chunks, segments,
+                  texts, component answers and batch requests (Ed25519)
+  RobotAuth       robot client: proves its identity, tags observations and component queries,
+                  signs its hold chunks, checks the server's chunks and component answers
   ControllerAuth  trajectory controller: executes only what the server (chunks, segments) or its
                   own robot client (hold chunks) signed; needs public keys only
   WorkerAuth      engine worker: checks the server's batch requests, signs results and status
@@ -27,6 +28,9 @@ from .wire import pack_auth, pack_grant, pack_proof, unpack_auth, unpack_grant, 
 # Domains: a tag made for one kind of message is never valid for another.
 OBSERVATION, WRENCH, CHUNK, SEGMENT, HOLD = b"observation", b"wrench", b"chunk", b"segment", b"hold"
 TEXT = b"text"  # RobotText: what a robot's policy says, signed by the server like its chunks
+# Pipeline components (issue 23): a robot's ComponentQuery carries its session tag like an
+# observation; the server signs its ComponentAnswer like a chunk.
+COMPONENT_QUERY, COMPONENT_ANSWER = b"component_query", b"component_answer"
 BATCH_REQUEST, BATCH_RESULT, WORKER_STATUS = b"batch_request", b"batch_result", b"worker_status"
 MAX_SESSIONS = 8  # sessions of one robot valid at once (granted, not yet superseded by use)
 SESSION_MAC_DOMAIN = b"session"  # SessionMac's own domain, under the per-message ones above
@@ -135,6 +139,9 @@ class ServerAuth:
     def check_observation(self, robot_id: str, digest: bytes, blob) -> None:
         self.check_session(robot_id, OBSERVATION, digest, blob)
 
+    def check_component_query(self, robot_id: str, digest: bytes, blob) -> None:
+        self.check_session(robot_id, COMPONENT_QUERY, digest, blob)
+
     def check_session(self, robot_id: str, domain: bytes, digest: bytes, blob) -> None:
         """A message `robot_id` tagged with its session key (an observation, a wrench sample)."""
         if self.keystore.is_revoked(_robot(robot_id)):
@@ -192,6 +199,12 @@ class RobotAuth:
 
     def check_chunk(self, digest: bytes, blob) -> None:
         self.server.check(CHUNK, digest, blob)
+
+    def tag_component_query(self, digest: bytes) -> bytes:
+        return self.tag_session(COMPONENT_QUERY, digest)
+
+    def check_component_answer(self, digest: bytes, blob) -> None:
+        self.server.check(COMPONENT_ANSWER, digest, blob)
 
 
 class ControllerAuth:

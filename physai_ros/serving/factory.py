@@ -68,8 +68,12 @@ def build_engine_slots(cfg: FleetConfig, remote_engine: RemoteEngineFactory | No
 
 
 def language_enabled(cfg: FleetConfig) -> bool:
-    """The language stream runs when the server's `language:` section or any task's asks."""
-    return cfg.server.language is not None or any(t.language is not None for t in cfg.tasks.values())
+    """The language stream runs when the server's `language:` section or any task's asks, or a
+    task's pipeline has a `model: vla` component (its questions decode on the served model's LM
+    head, on the prefix the stream offers: pipeline.vla_backend)."""
+    return cfg.server.language is not None or any(t.language is not None for t in cfg.tasks.values()) \
+        or any(c.model == "vla" for t in cfg.tasks.values() if t.pipeline is not None
+               for c in t.pipeline.vlm_components)
 
 
 def model_format(cfg: FleetConfig) -> CheckpointFormat | None:

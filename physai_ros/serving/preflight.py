@@ -12,9 +12,11 @@ from __future__ import annotations
 import os
 from pathlib import Path
 
+from physai_ros.config_fields import FleetConfigError
 from physai_ros.engine.checkpoint_format import CheckpointError, detect_format
 from physai_ros.errors import UserInputError
 
+from .component_service import check_component_models
 from .config import FleetConfig, fleet_dir, resolve_package_path, tokenizer_path
 from .normalizer import Normalizer
 
@@ -86,6 +88,11 @@ def check_server_files(cfg: FleetConfig) -> None:
     why = _readable(tok)
     if why:
         raise ServerFilesError(f"server.model.tokenizer {cfg.server.model.tokenizer!r}{where}: {tok} {why}")
+    # Pipeline components' Hugging Face model directories (serving.component_service loads them).
+    try:
+        check_component_models(cfg)
+    except FleetConfigError as e:
+        raise ServerFilesError(f"{e}{where}") from None
 
 
 def check_keystore(cfg: FleetConfig) -> None:

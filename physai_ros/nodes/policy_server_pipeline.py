@@ -1,0 +1,150 @@
+"""The policy server's pipeline components on ROS 2 (issue 23): a thin adapter over
+physai_ros.serving.component_service, mounted by policy_server when a task of fleet.yaml has a
+pipeline with System 2, safety or monitor (docs/pipelines.md "Serving the components").
+
+  sub      /<ns>/component_query    (ComponentQuery, reliable): a robot client's question to one of
+           its task's components; with authentication on it carries the robot's session tag
+           (domain "component_query", RobotAuth.tag_component_query), checked like observations
+  pub      /<ns>/component_answer   (ComponentAnswer, reliable): the answer or the refusal
+           ("<reason>: <detail>"), same query_id; signed by the server (domain
+           "component_answer", RobotAuth.check_component_answer on the robot)
+A query on /<ns>/component_query claiming another robot's id, or failing authentication, is
+counted and dropped unanswered (there is no trustworthy address to answer on), as observations are.
+/diagnostics: "policy_server: pipeline" (asked, answered, refused by reason, backend errors,
+latency p50/p99 per component, queue depth, batches per backend).
+"""
+from __future__ import annotations
+
+import threading
+
+from physai_ros_interfaces.msg import ComponentAnswer, ComponentQuery
+
+from physai_ros.monitoring.diagnostics import OK, WARN, level_byte
+from physai_ros.protocol.component import (COMPONENT_ANSWER_TOPIC, COMPONENT_QUERY_TOPIC, ROBOT_ID_MISMATCH,
+                                           UNREADABLE)
+from physai_ros.protocol.topics import robot_topic
+from physai_ros.ros.codecs.component import answer_to_msg, query_from_msg
+from physai_ros.ros.message_digest import digest
+from physai_ros.ros.qos import reliable_qos
+from physai_ros.security.endpoints import COMPONENT_ANSWER
+from physai_ros.security.handshake import AuthError
+from physai_ros.serving.component_service import ComponentService
+
+
+def serves_components(fleet) -> bool:
+    """A task's pipeline has a component the server answers (System 2, safety, monitor)."""
+    return any(t.pipeline is not None and t.pipeline.vlm_components for t in fleet.tasks.values())
+
+
+class PolicyServerPipeline:
+    def __init__(self, node, fleet, core, backends=None):
+        self.node, self.core = node, core
+        self._lock = threading.Lock()
+        self._answer_pubs: dict[str, object] = {}  # robot_id -> /<ns>/component_answer
+        self._subs: dict[str, object] = {}  # ns -> /<ns>/component_query subscription
+        self._owner_by_ns: dict[str, str] = {}
+        self._ns_by_robot: dict[str, str] = {}
+        self.published = 0
+        self.service = ComponentService(fleet, core, self.publish, backends=backends)
+        for r in fleet.robots:  # known robots: topics now, so discovery is done before queries flow
+            self.ensure_topics(r.id, r.namespace)
+        # Robots the fleet file does not list get theirs once registered.
+        node.create_timer(0.5, self._track_registrations)
+        node.updater.add("pipeline", self._diagnose)
+        routes = "; ".join(f"{t}.{c}: {k}" for (t, c), k in sorted(self.service.routes.items()))
+        node.get_logger().info(f"pipeline components served on /<ns>/{COMPONENT_QUERY_TOPIC}: {routes}")
+
+    @classmethod
+    def maybe(cls, node, fleet, core) -> "PolicyServerPipeline | None":
+        return cls(node, fleet, core) if serves_components(fleet) else None
+
+    # ---- topics -------------------------------------------------------------------------
+
+    def ensure_topics(self, robot_id: str, namespace: str) -> None:
+        ns = "/" + namespace.strip("/") if namespace.strip("/") else ""
+        with self._lock:
+            if ns not in self._subs:
+                self._subs[ns] = self.node.create_subscription(
+                    ComponentQuery, robot_topic(ns, COMPONENT_QUERY_TOPIC),
+                    lambda m, ns=ns: self._on_query(m, ns), reliable_qos(depth=50))
+                self._owner_by_ns[ns] = robot_id
+            if robot_id not in self._answer_pubs:
+                self._answer_pubs[robot_id] = self.node.create_publisher(
+                    ComponentAnswer, robot_topic(ns, COMPONENT_ANSWER_TOPIC), reliable_qos(depth=50))
+            self._ns_by_robot[robot_id] = ns
+
+    def _track_registrations(self) -> None:
+        for reg in list(self.core.registry.registrations.values()):
+            if reg.robot_id not in self._ns_by_robot:
+                self.ensure_topics(reg.robot_id, reg.robot_namespace)
+
+    # ---- queries ----------------------------------------------------------------------
+
+    def _on_query(self, msg: ComponentQuery, ns: str) -> None:
+        robot_id, query_id, component = str(msg.robot_id), int(msg.query_id), str(msg.component)
+        with self._lock:
+            claimed_ns = self._ns_by_robot.get(robot_id)
+            owner = self._owner_by_ns.get(ns, ns)
+        if claimed_ns != ns:
+            self._drop(owner, query_id, component, ROBOT_ID_MISMATCH,
+                       f"query on {robot_topic(ns, COMPONENT_QUERY_TOPIC)} claims robot {robot_id[:64]!r}"
+                       + (f" (served on {claimed_ns})" if claimed_ns is not None else " (unknown)"))
+            return
+        auth = getattr(self.node, "auth", None)
+        if auth is not None:
+            try:
+                auth.check_component_query(robot_id, digest(msg), msg.auth)
+            except AuthError as e:
+                # Not registered here at all (this server restarted): the service answers
+                # unknown_robot, which makes the client register again; anything else is dropped.
+                if not (e.reason == "no_session" and self.core.registration(robot_id) is None):
+                    self._drop(owner, query_id, component, f"unauthenticated_{e.reason}", str(e))
+                    return
+        try:
+            req = query_from_msg(msg)
+        except Exception as e:  # an image buffer of the wrong size, ...: this query's problem only
+            a = self.service.refuse(robot_id, query_id, component, UNREADABLE, f"{type(e).__name__}: {e}")
+            self._warn(a.error)
+            return
+        refused = self.service.submit(req)
+        if refused is not None:
+            self._warn(f"{robot_id[:64]}/{component[:32]} query {query_id}: {refused.error}")
+
+    def _drop(self, owner: str, query_id: int, component: str, reason: str, detail: str) -> None:
+        self.service.refuse(owner, query_id, component, reason, detail, answer=False)
+        self._warn(f"dropped component query ({reason}): {detail}")
+
+    def _warn(self, text: str) -> None:
+        self.node.get_logger().warning(f"component query refused: {text}", throttle_duration_sec=1.0)
+
+    # ---- answers (the service's worker thread, or the executor for refusals) ------------
+
+    def publish(self, answers) -> None:
+        auth = getattr(self.node, "auth", None)
+        for a in answers:
+            with self._lock:
+                pub = self._answer_pubs.get(a.robot_id)
+            if pub is None:
+                continue
+            msg = answer_to_msg(a)
+            if auth is not None:
+                with self.node._sign_lock:
+                    msg.auth = auth.sign(COMPONENT_ANSWER, digest(msg))
+                    pub.publish(msg)
+            else:
+                pub.publish(msg)
+            self.published += 1
+
+    def _diagnose(self, stat):
+        d = self.service.diagnostics()
+        bad = d["backend_errors"] + d["delivery_errors"]
+        stat.summary(level_byte(WARN if bad else OK),
+                     f"{d['answered']} answered of {d['asked']} asked, {d['refused']} refused, "
+                     f"{d['backend_errors']} backend error(s), {d['queued']} queued")
+        for k, v in d.items():
+            stat.add(k, str(v))
+        stat.add("published", str(self.published))
+        return stat
+
+    def close(self, timeout_s: float) -> bool:
+        return self.service.close(timeout_s)

@@ -1,0 +1,287 @@
+"""The policy server's component service without ROS (serving.component_service, issue 23):
+validation refusals with reasons and counts, supersede, busy, batching, a bad query or a failing
+backend costing nobody else, shutdown; a scripted backend, then the tiny preset's own VLA
+backbone through the real serving core."""
+import threading
+import time
+
+import pytest
+
+from physai_ros.config_fields import FleetConfigError
+from physai_ros.pipeline.scripted import Scripted, ScriptedBackend
+from physai_ros.protocol.component import ComponentRequest
+from physai_ros.serving.client_core import RobotClientCore
+from physai_ros.serving.component_service import (ComponentService, ComponentServiceSettings, check_component_models,
+                                                  load_backends, plan_routes)
+from physai_ros.serving.config import parse_fleet
+from physai_ros.serving.factory import build_core
+from physai_ros.serving.preflight import ServerFilesError, check_server_files
+
+from component_helpers import PROMPT, fleet_doc, request
+
+
+@pytest.fixture(scope="module")
+def served():
+    """The tiny fleet's config and serving core (language stream on for the vla components), r0
+    (one view), r1 (two views, both on `inspect`) and r2 (task `plain`, no pipeline) registered."""
+    fleet = parse_fleet(fleet_doc())
+    core = build_core(fleet)
+    for rid in ("r0", "r1", "r2"):
+        assert core.register(RobotClientCore(fleet.robot(rid)).registration()).accepted
+    return fleet, core
+
+
+class Collector:
+    def __init__(self):
+        self.answers, self.cv = [], threading.Condition()
+
+    def __call__(self, answers):
+        with self.cv:
+            self.answers.extend(answers)
+            self.cv.notify_all()
+
+    def by_id(self, query_id, robot="r0"):
+        return [a for a in self.answers if a.query_id == query_id and a.robot_id == robot]
+
+    def wait(self, n, timeout=30.0):
+        with self.cv:
+            assert self.cv.wait_for(lambda: len(self.answers) >= n, timeout), self.answers
+            return list(self.answers)
+
+
+class Recording(ScriptedBackend):
+    """A scripted backend that records its batch sizes and may be made to block or raise."""
+
+    name = "recording"
+
+    def __init__(self):
+        super().__init__()
+        self.batches, self.gate, self.fail_next = [], threading.Event(), False
+        self.gate.set()
+
+    def answer(self, queries):
+        self.gate.wait(10)
+        self.batches.append(len(queries))
+        if self.fail_next:
+            self.fail_next = False
+            raise RuntimeError("device lost")
+        return super().answer(queries)
+
+
+def _service(served, backend, **settings):
+    fleet, core = served
+    got = Collector()
+    svc = ComponentService(fleet, core, got, backends={"vla": backend},
+                           settings=ComponentServiceSettings(**settings), start=False)
+    return svc, got
+
+
+def test_routes_every_vlm_component_of_a_pipeline_task_to_one_backend(served):
+    fleet, _ = served
+    assert plan_routes(fleet) == {("inspect", c): "vla" for c in ("system2", "safety", "monitor")}
+
+
+def test_answers_carry_the_query_id_text_and_backend(served):
+    backend = ScriptedBackend().default("r0", "safety", "safe").default("r1", "monitor", "ongoing")
+    svc, got = _service(served, backend)
+    svc.start()
+    try:
+        assert svc.submit(request("r0", "safety", 7)) is None
+        assert svc.submit(request("r1", "monitor", 3, views=2, question="ongoing, done, or failed?")) is None
+        got.wait(2)
+        (a,), (b,) = got.by_id(7), got.by_id(3, "r1")
+        assert (a.text, a.error, a.component, a.backend) == ("safe", "", "safety", "scripted")
+        assert (b.text, b.ok) == ("ongoing", True) and a.queue_ms >= 0
+        assert backend.asked[0].task_prompt == PROMPT and backend.asked[0].images[0].shape == (32, 32, 3)
+        d = svc.diagnostics()
+        assert (d["asked"], d["answered"], d["refused"]) == (2, 2, 0)
+        assert d["safety.latency_ms_p99"] >= d["safety.latency_ms_p50"] >= 0
+    finally:
+        assert svc.close(5.0)
+    assert backend.closed
+
+
+@pytest.mark.parametrize("req, reason", [
+    (request("ghost"), "unknown_robot"),
+    (request("r0", task_id="plain"), "wrong_task"),
+    (request("r2", task_id="plain"), "unknown_component"),  # a task without a pipeline
+    (request("r0", "system1"), "unknown_component"),
+    (request("r0", "planner"), "unknown_component"),
+    (request("r0", question="  "), "bad_question"),
+    (request("r0", question="x" * 2000), "bad_question"),
+    (request("r0", question="safe?\x07"), "bad_question"),
+    (request("r0", prompt="a\x00b"), "bad_question"),
+    (request("r0", max_tokens=0), "max_tokens"),
+    (request("r0", max_tokens=100_000), "max_tokens"),
+    (request("r0", views=2), "bad_images"),
+    (request("r1", views=1), "bad_images"),
+    (request("r0", hw=(16, 32)), "bad_images"),
+    (request("r0", state=[float("nan")] * 5), "bad_state"),
+    (request("r0", state=[0.0] * 3), "bad_state"),
+])
+def test_a_bad_query_is_refused_with_its_reason_and_counted(served, req, reason):
+    backend = ScriptedBackend().default(req.robot_id, req.component, "safe")
+    svc, got = _service(served, backend)
+    refused = svc.submit(req)
+    assert refused is not None and refused.error.startswith(f"{reason}: ") and refused.reason == reason
+    assert got.answers == [refused]  # answered once, through on_answers
+    assert svc.diagnostics()[f"refused.{reason}"] == 1 and svc.queued() == 0
+    svc.close(1.0)
+    assert backend.asked == []
+
+
+def test_a_request_of_the_wrong_types_is_refused_not_raised(served):
+    svc, got = _service(served, ScriptedBackend())
+    broken = ComponentRequest(1, "inspect", request().query.__class__("r0", "safety", None, None, None))
+    assert svc.submit(broken).reason == "bad_question"
+    svc.close(1.0)
+
+
+def test_a_newer_query_supersedes_the_queued_one_and_a_full_queue_is_busy(served):
+    backend = Recording()
+    for c in ("safety", "monitor", "system2"):
+        backend.default("r0", c, "safe").default("r1", c, "safe")
+    svc, got = _service(served, backend, max_queue=2)
+    assert svc.submit(request("r0", "safety", 1)) is None
+    assert svc.submit(request("r0", "safety", 2)) is None  # replaces 1
+    (old,) = got.by_id(1)
+    assert old.reason == "superseded" and "query 2" in old.error
+    assert svc.submit(request("r0", "monitor", 3)) is None
+    busy = svc.submit(request("r1", "system2", 4, views=2))
+    assert busy.reason == "busy" and svc.queued() == 2
+    # A newer query of a queued (robot, component) still gets in: it replaces one.
+    assert svc.submit(request("r0", "monitor", 5)) is None and got.by_id(3)[0].reason == "superseded"
+    svc.start()
+    got.wait(5)
+    assert backend.batches == [2]  # the two waiting queries in one batch
+    assert {a.query_id for a in got.answers if a.ok} == {2, 5}
+    d = svc.diagnostics()
+    assert (d["refused.superseded"], d["refused.busy"], d["answered"], d["safety.asked"]) == (2, 1, 2, 2)
+    svc.close(5.0)
+
+
+def test_batches_are_bounded_by_max_batch(served):
+    backend = Recording()
+    for r in ("r0", "r1"):
+        for c in ("safety", "monitor", "system2"):
+            backend.default(r, c, "ok")
+    svc, got = _service(served, backend, max_batch=4)
+    n = 0
+    for r, views in (("r0", 1), ("r1", 2)):
+        for c in ("safety", "monitor", "system2"):
+            n += 1
+            assert svc.submit(request(r, c, n, views=views)) is None
+    svc.start()
+    got.wait(6)
+    assert backend.batches == [4, 2] and all(a.ok for a in got.answers)
+    svc.close(5.0)
+
+
+def test_one_bad_query_or_a_failing_backend_costs_nobody_else(served):
+    backend = Recording()
+    backend.default("r0", "safety", "safe")
+    backend.respond_with("r1", "safety", lambda q: Scripted(error="ValueError: cannot read view 1"))
+    svc, got = _service(served, backend)
+    assert svc.submit(request("r0", "safety", 1)) is None
+    assert svc.submit(request("r1", "safety", 1, views=2)) is None
+    svc.start()
+    got.wait(2)
+    assert got.by_id(1)[0].text == "safe"
+    bad = got.by_id(1, "r1")[0]
+    assert bad.reason == "backend_error" and "cannot read view 1" in bad.error and bad.text == ""
+    # The whole backend call raising: that batch's queries get the reason, the next batch works.
+    backend.fail_next = True
+    assert svc.submit(request("r0", "safety", 2)) is None
+    got.wait(3)
+    assert got.by_id(2)[0].error == "backend_error: RuntimeError: device lost"
+    assert svc.submit(request("r0", "safety", 3)) is None
+    got.wait(4)
+    assert got.by_id(3)[0].text == "safe"
+    assert svc.diagnostics()["backend_errors"] == 2
+    svc.close(5.0)
+
+
+def test_a_failing_on_answers_does_not_stop_the_worker(served):
+    backend = ScriptedBackend().default("r0", "safety", "safe")
+    calls = []
+
+    def flaky(answers):
+        calls.append(answers)
+        if len(calls) == 1:
+            raise RuntimeError("publisher gone")
+
+    fleet, core = served
+    svc = ComponentService(fleet, core, flaky, backends={"vla": backend})
+    svc.submit(request("r0", "safety", 1))
+    end = time.monotonic() + 10
+    while len(calls) < 1 and time.monotonic() < end:
+        time.sleep(0.01)
+    svc.submit(request("r0", "safety", 2))
+    while len(calls) < 2 and time.monotonic() < end:
+        time.sleep(0.01)
+    assert calls[1][0].query_id == 2 and svc.diagnostics()["delivery_errors"] == 1
+    svc.close(5.0)
+
+
+def test_close_stops_the_worker_and_answers_what_waits(served):
+    backend = Recording()
+    backend.default("r0", "safety", "safe").default("r0", "monitor", "ongoing")
+    backend.gate.clear()  # the first batch blocks inside the backend
+    svc, got = _service(served, backend)
+    svc.start()
+    assert svc.submit(request("r0", "safety", 1)) is None
+    end = time.monotonic() + 10
+    while svc.queued() and time.monotonic() < end:  # taken by the worker, blocked in answer()
+        time.sleep(0.01)
+    assert svc.submit(request("r0", "monitor", 2)) is None
+    t0 = time.monotonic()
+    assert svc.close(0.2) is False  # still inside the batch: not waited for past the timeout
+    assert time.monotonic() - t0 < 2.0
+    assert got.by_id(2)[0].reason == "closed"
+    assert svc.submit(request("r0", "monitor", 3)).reason == "closed"
+    backend.gate.set()
+    svc._thread.join(5)
+    assert not svc._thread.is_alive() and got.by_id(1)[0].text == "safe"
+
+
+def test_every_backend_key_must_be_given(served):
+    fleet, core = served
+    with pytest.raises(ValueError, match="no backend for vla"):
+        ComponentService(fleet, core, print, backends={}, start=False)
+
+
+def test_a_missing_hf_directory_is_named_by_its_key_path(tmp_path):
+    doc = fleet_doc()
+    doc["tasks"]["inspect"]["components"]["safety"]["model"] = {"hf": "models/nope", "device": "cpu"}
+    path = tmp_path / "fleet.yaml"
+    import yaml
+    path.write_text(yaml.safe_dump(doc))
+    from physai_ros.serving.config import load_fleet
+    fleet = load_fleet(path)
+    assert plan_routes(fleet)[("inspect", "safety")] == f"hf:{tmp_path / 'models/nope'}@cpu"
+    with pytest.raises(FleetConfigError, match=r"tasks\.inspect\.components\.safety\.model\.hf: 'models/nope'"):
+        check_component_models(fleet)
+    with pytest.raises(ServerFilesError, match=r"tasks\.inspect\.components\.safety\.model\.hf"):
+        check_server_files(fleet)
+    with pytest.raises(FleetConfigError, match="safety.model.hf"):
+        load_backends(fleet, core=None)
+
+
+def test_the_tiny_vla_backbone_answers_through_the_service(served):
+    """model: vla -> the served model's own backbone (own prefill here: r0 ran no System 1 round);
+    a query the backbone cannot read (too many question tokens) costs the batch's other nothing."""
+    fleet, core = served
+    got = Collector()
+    svc = ComponentService(fleet, core, got, start=False)
+    try:
+        assert type(svc.backends["vla"]).__name__ == "VLABackboneBackend"
+        assert svc.submit(request("r0", "safety", 1, max_tokens=5)) is None
+        assert svc.submit(request("r1", "monitor", 1, views=2, max_tokens=3, question="word " * 200)) is None
+        svc.start()
+        got.wait(2, timeout=60)
+        good, bad = got.by_id(1)[0], got.by_id(1, "r1")[0]
+        assert good.ok and 1 <= good.tokens <= 5 and good.backend == "vla_backbone/own", good
+        assert bad.reason == "backend_error" and "question" in bad.error
+        assert svc.diagnostics()["backend.vla"].startswith("vla_backbone, 1 batches")
+    finally:
+        assert svc.close(10.0)
