@@ -109,7 +109,7 @@ def run_case(node, pid, n_robots, views, hw, rounds, timeout_s, auth=False, exec
         if auth:
             keys[rid].check_chunk(digest(msg), msg.auth)  # raises on a bad signature: a broken run
             t = time.perf_counter()  # the check is part of what the robot waits for
-        results.append(((t - st["sent"]) * 1e3, msg.inference_ms, msg.queue_ms, msg.status))
+        results.append(((t - st["sent"]) * 1e3, msg.inference_ms, msg.queue_ms, msg.status, msg.prepare_ms))
         if msg.status != 0:
             # The reason before the ':' (e.g. "stale_timestamp"), so a run with refusals says why.
             not_ok[msg.error.split(":", 1)[0] or f"status {msg.status}"] += 1
@@ -206,6 +206,9 @@ def run_case(node, pid, n_robots, views, hw, rounds, timeout_s, auth=False, exec
     over = lat - inf
     n = len(ok)
     queue = np.array([r[2] for r in ok])
+    # Beyond the policy: also without the server's pre- and post-processing (letterbox, tokens,
+    # normalisation, horizon), which other servers count inside their policy's infer time.
+    over_policy = over - np.array([r[4] for r in ok])
     return {
         "served": n, "lost": rounds * n_robots - len(results), "not_ok": dict(not_ok), "wall_s": wall,
         "latency_ms_p50": float(np.percentile(lat, 50)), "latency_ms_p99": float(np.percentile(lat, 99)),
@@ -215,6 +218,11 @@ def run_case(node, pid, n_robots, views, hw, rounds, timeout_s, auth=False, exec
         # Transport + serialisation + pre/post-processing, without waiting for a busy engine.
         "overhead_excl_queue_ms_p50": float(np.percentile(over - queue, 50)),
         "overhead_excl_queue_ms_p99": float(np.percentile(over - queue, 99)),
+        "prepare_ms_p50": float(np.percentile([r[4] for r in ok], 50)),
+        "overhead_beyond_policy_ms_p50": float(np.percentile(over_policy, 50)),
+        "overhead_beyond_policy_ms_p99": float(np.percentile(over_policy, 99)),
+        "overhead_beyond_policy_excl_queue_ms_p50": float(np.percentile(over_policy - queue, 50)),
+        "overhead_beyond_policy_excl_queue_ms_p99": float(np.percentile(over_policy - queue, 99)),
         # Server CPU includes the engine (one batch serves several robots).
         "server_cpu_ms_per_obs": cpu_srv * 1e3 / n,
         "client_cpu_ms_per_obs": cpu_me * 1e3 / n,

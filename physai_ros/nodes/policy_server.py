@@ -32,6 +32,7 @@ from physai_ros.monitoring.metrics import MetricsPublisher
 from physai_ros.monitoring.refusals import RefusalHealth, RefusalLog
 from physai_ros.monitoring.server_view import ServerView
 from physai_ros.nodes.policy_server_language import PolicyServerLanguage
+from physai_ros.nodes.policy_server_pipeline import PolicyServerPipeline
 from physai_ros.nodes.policy_server_streaming import PolicyServerStreaming
 from physai_ros.protocol.registration import RegistrationResult
 from physai_ros.protocol.topics import (ACTION_CHUNK_TOPIC, OBSERVATION_TOPIC, REFRESH_TOPIC, REGISTER_SERVICE,
@@ -106,6 +107,7 @@ class PolicyServerNode(Node):
         self._stop = threading.Event()
         # The language stream (issue 22) when fleet.yaml asks for it: /<ns>/text and ask_robot.
         self.language = PolicyServerLanguage.maybe(self, self.fleet, self.core)
+        self.pipeline = PolicyServerPipeline.maybe(self, self.fleet, self.core)  # issue 23: /<ns>/component_query
         self._runner = ServingRunner(self.core, self._publish_chunks, self._publish_refresh,
                                      self.get_logger().error, on_texts=self._publish_texts).start()
         if self.fleet.server.robot_timeout_s is not None:
@@ -215,7 +217,7 @@ class PolicyServerNode(Node):
             if refused is not None:
                 self._publish(refused)
             return
-        for chunk in self.core.submit(obs):
+        for chunk in self._runner.submit(obs):  # and dispatched at once when an instance is idle
             self._publish(chunk)
 
     def _authentic(self, msg: Observation, owner: str) -> bool:
@@ -395,6 +397,8 @@ class PolicyServerNode(Node):
         try:
             if self.streaming is not None:
                 self.streaming.close(timeout_s)
+            if self.pipeline is not None:
+                self.pipeline.close(max(0.0, end - time.monotonic()))
         finally:
             self._runner.stop(timeout=max(0.0, end - time.monotonic()))
 

@@ -33,7 +33,8 @@ class ActionChunkData:
     Action ``k`` is due at ``stamp + k * dt``; only the first ``horizon`` actions are executed.
     ``actions`` is ``[N, D]`` with columns in ``joint_names`` order (float32 on the wire; an
     empty ``[0, 0]`` for a refusal or error). An empty ``confidence`` means none was sent.
-    ``queue_ms``, ``inference_ms`` and ``engine_instance`` say how the server produced it.
+    ``queue_ms``, ``inference_ms``, ``prepare_ms`` and ``engine_instance`` say how the server
+    produced it.
     """
 
     robot_id: str
@@ -49,4 +50,5 @@ class ActionChunkData:
     confidence: np.ndarray = field(default_factory=lambda: np.zeros(0, np.float32))
     queue_ms: float = 0.0
     inference_ms: float = 0.0
+    prepare_ms: float = 0.0  # pre- and post-processing of this request, besides the engine
     engine_instance: str = ""

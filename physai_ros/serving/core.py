@@ -22,6 +22,7 @@ import threading
 import time
 import uuid
 from collections import deque
+from dataclasses import replace
 from typing import Any, Callable, Sequence
 
 from physai_ros.protocol.chunk import ActionChunkData
@@ -152,10 +153,11 @@ class ServingCore:
                 self._end_task(e)
             return [e.robot_id for e in ended]
 
-    def submit(self, obs: ObservationData, now: float | None = None) -> list[ActionChunkData]:
+    def submit(self, obs: ObservationData, now: float | None = None, notify: bool = True) -> list[ActionChunkData]:
         """Queue a valid observation. Returns the chunks to publish at once: a REFUSED chunk for
         a bad observation, and for requests this one superseded (an older queued round or the
-        previous task's)."""
+        previous task's). notify=False: the caller dispatches itself right after (serving.runner
+        ServingRunner.submit), so the dispatcher thread is not woken for nothing."""
         now = self.clock() if now is None else now
         with self._lock:
             reg, refusal = self.registry.check(obs, now)
@@ -164,7 +166,8 @@ class ServingCore:
                 refusal = self._enqueue(obs, reg, now, notices)
             if refusal is not None:
                 return [self.action_runner.refused(obs, reg, refusal)]
-            self._work.notify_all()
+            if notify:
+                self._work.notify_all()
             return notices + self._drain_notices()
 
     def registration(self, robot_id: str) -> RobotRegistration | None:
@@ -237,10 +240,20 @@ class ServingCore:
                 self._work.wait(timeout)
             return self._dispatchable()
 
+    def wake(self) -> None:
+        """Wake the dispatcher thread (a submit with notify=False that could not place its request)."""
+        with self._lock:
+            self._work.notify_all()
+
     def wait_for_change(self, timeout: float) -> None:
         """Block until a submit or a finished batch (or `timeout`): the next scheduling chance."""
         with self._lock:
             self._work.wait(timeout)
+
+    def dispatchable(self) -> bool:
+        """A request waits and an instance is free to take it."""
+        with self._lock:
+            return self._dispatchable()
 
     def _dispatchable(self) -> bool:
         return self.scheduler.pending() > 0 and self.pool.any_idle()
@@ -353,6 +366,7 @@ class ServingCore:
         fatal: BaseException | None = None
         lost_why = ""
         t0 = t1 = self.clock()
+        prepare_s: dict[str, float] = {}  # per request: its own pre-processing
         with self._lock:
             slot.batches += 1
             batch_no = slot.batches
@@ -365,7 +379,9 @@ class ServingCore:
                     reg = regs[req.robot_id]
                     if reg is None:
                         raise KeyError(req.robot_id)
+                    p0 = self.clock()
                     inputs.append(self.rtc.attach(runner.prepare(req.payload, reg), req.payload, reg))
+                    prepare_s[req.request_id] = self.clock() - p0
                     ok_reqs.append(req)
                 except (ValueError, KeyError) as e:
                     out.append(self._error(req, f"preprocessing failed: {e}", slot, locked=False))
@@ -403,7 +419,7 @@ class ServingCore:
                 again = self._retry_lost(lost, slot, lost_why, out, limit=fatal is None, now=t1)
                 for req, eo in zip(ok_reqs, outputs):
                     out.append(self._finish(runner, req, eo, slot, (dispatched - req.arrival_time) * 1e3,
-                                            inference_ms))
+                                            inference_ms, prepare_s.get(req.request_id, 0.0)))
                 for req in reqs:
                     if req.request_id not in again:
                         self._attempts.pop(req.request_id, None)
@@ -412,12 +428,14 @@ class ServingCore:
         return out
 
     def _finish(self, runner: Any, req: Request, output: Any, slot: EngineSlot, queue_ms: float,
-                inference_ms: float) -> ActionChunkData:
+                inference_ms: float, prepare_s: float = 0.0) -> ActionChunkData:
         # Under the lock: the registration may have gone while the batch ran.
         reg = self.registry.get(req.robot_id)
         if reg is None:
             return self._error(req, "robot unregistered while its request ran", slot)
+        f0 = self.clock()
         chunk = runner.finish(req.payload, reg, output, slot.instance_id, queue_ms, inference_ms)
+        chunk = replace(chunk, prepare_ms=(prepare_s + self.clock() - f0) * 1e3)
         self.rtc.record(req.payload, output, chunk)
         if chunk.error:
             self.registry.record_error(req.robot_id)

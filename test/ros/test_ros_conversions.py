@@ -72,13 +72,13 @@ def test_chunk_round_trip():
     data = ActionChunkData(robot_id="r", task_id="t", round_id=7, stamp=100.25, dt=0.02,
                            joint_names=("a", "b", "c"), actions=np.arange(12, dtype=float).reshape(4, 3),
                            horizon=3, confidence=np.array([1.0, 0.5, 0.5, 0.25]), queue_ms=1.5,
-                           inference_ms=20.25, engine_instance="engine_1")
+                           inference_ms=20.25, prepare_ms=0.75, engine_instance="engine_1")
     for decode in (chunk_from_msg, executable_chunk_from_msg):
         back = decode(chunk_to_msg(data))
         assert (back.robot_id, back.task_id, back.round_id, back.dt, back.joint_names, back.horizon) == (
             "r", "t", 7, 0.02, ("a", "b", "c"), 3)
-        assert (back.status, back.error, back.queue_ms, back.inference_ms, back.engine_instance) == (
-            0, "", 1.5, 20.25, "engine_1")
+        assert (back.status, back.error, back.queue_ms, back.inference_ms, back.prepare_ms, back.engine_instance) == (
+            0, "", 1.5, 20.25, 0.75, "engine_1")
         assert back.stamp == pytest.approx(100.25, abs=1e-9)
         np.testing.assert_array_equal(back.actions, data.actions)
         np.testing.assert_array_equal(back.confidence, data.confidence)

@@ -127,3 +127,67 @@ def test_a_running_instance_gets_no_second_batch(fleet):
         assert [c.status for c in core.run_batch(w)] == [STATUS_OK]
         core.run_language(w.instance_id)
     assert core.pending() == 0 and not any(s.running for s in core.engines.values())
+
+
+def test_runner_submit_places_a_request_on_an_idle_instance_itself(fleet):
+    """ServingRunner.submit dispatches in the caller's thread (the node's executor): with the
+    dispatcher thread never started, the chunk still comes back; the chunk says how long the
+    server's own pre- and post-processing took."""
+    server = dataclasses.replace(fleet.server, engine_instances=1, max_observation_age_s=30.0)
+    core = build_core(dataclasses.replace(fleet, server=server), instance_id="inline")
+    r = fleet.robots[0]
+    assert core.register(RobotClientCore(r).registration()).accepted
+    got, done = [], threading.Event()
+    runner = ServingRunner(core, lambda chunks: (got.extend(chunks), done.set()), lambda rid, rnd: None)
+    (instance_thread,) = runner._instance_threads.values()  # the instance only: no dispatcher
+    instance_thread.start()
+    try:
+        assert runner.submit(make_obs(r, 30)) == []
+        assert done.wait(BARRIER_TIMEOUT_S), "the request never reached the idle instance"
+    finally:
+        runner.stop()
+    assert [(c.robot_id, c.round_id, c.status) for c in got] == [("robot_0", 30, STATUS_OK)]
+    assert 0.0 < got[0].prepare_ms < got[0].inference_ms + 1e3
+
+
+def test_runner_submit_leaves_a_busy_instance_to_the_dispatcher(fleet):
+    """A request that finds the only instance busy is placed by the dispatcher thread once the
+    running batch is done (submit wakes it instead of dropping the request)."""
+    server = dataclasses.replace(fleet.server, engine_instances=1, max_batch=1, max_observation_age_s=30.0)
+    core = build_core(dataclasses.replace(fleet, server=server), instance_id="busy1")
+    gate, entered = threading.Event(), threading.Event()
+    slot = next(iter(core.engines.values()))
+    real = slot.engine
+
+    class GatedEngine:
+        config = real.config
+
+        def infer(self, inputs):
+            entered.set()
+            assert gate.wait(BARRIER_TIMEOUT_S)
+            return real.infer(inputs)
+
+    slot.engine = GatedEngine()
+    robots = [fleet.robots[0], dataclasses.replace(fleet.robots[1], id="y1", namespace="y1")]
+    for rb in robots:
+        assert core.register(RobotClientCore(rb).registration()).accepted
+    got, lock, two = [], threading.Lock(), threading.Event()
+
+    def on_chunks(chunks):
+        with lock:
+            got.extend(chunks)
+            if len(got) >= 2:
+                two.set()
+
+    runner = ServingRunner(core, on_chunks, lambda rid, rnd: None).start()
+    try:
+        assert runner.submit(make_obs(robots[0], 40)) == []
+        assert entered.wait(BARRIER_TIMEOUT_S)
+        assert runner.submit(make_obs(robots[1], 41)) == []  # the instance is busy: queued
+        assert core.pending() == 1
+        gate.set()
+        assert two.wait(BARRIER_TIMEOUT_S * 2), f"got {[(c.robot_id, c.error) for c in got]}"
+    finally:
+        gate.set()
+        runner.stop()
+    assert sorted((c.robot_id, c.status) for c in got) == [("robot_0", STATUS_OK), ("y1", STATUS_OK)]

@@ -37,7 +37,7 @@ def chunk_to_msg(c: ActionChunkData, frame_id: str = "") -> ActionChunk:
     msg.horizon = int(c.horizon)
     if c.confidence is not None and np.size(c.confidence):
         msg.confidence = f32_field(c.confidence)
-    msg.queue_ms, msg.inference_ms = float(c.queue_ms), float(c.inference_ms)
+    msg.queue_ms, msg.inference_ms, msg.prepare_ms = float(c.queue_ms), float(c.inference_ms), float(c.prepare_ms)
     msg.engine_instance = c.engine_instance
     return msg
 
@@ -52,7 +52,7 @@ def chunk_from_msg(msg: ActionChunk) -> ActionChunkData:
         stamp=to_sec(msg.header.stamp), status=int(msg.status), error=msg.error,
         joint_names=tuple(msg.joint_names), dt=float(msg.dt), actions=actions,
         horizon=int(msg.horizon), confidence=f32_values(msg.confidence),
-        queue_ms=float(msg.queue_ms), inference_ms=float(msg.inference_ms),
+        queue_ms=float(msg.queue_ms), inference_ms=float(msg.inference_ms), prepare_ms=float(msg.prepare_ms),
         engine_instance=msg.engine_instance)
 
 
