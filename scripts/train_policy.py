@@ -7,7 +7,9 @@ From scratch that is --first-minutes of expert-only training, then per --dagger-
 recording driven by the policy so far and --minutes of training on all data. With --init the
 given checkpoint is the first driver (and its normalisation is kept). With --text-weight > 0 the
 same model is co-trained to answer sim.narration's questions (current subtask, scene) from the
-recorded ground truth; --text-eval-data measures its answers afterwards. See docs/training.md.
+recorded ground truth; --text-eval-data measures its answers afterwards. With --component-data
+(training.component_data frames) it is also co-trained to answer the pipeline components'
+questions (safety, monitor, planner: issue 23). See docs/training.md.
 """
 from __future__ import annotations
 
@@ -128,6 +130,11 @@ def main(argv=None) -> int:
                     help="weight of the text loss (narration answers through the VLM's LM head); 0: actions only")
     ap.add_argument("--text-eval-data", action="append", default=[], metavar="DIR",
                     help="recorded datasets of unseen seeds: text accuracy stored in the manifest; repeatable")
+    ap.add_argument("--component-data", default="", metavar="NPZ",
+                    help="training.component_data frames: also co-train the safety / monitor / planner answers")
+    ap.add_argument("--component-weight", type=float, default=0.1, help="weight of the components' text loss")
+    ap.add_argument("--component-batch", type=int, default=16, help="component questions per step (text only)")
+    ap.add_argument("--threads", type=int, default=2, help="torch threads")
     a = ap.parse_args(argv)
     if a.dagger_rounds < 0:
         ap.error("--dagger-rounds must be >= 0")
@@ -148,7 +155,7 @@ def main(argv=None) -> int:
     from physai_ros.training.record import plan_cells, record_dataset
     from physai_ros.training.train import TrainConfig, summarise_curve, train
 
-    torch.set_num_threads(2)
+    torch.set_num_threads(a.threads)
     t_start = time.perf_counter()
     data_dir, out = Path(a.data), Path(a.out)
     record_summary = None
@@ -159,7 +166,8 @@ def main(argv=None) -> int:
         record_summary = record_dataset(data_dir, cells, workers=a.workers)
     info = read_info(data_dir)
     tc = TrainConfig(steps=a.steps, batch_size=a.batch_size, seed=a.seed, max_minutes=a.minutes,
-                     text_weight=a.text_weight)
+                     text_weight=a.text_weight, threads=a.threads, component_weight=a.component_weight,
+                     component_batch=a.component_batch)
     t0 = time.perf_counter()
     parts = [load_dataset(data_dir, tc.size.image_size)]
     print(f"loaded {len(parts[0])} frames of {parts[0].episodes_used} episodes ({parts[0].episodes_skipped} "
@@ -179,6 +187,26 @@ def main(argv=None) -> int:
     prompts = fleet_prompts(Path(a.fleet))
     views = sorted(k for k, f in info["features"].items() if f["dtype"] == "image")
     joint_names = info["features"]["observation.state"]["names"]
+    components, component_info = None, {"co_trained": False}
+    if a.component_data:
+        from physai_ros.training.component_data import load_components
+        from physai_ros.training.component_questions import LABELS, QUESTIONS
+        from physai_ros.training.component_text import ComponentTextBatches
+
+        components = ComponentTextBatches(load_components(a.component_data), tokenizer, prompts,
+                                          tc.single_view_prob, seed=a.seed + 1)
+        summary_path = Path(a.component_data + ".json")
+        rec = json.loads(summary_path.read_text()) if summary_path.is_file() else {}
+        # "cell_seeds" ranges are [lo, hi): evaluation.sweep.training_seeds keeps evaluation off them.
+        component_info = {"co_trained": True, "weight": a.component_weight, "batch": a.component_batch,
+                          "data": {"path": a.component_data, "frames": int(len(components.task)),
+                                   "cell_seed_ranges": rec.get("cell_seeds"), "events": rec.get("events")},
+                          "questions": {k: list(v) for k, v in QUESTIONS.items()}, "labels": LABELS,
+                          "planner_answers": "sim.multi_step.subgoal_text", "prefix_prompts": components.prompts,
+                          "answer_counts": components.counts(),
+                          "sampling": "component uniform, then answer uniform, then frame uniform; text loss only"}
+        print(f"component frames: {len(components.task)}; {components.counts()['safety']} "
+              f"{components.counts()['monitor']}", flush=True)
     command = " ".join([Path(sys.executable).name, *sys.argv]) if argv is None else "train_policy.main(...)"
     stages: list = []
     rollouts: list = []
@@ -211,6 +239,8 @@ def main(argv=None) -> int:
             "objective": "flow matching: x_t = t noise + (1-t) a, target noise - a, t ~ Beta(1.5,1)*0.999+0.001",
             "loss": summarise_curve(res.loss_curve),
             "text": text_block(res),
+            "components": {**component_info, "loss": summarise_curve(res.component_curve)}
+            if component_info["co_trained"] else component_info,
         }
         tmp = out.with_name(out.name + ".tmp")
         shutil.rmtree(tmp, ignore_errors=True)
@@ -247,7 +277,7 @@ def main(argv=None) -> int:
         stage_tc = dataclasses.replace(tc, max_minutes=minutes)
         res = train(data, stage_tc, tokenizer, prompts, log=lambda m: print(m, flush=True), model=model,
                     snapshot=(lambda r: write(r, False)) if a.snapshot_minutes > 0 else None,
-                    snapshot_every_s=a.snapshot_minutes * 60, stats=stats)
+                    snapshot_every_s=a.snapshot_minutes * 60, stats=stats, components=components)
         by_driver = {d: data.driver.count(d) for d in sorted(set(data.driver))}
         stages.append({"stage": name, "frames": by_driver, "steps": res.steps, "training_seconds": round(res.seconds, 1),
                        "minutes_budget": minutes, "loss": summarise_curve(res.loss_curve)})

@@ -83,6 +83,8 @@ class TrainConfig:
     max_minutes: float = 0.0  # > 0: the run ends at this budget (or `steps`, whichever first)
     log_every: int = 50
     text_weight: float = 0.0  # > 0: co-train text answers (needs a dataset with text columns)
+    component_weight: float = 0.1  # weight of the pipeline components' text loss (train(components=...))
+    component_batch: int = 16  # text-only component samples per step (one more prefix pass)
 
 
 @dataclass
@@ -96,6 +98,7 @@ class TrainResult:
     loss_curve: List[tuple]  # (step, mean loss over the last log_every steps)
     prompts: Dict[str, List[str]]
     text_curve: List[tuple] = field(default_factory=list)  # (step, mean text loss) when co-training text
+    component_curve: List[tuple] = field(default_factory=list)  # (step, mean component text loss)
 
 
 def norm_stats(x: np.ndarray) -> Dict[str, np.ndarray]:
@@ -177,9 +180,11 @@ class BatchMaker:
 def train(data: LoadedDataset, tc: TrainConfig, tokenizer: PromptTokenizer, prompts: Dict[str, List[str]],
           log: Callable[[str], None] = print, model: Optional[TrainablePi0] = None,
           snapshot: Optional[Callable[["TrainResult"], None]] = None, snapshot_every_s: float = 0.0,
-          stats: Optional[Dict[str, Dict[str, np.ndarray]]] = None) -> TrainResult:
+          stats: Optional[Dict[str, Dict[str, np.ndarray]]] = None, components=None) -> TrainResult:
     """snapshot(result) is called every snapshot_every_s seconds with the EMA weights so far (an
-    early checkpoint others can build on while training goes on). stats: see BatchMaker."""
+    early checkpoint others can build on while training goes on). stats: see BatchMaker.
+    components (component_text.ComponentTextBatches): each step also adds component_weight x the
+    text loss of component_batch pipeline-component questions (text only, their own prefix pass)."""
     torch.set_num_threads(tc.threads)
     torch.manual_seed(tc.seed)
     cfg = tc.size.config()
@@ -195,6 +200,7 @@ def train(data: LoadedDataset, tc: TrainConfig, tokenizer: PromptTokenizer, prom
     gen = torch.Generator().manual_seed(tc.seed)
     total, curve, window = tc.steps, [], []
     text_curve, text_window = [], []
+    comp_curve, comp_window = [], []
     budget = tc.max_minutes * 60
     t0 = time.perf_counter()
     step = 0
@@ -216,6 +222,10 @@ def train(data: LoadedDataset, tc: TrainConfig, tokenizer: PromptTokenizer, prom
         flow, txt = model.losses(img, masks, tok, tmask, state, actions, maker.dim, tc.samples_per_obs, gen,
                                  block, bmask)
         loss = flow if txt is None else flow + tc.text_weight * txt
+        if components is not None:
+            ctxt = components.loss(model, components.batch(tc.component_batch))
+            loss = loss + tc.component_weight * ctxt
+            comp_window.append(ctxt.item())
         opt.zero_grad(set_to_none=True)
         loss.backward()
         torch.nn.utils.clip_grad_norm_(model.parameters(), tc.grad_clip)
@@ -239,19 +249,23 @@ def train(data: LoadedDataset, tc: TrainConfig, tokenizer: PromptTokenizer, prom
                 text_curve.append((step, float(np.mean(text_window))))
                 text_window = []
                 extra = f" text {text_curve[-1][1]:.4f}"
+            if comp_window:
+                comp_curve.append((step, float(np.mean(comp_window))))
+                comp_window = []
+                extra += f" components {comp_curve[-1][1]:.4f}"
             log(f"step {step} loss {curve[-1][1]:.4f}{extra} lr {lr:.2e} {time.perf_counter() - t0:.0f} s")
         if snapshot is not None and snapshot_every_s > 0 and time.perf_counter() - last_snap >= snapshot_every_s:
             last_snap = time.perf_counter()
             src = ema if ema is not None else model.params
             snapshot(TrainResult({model._names[k]: p.detach().clone() for k, p in src.items()}, cfg,
                                  maker.state_stats, maker.action_stats, step, last_snap - t0, list(curve),
-                                 maker.prompts_used, list(text_curve)))
+                                 maker.prompts_used, list(text_curve), list(comp_curve)))
     if ema is not None:
         with torch.no_grad():
             for k, p in model.params.items():
                 p.copy_(ema[k])
     return TrainResult(model.export(), cfg, maker.state_stats, maker.action_stats, step,
-                       time.perf_counter() - t0, curve, maker.prompts_used, text_curve)
+                       time.perf_counter() - t0, curve, maker.prompts_used, text_curve, comp_curve)
 
 
 def summarise_curve(curve: List[tuple], points: int = 12) -> dict:

@@ -1,0 +1,100 @@
+"""Text co-training batches for the pipeline components (issue 23): safety, monitor and planner
+questions over component_data's frames, asked after the same prefix the serving path builds
+(images + a prompt the robot may be serving), with the frame's ground-truth answer.
+
+The frames carry no action targets, so these samples add text loss only: one more prefix pass per
+step (`loss`), beside train.BatchMaker's action + narration batch, whose data and sampling stay
+as they were. Sampling is balanced twice over: a component uniformly, then one of that
+component's answers uniformly (so "unsafe" and "failed" are as frequent as "safe" and
+"ongoing"), then a frame with that answer uniformly. The prefix prompt is one the frame's task
+may run with: the sim task's own prompt, the fleet.yaml prompts of robots running it, and for a
+multi-step task its subgoals too (System 1's prompt while a plan is being executed, which is the
+prefix a shared-path component question is decoded on).
+"""
+from __future__ import annotations
+
+from typing import Dict, List, Sequence, Tuple
+
+import numpy as np
+import torch
+
+from physai_ros.engine.batching import model_pixels
+from physai_ros.serving.tokenizer import PromptTokenizer
+from physai_ros.sim.multi_step import subgoal_sequence
+
+from .component_questions import COMPONENTS, QUESTIONS
+from .text_data import TextCodec
+from .text_loss import make_blocks, text_logits, text_loss
+
+
+def task_prompts(tasks: Sequence[str], fleet_prompts: Dict[str, List[str]]) -> Dict[str, List[str]]:
+    """{task: prefix prompts}: its own prompt, fleet.yaml's, and its subgoals when it has several."""
+    from physai_ros.sim.tasks import make_task
+
+    out = {}
+    for t in tasks:
+        ps = [make_task(t).prompt] + list(fleet_prompts.get(t, []))
+        seq = subgoal_sequence(t)
+        if len(seq) > 1:
+            ps += [s for s in seq if s != "done"]
+        out[t] = list(dict.fromkeys(ps))
+    return out
+
+
+class ComponentTextBatches:
+    def __init__(self, frames: Dict[str, np.ndarray], tokenizer: PromptTokenizer,
+                 fleet_prompts: Dict[str, List[str]], single_view_prob: float = 0.25, seed: int = 1):
+        self.codec = TextCodec(tokenizer)
+        self.gen = np.random.default_rng(seed)
+        self.single_view_prob = single_view_prob
+        self.images = torch.from_numpy(frames["images"])
+        self.task = frames["task"]
+        self.answers = {c: frames[c] for c in COMPONENTS}
+        # component -> [(answer, frame rows)]
+        self.by_answer = {c: [(str(a), np.flatnonzero(self.answers[c] == a)) for a in np.unique(self.answers[c])]
+                          for c in COMPONENTS}
+        self.questions = {c: [self.codec.encode(q) for q in qs] for c, qs in QUESTIONS.items()}
+        prompts = task_prompts(sorted(set(self.task.tolist())), fleet_prompts)
+        self.prompt_list: List[str] = []
+        self.prompt_ids: Dict[str, List[int]] = {}
+        encoded = []
+        for t, ps in prompts.items():
+            for p in ps:
+                self.prompt_ids.setdefault(t, []).append(len(self.prompt_list))
+                self.prompt_list.append(p)
+                encoded.append(tokenizer.encode(p))
+        n = max(int(e.mask.sum()) for e in encoded)
+        self.tokens = torch.from_numpy(np.stack([e.tokens[:n] for e in encoded]))
+        self.token_mask = torch.from_numpy(np.stack([e.mask[:n] for e in encoded]))
+        self.prompts = prompts
+
+    def counts(self) -> Dict[str, Dict[str, int]]:
+        return {c: {a: int(len(r)) for a, r in groups} for c, groups in self.by_answer.items()}
+
+    def batch(self, b: int) -> Tuple[torch.Tensor, ...]:
+        """(images, image_masks, tokens, token_mask, block, loss_mask) for b samples."""
+        g = self.gen
+        rows, qs, ans = [], [], []
+        for _ in range(b):
+            comp = COMPONENTS[g.integers(len(COMPONENTS))]
+            groups = self.by_answer[comp]
+            answer, members = groups[g.integers(len(groups))]
+            rows.append(int(members[g.integers(len(members))]))
+            options = self.questions[comp]
+            qs.append(options[g.integers(len(options))])
+            ans.append(self.codec.encode(answer))
+        rows_t = torch.tensor(rows)
+        img = model_pixels(self.images[rows_t])
+        masks = torch.ones(b, img.shape[1], dtype=torch.bool)
+        if img.shape[1] > 1:
+            masks[:, 1:] = torch.from_numpy(g.random(b) >= self.single_view_prob)[:, None]
+        pid = torch.tensor([int(g.choice(self.prompt_ids[str(self.task[r])])) for r in rows])
+        block, mask = make_blocks(qs, ans, self.codec.eos_id, self.codec.pad_id)
+        return img, masks, self.tokens[pid], self.token_mask[pid], block, mask
+
+    @staticmethod
+    def loss(model, batch) -> torch.Tensor:
+        """Answer + <eos> cross-entropy after the batch's prefix (model: policy_model.TrainablePi0)."""
+        img, masks, tok, tmask, block, bmask = batch
+        cache = model.prefix(img, masks, tok, tmask)
+        return text_loss(text_logits(model.weights(), model.cfg, cache, block), block, bmask)

@@ -1,0 +1,106 @@
+"""Issue 23: the pipeline components' co-training data and batches, the training hook, and the
+evaluation's confusion / detection-delay arithmetic."""
+from __future__ import annotations
+
+import numpy as np
+import pytest
+import torch
+
+from physai_ros.evaluation.components import confusion, detection_delay, planner_report
+from physai_ros.serving.config import default_fleet_path
+from physai_ros.serving.tokenizer import PromptTokenizer
+from physai_ros.sim.multi_step import subgoal_sequence
+from physai_ros.training.component_data import ComponentCell, record_component_cell
+from physai_ros.training.component_questions import LABELS, QUESTIONS
+from physai_ros.training.component_text import ComponentTextBatches, task_prompts
+from physai_ros.training.dataset import EncodedEpisode, load_dataset, write_dataset
+from physai_ros.training.expert_data import RecordConfig, record_cell
+from physai_ros.training.policy_model import TrainablePi0
+from physai_ros.sim.robot import ArmConfig
+from physai_ros.training.train import ModelSize, TrainConfig, train
+
+TOKENIZER = str(default_fleet_path().parents[1] / "physai_ros" / "assets" / "tokenizer.json")
+TINY = ModelSize(image_size=28, patch_size=14, vision_width=32, vision_depth=1, vlm_width=32, expert_width=32,
+                 depth=1, heads=2, head_dim=16, chunk_size=4)
+PROMPTS = {"reach": ["move the gripper to the goal"], "pick_and_place": ["pick up the cube and place it on the goal"]}
+
+
+@pytest.fixture(scope="module")
+def frames():
+    parts = [record_component_cell(ComponentCell(task=t, seed=s, episodes=e, image_size=TINY.image_size,
+                                                 camera_size=48, intruder_rate_per_min=20.0, drop_prob=0.5,
+                                                 knock_prob=0.5))
+             for t, s, e in (("pick_and_place", 3, 3), ("place_in_order", 4, 1))]
+    return {k: np.concatenate([p[k] for p in parts]) for k in parts[0]}
+
+
+def test_frames_carry_every_components_ground_truth(frames):
+    n = len(frames["images"])
+    assert frames["images"].shape[1:] == (2, 3, TINY.image_size, TINY.image_size)
+    assert all(len(frames[k]) == n for k in ("task", "prompt", "safety", "monitor", "failure", "planner", "time"))
+    assert set(frames["safety"]) <= set(LABELS["safety"]) and set(frames["monitor"]) <= set(LABELS["monitor"])
+    assert "unsafe" in set(frames["safety"]) and "failed" in set(frames["monitor"])
+    # failed frames name their reason, others none
+    assert all((m == "failed") == bool(f) for m, f in zip(frames["monitor"], frames["failure"]))
+    pio = frames["planner"][frames["task"] == "place_in_order"]
+    assert set(pio) <= set(subgoal_sequence("place_in_order"))
+    assert set(frames["planner"][frames["task"] == "pick_and_place"]) == {"pick up the blue cube and place it on the green pad"}
+    # within a cell, sim time runs on across episodes (the intruder's schedule does)
+    t = frames["time"][frames["seed"] == 3]
+    assert np.all(np.diff(t) > 0)
+
+
+def test_batches_are_balanced_and_co_training_learns_the_answers(frames):
+    tok = PromptTokenizer(TOKENIZER, 48)
+    b = ComponentTextBatches(frames, tok, PROMPTS, seed=0)
+    assert task_prompts(["place_in_order"], {})["place_in_order"][1:] == list(subgoal_sequence("place_in_order")[:2])
+    # answers drawn uniformly per component: "unsafe" about as often as "safe" although rarer
+    counts = {a: 0 for a in LABELS["safety"]}
+    qs = b.questions["safety"][0]
+    g_rows = []
+    for _ in range(40):  # the safety question's answers in the blocks
+        _, _, _, _, block, mask = b.batch(16)
+        for row, m in zip(block.tolist(), mask.tolist()):
+            if row[: len(qs)] == qs:
+                ans = tok.decode_ids([x for x, keep in zip(row[len(qs):], m[len(qs) - 1:]) if keep and x != tok.eos_id])
+                g_rows.append(ans.strip())
+    for a in g_rows:
+        counts[a] += 1
+    assert min(counts.values()) > 0.3 * sum(counts.values())
+    # the training hook: component text loss goes down with actions trained beside it
+    eps = [EncodedEpisode.encode(e) for e in record_cell(RecordConfig(task="reach", seed=5, episodes=1, image_width=48,
+                                                                      image_height=32, fps=10))]
+    import tempfile
+    with tempfile.TemporaryDirectory() as d:
+        write_dataset(d, eps, fps=10, joint_names=ArmConfig().joint_names)
+        data = load_dataset(d, image_size=TINY.image_size)
+    tc = TrainConfig(size=TINY, steps=40, batch_size=8, samples_per_obs=1, lr=3e-3, warmup=0.1, ema=0.0, seed=2,
+                     threads=1, log_every=10, component_weight=1.0, component_batch=16)
+    model = TrainablePi0(tc.size.config(), seed=2)
+    probe = ComponentTextBatches(frames, tok, PROMPTS, seed=5).batch(48)
+
+    def loss_now():
+        with torch.no_grad():
+            return float(ComponentTextBatches.loss(model, probe))
+
+    before = loss_now()
+    res = train(data, tc, tok, PROMPTS, log=lambda m: None, model=model, components=b)
+    assert loss_now() < 0.5 * before
+    assert [s for s, _ in res.component_curve] == [10, 20, 30, 40]
+
+
+def test_confusion_and_detection_delay():
+    c = confusion(["safe", "safe", "unsafe", "unsafe"], ["safe", "unsafe", "unsafe", "it is"], LABELS["safety"])
+    assert c["accuracy"] == 0.5 and c["matrix"]["unsafe"] == {"safe": 0, "unsafe": 1, "unparseable": 1}
+    assert planner_report(["a", "a", "b"], ["a", "b", "b"])["per_answer"]["a"] == {
+        "frames": 2, "exact_match": 0.5, "said_instead": {"b": 1}}
+    # one cell, frames every 0.1 s; the intruder over the table from 0.3 to 1.1 s; queries at 2 Hz
+    t = np.round(np.arange(20) * 0.1, 6)
+    truth = np.array(["unsafe" if 0.3 <= x < 1.15 else "safe" for x in t])
+    said = ["unsafe" if x >= 0.9 else "safe" for x in t]  # detects late, and says unsafe after it left
+    d = detection_delay({"seed": np.zeros(20, int), "time": t, "safety": truth}, said, 2.0)
+    assert d["visits"] == 1 and d["detected"] == 1 and d["delay_s"]["median"] == pytest.approx(0.7)
+    assert d["false_alarms"] == 1 and d["safe_queries"] == 2  # queries at 0.0 and 1.5 s; 1.5 said unsafe
+    said = ["safe"] * 20
+    assert detection_delay({"seed": np.zeros(20, int), "time": t, "safety": truth}, said, 2.0)["missed"] == 1
+    assert QUESTIONS["safety"][0] == "is the workcell safe? answer safe or unsafe."
