@@ -15,6 +15,10 @@ ROS I/O only; the logic is physai_ros.serving.client_core.RobotClientCore.
 A wrench sample with a NaN/inf component is dropped and counted (wrench_dropped); the newest
 good sample stays the one sent, so one bad force reading does not cost a round.
   call /policy_server/register_robot (RegisterRobot), async, again after a server restart
+A task with a pipeline (fleet.yaml `components:` ..., docs/pipelines.md) adds its ROS I/O from
+nodes/robot_client_pipeline.py (component_query/component_answer, pipeline_event,
+acknowledge_escalation, reset_episode, the "pipeline" diagnostic); operator_resume then clears
+the pipeline's escalation too.
 Parameters: fleet_file, robot_id (selects the robot entry in fleet.yaml), tick_rate_hz.
 """
 from __future__ import annotations
@@ -58,6 +62,8 @@ from physai_ros.serving.client_core import RobotClientCore
 from physai_ros.serving.config import load_fleet
 from physai_ros.serving.streaming_client import StreamingClient
 
+from .robot_client_pipeline import PipelineIO
+
 # Longest wait for a RegisterRobot reply before the request is dropped and sent again.
 REGISTER_TIMEOUT_S = 5.0
 
@@ -93,7 +99,7 @@ class RobotClientNode(Node):
         self.create_subscription(ExecutionInfo, EXECUTION_INFO_TOPIC, self._on_exec, sensor_data_qos(10))
         self.create_subscription(ActionChunk, ACTION_CHUNK_TOPIC, self._on_chunk, reliable_qos(50))
         self.create_subscription(UInt64, REFRESH_TOPIC, self._on_refresh, reliable_qos())
-        self.create_subscription(Empty, OPERATOR_RESUME_TOPIC, lambda _m: self.core.resume(), reliable_qos())
+        self.create_subscription(Empty, OPERATOR_RESUME_TOPIC, self._on_operator_resume, reliable_qos())
         self.obs_pub = self.create_publisher(Observation, OBSERVATION_TOPIC, reliable_qos())
         self.hold_pub = self.create_publisher(ActionChunk, ACTION_CHUNK_TOPIC, reliable_qos())
         self.status_pub = self.create_publisher(String, CLIENT_STATUS_TOPIC, reliable_qos())
@@ -106,6 +112,8 @@ class RobotClientNode(Node):
         self.create_timer(1.0 / tick_hz, self._tick)
         self.create_timer(1.0, self._publish_status)
         self._setup_monitoring(fleet_file)
+        # Issue 23: None unless the robot's task has a pipeline.
+        self.pipeline = PipelineIO.for_node(self)
         self.get_logger().info(f"robot client {self.robot.id}: task {self.robot.task.name}, "
                                f"{self.robot.num_views} view(s), SLO {self.robot.task.slo_ms} ms, "
                                f"fallback {self.robot.task.fallback}")
@@ -184,12 +192,20 @@ class RobotClientNode(Node):
             return
         served = self.core.counters.chunks_ok
         self.core.on_chunk(chunk, now_sec(self))
+        if self.pipeline is not None:
+            self.pipeline.on_chunk_taken()
         if self.streaming is not None:
             self.streaming.on_chunk(chunk)
         if self.core.counters.chunks_ok > served:
             lat = self.core.counters.latencies_s[-1]
             self.view.on_served(lat, time.monotonic())
             self.metrics.set(self.robot.id, "latency_ms", lat * 1e3)
+
+    def _on_operator_resume(self, _msg: Empty) -> None:
+        if self.pipeline is not None:
+            self.pipeline.acknowledge("operator_resume")
+        else:
+            self.core.resume()
 
     def _on_refresh(self, msg: UInt64) -> None:
         obs = self.core.refresh(int(msg.data), now_sec(self))
@@ -207,18 +223,19 @@ class RobotClientNode(Node):
         if out.register:
             self._register()
         if out.hold is not None:
-            h = out.hold
-            msg = chunk_to_msg(hold_chunk(self.robot.id, self.robot.task.name, h, self.robot.joints))
-            if self.auth is not None:  # the controller takes holds signed by this robot only
-                msg.auth = self.auth.signer.sign(HOLD, digest(msg))
-            self.hold_pub.publish(msg)
-            self.get_logger().warning(f"SLO fallback: hold (round {h.round_id}): {h.reason}",
-                                      throttle_duration_sec=1.0)
+            self.publish_hold(out.hold, "SLO fallback")
         if out.observation is not None:
             self._send(out.observation)
         while self._escalations_logged < len(self.core.escalations):
             self.get_logger().error(self.core.escalations[self._escalations_logged])
             self._escalations_logged += 1
+
+    def publish_hold(self, h, why: str) -> None:
+        msg = chunk_to_msg(hold_chunk(self.robot.id, self.robot.task.name, h, self.robot.joints))
+        if self.auth is not None:  # the controller takes holds signed by this robot only
+            msg.auth = self.auth.signer.sign(HOLD, digest(msg))
+        self.hold_pub.publish(msg)
+        self.get_logger().warning(f"{why}: hold (round {h.round_id}): {h.reason}", throttle_duration_sec=1.0)
 
     def _send(self, obs) -> None:
         msg = observation_to_msg(obs)
@@ -299,6 +316,7 @@ class RobotClientNode(Node):
             "auth_refused": dict(self.auth_refusals.counts),
             "round_ledger": ledger.as_dict(),
             **(self.streaming.status() if self.streaming is not None else {}),
+            **(self.pipeline.status() if self.pipeline is not None else {}),
         }
 
     # ---- monitoring -----------------------------------------------------------------------

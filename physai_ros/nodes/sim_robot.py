@@ -8,7 +8,9 @@ monitoring Updater: "<ns>/sim_robot: wrench rate", "joint_states rate", "camera 
 "commands", "episode". Every SimRobotConfig field is a parameter (fleet.yaml `sim:`), including
 issue 23's events (intruder_rate_per_min, intruder_duration_s, drop_prob, knock_prob; all off by
 default) and task place_in_order; task_status then carries their ground truth (intruder, progress,
-failure, subgoal, objects, held; docs/sim_events.md). Run:
+failure, subgoal, objects, held; docs/sim_events.md). Service reset_episode (ResetEpisode): ends
+the episode at the next tick and starts the next one (a pipeline monitor's "failed" -> retry,
+SimRobotRuntime.request_reset); the reply carries the new episode's number. Run:
   python -m physai_ros.nodes.sim_robot --ros-args -r __ns:=/robot_0 -p task:=reach -p num_views:=2
 """
 from __future__ import annotations
@@ -17,6 +19,7 @@ import os
 import sys
 
 from geometry_msgs.msg import WrenchStamped
+from physai_ros_interfaces.srv import ResetEpisode
 from rclpy.node import Node
 from sensor_msgs.msg import Image, JointState
 from std_msgs.msg import String
@@ -61,6 +64,7 @@ class SimRobotNode(Node):
         self.status_pub = self.create_publisher(String, topics.TASK_STATUS_TOPIC, qos.latched_qos())
         self.create_subscription(JointTrajectory, topics.JOINT_TRAJECTORY_TOPIC, self._on_trajectory,
                                  qos.reliable_qos())
+        self.create_service(ResetEpisode, topics.RESET_EPISODE_SERVICE, self._on_reset_episode)
         self.bad_trajectories = 0
         self.trajectories_received = 0
         self._setup_diagnostics()
@@ -109,6 +113,16 @@ class SimRobotNode(Node):
         if not self.rt.on_plan(plan):
             self.get_logger().warning(f"rejected joint_trajectory: {self.rt.follower.last_error}",
                                       throttle_duration_sec=2.0)
+
+    def _on_reset_episode(self, request, response):
+        """The episode ends at the next tick (request_reset); its successor is the one after the
+        current (a second request before that tick names the same one)."""
+        self.rt.request_reset()
+        response.accepted = True
+        response.episode = int(self.rt.world.episode) + 1
+        self.get_logger().info(f"episode reset requested ({request.reason or 'no reason given'}): "
+                               f"episode {response.episode} next")
+        return response
 
     def _tick(self) -> None:
         now = now_sec(self)
