@@ -393,6 +393,9 @@ class ServingCore:
                     outputs = runner.execute(slot.engine, inputs)
                     if speaks:  # the same prefill feeds the text (OxyGen): its cache, kept by infer
                         cache, collated = slot.engine.take_prefix() or (None, None)
+                        if not self.language.wants_frame(slot.instance_id, [
+                                FrameRobot(r.robot_id, r.payload.task_id, r.round_id) for r in ok_reqs]):
+                            cache = collated = None  # no text work: the instance is free with the chunks
                 except Exception as e:  # one bad batch must not take the server down
                     msg = f"engine failed: {type(e).__name__}: {e}"
                     if getattr(e, "instance_lost", False):

@@ -252,6 +252,40 @@ class LanguageStream:
 
     # ---- hand-off from the serving core ---------------------------------------------------
 
+    def wants_frame(self, instance_id: str, rows: Sequence[FrameRobot]) -> bool:
+        """Whether this batch's frame has text work: a frame listener, a text still decoding on
+        the instance, or a row whose question is due (an operator's, or its task's every_rounds).
+        A frame without any is skipped: the instance is freed with the chunks instead of after an
+        empty language frame (a robot without language paid a thread round trip per request for
+        it). Skipped rows still count towards their task's every_rounds."""
+        inst = self._instances.get(instance_id)
+        if inst is None:
+            return False
+        if self._listeners:
+            return True
+        with inst.lock:
+            if inst.manager.active():
+                return True
+        with self._lock:
+            due = False
+            for fr in rows:
+                if self._pending.get(fr.robot_id):
+                    return True
+                tcfg = self.tasks.get(fr.task_id)
+                if tcfg is None or tcfg.every_rounds <= 0:
+                    continue
+                n = self._rounds_since_task_q.get(fr.robot_id, tcfg.every_rounds - 1) + 1
+                if n >= tcfg.every_rounds and fr.robot_id not in self._task_text:
+                    due = True
+            if due:
+                return True
+            for fr in rows:  # what _due would have counted for this frame
+                tcfg = self.tasks.get(fr.task_id)
+                if tcfg is not None and tcfg.every_rounds > 0:
+                    self._rounds_since_task_q[fr.robot_id] = min(
+                        self._rounds_since_task_q.get(fr.robot_id, tcfg.every_rounds - 1) + 1, tcfg.every_rounds)
+            return False
+
     def hold(self, instance_id: str, cache: Any, batch: Any, rows: Sequence[FrameRobot], actions_s: float) -> None:
         """The core ran a batch: keep its frame (cache, rows, action time) for
         run_held (called from the same instance thread once the chunks are out)."""

@@ -191,3 +191,31 @@ def test_fleet_yaml_language_errors_name_the_key(fleet):
     long_q = parse(lambda d: d["tasks"]["pick_place"].update(language={"question": "word " * 40}))
     with pytest.raises(FleetConfigError, match="max_question_tokens"):
         build_core(long_q, instance_id="q")
+
+
+def test_a_frame_without_text_work_frees_the_instance_with_its_chunks(fleet):
+    """Only pick_place asks (every 3 rounds); reach robots never speak. A batch of reach robots
+    alone leaves its instance free as soon as run_batch returns (no empty language frame), and
+    skipped frames still count towards pick_place's every_rounds."""
+    f = _fleet(fleet, every_rounds=3, max_tokens=1, tokens_per_frame=1)
+    core = _core(f, "skip")
+    slot = core.engines["engine_0"]
+    reach = [r for r in f.robots if r.task.name != "pick_place" and r.task.mode != "streaming"]
+    pick = next(r for r in f.robots if r.task.name == "pick_place")
+    assert reach, "the default fleet has a robot without language"
+    assert core.submit(make_obs(reach[0], 1)) == []
+    (work,) = core.dispatch().work
+    assert core.run_batch(work)[0].status == 0
+    assert not slot.running  # free at once: nothing was held for run_language
+    assert core.run_language("engine_0") == []
+    asked = []
+    for rnd in range(1, 8):
+        assert core.submit(make_obs(pick, rnd)) == []
+        (work,) = core.dispatch().work
+        core.run_batch(work)
+        held = slot.running
+        texts = core.run_language("engine_0")
+        asked += [(rnd, held)] if any(t.seq == 1 for t in texts) else []
+    # A question starts on the robot's first frame, then every 3 rounds (each a 1-token text):
+    # the frames between are skipped, their rounds still counted.
+    assert [r for r, _ in asked] == [1, 4, 7] and all(h for _, h in asked)
