@@ -285,3 +285,40 @@ def test_the_tiny_vla_backbone_answers_through_the_service(served):
         assert svc.diagnostics()["backend.vla"].startswith("vla_backbone, 1 batches")
     finally:
         assert svc.close(10.0)
+
+
+def test_hf_components_load_once_per_directory_and_device_and_answer(tmp_path):
+    """model: {hf: DIR} relative to fleet.yaml: one HFVisionLanguageBackend for every task naming
+    the same (DIR, device), beside the vla backend; both answer through one service."""
+    import yaml
+
+    from physai_ros.pipeline.hf_tiny import write_tiny_vlm
+    from physai_ros.serving.config import load_fleet
+
+    write_tiny_vlm("smolvlm", tmp_path / "models" / "tiny-smolvlm", seed=0)
+    doc = fleet_doc()
+    hf = {"hf": "models/tiny-smolvlm", "device": "cpu"}
+    doc["tasks"]["inspect"]["components"]["safety"]["model"] = hf
+    doc["tasks"]["plain"]["components"] = {"safety": dict(doc["tasks"]["inspect"]["components"]["safety"])}
+    (tmp_path / "fleet.yaml").write_text(yaml.safe_dump(doc))
+    fleet = load_fleet(tmp_path / "fleet.yaml")
+    key = f"hf:{tmp_path / 'models' / 'tiny-smolvlm'}@cpu"
+    assert plan_routes(fleet)[("inspect", "safety")] == plan_routes(fleet)[("plain", "safety")] == key
+    core = build_core(fleet)
+    for rid in ("r0", "r2"):
+        assert core.register(RobotClientCore(fleet.robot(rid)).registration()).accepted
+    got = Collector()
+    svc = ComponentService(fleet, core, got, start=False)
+    try:
+        assert sorted(svc.backends) == sorted([key, "vla"])
+        assert svc.submit(request("r0", "safety", 1, max_tokens=3)) is None
+        assert svc.submit(request("r2", "safety", 1, task_id="plain", max_tokens=3)) is None
+        assert svc.submit(request("r0", "monitor", 2, max_tokens=3)) is None
+        svc.start()
+        got.wait(3, timeout=60)
+        hf_answers = [got.by_id(1)[0], got.by_id(1, "r2")[0]]
+        assert all(a.ok and a.backend == key[:-len("@cpu")] and 1 <= a.tokens <= 3 for a in hf_answers), hf_answers
+        assert got.by_id(2)[0].backend.startswith("vla_backbone/")
+        assert svc.batches[key] == 1  # both robots' safety questions in one generate()
+    finally:
+        assert svc.close(10.0)
