@@ -20,10 +20,12 @@ from physai_ros_interfaces.msg import ComponentAnswer, ComponentQuery, PipelineE
 from physai_ros_interfaces.srv import AcknowledgeEscalation, ResetEpisode
 
 from physai_ros.monitoring.diagnostics import ERROR, OK, WARN, level_byte
-from physai_ros.pipeline.backend import ComponentAnswer as BackendAnswer
+from physai_ros.pipeline.backend import ComponentQuery as BackendQuery
+from physai_ros.protocol.component import COMPONENT_ANSWER_TOPIC, COMPONENT_QUERY_TOPIC, ComponentRequest
 from physai_ros.protocol.topics import (ACKNOWLEDGE_ESCALATION_SERVICE, PIPELINE_EVENT_TOPIC,
                                         RESET_EPISODE_SERVICE)
-from physai_ros.ros.codecs._arrays import f32_field, safe_time
+from physai_ros.ros.codecs._arrays import safe_time
+from physai_ros.ros.codecs.component import answer_from_msg, backend_answer, query_to_msg
 from physai_ros.ros.codecs.observation import image_msg
 from physai_ros.ros.message_digest import digest
 from physai_ros.ros.qos import reliable_qos
@@ -31,19 +33,14 @@ from physai_ros.ros.time_conv import now_sec
 from physai_ros.security.handshake import AuthError
 from physai_ros.serving.client_pipeline import ClientPipeline, OutgoingQuery, PipelineOutput
 
-COMPONENT_QUERY_TOPIC = "component_query"  # = protocol.component's (the server side's module)
-COMPONENT_ANSWER_TOPIC = "component_answer"
 
 
 def query_msg(q: OutgoingQuery) -> ComponentQuery:
-    msg = ComponentQuery()
-    msg.header.stamp = safe_time(q.stamp)
-    msg.robot_id, msg.task_id, msg.query_id = q.robot_id, q.task_id, int(q.query_id)
-    msg.component, msg.question, msg.task_prompt = q.component, q.question, q.task_prompt
-    msg.images = [image_msg(im, q.stamp) for im in q.images]
-    msg.state = f32_field(q.state)
-    msg.max_tokens = int(q.max_tokens)
-    return msg
+    """The robot's camera Images are reused as received (no copy), as in its Observations."""
+    query = BackendQuery(robot_id=q.robot_id, component=q.component, question=q.question,
+                         task_prompt=q.task_prompt, images=(), state=q.state, max_tokens=q.max_tokens)
+    return query_to_msg(ComponentRequest(q.query_id, q.task_id, query, q.stamp),
+                        images=[image_msg(im, q.stamp) for im in q.images])
 
 
 def event_msg(e) -> PipelineEvent:
@@ -64,6 +61,7 @@ class PipelineIO:
         node.create_service(AcknowledgeEscalation, ACKNOWLEDGE_ESCALATION_SERVICE, self._on_acknowledge)
         self.reset_client = node.create_client(ResetEpisode, RESET_EPISODE_SERVICE)
         self.foreign_answers = 0
+        self.answers_refused = 0  # auth on: not signed by the server
         self.queries_unsent = 0  # no session yet (auth on): the controller counts the SLO miss
         self.reset_failures = 0
         self._reported = ""
@@ -96,11 +94,10 @@ class PipelineIO:
             try:
                 self.node.auth.check_component_answer(digest(msg), msg.auth)
             except AuthError as e:  # not the server's: counted, logged once per burst, ignored
+                self.answers_refused += 1
                 self.node.auth_refusals.refused(f"component answer {msg.query_id}", e)
                 return
-        answer = BackendAnswer(text=str(msg.text), error=str(msg.error), tokens=int(msg.tokens),
-                               latency_ms=float(msg.latency_ms),
-                               meta={"backend": str(msg.backend), "queue_ms": float(msg.queue_ms)})
+        answer = backend_answer(answer_from_msg(msg))
         self.publish(self.pipeline.on_answer(int(msg.query_id), answer, now_sec(self.node)))
 
     def acknowledge(self, note: str = "") -> tuple[bool, str, str]:
@@ -179,12 +176,14 @@ class PipelineIO:
             stat.add(f"{name}.slo_attainment", f"{cc.slo_attainment:.3f}")
             stat.add(f"{name}.slo_misses", str(cc.slo_misses))
         stat.add("foreign_answers", str(self.foreign_answers))
+        stat.add("answers_refused", str(self.answers_refused))
         stat.add("queries_unsent", str(self.queries_unsent))
         stat.add("reset_failures", str(self.reset_failures))
         return stat
 
     def status(self) -> dict:
         s = self.pipeline.status()
-        s["pipeline"].update(foreign_answers=self.foreign_answers, queries_unsent=self.queries_unsent,
+        s["pipeline"].update(foreign_answers=self.foreign_answers, answers_refused=self.answers_refused,
+                             queries_unsent=self.queries_unsent,
                              reset_failures=self.reset_failures)
         return s

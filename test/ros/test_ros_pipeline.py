@@ -6,6 +6,7 @@ reset_episode service, a monitor's "failed" -> the sim's next episode and a retr
 "unsafe" -> a hold event (and hold chunk) within the safety SLO plus one control period, and an
 escalation that latches (ERROR diagnostic, escalated event) and clears through the service."""
 import collections
+import json
 import os
 import threading
 import time
@@ -22,6 +23,7 @@ from physai_ros.protocol.chunk import HOLD_ENGINE_INSTANCE
 from physai_ros.protocol.topics import REGISTER_SERVICE
 from physai_ros.ros.message_digest import digest
 from physai_ros.ros.qos import latched_qos, reliable_qos
+from physai_ros.security.endpoints import COMPONENT_ANSWER
 from physai_ros.serving.config import default_fleet_path, load_fleet
 from physai_ros.sim.runtime import TaskStatus
 from auth_rig import server_auth
@@ -30,6 +32,7 @@ from ros_test_helpers import fail_with_logs
 pytestmark = [pytest.mark.ros, pytest.mark.slow]
 
 SAFETY_SLO_S = 0.4
+FORGED = "<forged>"
 STARTUP_S = 60.0
 
 
@@ -70,6 +73,7 @@ class StandInServer:
         self.events = []  # (monotonic receive time, PipelineEvent)
         self.holds = []  # (monotonic receive time, ActionChunk)
         self.status = None
+        self.client_status = {}
         self.diag = {}
         node.create_service(RegisterRobot, REGISTER_SERVICE, self._register)
         node.create_subscription(ComponentQuery, f"{self.ns}/component_query", self._query, reliable_qos(50))
@@ -79,6 +83,8 @@ class StandInServer:
         node.create_subscription(ActionChunk, f"{self.ns}/action_chunk", self._chunk, reliable_qos(50))
         node.create_subscription(String, f"{self.ns}/task_status",
                                  lambda m: setattr(self, "status", TaskStatus.from_json(m.data)), latched_qos())
+        node.create_subscription(String, f"{self.ns}/client_status",
+                                 lambda m: setattr(self, "client_status", json.loads(m.data)), reliable_qos())
         node.create_subscription(DiagnosticArray, "/diagnostics", self._diag, reliable_qos(50))
         self.ack = node.create_client(AcknowledgeEscalation, f"{self.ns}/acknowledge_escalation")
         self.reset = node.create_client(ResetEpisode, f"{self.ns}/reset_episode")
@@ -92,7 +98,7 @@ class StandInServer:
 
     def _query(self, msg):
         try:
-            self.auth.check_session(self.rid, b"component_query", digest(msg), msg.auth)
+            self.auth.check_component_query(self.rid, digest(msg), msg.auth)
         except Exception:
             self.bad_tags += 1
             return
@@ -100,10 +106,14 @@ class StandInServer:
         self.queries[comp] += 1
         todo = self.script[comp]
         text = todo.popleft() if todo else self.default[comp]
+        if text == FORGED:  # an "unsafe" not signed by the server (must be dropped), then the real answer
+            self.answer_pub.publish(ComponentAnswer(robot_id=msg.robot_id, query_id=msg.query_id, component=comp,
+                                                    text="unsafe", auth=[1, 2, 3]))
+            text = self.default[comp]
         a = ComponentAnswer(robot_id=msg.robot_id, query_id=msg.query_id, component=comp, text=text,
                             backend="stand_in")
         a.header.stamp = self.node.get_clock().now().to_msg()
-        a.auth = self.auth.sign(b"component_answer", digest(a))
+        a.auth = self.auth.sign(COMPONENT_ANSWER, digest(a))
         self.answered.append((comp, text, time.monotonic()))
         self.answer_pub.publish(a)
 
@@ -204,3 +214,10 @@ def test_pipeline_resets_holds_and_escalates_over_ros(ros, procs, tmp_path):
     # Asking resumes after the acknowledgement.
     if not ros.spin_until(lambda: sum(srv.queries.values()) > asked, 20.0):
         fail_with_logs(procs, "no queries after the acknowledgement")
+
+    # An answer the server did not sign is dropped and counted: no hold follows the forged "unsafe".
+    n = len(srv.events)
+    srv.script["safety"].append(FORGED)
+    if not ros.spin_until(lambda: srv.client_status.get("pipeline", {}).get("answers_refused", 0) >= 1, 20.0):
+        fail_with_logs(procs, f"the forged answer was not refused: {srv.client_status.get('pipeline')}")
+    assert ("hold", "safety") not in srv.kinds(n)
