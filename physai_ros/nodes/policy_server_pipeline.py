@@ -16,6 +16,7 @@ latency p50/p99 per component, queue depth, batches per backend).
 from __future__ import annotations
 
 import threading
+import time
 
 from physai_ros_interfaces.msg import ComponentAnswer, ComponentQuery
 
@@ -104,18 +105,21 @@ class PolicyServerPipeline:
             req = query_from_msg(msg)
         except Exception as e:  # an image buffer of the wrong size, ...: this query's problem only
             a = self.service.refuse(robot_id, query_id, component, UNREADABLE, f"{type(e).__name__}: {e}")
-            self._warn(a.error)
+            self._warn(f"refused component query {query_id} of {robot_id[:64]}: {a.error}")
             return
         refused = self.service.submit(req)
         if refused is not None:
-            self._warn(f"{robot_id[:64]}/{component[:32]} query {query_id}: {refused.error}")
+            self._warn(f"refused component query {query_id} of {robot_id[:64]}/{component[:32]}: {refused.error}")
 
     def _drop(self, owner: str, query_id: int, component: str, reason: str, detail: str) -> None:
         self.service.refuse(owner, query_id, component, reason, detail, answer=False)
+        log = getattr(self.node, "input_refusals", None)  # the server's "inputs" and "security" statuses
+        if log is not None:
+            log.add(owner, reason, f"component query: {detail}", time.time())
         self._warn(f"dropped component query ({reason}): {detail}")
 
     def _warn(self, text: str) -> None:
-        self.node.get_logger().warning(f"component query refused: {text}", throttle_duration_sec=1.0)
+        self.node.get_logger().warning(text, throttle_duration_sec=1.0)
 
     # ---- answers (the service's worker thread, or the executor for refusals) ------------
 
