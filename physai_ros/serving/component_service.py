@@ -181,8 +181,11 @@ class ComponentService:
     def submit(self, req: ComponentRequest) -> ComponentAnswerData | None:
         """Queue a robot's question; None when queued, else the refusal (already passed to
         on_answers: the caller only logs it). Never raises for what the request holds."""
+        key = ""
         try:
             bad = self._check(req)
+            if bad is None:
+                key, bad = self._route(req)
         except Exception as e:  # a request of the wrong types: still only its own problem
             bad = (BAD_QUESTION, f"unreadable request: {type(e).__name__}: {e}")
         now = self.clock()
@@ -195,7 +198,6 @@ class ComponentService:
             if bad is None and self._stop:
                 bad = (CLOSED, "the server is shutting down")
             if bad is None:
-                key = self._route(req)
                 queue = self._queues[key]
                 slot = (req.robot_id, req.component)
                 older = queue.pop(slot, None)
@@ -227,9 +229,13 @@ class ComponentService:
             self._deliver([a])
         return a
 
-    def _route(self, req: ComponentRequest) -> str:
+    def _route(self, req: ComponentRequest) -> tuple[str, tuple[str, str] | None]:
+        """The backend key, read again: the robot may have left or changed task since _check."""
         reg = self.core.registration(req.robot_id)
-        return self.routes[(reg.task_id, req.component)]
+        if reg is None:
+            return "", (UNKNOWN_ROBOT, f"{req.robot_id[:64]!r} is not registered with this server")
+        key = self.routes.get((reg.task_id, req.component))
+        return (key, None) if key is not None else ("", (UNKNOWN_COMPONENT, f"task {reg.task_id!r} has none"))
 
     def _check(self, req: ComponentRequest) -> tuple[str, str] | None:
         """(reason, detail) for a query this service does not take, else None."""
