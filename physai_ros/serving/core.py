@@ -88,8 +88,10 @@ class ServingCore:
 
     def run_language(self, instance_id: str) -> list:
         """After run_batch's chunks are published: the frame's text (the instance stays busy
-        until this returns, so the scheduler's idea of it holds). [] when nothing was held."""
-        if self.language is None:
+        until this returns, so the scheduler's idea of it holds). [] when nothing was held, and
+        then the instance is left alone: it was freed with its chunks and may already run the
+        next batch (marking it free here would stack batches on it)."""
+        if self.language is None or not self.language.is_holding(instance_id):
             return []
         slot = self.engines[instance_id]
         try:

@@ -291,6 +291,10 @@ class LanguageStream:
         run_held (called from the same instance thread once the chunks are out)."""
         self._held[instance_id] = (cache, batch, tuple(rows), actions_s)
 
+    def is_holding(self, instance_id: str) -> bool:
+        """A frame waits for run_held (asked from the instance's own thread, which holds it)."""
+        return instance_id in self._held
+
     def run_held(self, instance_id: str) -> list[RobotTextData]:
         held = self._held.pop(instance_id, None)
         return [] if held is None else self.frame(instance_id, *held)

@@ -207,7 +207,14 @@ def test_a_frame_without_text_work_frees_the_instance_with_its_chunks(fleet):
     (work,) = core.dispatch().work
     assert core.run_batch(work)[0].status == 0
     assert not slot.running  # free at once: nothing was held for run_language
+    # The next batch may be dispatched before this instance's thread gets to run_language: that
+    # call must leave the new batch's instance busy (else the scheduler stacks batches on it).
+    assert core.submit(make_obs(reach[0], 2)) == []
+    (work2,) = core.dispatch().work
+    assert slot.running
     assert core.run_language("engine_0") == []
+    assert slot.running and core.dispatchable() is False
+    core.run_batch(work2)
     asked = []
     for rnd in range(1, 8):
         assert core.submit(make_obs(pick, rnd)) == []
