@@ -74,6 +74,12 @@ class StreamingServerConfig:
     when_full: str = "chunked"   # no free slot: serve the robot chunked, or refuse it
     timeout_s: float = 2.0       # a robot silent this long loses its slot
     torch_threads: int = 1       # intra-op threads of the streams (tiny ops: 1 is fastest)
+    # What held 480 Hz on a 2-core CPU (docs/streaming.md, "The tick"): the VLM stream in its own
+    # process (KV cache through shared memory; CPU only) and the action-expert thread at
+    # SCHED_FIFO priority (needs root or CAP_SYS_NICE; 0 = ordinary scheduling).
+    vlm: str = "thread"          # thread | process
+    ae_priority: int = 0         # 0..99
+    tick: str = "fused"          # fused | compiled (torch.compile at start-up) | plain
 
 
 @dataclass(frozen=True)
@@ -266,4 +272,10 @@ def _parse_streaming(v: Any, path: str) -> StreamingServerConfig:
     out["steps_per_token"] = None if spt is None else number(spt, join_key(path, "steps_per_token"))
     out["force"] = string(d.get("force", dflt.force), join_key(path, "force"), STREAM_FORCE)
     out["when_full"] = string(d.get("when_full", dflt.when_full), join_key(path, "when_full"), STREAM_WHEN_FULL)
+    out["vlm"] = string(d.get("vlm", dflt.vlm), join_key(path, "vlm"), ("thread", "process"))
+    out["ae_priority"] = integer(d.get("ae_priority", dflt.ae_priority), join_key(path, "ae_priority"), 0)
+    if out["ae_priority"] > 99:
+        raise FleetConfigError(f"{join_key(path, 'ae_priority')}: SCHED_FIFO priorities are 1..99 (0: ordinary), "
+                               f"got {out['ae_priority']}")
+    out["tick"] = string(d.get("tick", dflt.tick), join_key(path, "tick"), ("fused", "compiled", "plain"))
     return StreamingServerConfig(**out)

@@ -139,7 +139,9 @@ class StreamingService:
         self.ros_clock = ros_clock
         self.log = log
         self.validator = ObservationValidator(max_observation_age_s)
-        self.engine = (engine_factory or StreamingEngine)(core, on_segment=self._on_segment)
+        # vlm only when not the default: a test's engine_factory need not know the keyword.
+        extra = {"vlm": cfg.vlm} if cfg.vlm != "thread" else {}
+        self.engine = (engine_factory or StreamingEngine)(core, on_segment=self._on_segment, **extra)
         self.offset_s = self._offset()
         self._slots: dict[str, _Slot] = {}
         self._lock = threading.RLock()
@@ -389,11 +391,15 @@ def build_streaming_service(fleet: FleetConfig, publish: Callable[[TrajectorySeg
         raise FleetConfigError(f"tasks.{streaming_tasks(fleet)[0]}.mode: streaming serves pi0 checkpoints only; "
                                f"{checkpoint_dir(fleet)} is {mcfg.policy} (set `mode: chunked`)")
     force = "random" if sc.force == "random" else None
-    engine, expert = StreamingExpert.build(mcfg, weights, force=force, device=srv.device, seed=srv.model.seed)
+    if sc.vlm == "process" and srv.device != "cpu":
+        raise FleetConfigError(f"server.streaming.vlm: process runs on the CPU only (server.device is {srv.device!r}; "
+                               "a CUDA KV cache would need IPC handles): use vlm: thread")
+    engine, expert = StreamingExpert.build(mcfg, weights, force=force, device=srv.device, seed=srv.model.seed,
+                                           tick=sc.tick)
     if sc.force == "none":
         expert.force = None
     core = StreamingCore(engine, expert, StreamingConfig(
         vlm_hz=sc.vlm_hz, ae_hz=sc.ae_hz, action_hz=sc.action_hz, steps_per_token=sc.steps_per_token,
-        max_robots=sc.slots))
+        max_robots=sc.slots, ae_priority=sc.ae_priority))
     return StreamingService(core, sc, publish, runner, max_observation_age_s=srv.max_observation_age_s,
                             ros_clock=ros_clock, log=log)

@@ -52,6 +52,31 @@ def test_fleet_yaml_streaming_switch_is_parsed_and_checked():
             parse_fleet(doc)
 
 
+def test_fleet_yaml_picks_the_vlm_process_the_ae_priority_and_the_tick():
+    """server.streaming's vlm / ae_priority / tick reach the streams (docs/streaming.md: what held
+    480 Hz on 2 cores); the engine is built, not started (no child process here)."""
+    from physai_ros.serving.action_runner import ActionModelRunner
+    from physai_ros.serving.streaming_service import build_streaming_service
+    from physai_ros.serving.tokenizer import PromptTokenizer
+
+    doc = fleet_doc()
+    doc["server"]["streaming"].update(vlm="process", ae_priority=7, tick="plain")
+    f = parse_fleet(doc)
+    assert (f.server.streaming.vlm, f.server.streaming.ae_priority, f.server.streaming.tick) == ("process", 7, "plain")
+    from physai_ros.engine.types import Pi0Config
+    from physai_ros.serving.config import tokenizer_path
+
+    runner = ActionModelRunner(Pi0Config.preset("tiny"), PromptTokenizer(tokenizer_path(f), 48), None)
+    svc = build_streaming_service(f, lambda seg: None, runner, log=lambda m: None)
+    try:
+        assert svc.engine.vlm_mode == "process"
+        assert svc.engine.core.config.ae_priority == 7
+        assert svc.engine.core.expert.tick == "plain"
+    finally:
+        svc.close(1.0)
+    assert parse_fleet(fleet_doc()).server.streaming.vlm == "thread"  # the default stays in-process
+
+
 # ---------------------------------------------------------------- slots
 def test_slots_admission_chunked_fallback_refusal_and_release():
     f = fleet(slots=1, when_full="chunked")
