@@ -206,6 +206,8 @@ def main(argv: list[str] | None = None) -> int:
     from physai_ros.fleet.report import (contact_sheet, format_serving, format_summary, rebase_series, run_frames,
                                          serving_summary, summary_doc, task_completion_line)
     from physai_ros.fleet.startup import StartupRelay, server_answers
+    from physai_ros.monitoring.pipeline_report import (fleet_totals, format_pipeline, format_totals,
+                                                       pipeline_fields, with_pipeline_lines)
     from physai_ros.monitoring.text_report import (NO_LANGUAGE, format_language, language_doc, questions,
                                                    sheet_captions)
     from physai_ros.nodes.fleet_monitor import FleetMonitor
@@ -242,6 +244,7 @@ def main(argv: list[str] | None = None) -> int:
         executor = SingleThreadedExecutor()
         executor.add_node(monitor)
         client_status = watch_clients(monitor, monitored_robots(args)) if not args.scripted else {}
+        pipeline_events = watch_pipeline_events(monitor, monitored_robots(args)) if not args.scripted else None
         if not args.scripted:
             # The policy server imports torch and warms its engine up: the run's --duration
             # counts from when it serves, so a slow start does not eat the demo.
@@ -287,9 +290,13 @@ def main(argv: list[str] | None = None) -> int:
         print(format_summary(summaries, elapsed), flush=True)
         print(task_completion_line(summaries), flush=True)
         serving = [] if args.scripted else serving_summary(summaries, client_status)
+        for r in serving:  # issue 23: the pipeline's counters and the PipelineEvents seen, per robot
+            r.update(pipeline_fields(client_status.get(r["id"]), pipeline_events.doc(r["id"]), elapsed))
+        pipelines = fleet_totals(serving)
         asked = {} if args.scripted else questions(_fleet_config(args.fleet, args.robots).robots)
         off = "--scripted: no policy server, no language stream" if args.scripted else NO_LANGUAGE
-        for line in format_serving(serving) + format_language(monitor.text_logs, asked, elapsed, off_reason=off):
+        for line in (format_serving(serving) + format_pipeline(serving) + format_totals(pipelines)
+                     + format_language(monitor.text_logs, asked, elapsed, off_reason=off)):
             print(line, flush=True)
         origin = warmup_s or 0.0
         frames = run_frames(monitor.frames, origin)
@@ -298,8 +305,9 @@ def main(argv: list[str] | None = None) -> int:
 
             path = Path(args.contact_sheet)
             path.parent.mkdir(parents=True, exist_ok=True)
-            cv2.imwrite(str(path), contact_sheet(frames, captions=sheet_captions(monitor.text_logs, asked, frames,
-                                                                                 monitor.t0 + origin)))
+            captions = with_pipeline_lines(sheet_captions(monitor.text_logs, asked, frames, monitor.t0 + origin),
+                                           frames, serving)
+            cv2.imwrite(str(path), contact_sheet(frames, captions=captions))
             print(f"physai-fleet: contact sheet {path}", flush=True)
         else:
             print("physai-fleet: no camera frames arrived; no contact sheet", file=sys.stderr)
@@ -312,6 +320,8 @@ def main(argv: list[str] | None = None) -> int:
             extra.update(warmup_s=round(warmup_s, 1), series=rebase_series(extra["series"], warmup_s))
         if serving:
             extra["robots"] = serving  # the base summary plus the serving fields, per robot
+        if pipelines["components"]:
+            extra["pipelines"] = pipelines
         doc = summary_doc(summaries, elapsed, extra)
         if args.summary_json:
             Path(args.summary_json).parent.mkdir(parents=True, exist_ok=True)
@@ -408,3 +418,18 @@ def watch_clients(monitor, robots: dict[str, int]) -> dict[str, dict]:
                                     lambda m, ns=ns: status.__setitem__(ns, json.loads(m.data)),
                                     qos.reliable_qos())
     return status
+
+
+def watch_pipeline_events(monitor, robots: dict[str, int]):
+    """PipelineEvents per robot (robot_client publishes one per pipeline decision), counted."""
+    from physai_ros_interfaces.msg import PipelineEvent
+
+    from physai_ros.monitoring.pipeline_report import EventTally
+    from physai_ros.protocol.topics import PIPELINE_EVENT_TOPIC, robot_topic
+    from physai_ros.ros import qos
+
+    tally = EventTally()
+    for ns in robots:
+        monitor.create_subscription(PipelineEvent, robot_topic(ns, PIPELINE_EVENT_TOPIC),
+                                    lambda m, ns=ns: tally.add_msg(ns, m), qos.reliable_qos(100))
+    return tally
