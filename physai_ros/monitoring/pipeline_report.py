@@ -51,15 +51,16 @@ def component_fields(c: dict, duration_s: float) -> dict[str, Any]:
     return out
 
 
-def pipeline_fields(client_status: dict | None, events: dict | None, duration_s: float) -> dict[str, Any]:
-    """A robot's `pipeline` block of the summary: {} for a robot whose task has no pipeline and
-    that published no PipelineEvent."""
+def pipeline_fields(client_status: dict | None, events: dict | None, duration_s: float,
+                    task: str = "") -> dict[str, Any]:
+    """A robot's `pipeline` block of the summary (`task`: its fleet.yaml task): {} for a robot
+    whose task has no pipeline and that published no PipelineEvent."""
     p = (client_status or {}).get("pipeline")
     if p is None and not (events or {}).get("total"):
         return {}
     p = p or {}
     comps = {name: component_fields(c, duration_s) for name, c in (p.get("components") or {}).items()}
-    doc = {"started": bool(p.get("started", False)), "escalated": p.get("escalated", ""),
+    doc = {"task": task, "started": bool(p.get("started", False)), "escalated": p.get("escalated", ""),
            "components": comps, **{k: int(p.get(k, 0)) for k in ROBOT_KEYS},
            "events": events or {"total": 0, "by_kind": {}, "by_source": {}}}
     for k in ("foreign_answers", "answers_refused", "queries_unsent", "reset_failures"):
@@ -107,7 +108,7 @@ def fleet_totals(serving: list[dict]) -> dict[str, Any]:
         robot.update({k: p[k] for k in ROBOT_KEYS})
         robot["events"] += p["events"]["total"]
         for name, c in p["components"].items():
-            t = per.setdefault(f"{r.get('task', '')}.{name}", Counter())
+            t = per.setdefault(f"{p.get('task') or r.get('task', '')}.{name}", Counter())
             t.update({k: c[k] for k in ("asked", "answered", "on_time", "slo_misses", "errors_total")})
     return {"robots": dict(robot), "components": {k: dict(v) for k, v in sorted(per.items())}}
 

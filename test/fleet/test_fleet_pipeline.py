@@ -1,0 +1,133 @@
+"""config/fleet_pipeline.yaml end to end as real processes (issue 23): physai-fleet runs one robot
+of each pipeline task (pick and place with a monitor; place_in_order with planner, safety and
+monitor) on the tiny random preset, every component is asked over ROS and answered by the
+server's backbone, the tiny model's garbage answers are counted errors (never a crash), the robot
+clients publish PipelineEvents, the summary and its JSON carry the per-component counters, and
+every process exits cleanly. Plus the plain-data report on a hand-made status."""
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+import yaml
+
+from physai_ros.monitoring.pipeline_report import (EventTally, dashboard_lines, fleet_totals, format_pipeline,
+                                                   pipeline_fields, with_pipeline_lines)
+
+REPO = Path(__file__).resolve().parents[2]
+FLEET = REPO / "config" / "fleet_pipeline.yaml"
+# Parse errors of the tiny model's answers (pipeline/answers.py): a label or subgoal it cannot be.
+GARBAGE = {"unknown_label", "bad_charset", "empty", "too_long"}
+
+
+def test_the_shipped_pipeline_fleet_loads_with_both_task_shapes():
+    from physai_ros.fleet.plan import fleet_plan
+    from physai_ros.serving.config import load_fleet
+
+    cfg = load_fleet(FLEET)
+    comps = {t.name: sorted(c for c in ("system2", "safety", "monitor") if getattr(t.pipeline, c) is not None)
+             for t in cfg.tasks.values()}
+    assert comps == {"pick_place_monitored": ["monitor"], "place_in_order": ["monitor", "safety", "system2"]}
+    assert all(getattr(t.pipeline, c).model == "vla" for t in cfg.tasks.values()
+               for c in ("system2", "safety", "monitor") if getattr(t.pipeline, c) is not None)
+    two = cfg.with_num_robots(2)
+    assert [(r.task.name, r.sim["task"]) for r in two.robots] == [("pick_place_monitored", "pick_and_place"),
+                                                                 ("place_in_order", "place_in_order")]
+    assert all(r.sim["intruder_rate_per_min"] > 0 and r.sim["drop_prob"] > 0 for r in cfg.robots)
+    assert len(fleet_plan(two)) == 1 + 2 * 3
+
+
+def _status(errors=None):
+    c = {"asked": 4, "answered": 1, "on_time": 3, "late": 1, "slo_misses": 1, "stale": 0, "skipped": 2,
+         "errors": errors or {"unknown_label": 2}, "consecutive_violations": 2, "slo_attainment": 0.75}
+    return {"pipeline": {"started": True, "escalated": "3 consecutive SLO violations of monitor",
+                         "components": {"monitor": c}, "safety_stops": 1, "replans": 2, "total_retries": 1,
+                         "tasks_done": 0, "episodes": 2, "escalations": 1, "system1_predictions": 5,
+                         "queries_sent": 4, "answers_refused": 0}}
+
+
+def test_the_report_counts_components_events_and_renders_lines():
+    tally = EventTally()
+    for kind, source in (("hold", "monitor"), ("hold", "safety"), ("escalate", "monitor")):
+        tally.add("robot_0", kind, source, kind == "escalate")
+    doc = pipeline_fields(_status(), tally.doc("robot_0"), 20.0, task="pick_place_monitored")["pipeline"]
+    m = doc["components"]["monitor"]
+    assert (m["asked_per_s"], m["answered_per_s"], m["errors_total"]) == (0.2, 0.05, 2)
+    assert doc["events"] == {"total": 3, "by_kind": {"escalate": 1, "hold": 2},
+                             "by_source": {"escalate/monitor": 1, "hold/monitor": 1, "hold/safety": 1}}
+    assert pipeline_fields({"state": "running"}, tally.doc("robot_9"), 20.0) == {}  # no pipeline
+    serving = [{"id": "robot_0", "task": "pick_and_place", "pipeline": doc}, {"id": "robot_1"}]
+    lines = format_pipeline(serving)
+    assert lines[0].startswith("  robot_0 pipeline: safety stops 1, replans 2, retries 1")
+    assert "latched: 3 consecutive" in lines[0] and "events 3 (escalate 1, hold 2)" in lines[0]
+    assert "monitor: asked 4 (0.20/s), answered 1 (0.05/s)" in lines[1] and "SLO attainment 75%" in lines[1]
+    assert "errors unknown_label 2" in lines[1] and len(lines) == 2
+    totals = fleet_totals(serving)
+    assert totals["components"] == {"pick_place_monitored.monitor": {"asked": 4, "answered": 1, "on_time": 3,
+                                                                      "slo_misses": 1, "errors_total": 2}}
+    assert dashboard_lines(serving[0])[-1].endswith("LATCHED") and dashboard_lines(serving[1]) == []
+    rows = [("robot_0", [(0.0, None), (1.0, None)]), ("robot_1", [(0.0, None)])]
+    caps = with_pipeline_lines(None, rows, serving)
+    assert caps[0][0] == [] and caps[0][1] == dashboard_lines(serving[0]) and caps[1] == [[]]
+    assert with_pipeline_lines(None, rows, [{"id": "robot_0"}]) is None
+
+
+def _tiny_copy(tmp_path: Path) -> Path:
+    """fleet_pipeline.yaml with the tiny random preset (starts in seconds), its first two robots,
+    no latency profile, and component SLOs with room for a loaded 2-core machine."""
+    doc = yaml.safe_load(FLEET.read_text())
+    doc["server"]["model"] = {"preset": "tiny", "tokenizer": "package://physai_ros/assets/tokenizer.json",
+                              "max_token_len": 48, "seed": 0}
+    doc["server"]["profile"] = False
+    doc["robots"] = doc["robots"][:2]
+    for task in doc["tasks"].values():
+        for name, comp in task["components"].items():
+            comp["slo_ms"] = 5000
+    path = tmp_path / "fleet_pipeline_tiny.yaml"
+    path.write_text(yaml.safe_dump(doc))
+    return path
+
+
+@pytest.mark.ros
+@pytest.mark.slow
+def test_the_pipeline_fleet_runs_asks_every_component_and_counts_garbage(tmp_path):
+    summary, logs = tmp_path / "summary.json", tmp_path / "logs"
+    cmd = [sys.executable, "-m", "physai_ros.fleet", "--fleet", str(_tiny_copy(tmp_path)), "--robots", "2",
+           "--duration", "20", "--summary-json", str(summary), "--contact-sheet", str(tmp_path / "sheet.png"),
+           "--log-dir", str(logs)]
+    # Start-up (torch import, tiny engine) is not counted in --duration; on a busy 2-core machine
+    # it has taken a minute, and 7 processes take seconds more to stop.
+    out = subprocess.run(cmd, capture_output=True, timeout=280, env=dict(os.environ), cwd=tmp_path)
+    text = out.stdout.decode(errors="replace") + out.stderr.decode(errors="replace")
+    assert out.returncode == 0, text[-4000:]
+    assert "processes ended abnormally" not in text and "exited with" not in text, text[-4000:]
+    for log in logs.glob("*.log"):  # nothing crashed on the way, the garbage answers included
+        assert "Traceback" not in log.read_text(errors="replace"), (log.name, log.read_text()[-3000:])
+    report = json.loads(summary.read_text())
+    robots = {r["id"]: r for r in report["robots"]}
+    want = {"robot_0": ("pick_place_monitored", {"monitor"}),
+            "robot_1": ("place_in_order", {"system2", "safety", "monitor"})}
+    for rid, (task, comps) in want.items():
+        p = robots[rid]["pipeline"]
+        assert p["task"] == task and p["started"], (rid, p)
+        assert set(p["components"]) >= comps, (rid, p["components"])
+        for name in comps:
+            c = p["components"][name]
+            # Asked over ROS and answered by the server (valid or not): answers on time or late.
+            assert c["asked"] > 0 and c["on_time"] + c["late"] > 0, (rid, name, c)
+        # PipelineEvents arrived on /<ns>/pipeline_event (the first hold at least).
+        assert p["events"]["total"] > 0 and p["events"]["by_kind"].get("hold", 0) > 0, (rid, p["events"])
+    # The random model's labels are garbage: counted by reason, the processes alive (above).
+    labelled = [robots["robot_0"]["pipeline"]["components"]["monitor"],
+                robots["robot_1"]["pipeline"]["components"]["safety"],
+                robots["robot_1"]["pipeline"]["components"]["monitor"]]
+    assert sum(c["errors_total"] for c in labelled) > 0, labelled
+    assert all(set(c["errors"]) <= GARBAGE | {"backend_error"} for c in labelled), labelled
+    assert report["pipelines"]["components"]["place_in_order.safety"]["asked"] > 0
+    # The printed summary has the operator's lines.
+    assert "  robot_1 pipeline: safety stops" in text and "      safety: asked" in text, text[-4000:]
+    assert "physai-fleet: pipelines:" in text
