@@ -16,7 +16,7 @@ PKG_STAMP := $(VENV)/.package-installed
 IFACE_STAMP := $(VENV)/.interfaces-built
 INTERFACE_SOURCES := $(wildcard msg/*.msg srv/*.srv) interfaces/CMakeLists.txt interfaces/package.xml
 
-.PHONY: setup demo test bench clean distclean lerobot-reference colcon-tools
+.PHONY: setup demo demo-pipeline test bench clean distclean lerobot-reference colcon-tools
 
 setup: $(DEPS_STAMP) $(IFACE_STAMP) $(PKG_STAMP)
 
@@ -61,6 +61,14 @@ lerobot-reference: $(LEROBOT_STAMP) $(LEROBOT06_STAMP)
 
 demo: setup
 	$(VENV)/bin/physai-fleet --duration $(DURATION)
+
+# The task-pipeline fleet (issue 23, docs/pipelines.md "The pipeline demo"): planner, safety and
+# monitor beside the action model; the summary prints per-component counters.
+PIPELINE_DURATION ?= 60
+demo-pipeline: setup
+	$(VENV)/bin/physai-fleet --fleet config/fleet_pipeline.yaml --duration $(PIPELINE_DURATION) \
+		--summary-json out/demo_pipeline_summary.json --contact-sheet out/demo_pipeline_contact_sheet.png \
+		--log-dir out/fleet_pipeline_logs
 
 test: setup $(LEROBOT_STAMP) $(LEROBOT06_STAMP) colcon-tools
 	$(PY) scripts/run_tests.py $(PYTEST_ARGS)
