@@ -173,8 +173,11 @@ class PipelineIO:
                     "tasks_done", "system1_predictions"):
             stat.add(key, str(getattr(c, key)))
         for name, cc in c.components.items():
+            stat.add(f"{name}.asked", str(cc.asked))
+            stat.add(f"{name}.answered", str(cc.answered))
             stat.add(f"{name}.slo_attainment", f"{cc.slo_attainment:.3f}")
             stat.add(f"{name}.slo_misses", str(cc.slo_misses))
+            stat.add(f"{name}.errors", str(sum(cc.errors.values())))
         stat.add("foreign_answers", str(self.foreign_answers))
         stat.add("answers_refused", str(self.answers_refused))
         stat.add("queries_unsent", str(self.queries_unsent))
