@@ -50,6 +50,7 @@ class RobotRun:
     slo_ms: float | None = None
     latency_samples_ms: list[float] = field(default_factory=list)
     rates_hz: dict[str, float] = field(default_factory=dict)
+    pipeline: str = ""  # issue 23: one line of the task pipeline's counters ("" without one)
 
 
 @dataclass
@@ -119,7 +120,8 @@ def parse_summary(doc) -> RunSummary:
             tasks_completed=_num(r.get("tasks_completed"), f"{where}.tasks_completed", True),
             slo_ms=_num(r.get("slo_ms"), f"{where}.slo_ms"),
             latency_samples_ms=_num_list(r.get("latency_samples_ms", []), f"{where}.latency_samples_ms"),
-            rates_hz={str(k): _num(v, f"{where}.rates_hz[{k!r}]") for k, v in rates.items()}))
+            rates_hz={str(k): _num(v, f"{where}.rates_hz[{k!r}]") for k, v in rates.items()},
+            pipeline=_pipeline_text(r.get("pipeline"), f"{where}.pipeline")))
     series_doc = doc.get("series") or {}
     if not isinstance(series_doc, dict):
         raise ValueError("summary.series must be an object")
@@ -135,6 +137,18 @@ def parse_summary(doc) -> RunSummary:
     if warmup is not None and warmup < 0:
         raise ValueError(f"warmup_s must be >= 0, got {warmup!r}")
     return RunSummary(robots, _num(doc.get("duration_s"), "duration_s"), series, warmup)
+
+
+def _pipeline_text(p, where: str) -> str:
+    """robots[].pipeline (monitoring.pipeline_report.pipeline_fields) as the table's text line."""
+    if not p:
+        return ""
+    from physai_ros.monitoring.pipeline_report import dashboard_lines
+
+    try:
+        return "; ".join(dashboard_lines({"pipeline": p}))
+    except (KeyError, TypeError, AttributeError) as exc:
+        raise ValueError(f"{where}: not a pipeline block ({exc!r})") from None
 
 
 def load_summary(path: str | Path) -> RunSummary:
@@ -371,6 +385,10 @@ def _plot_table(ax, robots: list[RobotRun], colors) -> None:
             cell.set_text_props(fontweight="bold")
         if row == len(robots) + 1:
             cell.set_text_props(fontweight="bold")
+    piped = [f"{r.robot_id} {r.pipeline}" for r in robots if r.pipeline]
+    if piped:  # task pipelines (issue 23): a text line per robot under the table
+        ax.text(0.0, 0.0, "\n".join(piped[:12]), transform=ax.transAxes, fontsize=8, family="monospace",
+                va="bottom", ha="left")
 
 
 def render_dashboard(run: RunSummary, path: str | Path, title: str = "physai-fleet run report",
