@@ -424,7 +424,9 @@ def watch_clients(monitor, robots: dict[str, int]) -> dict[str, dict]:
 
 
 def watch_pipeline_events(monitor, robots: dict[str, int]):
-    """PipelineEvents per robot (robot_client publishes one per pipeline decision), counted."""
+    """PipelineEvents per robot (robot_client publishes one per pipeline decision), counted. Transient
+    local, as the clients publish them: events from before discovery matched (a tiny model's
+    first answers come within a second of registration) arrive once it does."""
     from physai_ros_interfaces.msg import PipelineEvent
 
     from physai_ros.monitoring.pipeline_report import EventTally
@@ -434,5 +436,5 @@ def watch_pipeline_events(monitor, robots: dict[str, int]):
     tally = EventTally()
     for ns in robots:
         monitor.create_subscription(PipelineEvent, robot_topic(ns, PIPELINE_EVENT_TOPIC),
-                                    lambda m, ns=ns: tally.add_msg(ns, m), qos.reliable_qos(100))
+                                    lambda m, ns=ns: tally.add_msg(ns, m), qos.latched_qos(100))
     return tally

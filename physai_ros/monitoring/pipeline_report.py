@@ -60,7 +60,9 @@ def pipeline_fields(client_status: dict | None, events: dict | None, duration_s:
         return {}
     p = p or {}
     comps = {name: component_fields(c, duration_s) for name, c in (p.get("components") or {}).items()}
-    doc = {"task": task, "started": bool(p.get("started", False)), "escalated": p.get("escalated", ""),
+    doc = {"task": task, "started": bool(p.get("started", False)),
+           "escalated": p.get("escalated", ""),
+           "events_published": dict(p.get("events") or {}),  # the client's own count by kind
            "components": comps, **{k: int(p.get(k, 0)) for k in ROBOT_KEYS},
            "events": events or {"total": 0, "by_kind": {}, "by_source": {}}}
     for k in ("foreign_answers", "answers_refused", "queries_unsent", "reset_failures"):

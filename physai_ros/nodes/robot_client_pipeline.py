@@ -5,7 +5,9 @@ serving.client_pipeline.ClientPipeline, attached to a RobotClientNode whose task
        Images (reused as received) and joint positions, tagged with the session MAC when auth is on
   sub  component_answer (ComponentAnswer, reliable): answers; with auth on an answer the server did
        not sign is dropped and counted (auth_refused "component answer"), as a foreign robot's is
-  pub  pipeline_event (PipelineEvent, reliable): one message per pipeline decision
+  pub  pipeline_event (PipelineEvent, reliable, transient local, depth 100): one message per pipeline
+       decision; a subscriber that joins late (physai-fleet's monitor while discovery is still
+       going on, an operator's tool) asking for transient local gets the newest 100
   srv  acknowledge_escalation (AcknowledgeEscalation): clears the latched escalation (the
        pipeline's and the client's own System 1 stop)
   call reset_episode (ResetEpisode, the sim_robot's): a monitor's "failed" -> the sim's next episode
@@ -28,7 +30,7 @@ from physai_ros.ros.codecs._arrays import safe_time
 from physai_ros.ros.codecs.component import answer_from_msg, backend_answer, query_to_msg
 from physai_ros.ros.codecs.observation import image_msg
 from physai_ros.ros.message_digest import digest
-from physai_ros.ros.qos import reliable_qos
+from physai_ros.ros.qos import latched_qos, reliable_qos
 from physai_ros.ros.time_conv import now_sec
 from physai_ros.security.handshake import AuthError
 from physai_ros.serving.client_pipeline import ClientPipeline, OutgoingQuery, PipelineOutput
@@ -56,7 +58,7 @@ class PipelineIO:
         self.node, self.pipeline = node, pipeline
         self.log = node.get_logger()
         self.query_pub = node.create_publisher(ComponentQuery, COMPONENT_QUERY_TOPIC, reliable_qos(10))
-        self.event_pub = node.create_publisher(PipelineEvent, PIPELINE_EVENT_TOPIC, reliable_qos(100))
+        self.event_pub = node.create_publisher(PipelineEvent, PIPELINE_EVENT_TOPIC, latched_qos(100))
         node.create_subscription(ComponentAnswer, COMPONENT_ANSWER_TOPIC, self._on_answer, reliable_qos(50))
         node.create_service(AcknowledgeEscalation, ACKNOWLEDGE_ESCALATION_SERVICE, self._on_acknowledge)
         self.reset_client = node.create_client(ResetEpisode, RESET_EPISODE_SERVICE)
