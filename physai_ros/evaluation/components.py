@@ -22,7 +22,7 @@ import numpy as np
 
 from physai_ros.pipeline.answers import parse_answer
 from physai_ros.pipeline.backend import ComponentQuery
-from physai_ros.training.component_questions import LABELS, QUESTIONS
+from physai_ros.sim.component_truth import LABELS, QUESTIONS
 
 # The component names the pipeline uses for our question kinds.
 PIPELINE_NAME = {"safety": "safety", "monitor": "monitor", "planner": "system2"}
