@@ -26,7 +26,8 @@ from physai_ros.sim.component_truth import LABELS, QUESTIONS
 
 # The component names the pipeline uses for our question kinds.
 PIPELINE_NAME = {"safety": "safety", "monitor": "monitor", "planner": "system2"}
-MAX_TOKENS = {"safety": 6, "monitor": 6, "planner": 32}
+# "unsafe" is 7 tokens of our byte-level BPE, "ongoing" 6: room for them and <eos>.
+MAX_TOKENS = {"safety": 12, "monitor": 12, "planner": 32}
 UNPARSEABLE = "unparseable"
 
 
@@ -94,19 +95,23 @@ def planner_report(truth: Sequence[str], said: Sequence[str]) -> dict:
 
 
 def detection_delay(frames: Dict[str, np.ndarray], said: Sequence[str], freq_hz: float) -> dict:
-    """said: the safety answer of every frame (in recording order). Per cell (seed), the queries
-    are the frames at multiples of 1/freq_hz of sim time."""
+    """said: the safety answer of every frame (in recording order). Per cell (seed), a query at
+    every multiple q of 1/freq_hz of sim time reads the newest frame at or before q (frames are
+    1/fps apart but not on a fixed grid: a new episode starts at any control step). A visit is
+    detected at the first query at or after its first frame whose frame is in the visit and is
+    answered "unsafe"; the delay is that query's time minus the visit's first frame's time."""
     seeds, times, truth = frames["seed"], frames["time"], frames["safety"]
     period = 1.0 / freq_hz
     delays, missed, false_alarms, safe_queries = [], 0, 0, 0
     for s in np.unique(seeds):
         idx = np.flatnonzero(seeds == s)
         t = times[idx]
-        is_query = np.abs(t / period - np.round(t / period)) < 1e-6 / period + 1e-6
         unsafe = truth[idx] == "unsafe"
         said_unsafe = np.array([said[i] == "unsafe" for i in idx])
-        safe_queries += int(np.sum(is_query & ~unsafe))
-        false_alarms += int(np.sum(is_query & ~unsafe & said_unsafe))
+        q_times = np.arange(np.ceil(t[0] / period - 1e-9), np.floor(t[-1] / period + 1e-9) + 1) * period
+        q_frame = np.searchsorted(t, q_times + 1e-9, side="right") - 1
+        safe_queries += int(np.sum(~unsafe[q_frame]))
+        false_alarms += int(np.sum(~unsafe[q_frame] & said_unsafe[q_frame]))
         k = 0
         while k < len(idx):
             if not unsafe[k]:
@@ -115,9 +120,9 @@ def detection_delay(frames: Dict[str, np.ndarray], said: Sequence[str], freq_hz:
             end = k
             while end < len(idx) and unsafe[end]:
                 end += 1
-            hit = [j for j in range(k, end) if is_query[j] and said_unsafe[j]]
+            hit = [q for q, f in zip(q_times, q_frame) if k <= f < end and said_unsafe[f]]
             if hit:
-                delays.append(float(t[hit[0]] - t[k]))
+                delays.append(float(hit[0] - t[k]))
             else:
                 missed += 1
             k = end
