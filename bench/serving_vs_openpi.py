@@ -61,15 +61,6 @@ def wait_ready(proc: subprocess.Popen, timeout_s: float) -> None:
     raise RuntimeError("server did not become ready")
 
 
-def stop(proc: subprocess.Popen) -> None:
-    proc.terminate()
-    try:
-        proc.wait(timeout=10)
-    except subprocess.TimeoutExpired:
-        proc.kill()
-        proc.wait()
-
-
 def summarize(over: np.ndarray, client_cpu_s: float, extra: dict | None = None) -> dict:
     out = {"n": int(over.size), "overhead_ms_p50": float(np.percentile(over, 50)),
            "overhead_ms_p99": float(np.percentile(over, 99)), "client_cpu_ms_per_obs": client_cpu_s * 1e3 / over.size}
@@ -90,7 +81,7 @@ def run_openpi(n, views, hw, rounds, warmup) -> dict:
                              capture_output=True, text=True, check=True, timeout=600)
         server_cpu = ros_bench.proc_cpu_s(srv.pid) - cpu0
     finally:
-        stop(srv)
+        ros_bench.stop_server(srv)
     d = json.loads(out.stdout.strip().splitlines()[-1])
     over = np.array(d["rtt_ms"]) - np.array(d["infer_ms"])
     # Server CPU includes the warm-up rounds: an upper bound per observation.
@@ -114,7 +105,7 @@ def run_ros(system, node, env, n, views, hw, rounds, warmup, auth) -> dict:
         executor.shutdown()
     finally:
         if system == "rclpy":
-            stop(srv)
+            ros_bench.stop_server(srv)
         else:
             ros_bench.stop_server(srv)
     keys = ("n", "overhead_ms_p50", "overhead_ms_p99", "overhead_excl_queue_ms_p50", "overhead_excl_queue_ms_p99",
