@@ -104,10 +104,7 @@ def run_ros(system, node, env, n, views, hw, rounds, warmup, auth) -> dict:
                                register=system == "physai", warmup=warmup, ids=ids)
         executor.shutdown()
     finally:
-        if system == "rclpy":
-            ros_bench.stop_server(srv)
-        else:
-            ros_bench.stop_server(srv)
+        ros_bench.stop_server(srv)
     keys = ("n", "overhead_ms_p50", "overhead_ms_p99", "overhead_excl_queue_ms_p50", "overhead_excl_queue_ms_p99",
             "overhead_beyond_policy_ms_p50", "overhead_beyond_policy_ms_p99",
             "overhead_beyond_policy_excl_queue_ms_p50", "overhead_beyond_policy_excl_queue_ms_p99", "prepare_ms_p50",
