@@ -163,9 +163,9 @@ class LanguageStream:
         tcfg = self.tasks.get(fr.task_id)
         if tcfg is None or tcfg.every_rounds <= 0:
             return None
-        n = self._rounds_since_task_q.get(fr.robot_id, tcfg.every_rounds - 1) + 1
-        self._rounds_since_task_q[fr.robot_id] = n
-        if n < tcfg.every_rounds or fr.robot_id in self._task_text:
+        due = self._task_question_due(fr)
+        self._rounds_since_task_q[fr.robot_id] = self._rounds_since_task_q.get(fr.robot_id, tcfg.every_rounds - 1) + 1
+        if not due:
             return None
         self._rounds_since_task_q[fr.robot_id] = 0
         self._task_text.add(fr.robot_id)  # until its text ends (_count)
@@ -267,24 +267,20 @@ class LanguageStream:
             if inst.manager.active():
                 return True
         with self._lock:
-            due = False
-            for fr in rows:
-                if self._pending.get(fr.robot_id):
-                    return True
-                tcfg = self.tasks.get(fr.task_id)
-                if tcfg is None or tcfg.every_rounds <= 0:
-                    continue
-                n = self._rounds_since_task_q.get(fr.robot_id, tcfg.every_rounds - 1) + 1
-                if n >= tcfg.every_rounds and fr.robot_id not in self._task_text:
-                    due = True
-            if due:
+            if any(self._pending.get(fr.robot_id) or self._task_question_due(fr) for fr in rows):
                 return True
-            for fr in rows:  # what _due would have counted for this frame
-                tcfg = self.tasks.get(fr.task_id)
-                if tcfg is not None and tcfg.every_rounds > 0:
-                    self._rounds_since_task_q[fr.robot_id] = min(
-                        self._rounds_since_task_q.get(fr.robot_id, tcfg.every_rounds - 1) + 1, tcfg.every_rounds)
+            for fr in rows:  # nothing starts: _due only counts this frame's round for each row
+                self._due(fr)
             return False
+
+    def _task_question_due(self, fr: FrameRobot) -> bool:
+        """Under the lock: whether _due would start the task's own question on this row (it
+        counts the round; this only looks)."""
+        tcfg = self.tasks.get(fr.task_id)
+        if tcfg is None or tcfg.every_rounds <= 0:
+            return False
+        n = self._rounds_since_task_q.get(fr.robot_id, tcfg.every_rounds - 1) + 1
+        return n >= tcfg.every_rounds and fr.robot_id not in self._task_text
 
     def hold(self, instance_id: str, cache: Any, batch: Any, rows: Sequence[FrameRobot], actions_s: float) -> None:
         """The core ran a batch: keep its frame (cache, rows, action time) for
