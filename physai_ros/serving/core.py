@@ -368,6 +368,7 @@ class ServingCore:
         fatal: BaseException | None = None
         lost_why = ""
         t0 = t1 = self.clock()
+        rows: list[FrameRobot] = []
         prepare_s: dict[str, float] = {}  # per request: its own pre-processing
         with self._lock:
             slot.batches += 1
@@ -395,9 +396,6 @@ class ServingCore:
                     outputs = runner.execute(slot.engine, inputs)
                     if speaks:  # the same prefill feeds the text (OxyGen): its cache, kept by infer
                         cache, collated = slot.engine.take_prefix() or (None, None)
-                        if not self.language.wants_frame(slot.instance_id, [
-                                FrameRobot(r.robot_id, r.payload.task_id, r.round_id) for r in ok_reqs]):
-                            cache = collated = None  # no text work: the instance is free with the chunks
                 except Exception as e:  # one bad batch must not take the server down
                     msg = f"engine failed: {type(e).__name__}: {e}"
                     if getattr(e, "instance_lost", False):
@@ -409,14 +407,19 @@ class ServingCore:
                     fatal, lost, lost_why, ok_reqs = e, ok_reqs, f"{type(e).__name__}: {e}", []
                     raise
             t1 = self.clock()
+            rows = [FrameRobot(r.robot_id, r.payload.task_id, r.round_id) for r in ok_reqs]
+            # Kept only for a frame with text work; otherwise (or if asking raises) the instance
+            # is free with the chunks rather than held for a run_language that may never come.
+            frame, cache, collated = (cache, collated), None, None
+            if frame[0] is not None and self.language.wants_frame(slot.instance_id, rows):
+                cache, collated = frame
         finally:
             # Whatever happened, the instance is free again and the scheduler hears about it.
             inference_ms = (t1 - t0) * 1e3
             with self._lock:
                 held = cache is not None and bool(ok_reqs) and fatal is None
                 if held:  # run_language decodes this frame's text next and frees the instance
-                    self.language.hold(slot.instance_id, cache, collated,
-                                       [FrameRobot(r.robot_id, r.payload.task_id, r.round_id) for r in ok_reqs], t1 - t0)
+                    self.language.hold(slot.instance_id, cache, collated, rows, t1 - t0)
                 slot.running = held
                 slot.busy_until = t1
                 if fatal is not None:
