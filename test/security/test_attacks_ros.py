@@ -118,16 +118,36 @@ def test_rogue_and_replayed_chunks_never_reach_the_arm(fleet):
     borrowed = rogue()  # the real chunk's valid signature on the rogue content
     borrowed.auth = real.auth
     replayed = copy.deepcopy(real)  # the real chunk, again
+    # The publisher matching both readers does not mean both readers have matched it: a
+    # volatile reader drops what a writer sent before its own side of discovery completed (one
+    # CI run lost the client's copies that way). An unsigned probe, repeated until both count
+    # it, proves both sides matched; the attacks are then counted by reasons the probe never has.
+    def client_refused() -> dict:
+        return client_status(rig).get("auth_refused", {})
+
+    probe = rogue()
+    probe.auth = b""
+    client0 = sum(client_refused().values())
+    rig.wait(lambda: (pub.publish(probe) or True) and latest(rig.info).chunks_rejected > rejected0
+             and sum(client_refused().values()) > client0, 20, "the controller and client refusing a probe")
+    with rig.lock:
+        rejected0 = latest(rig.info).chunks_rejected
+    client0 = dict(client_refused())
     for m in (unsigned, foreign, borrowed, replayed):
         pub.publish(m)
     rig.wait(lambda: latest(rig.info).chunks_rejected >= rejected0 + 4, 20,
              f"the controller refusing 4 chunks (info {latest(rig.info)})")
     ctl = rig.wait(lambda: (s := diag_named(rig, ": security", "trajectory_controller"))
-                   and sum(int(v) for k, v in s.items() if k.startswith("refused.")) >= 4 and s, 20,
+                   and {"refused.missing", "refused.bad_signature", "refused.replayed"} <= set(s) and s, 20,
                    "the controller's security status counting the refusals")
-    assert {"refused.missing", "refused.bad_signature", "refused.replayed"} <= set(ctl), ctl
-    # The client refuses them too (its ledger would otherwise take a forged answer for a round).
-    rig.wait(lambda: sum(client_status(rig).get("auth_refused", {}).values()) >= 4, 20, "the client refusing them")
+    assert sum(int(v) for k, v in ctl.items() if k.startswith("refused.")) >= 4, ctl
+    # The client refuses them too (its ledger would otherwise take a forged answer for a round):
+    # the foreign and borrowed signatures and the replay, by reasons an unsigned probe never has.
+    def client_new() -> int:
+        now = client_refused()
+        return sum(n - client0.get(k, 0) for k, n in now.items() if k != "missing")
+
+    rig.wait(lambda: client_new() >= 3, 20, f"the client refusing them ({client0} -> {client_refused()})")
     # The victim keeps being served, and no command ever carried the rogue target.
     rig.wait(lambda: latest(rig.info).chunks_accepted >= accepted0 + 3, 60, "the victim still executing chunks")
     with rig.lock:
