@@ -185,6 +185,10 @@ def main(argv: list[str] | None = None) -> int:
         from physai_ros.fleet.keys_cli import main as keys_main
 
         return keys_main(argv[1:])
+    if argv[:1] == ["plan"]:
+        from physai_ros.fleet.plan_cli import main as plan_main
+
+        return plan_main(argv[1:])
     # A crash inside DDS teardown (seen once as SIGSEGV after a 49-process soak) should say where.
     faulthandler.enable()
     args = parse_args(argv)

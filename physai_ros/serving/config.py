@@ -24,6 +24,7 @@ from physai_ros.security.config import SecurityConfig
 from .chunk_merge import ChunkMergeConfig, parse_chunk_merge
 from .config_fields import (FleetConfigError, integer, join_key, mapping, no_unknown, number, required,
                             string, strings)
+from .factory_config import FactoryConfig, parse_factory
 from .language_config import TaskLanguageConfig, parse_task_language
 from .server_config import ServerConfig, parse_server
 
@@ -90,6 +91,8 @@ class FleetConfig:
     robots: tuple[RobotConfig, ...]
     source: str
     security: SecurityConfig = SecurityConfig()
+    # The cluster to plan a factory schedule for (serving.factory_config, docs/factory.md).
+    factory: FactoryConfig | None = None
 
     def robot(self, robot_id: str) -> RobotConfig:
         for r in self.robots:
@@ -283,7 +286,7 @@ def _parse_robot(i: int, d: Any, tasks: Mapping[str, TaskConfig]) -> RobotConfig
 
 def parse_fleet(doc: Any, source: str = "<memory>") -> FleetConfig:
     doc = mapping(doc, "<root>")
-    no_unknown(doc, {"server", "tasks", "robots", "monitoring", "security"}, "")
+    no_unknown(doc, {"server", "tasks", "robots", "monitoring", "security", "factory"}, "")
     _check_monitoring(doc.get("monitoring"))
     server = parse_server(required(doc, "server", ""))
     tasks_doc = mapping(required(doc, "tasks", ""), "tasks")
@@ -303,7 +306,8 @@ def parse_fleet(doc: Any, source: str = "<memory>") -> FleetConfig:
                     f"robots[{i}].{key}: expected unique values, {val!r} repeats robots[{seen[tag]}]")
             seen[tag] = i
     return FleetConfig(server=server, tasks=tasks, robots=robots, source=source,
-                       security=parse_security(doc.get("security")))
+                       security=parse_security(doc.get("security")),
+                       factory=parse_factory(doc.get("factory"), set(tasks)))
 
 
 def parse_security(d: Any) -> SecurityConfig:
