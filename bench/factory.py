@@ -1,0 +1,216 @@
+#!/usr/bin/env python3
+"""ROSA §4.2 end-to-end comparison, simulated: SLO-qualified action throughput of a robot factory
+under dedicated serving (Baselines 1-2), shared FIFO pools (Baselines 3-4) and the ROSA solver's
+schedule (physai_ros.scheduler.factory.solver), on the paper's workloads (Table 1 P1-P4, Table 2
+Mix2 / Mix4) at 16-256 robots.
+
+Sources of every number:
+  - workloads, SLOs, rates, baselines: the paper (Table 1, Table 2, §4.1);
+  - GPU service times and profiles L(b, lambda): roofline model (bench/factory_profiles.py), not
+    measured on a GPU;
+  - throughputs, SLO attainment, p99: simulated (bench/factory_sim.py) on those service times;
+  - solver time: measured wall time of solve() on this machine's CPU;
+  - the paper's own figures (PAPER below) are printed for comparison, labelled "paper".
+Pools: 8 GPUs as in the paper (8-GPU H200 server) for every fleet size, plus 32 GPUs for 256
+robots (8 GPUs cannot hold 256 robots' safety and monitor load in this model).
+
+    .venv/bin/python bench/factory.py --quick              # 16-64 robots, 20 s simulated
+    flock /tmp/physai_heavy.lock .venv/bin/python bench/factory.py --json /tmp/factory.json
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import math
+import sys
+import time
+from pathlib import Path
+
+HERE = Path(__file__).resolve().parent
+sys.path.insert(0, str(HERE))
+sys.path.insert(0, str(HERE.parent))
+import factory_baselines  # noqa: E402
+import factory_profiles  # noqa: E402
+import factory_sim  # noqa: E402
+from physai_ros.scheduler.factory.types import (ComponentSpec, FactoryProblem,  # noqa: E402
+                                                ServerPool, TaskClass)
+
+M = factory_profiles.MODEL_OF
+# Table 1 (all SLOs p99; t_act 200 ms).
+PIPELINES = {
+    "P1": (ComponentSpec("system1", M["system1"], 0.2),),
+    "P2": (ComponentSpec("system1", M["system1"], 0.2), ComponentSpec("monitor", M["monitor"], 2.0, 0.5)),
+    "P3": (ComponentSpec("system1", M["system1"], 0.2), ComponentSpec("safety", M["safety"], 0.5, 2.0),
+           ComponentSpec("monitor", M["monitor"], 2.0, 0.5)),
+    "P4": (ComponentSpec("system1", M["system1"], 0.2), ComponentSpec("system2", M["system2"], 2.0),
+           ComponentSpec("safety", M["safety"], 0.5, 2.0), ComponentSpec("monitor", M["monitor"], 2.0, 0.5)),
+}
+T_ACT_S, H_S2 = 0.2, 10  # Table 1: t_act 200 ms; System 2 once per 10 System 1 calls
+MIXES = {"Mix2": ("P2", "P4"), "Mix4": ("P1", "P2", "P3", "P4")}  # Table 2: K / n each
+WORKLOADS = ("P1", "P2", "P3", "P4", "Mix2", "Mix4")
+# The paper's figures quoted in §4.2 (qualified actions/s, 8x H200), for the side-by-side table.
+PAPER = {("P4", 8): {"B3 equal": 29.5, "ROSA": 23.9}, ("P4", 32): {"B3 equal": 0.0, "B4 weighted": 0.0, "ROSA": 89.4},
+         ("P2", 32): {"best shared": 87.1, "ROSA": 106.9}, ("P3", 32): {"best shared": 0.0, "ROSA": 106.9},
+         ("P4", 2): {"B2 GPU/model/robot": 7.4}}
+PAPER_RATIOS = {"vs best dedicated (max)": 12.06, "vs best shared, Mix2 peak": 2.21, "vs best shared, Mix4 peak": 2.30,
+                "headline vs shared": 2.44}
+
+
+def task_class(pid: str, robots: int, start: int = 0) -> TaskClass:
+    ids = tuple(f"{pid}-{i:03d}" for i in range(start, start + robots))
+    return TaskClass(pid, ids, PIPELINES[pid], T_ACT_S, H_S2 if pid == "P4" else 1)
+
+
+def problem(workload: str, robots: int, gpus: int, hardware: str = "H200") -> FactoryProblem:
+    pids = MIXES.get(workload, (workload,))
+    per, extra = divmod(robots, len(pids))
+    classes = tuple(task_class(p, per + (1 if i < extra else 0)) for i, p in enumerate(pids))
+    return FactoryProblem(classes, ServerPool(gpus, hardware, memory_gb=factory_profiles.HARDWARE[hardware][1]))
+
+
+def rosa_schedule(prob: FactoryProblem, profiles, time_budget_s: float):
+    """The solver's schedule and its wall time; None when the solver module is not there."""
+    try:
+        from physai_ros.scheduler.factory.solver import solve
+    except ImportError as e:
+        return None, 0.0, f"solver not available: {e}"
+    t0 = time.perf_counter()
+    sched = solve(prob, profiles, time_budget_s=time_budget_s)
+    return sched, time.perf_counter() - t0, sched.reason
+
+
+def run_cell(workload: str, robots: int, gpus: int, hardware: str, sim_cfg, time_budget_s: float) -> dict:
+    prob = problem(workload, robots, gpus, hardware)
+    services = factory_profiles.services(hardware)
+    profiles = factory_profiles.profiles(hardware)
+    weights = {name: svc.weights_gb for name, svc in services.items()}
+    schedules = factory_baselines.all_baselines(prob, weights)
+    sched, solve_s, reason = rosa_schedule(prob, profiles, time_budget_s)
+    row = {"workload": workload, "robots": robots, "gpus": gpus, "hardware": hardware, "systems": {}}
+    for name, s in schedules.items():
+        row["systems"][name] = factory_sim.simulate(prob, s, services, sim_cfg).summary() | {"reason": s.reason}
+    if sched is not None and sched.feasible:
+        res = factory_sim.simulate(prob, sched, services, sim_cfg).summary()
+        row["systems"]["ROSA"] = res | {"reason": reason, "solver_s": round(solve_s, 3),
+                                        "predicted_actions_per_s": round(sched.factory_throughput, 2),
+                                        "rates_hz": {k: round(v, 3) for k, v in sched.action_rate_hz.items()},
+                                        "servers": _server_split(sched)}
+    else:
+        row["systems"]["ROSA"] = {"qualified_actions_per_s": 0.0, "raw_actions_per_s": 0.0, "robots_served": 0,
+                                  "reason": reason, "solver_s": round(solve_s, 3), "components": {}}
+    q = {k: v["qualified_actions_per_s"] for k, v in row["systems"].items()}
+    row["best_dedicated"] = max(q["B1 GPU/robot"], q["B2 GPU/model/robot"])
+    row["best_shared"] = max(q["B3 equal"], q["B4 weighted"])
+    row["rosa_vs_dedicated"] = _ratio(q["ROSA"], row["best_dedicated"])
+    row["rosa_vs_shared"] = _ratio(q["ROSA"], row["best_shared"])
+    return row
+
+
+def _server_split(sched) -> str:
+    count: dict[str, int] = {}
+    for a in sched.assignments:
+        if a.standby_for is None:
+            count[a.component] = count.get(a.component, 0) + 1
+    return ":".join(f"{c}={n}" for c, n in count.items())
+
+
+def _ratio(a: float, b: float) -> float | None:
+    return round(a / b, 2) if b > 0 else (None if a <= 0 else math.inf)
+
+
+def peaks(rows: list[dict], gpus: int) -> dict:
+    """Per workload on `gpus` GPUs: the peak over fleet sizes of each system, and ROSA's peak
+    over the best dedicated and best shared peaks (how the paper states 12.06x / 2.21x / 2.30x)."""
+    out = {}
+    for w in WORKLOADS:
+        rs = [r for r in rows if r["workload"] == w and r["gpus"] == gpus]
+        if not rs:
+            continue
+        rosa = max(r["systems"]["ROSA"]["qualified_actions_per_s"] for r in rs)
+        ded = max(r["best_dedicated"] for r in rs)
+        sh = max(r["best_shared"] for r in rs)
+        out[w] = {"rosa_peak": rosa, "dedicated_peak": ded, "shared_peak": sh,
+                  "vs_dedicated": _ratio(rosa, ded), "vs_shared": _ratio(rosa, sh)}
+    return out
+
+
+def _fmt(x) -> str:
+    return "-" if x is None else ("inf" if x == math.inf else f"{x:.2f}" if isinstance(x, float) else str(x))
+
+
+def markdown(result: dict) -> str:
+    lines = [f"Qualified actions/s (simulated, bench/factory_sim.py, on roofline-model profiles of "
+             f"{result['hardware']}; {result['duration_s']:.0f} s simulated, seed {result['seed']}). "
+             "Dedicated columns: qualified (robots served).", "",
+             "| workload | robots | GPUs | B1 GPU/robot | B2 GPU/model | B3 equal | B4 weighted | ROSA | ROSA S1 SLO | "
+             "best-shared S1 SLO | ROSA servers | x best dedicated | x best shared | solver s (measured) |",
+             "|---|---|---|---|---|---|---|---|---|---|---|---|---|---|"]
+    for r in result["rows"]:
+        s = r["systems"]
+
+        def q(name):
+            return s[name]["qualified_actions_per_s"]
+
+        def slo(name):
+            c = s[name].get("components", {}).get("system1")
+            return f"{100 * c['slo_attainment']:.1f}%" if c else "-"
+
+        best_sh = "B3 equal" if q("B3 equal") >= q("B4 weighted") else "B4 weighted"
+        lines.append(
+            f"| {r['workload']} | {r['robots']} | {r['gpus']} | {q('B1 GPU/robot'):.1f} ({s['B1 GPU/robot']['robots_served']}) "
+            f"| {q('B2 GPU/model/robot'):.1f} ({s['B2 GPU/model/robot']['robots_served']}) | {q('B3 equal'):.1f} "
+            f"| {q('B4 weighted'):.1f} | {q('ROSA'):.1f} | {slo('ROSA')} | {slo(best_sh)} | {s['ROSA'].get('servers', '-')} "
+            f"| {_fmt(r['rosa_vs_dedicated'])} | {_fmt(r['rosa_vs_shared'])} | {s['ROSA'].get('solver_s', 0):.2f} |")
+    for g, pk in result["peaks"].items():
+        lines += ["", f"Peaks over fleet sizes on {g} GPUs (simulated): ROSA peak / best dedicated peak, "
+                  "ROSA peak / best shared peak", "", "| workload | ROSA | dedicated | shared | x dedicated | x shared |",
+                  "|---|---|---|---|---|---|"]
+        lines += [f"| {w} | {p['rosa_peak']:.1f} | {p['dedicated_peak']:.1f} | {p['shared_peak']:.1f} "
+                  f"| {_fmt(p['vs_dedicated'])} | {_fmt(p['vs_shared'])} |" for w, p in pk.items()]
+    lines += ["", "Paper (ROSA §4.2, 8x H200, measured there): " +
+              "; ".join(f"{w} {k} robots: " + ", ".join(f"{n} {v}" for n, v in d.items()) for (w, k), d in PAPER.items()),
+              "Paper ratios: " + ", ".join(f"{k} {v}x" for k, v in PAPER_RATIOS.items())]
+    return "\n".join(lines)
+
+
+def main(argv=None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--quick", action="store_true", help="16-64 robots, 20 s simulated, P1/P4/Mix4")
+    ap.add_argument("--hardware", default="H200", choices=sorted(factory_profiles.HARDWARE))
+    ap.add_argument("--workloads", default=",".join(WORKLOADS))
+    ap.add_argument("--robots", default="16,32,64,128,256")
+    ap.add_argument("--gpus", type=int, default=8)
+    ap.add_argument("--big-pool", type=int, default=32, help="also run 256 robots on this many GPUs (0: no)")
+    ap.add_argument("--duration", type=float, default=60.0, help="simulated seconds per run")
+    ap.add_argument("--seed", type=int, default=0)
+    ap.add_argument("--time-budget", type=float, default=10.0, help="solver time budget (s)")
+    ap.add_argument("--json", type=Path, help="write the full result here")
+    args = ap.parse_args(argv)
+    workloads = args.workloads.split(",")
+    fleets = [int(x) for x in args.robots.split(",")]
+    if args.quick:
+        workloads, fleets, args.duration, args.big_pool = ["P1", "P4", "Mix4"], [16, 32, 64], 20.0, 0
+    cfg = factory_sim.SimConfig(duration_s=args.duration, warmup_s=min(5.0, args.duration / 4), seed=args.seed)
+    cells = [(w, k, args.gpus) for w in workloads for k in fleets]
+    if args.big_pool:
+        cells += [(w, 256, args.big_pool) for w in workloads if 256 in fleets]
+    rows = []
+    t0 = time.perf_counter()
+    for w, k, g in cells:
+        rows.append(run_cell(w, k, g, args.hardware, cfg, args.time_budget))
+        print(f"# {w} {k} robots {g} GPUs: ROSA {rows[-1]['systems']['ROSA']['qualified_actions_per_s']:.1f}, "
+              f"best shared {rows[-1]['best_shared']:.1f} ({time.perf_counter() - t0:.0f} s)", file=sys.stderr)
+    result = {"hardware": args.hardware, "duration_s": args.duration, "seed": args.seed, "rows": rows,
+              "peaks": {g: peaks(rows, g) for g in sorted({c[2] for c in cells})},
+              "sources": {"workloads": "paper Table 1/2", "service_times": "roofline model (bench/factory_profiles.py)",
+                          "throughputs": "simulated (bench/factory_sim.py)", "solver_s": "measured wall time"},
+              "paper": {f"{w}@{k}": d for (w, k), d in PAPER.items()} | {"ratios": PAPER_RATIOS},
+              "wall_s": round(time.perf_counter() - t0, 1)}
+    print(markdown(result))
+    if args.json:
+        args.json.write_text(json.dumps(result, indent=1) + "\n")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,174 @@
+"""bench/factory*.py (ROSA §3.4 / §4 trace simulator, GPU-scale profiles, baselines) on tiny fleets:
+the simulator conserves requests, reproduces the service time alone, honours a rate cap, and
+separates an overloaded uncapped pool from a capped schedule; profiling gives an M/D/1-like
+monotone p99; the baselines serve the robots the paper says. Seconds, no timing asserted."""
+import importlib.util
+import json
+import math
+import sys
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+ROOT = Path(__file__).resolve().parents[2]
+
+
+def _load(name):
+    sys.path.insert(0, str(ROOT / "bench"))
+    spec = importlib.util.spec_from_file_location(name, ROOT / "bench" / f"{name}.py")
+    mod = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(mod)
+    return mod
+
+
+factory = _load("factory")
+sim = _load("factory_sim")
+fp = _load("factory_profiles")
+fb = _load("factory_baselines")
+from physai_ros.scheduler.factory.types import (FactorySchedule, Route,  # noqa: E402
+                                                ServerAssignment)
+
+SERVICES = fp.services("H200")
+S1 = SERVICES[fp.S1_MODEL]
+WEIGHTS = {k: v.weights_gb for k, v in SERVICES.items()}
+
+
+def _capped_p1(prob, batch: int, rate_hz: float, servers: int = 1) -> FactorySchedule:
+    """A hand-built ROSA-like schedule: System 1 only, batch `batch`, every robot capped."""
+    robots = prob.classes[0].robot_ids
+    assigns = tuple(ServerAssignment(s, "system1", fp.S1_MODEL, batch, robots[s::servers], 0.0, 0.0, 0.0)
+                    for s in range(servers))
+    routes = tuple(Route(r, "system1", i % servers, rate_hz) for i, r in enumerate(robots))
+    return FactorySchedule(True, "hand-built", assigns, routes, {"P1": rate_hz}, rate_hz * len(robots))
+
+
+def test_every_sent_request_completes_exactly_once():
+    for w, k, g in [("P4", 6, 4), ("Mix4", 8, 4)]:
+        prob = factory.problem(w, k, g)
+        for name, sched in fb.all_baselines(prob, WEIGHTS).items():
+            res = sim.simulate(prob, sched, SERVICES, sim.SimConfig(duration_s=8, warmup_s=1, record=True))
+            tr = res.trace
+            assert len(tr.send) == res.requests > 0, name
+            assert np.all(tr.completions == 1), name
+            assert np.all(np.isfinite(tr.done)) and np.all(tr.done >= tr.send), name
+            # every component the fleet needs was exercised (the shared pools serve every robot)
+            if name in ("B3 equal", "B4 weighted"):
+                assert set(res.components) == {s.component for c in prob.classes for s in c.components}, name
+
+
+def test_one_robot_one_server_sees_the_service_time():
+    prob = factory.problem("P1", 1, 1)
+    res = sim.simulate(prob, fb.dedicated_per_robot(prob), SERVICES,
+                       sim.SimConfig(duration_s=10, warmup_s=1, record=True))
+    lat = res.trace.done - res.trace.send
+    assert np.allclose(lat, S1.service_s(1))
+    # closed loop: one action per (latency + t_act)
+    assert res.raw_actions_per_s == pytest.approx(1 / (S1.service_s(1) + 0.2), rel=0.05)
+    assert res.qualified_actions_per_s == res.raw_actions_per_s
+
+
+def test_vlm_alone_takes_prefill_plus_decode_and_slows_with_company():
+    svc = SERVICES["qwen2.5-vl-7b:plan"]
+    alone = sim.run_open_loop(svc, 1, 0.01, 5, seed=1)  # far apart: each request alone
+    assert np.allclose(alone, svc.prefill_s + svc.output_tokens * svc.step_s(1))
+    busy = sim.run_open_loop(svc, 1, 0.8 * svc.max_rate(), 300, seed=1)
+    assert busy.mean() > 1.5 * alone.mean()
+
+
+def test_rate_capped_robot_never_exceeds_its_rate():
+    prob = factory.problem("P1", 3, 1)
+    f = 2.0  # well below what one GPU could give three robots
+    cfg = sim.SimConfig(duration_s=20, warmup_s=2, record=True)
+    res = sim.simulate(prob, _capped_p1(prob, 4, f), SERVICES, cfg)
+    tr = res.trace
+    for robot in range(3):
+        sends = np.sort(tr.send[(tr.robot == robot) & (tr.comp == sim.COMP_INDEX["system1"])])
+        assert np.min(np.diff(sends)) >= 1 / f - 1e-9
+    assert res.max_s1_rate_per_robot <= f + 1 / cfg.duration_s
+    # the same schedule without the cap runs faster, so the check above can fail
+    free = sim.simulate(prob, _capped_p1(prob, 4, f), SERVICES, sim.SimConfig(duration_s=20, warmup_s=2, cap_rates=False))
+    assert free.max_s1_rate_per_robot > f * 1.5
+
+
+def test_overloaded_uncapped_pool_loses_the_slo_a_capped_schedule_keeps():
+    prob = factory.problem("P1", 20, 1)  # 20 robots on one GPU
+    cfg = sim.SimConfig(duration_s=20, warmup_s=3)
+    shared = sim.simulate(prob, fb.equal_partition(prob), SERVICES, cfg)
+    assert shared.components["system1"].slo_attainment < 0.2
+    prof = fp.profile(S1, n_requests=1000)
+    # the capped rate: the highest profiled batch-8 load whose p99 meets the 200 ms SLO, per robot
+    ok = [p.rate_hz for p in prof.points if p.batch == 8 and p.p99_s <= 0.2]
+    f = max(ok) / 20
+    capped = sim.simulate(prob, _capped_p1(prob, 8, f), SERVICES, cfg)
+    assert capped.components["system1"].slo_attainment >= 0.99
+    assert capped.qualified_actions_per_s > 3 * shared.qualified_actions_per_s
+
+
+def test_solver_schedule_keeps_the_slo_where_the_shared_pool_loses_it():
+    solver = pytest.importorskip("physai_ros.scheduler.factory.solver")
+    prob = factory.problem("P1", 20, 1)
+    sched = solver.solve(prob, fp.profiles("H200", 1000), time_budget_s=5.0)
+    assert sched.feasible, sched.reason
+    cfg = sim.SimConfig(duration_s=20, warmup_s=3)
+    rosa = sim.simulate(prob, sched, SERVICES, cfg)
+    shared = sim.simulate(prob, fb.equal_partition(prob), SERVICES, cfg)
+    assert rosa.components["system1"].slo_attainment >= 0.99
+    assert rosa.qualified_actions_per_s > shared.qualified_actions_per_s
+
+
+def test_profile_of_an_md1_queue_is_monotone_and_matches_pollaczek_khinchine():
+    s = 0.01
+    prof = fp.profile(fp.StaticBatchService("md1", "H200", (s,), 1.0), n_requests=4000, seed=3)
+    assert prof.source == "roofline" and prof.batching == "static" and prof.batch_sizes() == [1]
+    pts = sorted(prof.points, key=lambda p: p.rate_hz)
+    assert len(pts) == 10 and pts[0].rate_hz == pytest.approx(0.1 / s) and pts[-1].rate_hz < 1 / s
+    p99 = [p.p99_s for p in pts]
+    assert all(b >= a for a, b in zip(p99, p99[1:]))
+    for p in pts[:5]:  # M/D/1 mean sojourn: s + rho s / (2 (1 - rho)), up to rho = 0.5
+        rho = p.rate_hz * s
+        assert p.mean_s == pytest.approx(s + rho * s / (2 * (1 - rho)), rel=0.1)
+
+
+def test_baselines_serve_the_robots_the_pool_allows():
+    cases = {("P4", 32): (8, 2), ("P1", 32): (8, 8), ("P2", 32): (8, 4), ("P3", 32): (8, 2), ("P4", 4): (4, 2)}
+    for (w, k), (b1, b2) in cases.items():
+        prob = factory.problem(w, k, 8)
+        got = {n: sim.simulate(prob, s, SERVICES, sim.SimConfig(duration_s=3, warmup_s=1)).robots_served
+               for n, s in fb.all_baselines(prob, WEIGHTS).items()}
+        assert got == {"B1 GPU/robot": b1, "B2 GPU/model/robot": b2, "B3 equal": k, "B4 weighted": k}, (w, k)
+    # Mix4 on 8 GPUs, one GPU per model: P1 (1) + P2 (2) + P3 (3) = 6, then P4 (4) does not fit
+    assert len({r.robot_id for r in fb.dedicated_per_model(factory.problem("Mix4", 16, 8)).routes}) == 3
+
+
+def test_shared_partitions_follow_table_3():
+    prob = factory.problem("P4", 32, 8)
+
+    def split(s):
+        return [sum(1 for a in s.assignments if a.component == c) for c in ("system1", "system2", "safety", "monitor")]
+    assert split(fb.equal_partition(prob)) == [2, 2, 2, 2]
+    assert split(fb.weighted_partition(prob, WEIGHTS)) == [1, 3, 1, 3]
+    for s in (fb.equal_partition(prob), fb.weighted_partition(prob, WEIGHTS)):
+        assert all(a.batch == 1 for a in s.assignments)
+        assert all(math.isinf(r.rate_hz) for r in s.routes if r.component in ("system1", "system2"))
+        assert len(s.routes) == 32 * 4
+
+
+def test_simulation_is_deterministic_with_a_seed():
+    prob = factory.problem("Mix2", 12, 4)
+    sched = fb.equal_partition(prob)
+    a, b = (sim.simulate(prob, sched, SERVICES, sim.SimConfig(duration_s=6, warmup_s=1, seed=7)).summary()
+            for _ in range(2))
+    c = sim.simulate(prob, sched, SERVICES, sim.SimConfig(duration_s=6, warmup_s=1, seed=8)).summary()
+    assert a == b and a != c
+
+
+def test_bench_cli_writes_json(tmp_path, capsys):
+    out = tmp_path / "f.json"
+    assert factory.main(["--workloads", "P2", "--robots", "4", "--gpus", "2", "--big-pool", "0",
+                         "--duration", "4", "--time-budget", "2", "--json", str(out)]) == 0
+    doc = json.loads(out.read_text())
+    row = doc["rows"][0]
+    assert set(row["systems"]) == {"B1 GPU/robot", "B2 GPU/model/robot", "B3 equal", "B4 weighted", "ROSA"}
+    assert row["systems"]["B2 GPU/model/robot"]["robots_served"] == 1
+    assert "| P2 | 4 | 2 |" in capsys.readouterr().out
