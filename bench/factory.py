@@ -20,6 +20,7 @@ robots (8 GPUs cannot hold 256 robots' safety and monitor load in this model).
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import json
 import math
 import sys
@@ -91,13 +92,17 @@ def run_cell(workload: str, robots: int, gpus: int, hardware: str, sim_cfg, time
         row["systems"][name] = factory_sim.simulate(prob, s, services, sim_cfg).summary() | {"reason": s.reason}
     if sched is not None and sched.feasible:
         res = factory_sim.simulate(prob, sched, services, sim_cfg).summary()
+        free = factory_sim.simulate(prob, sched, services, dataclasses.replace(sim_cfg, cap_rates=False))
         row["systems"]["ROSA"] = res | {"reason": reason, "solver_s": round(solve_s, 3),
                                         "predicted_actions_per_s": round(sched.factory_throughput, 2),
                                         "rates_hz": {k: round(v, 3) for k, v in sched.action_rate_hz.items()},
-                                        "servers": _server_split(sched)}
-    else:
-        row["systems"]["ROSA"] = {"qualified_actions_per_s": 0.0, "raw_actions_per_s": 0.0, "robots_served": 0,
-                                  "reason": reason, "solver_s": round(solve_s, 3), "components": {}}
+                                        "servers": _server_split(sched),
+                                        # Fig. 10's ablation: the same placement, robots not capped
+                                        "uncapped": free.summary()}
+    else:  # infeasible, or the solver is not there: no ROSA number at all (not a zero)
+        row["systems"]["ROSA"] = {"qualified_actions_per_s": 0.0 if sched is not None else None,
+                                  "raw_actions_per_s": 0.0, "robots_served": 0, "reason": reason,
+                                  "solver_s": round(solve_s, 3), "components": {}}
     q = {k: v["qualified_actions_per_s"] for k, v in row["systems"].items()}
     row["best_dedicated"] = max(q["B1 GPU/robot"], q["B2 GPU/model/robot"])
     row["best_shared"] = max(q["B3 equal"], q["B4 weighted"])
@@ -114,7 +119,9 @@ def _server_split(sched) -> str:
     return ":".join(f"{c}={n}" for c, n in count.items())
 
 
-def _ratio(a: float, b: float) -> float | None:
+def _ratio(a: float | None, b: float) -> float | None:
+    if a is None:
+        return None
     return round(a / b, 2) if b > 0 else (None if a <= 0 else math.inf)
 
 
@@ -126,7 +133,8 @@ def peaks(rows: list[dict], gpus: int) -> dict:
         rs = [r for r in rows if r["workload"] == w and r["gpus"] == gpus]
         if not rs:
             continue
-        rosa = max(r["systems"]["ROSA"]["qualified_actions_per_s"] for r in rs)
+        got = [r["systems"]["ROSA"]["qualified_actions_per_s"] for r in rs]
+        rosa = max(got) if None not in got else None
         ded = max(r["best_dedicated"] for r in rs)
         sh = max(r["best_shared"] for r in rs)
         out[w] = {"rosa_peak": rosa, "dedicated_peak": ded, "shared_peak": sh,
@@ -135,37 +143,39 @@ def peaks(rows: list[dict], gpus: int) -> dict:
 
 
 def _fmt(x) -> str:
-    return "-" if x is None else ("inf" if x == math.inf else f"{x:.2f}" if isinstance(x, float) else str(x))
+    return "n/a" if x is None else ("inf" if x == math.inf else f"{x:.2f}" if isinstance(x, float) else str(x))
 
 
 def markdown(result: dict) -> str:
     lines = [f"Qualified actions/s (simulated, bench/factory_sim.py, on roofline-model profiles of "
              f"{result['hardware']}; {result['duration_s']:.0f} s simulated, seed {result['seed']}). "
              "Dedicated columns: qualified (robots served).", "",
-             "| workload | robots | GPUs | B1 GPU/robot | B2 GPU/model | B3 equal | B4 weighted | ROSA | ROSA S1 SLO | "
+             "| workload | robots | GPUs | B1 GPU/robot | B2 GPU/model | B3 equal | B4 weighted | ROSA | ROSA uncapped | ROSA S1 SLO | "
              "best-shared S1 SLO | ROSA servers | x best dedicated | x best shared | solver s (measured) |",
-             "|---|---|---|---|---|---|---|---|---|---|---|---|---|---|"]
+             "|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|"]
     for r in result["rows"]:
         s = r["systems"]
 
         def q(name):
-            return s[name]["qualified_actions_per_s"]
+            v = s[name]["qualified_actions_per_s"]
+            return math.nan if v is None else v
 
         def slo(name):
             c = s[name].get("components", {}).get("system1")
             return f"{100 * c['slo_attainment']:.1f}%" if c else "-"
 
+        unc = f"{s['ROSA']['uncapped']['qualified_actions_per_s']:.1f}" if "uncapped" in s["ROSA"] else "-"
         best_sh = "B3 equal" if q("B3 equal") >= q("B4 weighted") else "B4 weighted"
         lines.append(
             f"| {r['workload']} | {r['robots']} | {r['gpus']} | {q('B1 GPU/robot'):.1f} ({s['B1 GPU/robot']['robots_served']}) "
             f"| {q('B2 GPU/model/robot'):.1f} ({s['B2 GPU/model/robot']['robots_served']}) | {q('B3 equal'):.1f} "
-            f"| {q('B4 weighted'):.1f} | {q('ROSA'):.1f} | {slo('ROSA')} | {slo(best_sh)} | {s['ROSA'].get('servers', '-')} "
+            f"| {q('B4 weighted'):.1f} | {_fmt(s['ROSA']['qualified_actions_per_s'])} | {unc} | {slo('ROSA')} | {slo(best_sh)} | {s['ROSA'].get('servers', '-')} "
             f"| {_fmt(r['rosa_vs_dedicated'])} | {_fmt(r['rosa_vs_shared'])} | {s['ROSA'].get('solver_s', 0):.2f} |")
     for g, pk in result["peaks"].items():
         lines += ["", f"Peaks over fleet sizes on {g} GPUs (simulated): ROSA peak / best dedicated peak, "
                   "ROSA peak / best shared peak", "", "| workload | ROSA | dedicated | shared | x dedicated | x shared |",
                   "|---|---|---|---|---|---|"]
-        lines += [f"| {w} | {p['rosa_peak']:.1f} | {p['dedicated_peak']:.1f} | {p['shared_peak']:.1f} "
+        lines += [f"| {w} | {_fmt(p['rosa_peak'])} | {p['dedicated_peak']:.1f} | {p['shared_peak']:.1f} "
                   f"| {_fmt(p['vs_dedicated'])} | {_fmt(p['vs_shared'])} |" for w, p in pk.items()]
     lines += ["", "Paper (ROSA §4.2, 8x H200, measured there): " +
               "; ".join(f"{w} {k} robots: " + ", ".join(f"{n} {v}" for n, v in d.items()) for (w, k), d in PAPER.items()),
@@ -198,7 +208,7 @@ def main(argv=None) -> int:
     t0 = time.perf_counter()
     for w, k, g in cells:
         rows.append(run_cell(w, k, g, args.hardware, cfg, args.time_budget))
-        print(f"# {w} {k} robots {g} GPUs: ROSA {rows[-1]['systems']['ROSA']['qualified_actions_per_s']:.1f}, "
+        print(f"# {w} {k} robots {g} GPUs: ROSA {_fmt(rows[-1]['systems']['ROSA']['qualified_actions_per_s'])}, "
               f"best shared {rows[-1]['best_shared']:.1f} ({time.perf_counter() - t0:.0f} s)", file=sys.stderr)
     result = {"hardware": args.hardware, "duration_s": args.duration, "seed": args.seed, "rows": rows,
               "peaks": {g: peaks(rows, g) for g in sorted({c[2] for c in cells})},

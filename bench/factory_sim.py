@@ -22,7 +22,8 @@ Servers, from the schedule's assignments grouped by server id (standbys are not 
     max_num_seqs, costs decode_step(B running) + prefill of the newly admitted, and gives every
     running request one token; a request completes after its output_tokens iterations, so its
     latency grows with the concurrency it shares the GPU with;
-  - several components on one server (Baseline 1: one GPU per robot, time-shared): one FIFO
+  - (several assignments of the same model on one server count as one server of that model)
+  - several models on one server (Baseline 1: one GPU per robot, time-shared): one FIFO
     queue, one request at a time, each at its isolated batch-1 time.
 Network latency and fallbacks (stop and resend) are not modelled; every request is answered.
 
@@ -258,10 +259,10 @@ def build_servers(clock: _Clock, schedule: FactorySchedule, services: Mapping[st
             by_server.setdefault(a.server, []).append(a)
     servers = {}
     for sid, assigns in by_server.items():
-        if len(assigns) == 1:
-            a = assigns[0]
-            svc = services[a.model]
-            servers[sid] = StaticServer(clock, svc, a.batch) if hasattr(svc, "service_s") else \
+        if len({a.model for a in assigns}) == 1:  # one model (possibly one entry per class)
+            svc = services[assigns[0].model]
+            batch = max(a.batch for a in assigns)
+            servers[sid] = StaticServer(clock, svc, batch) if hasattr(svc, "service_s") else \
                 ContinuousServer(clock, svc)
         else:
             servers[sid] = SharedServer(clock, {COMP_INDEX[a.component]: isolated_s(services[a.model])
