@@ -181,6 +181,7 @@ def profile(service, n_requests: int = 2000, seed: int = 0) -> ModelProfile:
             # common random numbers across the rates of one batch size: the same arrival pattern
             # scaled, so p99 rises with the rate instead of wobbling with the sample
             lat = factory_sim.run_open_loop(service, b, rate, n_requests, seed=seed + 1000 * b)
+            lat = lat[n_requests // 10:]  # warm-up (the queue starts empty) dropped
             points.append(ProfilePoint(b, rate, float(lat.mean()), float(np.percentile(lat, 99)),
                                        float(np.percentile(lat, 50))))
     _, mem = HARDWARE[service.hardware]

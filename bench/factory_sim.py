@@ -420,14 +420,18 @@ def simulate(problem: FactoryProblem, schedule: FactorySchedule, services: Mappi
     return FactorySim(problem, schedule, services, config).run()
 
 
-def run_open_loop(service, batch: int, rate_hz: float, n_requests: int, seed: int = 0) -> np.ndarray:
-    """ROSA §3.4.2 Step 1's profiling run: one server, open-loop Poisson arrivals at rate_hz;
-    returns the latencies of the n_requests requests (all drained)."""
+def run_arrivals(service, batch: int, arrivals) -> np.ndarray:
+    """One server fed open-loop at the given arrival times; the latency of each request, in
+    arrival order, all drained."""
     clock = _Clock()
     server = StaticServer(clock, service, batch) if hasattr(service, "service_s") else ContinuousServer(clock, service)
-    arrivals = np.cumsum(np.random.default_rng(seed).exponential(1.0 / rate_hz, n_requests))
     for t in arrivals:
         clock.at(float(t), lambda now, _a: server.arrive(now, clock.new_request(0, -1, now, None)))
     clock.run()
     tr = clock.trace()
     return tr.done - tr.send
+
+
+def run_open_loop(service, batch: int, rate_hz: float, n_requests: int, seed: int = 0) -> np.ndarray:
+    """ROSA §3.4.2 Step 1's profiling run: one server, open-loop Poisson arrivals at rate_hz."""
+    return run_arrivals(service, batch, np.cumsum(np.random.default_rng(seed).exponential(1.0 / rate_hz, n_requests)))

@@ -172,3 +172,22 @@ def test_bench_cli_writes_json(tmp_path, capsys):
     assert set(row["systems"]) == {"B1 GPU/robot", "B2 GPU/model/robot", "B3 equal", "B4 weighted", "ROSA"}
     assert row["systems"]["B2 GPU/model/robot"]["robots_served"] == 1
     assert "| P2 | 4 | 2 |" in capsys.readouterr().out
+
+
+def test_static_server_matches_the_scheduler_s_own_queue_model():
+    """Two implementations of ROSA's profiling queue (the event-driven server here and
+    physai_ros.scheduler.factory.profiling.simulate_queue) agree request by request."""
+    from physai_ros.scheduler.factory.profiling import simulate_queue
+    service_s = {k: S1.service_s(k) for k in range(1, S1.max_batch + 1)}
+    for batch, rate in [(1, 30.0), (8, 110.0), (16, 150.0)]:
+        arrivals = np.cumsum(np.random.default_rng(batch).exponential(1 / rate, 1500))
+        assert np.allclose(sim.run_arrivals(S1, batch, arrivals), simulate_queue(arrivals, batch, service_s))
+
+
+def test_closed_loop_rate_follows_eq_4():
+    """A robot alone with System 2 every H actions: actions/s = 1 / (t_act + l_S1 + l_S2 / H)."""
+    prob = factory.problem("P4", 1, 4)
+    res = sim.simulate(prob, fb.dedicated_per_model(prob), SERVICES, sim.SimConfig(duration_s=60, warmup_s=5))
+    s2 = SERVICES["qwen2.5-vl-7b:plan"].isolated_s()
+    assert res.raw_actions_per_s == pytest.approx(1 / (0.2 + S1.service_s(1) + s2 / 10), rel=0.03)
+    assert res.components["system2"].sent == pytest.approx(res.components["system1"].sent / 10, abs=2)
