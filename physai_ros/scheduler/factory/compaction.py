@@ -1,0 +1,61 @@
+"""ROSA §3.4.3 compaction: greedily merge servers of one model component across task classes.
+
+Isolated packing gives every (component, class) its own servers. Compaction recovers cross-class
+sharing: for each server the profile gives its SLO-compatible rate capacity and the headroom left;
+low-load servers are merged into high-headroom servers of the same component and model, a merge
+accepted only if some batch size serves the union with every class's SLO (and eq. (4) mean cap)
+met (configs.LatencyTable.best_batch). Merges move whole servers' streams, so routes stay intact
+apart from the server they point to.
+"""
+from __future__ import annotations
+
+import math
+
+from physai_ros.scheduler.factory.configs import LatencyTable
+from physai_ros.scheduler.factory.packing import PlannedServer
+
+
+def headroom(table: LatencyTable, server: PlannedServer) -> float:
+    """Rate the server could still take at its strictest stream's SLO (best batch size)."""
+    if not server.streams:
+        return math.inf
+    strict = min(server.streams, key=lambda s: s.slo_s)
+    mean_cap = min(s.mean_cap_s for s in server.streams)
+    cap = max((table.rate_cap(server.model, b, strict.slo_s, strict.quantile, mean_cap)
+               for b in table.batch_sizes(server.model)), default=0.0)
+    return cap - server.load_hz
+
+
+def try_merge(table: LatencyTable, into: PlannedServer, donor: PlannedServer) -> PlannedServer | None:
+    if (into.component, into.model) != (donor.component, donor.model):
+        return None
+    streams = into.streams + donor.streams
+    best = table.best_batch(into.model, streams)
+    if best is None:
+        return None
+    return PlannedServer(into.component, into.model, best[0], streams)
+
+
+def compact(table: LatencyTable, servers: list[PlannedServer], budget: int | None = None) -> list[PlannedServer]:
+    """Merge servers until no merge is SLO-feasible, or (given a budget) the plan fits it."""
+    servers = list(servers)
+    while budget is None or len(servers) > budget:
+        merged = False
+        donors = sorted(range(len(servers)), key=lambda i: servers[i].load_hz)
+        for d in donors:
+            receivers = sorted((i for i in range(len(servers)) if i != d),
+                               key=lambda i: -headroom(table, servers[i]))
+            for r in receivers:
+                if headroom(table, servers[r]) < servers[d].load_hz:
+                    break  # sorted by headroom: no later receiver can take this donor either
+                new = try_merge(table, servers[r], servers[d])
+                if new is not None:
+                    servers[r] = new
+                    del servers[d]
+                    merged = True
+                    break
+            if merged:
+                break
+        if not merged:
+            break
+    return servers

@@ -1,0 +1,76 @@
+"""Planned servers <-> FactorySchedule (ROSA §3.4.1's four decisions as plain data).
+
+build_schedule numbers the serving servers 0..n-1 (goal-coupled first), gives every stream a
+Route, predicts each server's mean and p99 latency from the profile at its load, and adds the hot
+standbys of §3.4.4: copies (component, model, batch) of the busiest servers, goal-coupled first,
+that carry no routes. servers_from_schedule goes back, so admission can re-check a schedule.
+"""
+from __future__ import annotations
+
+import math
+from typing import Mapping
+
+from physai_ros.scheduler.factory.configs import LatencyTable, Stream, quantile_column
+from physai_ros.scheduler.factory.packing import PlannedServer
+from physai_ros.scheduler.factory.types import (
+    GOAL_COUPLED, FactoryProblem, FactorySchedule, Route, ServerAssignment,
+)
+
+
+def utilization(table: LatencyTable, server: PlannedServer) -> float:
+    curve_max = table.rate_cap(server.model, server.batch, math.inf, "p99")
+    return server.load_hz / curve_max if curve_max > 0 else math.inf
+
+
+def build_schedule(problem: FactoryProblem, table: LatencyTable, servers: list[PlannedServer],
+                   rates: Mapping[str, float], *, reason: str = "", solver_time_s: float = 0.0) -> FactorySchedule:
+    servers = sorted(servers, key=lambda s: (s.component not in GOAL_COUPLED, s.component, s.model))
+    assignments, routes = [], []
+    hits: dict[str, list[bool]] = {}
+    for i, s in enumerate(servers):
+        mean = table.latency(s.model, s.batch, s.load_hz, "mean")
+        p99 = table.latency(s.model, s.batch, s.load_hz, "p99")
+        assignments.append(ServerAssignment(i, s.component, s.model, s.batch, tuple(st.robot_id for st in s.streams),
+                                            s.load_hz, mean, p99))
+        for st in s.streams:
+            routes.append(Route(st.robot_id, s.component, i, st.rate_hz))
+            hits.setdefault(s.component, []).append(
+                table.latency(s.model, s.batch, s.load_hz, st.quantile) <= st.slo_s * (1 + 1e-9))
+    # Hot standbys (§3.4.4): mirror the busiest servers, goal-coupled first, one standby each.
+    ranked = sorted(range(len(servers)), key=lambda i: (servers[i].component not in GOAL_COUPLED,
+                                                        -utilization(table, servers[i]), i))
+    for j, i in enumerate(ranked[:problem.servers.standby]):
+        s = servers[i]
+        assignments.append(ServerAssignment(len(servers) + j, s.component, s.model, s.batch, (), 0.0,
+                                            table.latency(s.model, s.batch, 0.0, "mean"),
+                                            table.latency(s.model, s.batch, 0.0, "p99"), standby_for=i))
+    action = {c.name: float(rates.get(c.name, 0.0)) for c in problem.classes}
+    throughput = sum(c.num_robots * action[c.name] for c in problem.classes)
+    weighted = sum(c.value_weight * c.num_robots * action[c.name] for c in problem.classes)
+    attainment = {comp: sum(v) / len(v) for comp, v in hits.items()}
+    return FactorySchedule(True, reason, tuple(assignments), tuple(routes), action, throughput, weighted,
+                           attainment, solver_time_s)
+
+
+def class_of(problem: FactoryProblem) -> dict[str, str]:
+    return {r: c.name for c in problem.classes for r in c.robot_ids}
+
+
+def stream_for(problem: FactoryProblem, class_name: str, robot_id: str, component: str, rate_hz: float) -> Stream:
+    cls = next(c for c in problem.classes if c.name == class_name)
+    spec = cls.component(component)
+    if spec is None:
+        raise ValueError(f"class {class_name!r} has no component {component!r}")
+    return Stream(class_name, robot_id, rate_hz, spec.slo_s, quantile_column(spec.slo_quantile))
+
+
+def servers_from_schedule(schedule: FactorySchedule, problem: FactoryProblem) -> list[PlannedServer]:
+    """The serving servers (standbys left out) with their streams, in server-index order."""
+    owner = class_of(problem)
+    streams: dict[int, list[Stream]] = {}
+    for r in schedule.routes:
+        if r.robot_id not in owner:
+            raise ValueError(f"robot {r.robot_id!r} of the schedule is in no class of the problem")
+        streams.setdefault(r.server, []).append(stream_for(problem, owner[r.robot_id], r.robot_id, r.component, r.rate_hz))
+    return [PlannedServer(a.component, a.model, a.batch, tuple(streams.get(a.server, ())))
+            for a in sorted(schedule.assignments, key=lambda a: a.server) if a.standby_for is None]
