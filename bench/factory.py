@@ -80,10 +80,11 @@ def rosa_schedule(prob: FactoryProblem, profiles, time_budget_s: float):
     return sched, time.perf_counter() - t0, sched.reason
 
 
-def run_cell(workload: str, robots: int, gpus: int, hardware: str, sim_cfg, time_budget_s: float) -> dict:
+def run_cell(workload: str, robots: int, gpus: int, hardware: str, sim_cfg, time_budget_s: float,
+             profile_requests: int = 2000) -> dict:
     prob = problem(workload, robots, gpus, hardware)
     services = factory_profiles.services(hardware)
-    profiles = factory_profiles.profiles(hardware)
+    profiles = factory_profiles.profiles(hardware, profile_requests)
     weights = {name: svc.weights_gb for name, svc in services.items()}
     schedules = factory_baselines.all_baselines(prob, weights)
     sched, solve_s, reason = rosa_schedule(prob, profiles, time_budget_s)
@@ -194,6 +195,7 @@ def main(argv=None) -> int:
     ap.add_argument("--duration", type=float, default=60.0, help="simulated seconds per run")
     ap.add_argument("--seed", type=int, default=0)
     ap.add_argument("--time-budget", type=float, default=10.0, help="solver time budget (s)")
+    ap.add_argument("--profile-requests", type=int, default=2000, help="requests per profiled rate")
     ap.add_argument("--json", type=Path, help="write the full result here")
     args = ap.parse_args(argv)
     workloads = args.workloads.split(",")
@@ -207,7 +209,7 @@ def main(argv=None) -> int:
     rows = []
     t0 = time.perf_counter()
     for w, k, g in cells:
-        rows.append(run_cell(w, k, g, args.hardware, cfg, args.time_budget))
+        rows.append(run_cell(w, k, g, args.hardware, cfg, args.time_budget, args.profile_requests))
         print(f"# {w} {k} robots {g} GPUs: ROSA {_fmt(rows[-1]['systems']['ROSA']['qualified_actions_per_s'])}, "
               f"best shared {rows[-1]['best_shared']:.1f} ({time.perf_counter() - t0:.0f} s)", file=sys.stderr)
     result = {"hardware": args.hardware, "duration_s": args.duration, "seed": args.seed, "rows": rows,

@@ -108,7 +108,7 @@ def test_overloaded_uncapped_pool_loses_the_slo_a_capped_schedule_keeps():
 def test_solver_schedule_keeps_the_slo_where_the_shared_pool_loses_it():
     solver = pytest.importorskip("physai_ros.scheduler.factory.solver")
     prob = factory.problem("P1", 20, 1)
-    sched = solver.solve(prob, fp.profiles("H200", 1000), time_budget_s=5.0)
+    sched = solver.solve(prob, fp.profiles("H200", 300), time_budget_s=5.0)
     assert sched.feasible, sched.reason
     cfg = sim.SimConfig(duration_s=20, warmup_s=3)
     rosa = sim.simulate(prob, sched, SERVICES, cfg)
@@ -166,7 +166,7 @@ def test_simulation_is_deterministic_with_a_seed():
 def test_bench_cli_writes_json(tmp_path, capsys):
     out = tmp_path / "f.json"
     assert factory.main(["--workloads", "P2", "--robots", "4", "--gpus", "2", "--big-pool", "0",
-                         "--duration", "4", "--time-budget", "2", "--json", str(out)]) == 0
+                         "--duration", "4", "--time-budget", "2", "--profile-requests", "300", "--json", str(out)]) == 0
     doc = json.loads(out.read_text())
     row = doc["rows"][0]
     assert set(row["systems"]) == {"B1 GPU/robot", "B2 GPU/model/robot", "B3 equal", "B4 weighted", "ROSA"}
