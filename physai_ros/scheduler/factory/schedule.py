@@ -22,34 +22,46 @@ def utilization(table: LatencyTable, server: PlannedServer) -> float:
     return server.load_hz / curve_max if curve_max > 0 else math.inf
 
 
-def build_schedule(problem: FactoryProblem, table: LatencyTable, servers: list[PlannedServer],
-                   rates: Mapping[str, float], *, reason: str = "", solver_time_s: float = 0.0) -> FactorySchedule:
-    servers = sorted(servers, key=lambda s: (s.component not in GOAL_COUPLED, s.component, s.model))
+def assignment_for(table: LatencyTable, index: int, s: PlannedServer) -> ServerAssignment:
+    return ServerAssignment(index, s.component, s.model, s.batch, tuple(st.robot_id for st in s.streams), s.load_hz,
+                            table.latency(s.model, s.batch, s.load_hz, "mean"),
+                            table.latency(s.model, s.batch, s.load_hz, "p99"))
+
+
+def assemble(problem: FactoryProblem, table: LatencyTable, indexed: list[tuple[int, PlannedServer]],
+             standbys: list[ServerAssignment], rates: Mapping[str, float], *, reason: str = "",
+             solver_time_s: float = 0.0) -> FactorySchedule:
+    """The schedule of these (index, server) pairs: routes, predictions, rates and objective."""
     assignments, routes = [], []
     hits: dict[str, list[bool]] = {}
-    for i, s in enumerate(servers):
-        mean = table.latency(s.model, s.batch, s.load_hz, "mean")
-        p99 = table.latency(s.model, s.batch, s.load_hz, "p99")
-        assignments.append(ServerAssignment(i, s.component, s.model, s.batch, tuple(st.robot_id for st in s.streams),
-                                            s.load_hz, mean, p99))
+    for i, s in indexed:
+        assignments.append(assignment_for(table, i, s))
         for st in s.streams:
             routes.append(Route(st.robot_id, s.component, i, st.rate_hz))
             hits.setdefault(s.component, []).append(
                 table.latency(s.model, s.batch, s.load_hz, st.quantile) <= st.slo_s * (1 + 1e-9))
-    # Hot standbys (§3.4.4): mirror the busiest servers, goal-coupled first, one standby each.
-    ranked = sorted(range(len(servers)), key=lambda i: (servers[i].component not in GOAL_COUPLED,
-                                                        -utilization(table, servers[i]), i))
-    for j, i in enumerate(ranked[:problem.servers.standby]):
-        s = servers[i]
-        assignments.append(ServerAssignment(len(servers) + j, s.component, s.model, s.batch, (), 0.0,
-                                            table.latency(s.model, s.batch, 0.0, "mean"),
-                                            table.latency(s.model, s.batch, 0.0, "p99"), standby_for=i))
     action = {c.name: float(rates.get(c.name, 0.0)) for c in problem.classes}
     throughput = sum(c.num_robots * action[c.name] for c in problem.classes)
     weighted = sum(c.value_weight * c.num_robots * action[c.name] for c in problem.classes)
     attainment = {comp: sum(v) / len(v) for comp, v in hits.items()}
-    return FactorySchedule(True, reason, tuple(assignments), tuple(routes), action, throughput, weighted,
-                           attainment, solver_time_s)
+    return FactorySchedule(True, reason, tuple(assignments) + tuple(standbys), tuple(routes), action, throughput,
+                           weighted, attainment, solver_time_s)
+
+
+def build_schedule(problem: FactoryProblem, table: LatencyTable, servers: list[PlannedServer],
+                   rates: Mapping[str, float], *, reason: str = "", solver_time_s: float = 0.0) -> FactorySchedule:
+    servers = sorted(servers, key=lambda s: (s.component not in GOAL_COUPLED, s.component, s.model))
+    # Hot standbys (§3.4.4): mirror the busiest servers, goal-coupled first, one standby each.
+    ranked = sorted(range(len(servers)), key=lambda i: (servers[i].component not in GOAL_COUPLED,
+                                                        -utilization(table, servers[i]), i))
+    standbys = []
+    for j, i in enumerate(ranked[:problem.servers.standby]):
+        s = servers[i]
+        standbys.append(ServerAssignment(len(servers) + j, s.component, s.model, s.batch, (), 0.0,
+                                         table.latency(s.model, s.batch, 0.0, "mean"),
+                                         table.latency(s.model, s.batch, 0.0, "p99"), standby_for=i))
+    return assemble(problem, table, list(enumerate(servers)), standbys, rates, reason=reason,
+                    solver_time_s=solver_time_s)
 
 
 def class_of(problem: FactoryProblem) -> dict[str, str]:
@@ -64,13 +76,13 @@ def stream_for(problem: FactoryProblem, class_name: str, robot_id: str, componen
     return Stream(class_name, robot_id, rate_hz, spec.slo_s, quantile_column(spec.slo_quantile))
 
 
-def servers_from_schedule(schedule: FactorySchedule, problem: FactoryProblem) -> list[PlannedServer]:
-    """The serving servers (standbys left out) with their streams, in server-index order."""
+def servers_from_schedule(schedule: FactorySchedule, problem: FactoryProblem) -> list[tuple[int, PlannedServer]]:
+    """(index, server) of the serving servers (standbys left out) with their streams, by index."""
     owner = class_of(problem)
     streams: dict[int, list[Stream]] = {}
     for r in schedule.routes:
         if r.robot_id not in owner:
             raise ValueError(f"robot {r.robot_id!r} of the schedule is in no class of the problem")
         streams.setdefault(r.server, []).append(stream_for(problem, owner[r.robot_id], r.robot_id, r.component, r.rate_hz))
-    return [PlannedServer(a.component, a.model, a.batch, tuple(streams.get(a.server, ())))
+    return [(a.server, PlannedServer(a.component, a.model, a.batch, tuple(streams.get(a.server, ()))))
             for a in sorted(schedule.assignments, key=lambda a: a.server) if a.standby_for is None]
