@@ -51,6 +51,7 @@ from physai_ros.security.handshake import AuthError
 from physai_ros.security.keystore import Identity
 from physai_ros.serving.config import load_fleet
 from physai_ros.serving.factory import build_core, model_format, profile_local_engines
+from physai_ros.serving.factory_runtime import apply_factory
 from physai_ros.serving.preflight import STARTUP_LOG_PREFIX, check_server_files
 from physai_ros.serving.runner import ServingRunner
 
@@ -96,6 +97,10 @@ class PolicyServerNode(Node):
         # Measuring the profile runs every batch size once unmeasured first: it is the warm-up.
         profiled = profile_local_engines(self.core, self.fleet, progress=self._startup)
         warm_s = max(profiled.values()) if profiled else self.core.warm_up()
+        # fleet.yaml factory.apply: plan on the measured profiles and run the plan (docs/factory.md).
+        self.factory = apply_factory(self.core, self.fleet, measured=list(profiled))
+        if self.factory is not None:
+            self._startup(f"factory plan: {self.factory.summary()}")
         self._robots: dict[str, tuple] = {}  # namespace -> (sub, chunk pub, refresh pub)
         self._pubs_by_robot: dict[str, tuple] = {}
         self._pub_lock = threading.Lock()

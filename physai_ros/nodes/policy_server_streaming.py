@@ -15,6 +15,8 @@ segment never waits for the executor.
 """
 from __future__ import annotations
 
+import dataclasses
+
 import threading
 import time
 
@@ -90,7 +92,7 @@ class PolicyServerStreaming:
             self._ensure_topics(reg.robot_id, reg.robot_namespace)
         elif adm.reason:
             self.node.get_logger().info(f"{reg.robot_id}: {adm.reason}", throttle_duration_sec=5.0)
-        return RegistrationResult(adm.accepted, adm.reason, res.server_instance, res.last_round_id)
+        return dataclasses.replace(res, accepted=adm.accepted, reason=adm.reason)
 
     def handles(self, robot_id: str) -> bool:
         return self.service.is_streaming(robot_id)

@@ -108,15 +108,18 @@ class VLABackboneBackend:
         self._lock = threading.Lock()  # one batch at a time
 
     @classmethod
-    def from_core(cls, core: Any, instance_id: Optional[str] = None, **kw) -> "VLABackboneBackend":
+    def from_core(cls, core: Any, instance_id: Optional[str] = None, attach: bool = True,
+                  **kw) -> "VLABackboneBackend":
         """On a serving core's local engine instance (its first by default), attached to the
-        core's language stream when it has one (otherwise every question takes the own path)."""
+        core's language stream when it has one and `attach` (otherwise every question takes the
+        own path: a factory plan that puts the components on an instance of their own does not
+        decode on System 1's prefix, which lives on another instance)."""
         slots = [s for s in core.engines.values() if not s.remote]
         slot = core.engines[instance_id] if instance_id is not None else (slots[0] if slots else None)
         if slot is None or slot.remote:
             raise ValueError("the VLA backbone backend needs a local engine instance (a remote worker keeps its weights)")
         backend = cls(slot.engine, core.action_runner, **kw)
-        if core.language is not None:
+        if core.language is not None and attach:
             backend.attach(core.language)
         return backend
 

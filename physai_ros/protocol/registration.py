@@ -37,3 +37,7 @@ class RegistrationResult:
     reason: str
     server_instance: str
     last_round_id: int = 0  # the highest round the server accepted from this robot
+    # The factory schedule's word for this robot (serving.factory_runtime; 0 / empty without one):
+    # its System 1 request rate cap and (component, engine instance) routes.
+    max_request_rate_hz: float = 0.0
+    routes: tuple[tuple[str, str], ...] = ()

@@ -122,6 +122,7 @@ class RobotClientCore:
         # A task pipeline (serving.client_pipeline) sets these; without one they stay as they are.
         self.prompt: str | None = None  # System 1's prompt for the next observations; None: the task's
         self.pipeline_hold = ""  # while set (the reason), no System 1 round starts
+        self.routes: dict[str, str] = {}  # component -> engine instance, from a factory schedule
 
     # ---- inputs (keep only the newest sample; images are held as the message's buffer) ----
 
@@ -189,6 +190,11 @@ class RobotClientCore:
             self.trigger.abandon()
             self.ledger.on_server_replaced()
         self.server_instance = result.server_instance
+        # The factory schedule's request rate for this robot (ROSA §3.4: a robot asking faster
+        # than planned would push its server past the load its SLO was checked at).
+        rate = float(result.max_request_rate_hz or 0.0)
+        self.trigger.min_interval_s = 1.0 / rate if rate > 0 and math.isfinite(rate) else 0.0
+        self.routes = dict(result.routes)
         if self.state != ClientState.STOPPED:
             self.state = ClientState.RUNNING
 

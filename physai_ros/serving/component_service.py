@@ -120,7 +120,11 @@ def load_backends(fleet: FleetConfig, core: Any, keys: Sequence[str] | None = No
             if key == VLA_KEY:
                 from physai_ros.pipeline.vla_backend import VLABackboneBackend
 
-                out[key] = VLABackboneBackend.from_core(core)
+                # A factory plan (serving.factory_runtime) names the instance hosting the
+                # components; System 1's prefix is shared only when that is a System 1 instance.
+                planned = _planned_component_instance(core)
+                shared = planned is None or planned in core.factory.action_instances(lambda iid: True)
+                out[key] = VLABackboneBackend.from_core(core, instance_id=planned, attach=shared)
             else:
                 from physai_ros.pipeline.hf_vlm import HFVisionLanguageBackend
 
@@ -131,6 +135,13 @@ def load_backends(fleet: FleetConfig, core: Any, keys: Sequence[str] | None = No
                 b.close()
             raise FleetConfigError(f"{where}: cannot serve this component: {e}") from e
     return out
+
+
+def _planned_component_instance(core: Any) -> str | None:
+    factory = getattr(core, "factory", None)
+    if factory is None:
+        return None
+    return next((iid for c in VLM_COMPONENTS if (iid := factory.component_instance(c)) is not None), None)
 
 
 def _percentile(values, q: float) -> float:

@@ -63,6 +63,7 @@ class ServingCore:
         self.runners = {ACTION: self.action_runner}
         self.rtc = RtcPlanner({})  # real-time chunking per task (docs/rtc.md); the factory sets it
         self.language = None  # serving.language_stream.LanguageStream: enable_language sets it
+        self.factory = None  # serving.factory_runtime.FactoryRuntime: apply_factory sets it
         self.limits = ModelLimits(cfg.max_views, cfg.max_state_dim, cfg.max_action_dim)
         self.instance_id = instance_id or uuid.uuid4().hex[:12]
         self.registry = RobotRegistry(self.limits, self.instance_id, max_observation_age_s,
@@ -123,15 +124,41 @@ class ServingCore:
             worst = max(worst, time.perf_counter() - t0)
         return worst
 
+    def apply_factory(self, runtime) -> None:
+        """Run a factory schedule (serving.factory_runtime): System 1 batches only on its System 1
+        instances, capped at the planned batch sizes; robots admitted and rate-capped by it."""
+        with self._lock:
+            for iid, slot in self.engines.items():
+                cap = runtime.batch_cap(iid)
+                if cap is not None:
+                    slot.max_batch = min(slot.max_batch, cap)
+            self.factory = runtime
+            self._work.notify_all()
+
+    def _action_slots(self) -> list[EngineSlot]:
+        """The serving instances that take System 1 batches (all of them without a factory plan)."""
+        slots = self.pool.serving()
+        if self.factory is None:
+            return slots
+        hosts = self.factory.action_instances(lambda iid: self.pool.usable(self.engines[iid]))
+        return [e for e in slots if e.instance_id in hosts]
+
     # ---- robot-facing entry points -------------------------------------------------------
 
     def register(self, reg: RobotRegistration) -> RegistrationResult:
+        plan = None
+        if self.factory is not None:  # the plan admits (or refuses) before the registry does
+            plan = self.factory.register(reg.robot_id, reg.task_id)
+            if not plan[0]:
+                return RegistrationResult(False, plan[1], self.instance_id)
         with self._lock:
             result, ended = self.registry.register(reg, self.clock(), self._queued_robots())
             for e in ended:
                 self._end_task(e)
             if result.accepted:
                 self.runners[ACTION].warm(reg)
+                if plan is not None:
+                    result = replace(result, max_request_rate_hz=plan[2], routes=plan[3])
             return result
 
     def release(self, robot_id: str) -> bool:
@@ -258,7 +285,7 @@ class ServingCore:
             return self._dispatchable()
 
     def _dispatchable(self) -> bool:
-        return self.scheduler.pending() > 0 and self.pool.any_idle()
+        return self.scheduler.pending() > 0 and any(not e.running for e in self._action_slots())
 
     # ---- engine instances ----------------------------------------------------------------
 
@@ -316,7 +343,7 @@ class ServingCore:
         execute at once (each from its own thread) and none ever gets two batches at a time."""
         now = self.clock() if now is None else now
         with self._lock:
-            infos = [self.pool.info(e, now) for e in self.pool.serving()]
+            infos = [self.pool.info(e, now) for e in self._action_slots()]
             decision = self.scheduler.schedule(now, infos)
             work = []
             for batch in decision.batches:
@@ -466,7 +493,11 @@ class ServingCore:
         """Per engine instance: liveness and what its worker advertises (remote ones)."""
         with self._lock:
             serving = {s.instance_id for s in self.pool.serving()}
-        return self.pool.diagnostics(self.clock(), serving)
+        out = self.pool.diagnostics(self.clock(), serving)
+        if self.factory is not None:
+            for iid, d in out.items():
+                d["factory_role"] = self.factory.role(iid)
+        return out
 
     def failover_diagnostics(self) -> dict[str, Any]:
         """Admission, failover and unregistered-sender counters (server-wide, bounded)."""
@@ -478,6 +509,8 @@ class ServingCore:
                 "failed_instances": ",".join(sorted(i for i, e in self.engines.items() if e.failed)),
                 "orphaned_requests": int(self.scheduler.stats().get("requeued_waiting", 0)),
                 "last_event": self.events[-1] if self.events else "",
+                **({f"factory.{k}": v for k, v in self.factory.diagnostics().items()}
+                   if self.factory is not None else {}),
             }
 
     def diagnostics(self) -> dict[str, dict[str, Any]]:

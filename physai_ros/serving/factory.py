@@ -62,7 +62,8 @@ def build_engine_slots(cfg: FleetConfig, remote_engine: RemoteEngineFactory | No
         for r in srv.remote_engines:
             proxy = remote_engine(r, model)
             # Until the worker advertises, the slot's own cap and default profile stand in.
-            slots.append(EngineSlot(r.instance_id, proxy, srv.max_batch, default_profile(srv.max_batch)))
+            slots.append(EngineSlot(r.instance_id, proxy, srv.max_batch, default_profile(srv.max_batch),
+                                    standby=r.standby))
     _attach_faults(slots)
     return slots
 

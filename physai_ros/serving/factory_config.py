@@ -13,6 +13,7 @@ scheduler's FactoryProblem (physai_ros.scheduler.factory.types).
       robots: {pick_place_monitored: 16, place_in_order: 16}   # default: the robots list
       value_weights: {place_in_order: 2.0}                     # v_c, default 1
       min_action_throughput: {pick_place_monitored: 20}        # F_c^min, actions/s, default 0
+      apply: false               # true: the policy server plans at start-up and runs the plan
 
 A task's t_act is its pipeline's `action_period_ms` (ROSA line 44), which factory planning needs
 for every planned task; System 2's ratio H is `system2_to_system1_call_ratio`.
@@ -30,7 +31,7 @@ from physai_ros.scheduler.factory.types import (COMPONENTS, ComponentSpec, Facto
                                                 ServerPool, TaskClass)
 
 FACTORY_KEYS = {"servers", "hardware", "standby", "memory_gb", "profiles", "models", "robots", "value_weights",
-                "min_action_throughput", "slo_quantile"}
+                "min_action_throughput", "slo_quantile", "apply"}
 
 
 @dataclass(frozen=True)
@@ -45,6 +46,9 @@ class FactoryConfig:
     value_weights: Mapping[str, float] = field(default_factory=dict)
     min_action_throughput: Mapping[str, float] = field(default_factory=dict)
     slo_quantile: float = 0.99
+    # The policy server plans at start-up and runs the plan on its engine instances
+    # (serving.factory_runtime); false: the block is for `physai-fleet plan` only.
+    apply: bool = False
 
 
 def parse_factory(d: Any, task_names: set[str]) -> FactoryConfig | None:
@@ -79,7 +83,14 @@ def parse_factory(d: Any, task_names: set[str]) -> FactoryConfig | None:
         value_weights=per_task("value_weights", lambda v, path: number(v, path)),
         min_action_throughput=per_task("min_action_throughput", lambda v, path: number(v, path, allow_zero=True)),
         slo_quantile=quantile,
+        apply=_boolean(d.get("apply", False), f"{p}.apply"),
     )
+
+
+def _boolean(v: Any, path: str) -> bool:
+    if not isinstance(v, bool):
+        raise FleetConfigError(f"{path}: expected true or false, got {v!r}")
+    return v
 
 
 def load_profiles(path: Path) -> dict[tuple[str, str], ModelProfile]:

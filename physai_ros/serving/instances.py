@@ -88,9 +88,6 @@ class InstancePool:
         self.promoted = ids
         return active + spare
 
-    def any_idle(self) -> bool:
-        return any(not e.running for e in self.serving())
-
     def fail(self, slot: EngineSlot, why: str) -> None:
         """A local instance is out of service for good (its thread died)."""
         if not slot.failed:

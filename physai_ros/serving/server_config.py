@@ -46,6 +46,9 @@ class RemoteEngineConfig:
     instance_id: str
     timeout_s: float | None  # None: from the advertised profile (physai_ros.ros.remote_engine)
     liveness_timeout_s: float | None  # None: 3 heartbeat periods
+    # A hot standby on another host (ROSA §3.4.4): warm, advertised, off the routes until an
+    # active instance is down; it steps back when that instance returns.
+    standby: bool = False
 
 
 @dataclass(frozen=True)
@@ -139,7 +142,7 @@ def _parse_remote_engines(v: Any, path: str) -> tuple[RemoteEngineConfig, ...]:
     for i, d in enumerate(v):
         p = f"{path}[{i}]"
         d = mapping(d, p)
-        no_unknown(d, {"instance_id", "timeout_s", "liveness_timeout_s"}, p)
+        no_unknown(d, {"instance_id", "timeout_s", "liveness_timeout_s", "standby"}, p)
         iid = string(required(d, "instance_id", p), join_key(p, "instance_id"))
         if not iid.replace("_", "a").isalnum() or not iid[0].isalpha():
             raise FleetConfigError(f"{p}.instance_id: expected letters, digits and '_' starting with "
@@ -150,7 +153,10 @@ def _parse_remote_engines(v: Any, path: str) -> tuple[RemoteEngineConfig, ...]:
                                    f"(the robot client's hold marker), got {iid!r}")
         opt = {k: number(d[k], join_key(p, k)) if d.get(k) is not None else None
                for k in ("timeout_s", "liveness_timeout_s")}
-        out.append(RemoteEngineConfig(iid, **opt))
+        standby = d.get("standby", False)
+        if not isinstance(standby, bool):
+            raise FleetConfigError(f"{p}.standby: expected true or false, got {standby!r}")
+        out.append(RemoteEngineConfig(iid, **opt, standby=standby))
     return tuple(out)
 
 

@@ -35,8 +35,13 @@ def result_to_response(res: RegistrationResult, response: RegisterRobot.Response
     """Fill the service's response object (rclpy hands the callback one to fill)."""
     response.accepted, response.reason, response.server_instance = res.accepted, res.reason, res.server_instance
     response.last_round_id = int(res.last_round_id)
+    response.max_request_rate_hz = float(res.max_request_rate_hz)
+    response.route_components = [c for c, _ in res.routes]
+    response.route_instances = [i for _, i in res.routes]
     return response
 
 
 def result_from_response(resp: RegisterRobot.Response) -> RegistrationResult:
-    return RegistrationResult(bool(resp.accepted), resp.reason, resp.server_instance, int(resp.last_round_id))
+    return RegistrationResult(bool(resp.accepted), resp.reason, resp.server_instance, int(resp.last_round_id),
+                              float(resp.max_request_rate_hz),
+                              tuple(zip(resp.route_components, resp.route_instances)))

@@ -1,0 +1,127 @@
+"""A factory schedule applied to a real ServingCore (serving.factory_runtime): placement, batch
+caps, rates and routes at registration, refusal of what the plan does not hold, and the hot
+standby taking a failed System 1 instance's streams without a new schedule. Real tiny pi0
+engines and the real FIFO scheduler; the schedules are written by hand so each expectation is
+the plan's own word (the solver's schedules are checked in test/scheduler/factory)."""
+from __future__ import annotations
+
+import sys
+from pathlib import Path
+
+import pytest
+
+from physai_ros.config_fields import FleetConfigError
+from physai_ros.scheduler.factory.types import (ComponentSpec, FactoryProblem, FactorySchedule, Route,
+                                                ServerAssignment, ServerPool, TaskClass)
+from physai_ros.serving.client_core import RobotClientCore
+from physai_ros.serving.config import parse_fleet
+from physai_ros.serving.factory import build_core
+from physai_ros.serving.factory_runtime import FactoryRuntime, bind_servers
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "faults"))
+from fault_fleet import fleet_doc, obs, robot_entry  # noqa: E402
+
+PLANNED = ("r0", "r1")
+S1_RATE = 2.5
+
+
+def _problem() -> FactoryProblem:
+    comps = (ComponentSpec("system1", "pi0", 5.0), ComponentSpec("monitor", "vlm", 5.0, freq_hz=0.5))
+    return FactoryProblem((TaskClass("pick_place", PLANNED, comps, action_period_s=0.2),), ServerPool(2, "cpu", 1))
+
+
+def _schedule() -> FactorySchedule:
+    s1 = ServerAssignment(0, "system1", "pi0", 2, PLANNED, 2 * S1_RATE, 0.05, 0.1)
+    mon = ServerAssignment(1, "monitor", "vlm", 1, PLANNED, 1.0, 0.2, 0.4)
+    standby = ServerAssignment(2, "system1", "pi0", 2, (), 0.0, 0.05, 0.1, standby_for=0)
+    routes = tuple(Route(r, "system1", 0, S1_RATE) for r in PLANNED) + tuple(Route(r, "monitor", 1, 0.5) for r in PLANNED)
+    return FactorySchedule(True, "hand-made", (s1, mon, standby), routes, {"pick_place": S1_RATE}, 2 * S1_RATE,
+                           2 * S1_RATE, {"system1": 1.0, "monitor": 1.0})
+
+
+@pytest.fixture()
+def served():
+    robots = [robot_entry(r, i) for i, r in enumerate(PLANNED)] + [robot_entry("stranger", 5, task="other")]
+    cfg = parse_fleet(fleet_doc(robots=robots, server={"engine_instances": 2, "standby_instances": 1},
+                                tasks={"other": {}}))
+    core = build_core(cfg, instance_id="factory")
+    runtime = FactoryRuntime(_problem(), {}, _schedule(), [(i, s.standby) for i, s in core.engines.items()])
+    core.apply_factory(runtime)
+    return cfg, core, runtime
+
+
+def _register(core, cfg, rid):
+    return core.register(RobotClientCore(cfg.resolve_robot(rid)).registration())
+
+
+def _serve(core, robots, round_id):
+    for rid in robots:
+        core.submit(obs(rid, round_id))
+    chunks = []
+    for _ in range(10):
+        chunks += core.step().chunks
+        if core.pending() == 0:
+            break
+    return chunks
+
+
+def test_servers_bind_to_instances_in_build_order_and_a_short_server_is_named():
+    roles = bind_servers(_schedule(), [("engine_0", False), ("engine_1", False), ("engine_2", True)])
+    assert {i: (r.component, r.batch, r.standby_for) for i, r in roles.items()} == {
+        "engine_0": ("system1", 2, None), "engine_1": ("monitor", 1, None), "engine_2": ("system1", 2, "engine_0")}
+    with pytest.raises(FleetConfigError, match=r"the plan uses 2 serving server\(s\) and 1 standby\(s\), the server "
+                                               r"has 1 active and 1 standby"):
+        bind_servers(_schedule(), [("engine_0", False), ("engine_2", True)])
+    with pytest.raises(FleetConfigError, match="no feasible schedule for this server: too small"):
+        FactoryRuntime(_problem(), {}, FactorySchedule(False, "too small"), [("engine_0", False)])
+
+
+def test_planned_robots_get_their_rate_and_routes_and_system1_runs_only_where_planned(served):
+    cfg, core, runtime = served
+    res = _register(core, cfg, "r0")
+    assert res.accepted and res.max_request_rate_hz == S1_RATE
+    assert dict(res.routes) == {"system1": "engine_0", "monitor": "engine_1"}
+    assert _register(core, cfg, "r1").accepted
+    assert core.engines["engine_0"].max_batch == 2 and core.engines["engine_1"].max_batch == 4
+    chunks = _serve(core, PLANNED, 2) + _serve(core, PLANNED, 4)
+    assert len(chunks) == 4 and all(c.error == "" for c in chunks)
+    # engine_1 hosts the monitor, engine_2 is a standby: System 1 never ran there.
+    assert {c.engine_instance for c in chunks} == {"engine_0"}
+    assert core.engines["engine_1"].batches == 0 and core.engines["engine_2"].batches == 0
+    d = core.failover_diagnostics()
+    assert d["factory.admissions"] == {"planned": 2} and d["factory.action_rate_hz"] == {"pick_place": S1_RATE}
+    assert core.engine_diagnostics()["engine_1"]["factory_role"] == "monitor (vlm, batch 1)"
+
+
+def test_a_task_the_plan_does_not_hold_is_refused_with_the_reason(served):
+    cfg, core, runtime = served
+    res = _register(core, cfg, "stranger")
+    assert not res.accepted and res.reason.startswith("factory_schedule: task 'other' is not in the plan")
+    assert core.registration("stranger") is None and runtime.admissions["refused"] == 1
+
+
+def test_the_standby_takes_over_a_failed_system1_instance_without_a_new_schedule(served):
+    cfg, core, runtime = served
+    for rid in PLANNED:
+        assert _register(core, cfg, rid).accepted
+    assert {c.engine_instance for c in _serve(core, PLANNED, 2)} == {"engine_0"}
+    before = runtime.schedule
+    core.instance_failed("engine_0", "test: its GPU fell off the bus")
+    chunks = _serve(core, PLANNED, 4)
+    assert len(chunks) == 2 and {c.engine_instance for c in chunks} == {"engine_2"}
+    assert core.engines["engine_1"].batches == 0  # the monitor's instance stays the monitor's
+    assert runtime.schedule is before  # routed to the warm standby, not re-planned
+    assert core.failover_diagnostics()["standby_serving"] == "engine_2"
+
+
+def test_the_client_sends_no_faster_than_the_planned_rate(served):
+    cfg, core, _ = served
+    client = RobotClientCore(cfg.resolve_robot("r0"))
+    client.on_registered(core.register(client.registration()))
+    assert client.trigger.min_interval_s == pytest.approx(1 / S1_RATE)
+    assert client.routes == {"system1": "engine_0", "monitor": "engine_1"}
+    # Without a plan (a server that runs none) the cap is lifted again.
+    from physai_ros.protocol.registration import RegistrationResult
+
+    client.on_registered(RegistrationResult(True, "", "factory"))
+    assert client.trigger.min_interval_s == 0.0 and client.routes == {}
