@@ -147,6 +147,10 @@ def _fmt(x) -> str:
     return "n/a" if x is None else ("inf" if x == math.inf else f"{x:.2f}" if isinstance(x, float) else str(x))
 
 
+def _q1(x) -> str:
+    return "n/a" if x is None else f"{x:.1f}"
+
+
 def markdown(result: dict) -> str:
     lines = [f"Qualified actions/s (simulated, bench/factory_sim.py, on roofline-model profiles of "
              f"{result['hardware']}; {result['duration_s']:.0f} s simulated, seed {result['seed']}). "
@@ -170,13 +174,13 @@ def markdown(result: dict) -> str:
         lines.append(
             f"| {r['workload']} | {r['robots']} | {r['gpus']} | {q('B1 GPU/robot'):.1f} ({s['B1 GPU/robot']['robots_served']}) "
             f"| {q('B2 GPU/model/robot'):.1f} ({s['B2 GPU/model/robot']['robots_served']}) | {q('B3 equal'):.1f} "
-            f"| {q('B4 weighted'):.1f} | {_fmt(s['ROSA']['qualified_actions_per_s'])} | {unc} | {slo('ROSA')} | {slo(best_sh)} | {s['ROSA'].get('servers', '-')} "
+            f"| {q('B4 weighted'):.1f} | {_q1(s['ROSA']['qualified_actions_per_s'])} | {unc} | {slo('ROSA')} | {slo(best_sh)} | {s['ROSA'].get('servers', '-')} "
             f"| {_fmt(r['rosa_vs_dedicated'])} | {_fmt(r['rosa_vs_shared'])} | {s['ROSA'].get('solver_s', 0):.2f} |")
     for g, pk in result["peaks"].items():
         lines += ["", f"Peaks over fleet sizes on {g} GPUs (simulated): ROSA peak / best dedicated peak, "
                   "ROSA peak / best shared peak", "", "| workload | ROSA | dedicated | shared | x dedicated | x shared |",
                   "|---|---|---|---|---|---|"]
-        lines += [f"| {w} | {_fmt(p['rosa_peak'])} | {p['dedicated_peak']:.1f} | {p['shared_peak']:.1f} "
+        lines += [f"| {w} | {_q1(p['rosa_peak'])} | {p['dedicated_peak']:.1f} | {p['shared_peak']:.1f} "
                   f"| {_fmt(p['vs_dedicated'])} | {_fmt(p['vs_shared'])} |" for w, p in pk.items()]
     lines += ["", "Paper (ROSA §4.2, 8x H200, measured there): " +
               "; ".join(f"{w} {k} robots: " + ", ".join(f"{n} {v}" for n, v in d.items()) for (w, k), d in PAPER.items()),

@@ -21,7 +21,8 @@ VLMs (System 2 and monitor: Qwen2.5-VL-7B; safety: Qwen2.5-VL-3B, ROSA §4.1), c
   one request alone: prefill + output_tokens * decode(1)
 Assumptions (stated, not from the papers): 50 % of dense bf16 peak in prefill and 70 % of HBM
 bandwidth in decode (vLLM-class engines), one 448x448 image (1024 ViT patches, 256 LLM tokens
-after the 2x2 merge), the prompt / output token counts in VLMS, max_num_seqs 256 (vLLM default).
+after the 2x2 merge), the prompt / output token counts in VLMS, max_num_seqs 256 (vLLM default),
+2048 prefill tokens per iteration (chunked prefill; whole prompts, so 5-7 admissions per step).
 Model sizes from the Qwen2.5-VL configs (7B: 28 layers, 4 KV heads x 128; 3B: 36 layers, 2 KV
 heads x 128). The profile key is model:role because the same weights answer with different
 output lengths (the System 2 plan vs the monitor's one-word verdict).
@@ -60,6 +61,11 @@ PREFILL_EFFICIENCY = 0.5  # assumption: fraction of dense bf16 peak reached in p
 DECODE_EFFICIENCY = 0.7  # assumption: fraction of HBM bandwidth (and peak) reached in decode
 IMAGE_TOKENS, IMAGE_PATCHES = 256, 1024
 MAX_NUM_SEQS = 256
+# Chunked prefill (vLLM's default scheduling): an iteration carries at most this many prefill
+# tokens, so admissions per iteration are bounded and one burst of arrivals cannot stall every
+# running decode for the burst's whole prefill (which, unbounded, locks closed-loop robots into
+# convoys). Whole prompts are admitted, at most budget // prompt tokens per iteration.
+PREFILL_TOKEN_BUDGET = 2048
 # ROSA's ten rates, 10 % .. 100 %, with the top one just below saturation: at exactly the maximum
 # throughput an open queue grows without bound and its p99 is the simulated window's length.
 RATE_FRACTIONS = (0.1, 0.2, 0.3, 0.4, 0.5, 0.6, 0.7, 0.8, 0.9, 0.97)
@@ -118,6 +124,7 @@ class ContinuousBatchService:
     output_tokens: int
     weights_gb: float
     max_num_seqs: int = MAX_NUM_SEQS
+    prefills_per_iteration: int = 1 << 30  # chunked prefill: admissions per iteration
 
     def step_s(self, batch: int) -> float:
         return max(self.weight_read_s + batch * self.kv_read_s, batch * self.compute_s)
@@ -129,7 +136,9 @@ class ContinuousBatchService:
         """Saturation rate at max_num_seqs concurrent requests: lambda * (out * step(B) / B +
         prefill) = 1."""
         b = self.max_num_seqs
-        return 1.0 / (self.output_tokens * self.step_s(b) / b + self.prefill_s)
+        rate = 1.0 / (self.output_tokens * self.step_s(b) / b + self.prefill_s)
+        # admissions are capped per iteration: at most prefills_per_iteration per step
+        return min(rate, self.prefills_per_iteration / (self.step_s(b) + self.prefills_per_iteration * self.prefill_s))
 
 
 def system1_service(hardware: str) -> StaticBatchService:
@@ -150,7 +159,8 @@ def vlm_service(name: str, hardware: str) -> ContinuousBatchService:
     bw = DECODE_EFFICIENCY * gpu.bandwidth
     return ContinuousBatchService(name, hardware, prefill, 2 * spec.llm_params / bw,
                                   context * spec.kv_bytes_per_token / bw,
-                                  2 * spec.llm_params / (DECODE_EFFICIENCY * flops), out, spec.weights_gb)
+                                  2 * spec.llm_params / (DECODE_EFFICIENCY * flops), out, spec.weights_gb,
+                                  prefills_per_iteration=max(1, PREFILL_TOKEN_BUDGET // (IMAGE_TOKENS + prompt)))
 
 
 def services(hardware: str) -> dict:
@@ -201,6 +211,7 @@ def write_json(hardware: str, path: Path, n_requests: int = 2000, seed: int = 0)
            "source": "roofline model, not measured",
            "assumptions": {"prefill_efficiency": PREFILL_EFFICIENCY, "decode_efficiency": DECODE_EFFICIENCY,
                            "image_tokens": IMAGE_TOKENS, "max_num_seqs": MAX_NUM_SEQS,
+                           "prefill_token_budget": PREFILL_TOKEN_BUDGET,
                            "vlm_tokens": {k: {"prompt": v[1], "output": v[2]} for k, v in VLMS.items()},
                            "system1_calibration_c_ms_k": list(vla_profiles.calibration())},
            "seed": seed, "requests_per_point": n_requests,

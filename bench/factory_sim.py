@@ -5,7 +5,7 @@ solver's schedule and the paper's baselines (bench/factory_baselines.py) are jud
 clock.
 
 Robots (closed loop, ROSA §3.4.1's synchronous execution, Figure 4). Each served robot, from a
-seeded random phase in [0, t_act):
+seeded random phase over its nominal cycle (1 / f_c when capped, else t_act):
   1. every H-th action (k % H == 0, H = system2_ratio) it sends a System 2 request and waits for
      the plan (blocking, eq. 4's l_S2 / H amortization);
   2. it sends a System 1 request, not before 1 / f_c after its previous System 1 send when the
@@ -19,7 +19,7 @@ Servers, from the schedule's assignments grouped by server id (standbys are not 
   - System 1 alone: static batching - when idle it takes up to `batch` waiting requests (FIFO) and
     serves them together in s(k) for the k it took (no waiting for the batch to fill);
   - one VLM alone: continuous batching - an iteration admits waiting requests up to the engine's
-    max_num_seqs, costs decode_step(B running) + prefill of the newly admitted, and gives every
+    max_num_seqs and its prefill budget (prefills_per_iteration), costs decode_step(B running) + prefill of the newly admitted, and gives every
     running request one token; a request completes after its output_tokens iterations, so its
     latency grows with the concurrency it shares the GPU with;
   - (several assignments of the same model on one server count as one server of that model)
@@ -70,6 +70,11 @@ class SimConfig:
     seed: int = 0
     cap_rates: bool = True  # False: ignore the schedule's System 1 rates (uncapped ablation)
     record: bool = False  # keep the per-request trace (tests)
+    # physical execution time varies: t_act * U(1 - j, 1 + j). Without it, robots served in one
+    # batch (or admitted in one VLM iteration) finish together and stay in lockstep, a convoy no
+    # real cell keeps (mean t_act unchanged).
+    t_act_jitter: float = 0.1
+    synchronized_start: bool = False  # True: every robot starts within one t_act and plans first (worst case)
 
 
 @dataclass(frozen=True)
@@ -206,7 +211,7 @@ class ContinuousServer:
     def _start(self, now: float) -> None:
         svc = self.service
         admitted = 0
-        while self.waiting and len(self.running) < svc.max_num_seqs:
+        while self.waiting and len(self.running) < svc.max_num_seqs and admitted < svc.prefills_per_iteration:
             # prefill yields the first token in this iteration, so it finishes out_tokens - 1 later
             heapq.heappush(self.running, (self.iteration + svc.output_tokens - 1, self.waiting.popleft()))
             admitted += 1
@@ -312,9 +317,16 @@ class FactorySim:
         s2 = routes.get((robot_id, "system2")) if cls.component("system2") else None
         robot = _Robot(index, ci, cls.action_period_s, max(1, cls.system2_ratio), self.servers[s1.server],
                        self.servers[s2.server] if s2 else None, 1.0 / s1.rate_hz if capped else 0.0)
+        # and at a seeded point of its System 2 cycle (else every robot would plan at once, forever)
+        robot.k = 0 if self.config.synchronized_start else int(self.rng.integers(robot.horizon_h))
         self.robots.append(robot)
         self.robot_ids.append(robot_id)
-        self.clock.at(float(self.rng.uniform(0, cls.action_period_s)), self._step, robot)
+        # robots are not synchronized: each starts at a seeded phase over its own nominal cycle
+        # (1 / f_c when capped, t_act otherwise). Phases all within t_act would make capped robots
+        # send in one burst per 1 / f_c forever (see SimConfig.synchronized_start).
+        cycle = cls.action_period_s if (self.config.synchronized_start or not capped) else max(robot.s1_period,
+                                                                                               cls.action_period_s)
+        self.clock.at(float(self.rng.uniform(0, cycle)), self._step, robot)
         for spec in cls.components:
             if spec.component in ("system1", "system2"):
                 continue
@@ -344,6 +356,8 @@ class FactorySim:
         self._send_s1(now, robot)
 
     def _send_s1(self, now: float, robot: _Robot) -> None:
+        if now >= self.config.duration_s:
+            return  # a capped send deferred past the end of the run
         t = robot.last_s1_send + robot.s1_period
         if t > now:  # the schedule's rate cap: not before 1 / f after the previous send
             self.clock.at(t, self._send_s1, robot)
@@ -356,7 +370,9 @@ class FactorySim:
     def _s1_done(self, now: float, rid: int, robot: _Robot) -> None:
         robot.actions.append((rid, robot.waited_s2))
         robot.k += 1
-        self.clock.at(now + robot.t_act, self._step, robot)
+        jitter = self.config.t_act_jitter
+        t_act = robot.t_act * (1.0 + float(self.rng.uniform(-jitter, jitter))) if jitter else robot.t_act
+        self.clock.at(now + t_act, self._step, robot)
 
     def _periodic(self, now: float, arg) -> None:
         robot, comp, server, period = arg

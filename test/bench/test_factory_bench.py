@@ -191,3 +191,15 @@ def test_closed_loop_rate_follows_eq_4():
     s2 = SERVICES["qwen2.5-vl-7b:plan"].isolated_s()
     assert res.raw_actions_per_s == pytest.approx(1 / (0.2 + S1.service_s(1) + s2 / 10), rel=0.03)
     assert res.components["system2"].sent == pytest.approx(res.components["system1"].sent / 10, abs=2)
+
+
+def test_continuous_server_admits_a_burst_in_prefill_budget_chunks():
+    svc = SERVICES["qwen2.5-vl-7b:plan"]
+    per = svc.prefills_per_iteration
+    assert 1 < per < 20
+    lat = sim.run_arrivals(svc, 1, np.zeros(1 + 4 * per))
+    # the first arrival starts an iteration alone; the rest are admitted `per` per iteration in
+    # arrival order: each group finishes together, later groups later
+    groups = [lat[:1]] + [lat[i:i + per] for i in range(1, 1 + 4 * per, per)]
+    assert all(np.ptp(g) == 0 for g in groups)
+    assert all(b[0] > a[0] for a, b in zip(groups, groups[1:]))
