@@ -59,3 +59,36 @@ def compact(table: LatencyTable, servers: list[PlannedServer], budget: int | Non
         if not merged:
             break
     return servers
+
+
+def drain(table: LatencyTable, servers: list[PlannedServer], budget: int | None = None) -> list[PlannedServer]:
+    """Stream-level compaction: empty the lowest-load server by moving its streams one by one to
+    the servers with the most headroom (each move SLO-checked); repeat while a server can be freed.
+
+    Whole-server merges cannot reach the minimum footprint when every server is more than half
+    full (two classes at 16 Hz on 20 Hz servers never merge, though their streams spread over the
+    others would); obligations.py uses this to get the aggregate-rate footprint of eq. (2).
+    """
+    servers = list(servers)
+    while budget is None or len(servers) > budget:
+        freed = False
+        for d in sorted(range(len(servers)), key=lambda i: servers[i].load_hz):
+            others = [s for i, s in enumerate(servers) if i != d]
+            for st in sorted(servers[d].streams, key=lambda s: -s.rate_hz):
+                targets = sorted((i for i, s in enumerate(others)
+                                  if (s.component, s.model) == (servers[d].component, servers[d].model)),
+                                 key=lambda i: -headroom(table, others[i]))
+                for i in targets:
+                    best = table.best_batch(others[i].model, others[i].streams + (st,))
+                    if best is not None:
+                        others[i] = PlannedServer(others[i].component, others[i].model, best[0],
+                                                  others[i].streams + (st,))
+                        break
+                else:
+                    break  # this stream fits nowhere: the donor stays
+            else:
+                servers, freed = others, True
+                break
+        if not freed:
+            break
+    return servers

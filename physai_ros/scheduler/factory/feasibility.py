@@ -1,7 +1,10 @@
 """Is a class-rate vector f feasible? ROSA §3.4.2 Steps 2.1-2.3 and §3.4.3's ILP-heuristic check.
 
 For each task class c at rate f_c, every goal-coupled component becomes a Pair (System 1 at f_c
-per robot, System 2 at f_c / H) packed in isolation by the ILP (packing.py). If the packings use
+per robot, System 2 at f_c / H) packed in isolation by the ILP (packing.py). For a homogeneous
+fleet this is eq. (3) exactly: its constraints couple the models only through the shared server
+count, so the joint ILP is feasible iff the per-model minimum-server ILPs sum to <= |S_goal|
+(their latency tie-break is then applied to the spare servers, below). If the packings use
 more servers than the goal budget, compaction (compaction.py) tries cross-class sharing. Servers
 the packing leaves spare are not idle capacity to throw away: they are added one at a time where
 they shorten the slowest class's loop most (the latency tie-break of Step 2.2, done greedily).

@@ -9,7 +9,7 @@ and model across classes (§3.4.3: the primitive applies to every component).
 """
 from __future__ import annotations
 
-from physai_ros.scheduler.factory.compaction import compact
+from physai_ros.scheduler.factory.compaction import compact, drain
 from physai_ros.scheduler.factory.configs import LatencyTable, Pair, quantile_column
 from physai_ros.scheduler.factory.packing import PlannedServer, pack_pair
 from physai_ros.scheduler.factory.types import OBLIGATION, FactoryProblem
@@ -49,7 +49,8 @@ def provision_obligations(problem: FactoryProblem, table: LatencyTable) -> tuple
         if isinstance(packed, str):
             return [], f"obligations do not fit: {packed}"
         servers.extend(packed)
-    servers = compact(table, servers)
+    # Whole-server merges first (§3.4.3), then stream moves to reach the eq. (2) footprint.
+    servers = drain(table, compact(table, servers))
     budget = problem.servers.num_servers
     if len(servers) > budget:
         rates = aggregate_rates(problem)

@@ -3,6 +3,7 @@ from __future__ import annotations
 
 import json
 import math
+from dataclasses import replace
 
 import pytest
 
@@ -12,6 +13,7 @@ from physai_ros.scheduler.factory import (
 )
 from physai_ros.scheduler.factory.compaction import compact
 from physai_ros.scheduler.factory.configs import LatencyTable, Stream
+from physai_ros.scheduler.factory.obligations import aggregate_rates, provision_obligations
 from physai_ros.scheduler.factory.packing import PlannedServer
 
 HW = "gpu"
@@ -198,3 +200,20 @@ def test_hot_standby_mirrors_busiest_goal_server_and_round_trips():
                               "routes": tuple(Route(**r) for r in d["routes"])})
     assert back == sched
     assert not math.isnan(sched.solver_time_s)
+
+
+def test_obligations_across_classes_reach_the_aggregate_footprint():
+    # Three classes x 64 robots x 0.5 Hz = 96 Hz of monitor load (eq. 2) on 20 Hz servers: 5 servers.
+    # Isolated packing gives each class 2 servers at 16 Hz; no two merge whole (32 > 20), so only
+    # stream-level compaction gets from 6 to 5.
+    mon = ComponentSpec("monitor", "mon", 2.0, freq_hz=0.5)
+    classes = tuple(TaskClass(n, robots(n, 64), (mon,), action_period_s=0.2) for n in "ABC")
+    problem = FactoryProblem(classes, ServerPool(8, HW))
+    assert aggregate_rates(problem) == {"monitor": pytest.approx(96.0)}
+    servers, why = provision_obligations(problem, LatencyTable(PROFILES, HW))
+    assert why is None
+    assert len(servers) == 5
+    assert sorted(st.robot_id for s in servers for st in s.streams) == sorted(r for c in classes for r in c.robot_ids)
+    assert all(s.load_hz <= 20.0 + 1e-9 for s in servers)
+    servers, why = provision_obligations(replace(problem, servers=ServerPool(4, HW)), LatencyTable(PROFILES, HW))
+    assert servers == [] and "monitor needs 5 servers" in why
