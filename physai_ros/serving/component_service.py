@@ -14,7 +14,8 @@ backends (physai_ros.pipeline.backend), without ROS (nodes/policy_server_pipelin
 - A bounded queue per backend (full: `busy`); per robot and component at most one query waits:
   a newer one replaces the queued older one, which is answered `superseded` (the robot's pipeline
   keeps one query per component in flight, so an older one is one it gave up).
-- One worker thread takes a batch (up to max_batch, oldest first) per backend in turn and calls
+- One worker thread takes a batch (up to max_batch, in serving.component_order's order: Kairos
+  multi-agent priority, or arrival) per backend in turn and calls
   backend.answer(batch); a backend that raises costs that batch an error answer each, never the
   thread. Every query gets exactly one answer through `on_answers(list)` (refusals included,
   from the caller's thread; answers from the worker thread).
@@ -26,21 +27,18 @@ import time
 import unicodedata
 from collections import Counter, OrderedDict, deque
 from dataclasses import dataclass, field
-from typing import Any, Callable, Mapping, Optional, Sequence
+from typing import Any, Callable, Mapping, Optional
 
 import numpy as np
 
-from physai_ros.config_fields import FleetConfigError
 from physai_ros.pipeline.backend import VLM_COMPONENTS, ComponentAnswer
-from physai_ros.pipeline.config import VLA_MODEL, HfModel
 from physai_ros.protocol.component import (BACKEND_ERROR, BAD_IMAGES, BAD_QUESTION, BAD_STATE, BUSY, CLOSED,
                                            MAX_TOKENS, SUPERSEDED, UNKNOWN_COMPONENT, UNKNOWN_ROBOT, WRONG_TASK,
                                            ComponentAnswerData, ComponentRequest, refusal)
 
-from .config import FleetConfig, fleet_dir, resolve_package_path
-
-VLA_KEY = VLA_MODEL  # the backend key of `model: vla`
-
+from .component_backends import _key_paths, load_backends, plan_routes
+from .component_order import ComponentOrder
+from .config import FleetConfig
 
 @dataclass(frozen=True)
 class ComponentServiceSettings:
@@ -49,6 +47,7 @@ class ComponentServiceSettings:
     max_question_chars: int = 1000
     max_answer_tokens: int = 256
     latency_window: int = 512  # answers per component kept for the percentiles
+    order: str = "kairos"  # which waiting questions go first: kairos | fifo (serving.component_order)
 
 
 @dataclass
@@ -65,83 +64,6 @@ class _ComponentStats:
     errors: Counter = field(default_factory=Counter)  # backend errors by first word
     refused: Counter = field(default_factory=Counter)  # reason -> count
     latency_ms: deque = field(default_factory=lambda: deque(maxlen=512))  # received -> answered
-
-
-# ---- backends from fleet.yaml -------------------------------------------------------------------
-
-def hf_key(path: str, device: str) -> str:
-    return f"hf:{path}@{device}"
-
-
-def plan_routes(fleet: FleetConfig) -> dict[tuple[str, str], str]:
-    """(task, component) -> backend key, for every VLM component of every task's pipeline. An hf
-    directory is resolved like other fleet.yaml paths (package://, relative to the file)."""
-    routes = {}
-    base = fleet_dir(fleet)
-    for name, task in fleet.tasks.items():
-        if task.pipeline is None:
-            continue
-        for comp in task.pipeline.vlm_components:
-            m = comp.model
-            if isinstance(m, HfModel):
-                routes[(name, comp.name)] = hf_key(str(resolve_package_path(m.path, base)), m.device)
-            else:
-                routes[(name, comp.name)] = VLA_KEY
-    return routes
-
-
-def _key_paths(fleet: FleetConfig, routes: Mapping[tuple[str, str], str], key: str) -> str:
-    return ", ".join(f"tasks.{t}.components.{c}.model" + (".hf" if k != VLA_KEY else "")
-                     for (t, c), k in sorted(routes.items()) if k == key)
-
-
-def check_component_models(fleet: FleetConfig) -> None:
-    """Start-up check without loading anything: every hf directory exists (FleetConfigError
-    naming the key path and the resolved directory otherwise)."""
-    base = fleet_dir(fleet)
-    for name, task in fleet.tasks.items():
-        for comp in (task.pipeline.vlm_components if task.pipeline is not None else ()):
-            if isinstance(comp.model, HfModel):
-                path = resolve_package_path(comp.model.path, base)
-                if not path.is_dir():
-                    raise FleetConfigError(f"tasks.{name}.components.{comp.name}.model.hf: {comp.model.path!r} -> "
-                                           f"{path}: no such directory (a Hugging Face vision-language model "
-                                           "directory, docs/pipelines.md)")
-
-
-def load_backends(fleet: FleetConfig, core: Any, keys: Sequence[str] | None = None) -> dict[str, Any]:
-    """One backend per key of plan_routes(fleet) (or of `keys`): errors name the key paths."""
-    routes = plan_routes(fleet)
-    check_component_models(fleet)
-    out: dict[str, Any] = {}
-    for key in sorted(set(routes.values()) if keys is None else set(keys)):
-        where = _key_paths(fleet, routes, key)
-        try:
-            if key == VLA_KEY:
-                from physai_ros.pipeline.vla_backend import VLABackboneBackend
-
-                # A factory plan (serving.factory_runtime) names the instance hosting the
-                # components; System 1's prefix is shared only when that is a System 1 instance.
-                planned = _planned_component_instance(core)
-                shared = planned is None or planned in core.factory.action_instances(lambda iid: True)
-                out[key] = VLABackboneBackend.from_core(core, instance_id=planned, attach=shared)
-            else:
-                from physai_ros.pipeline.hf_vlm import HFVisionLanguageBackend
-
-                path, _, device = key[len("hf:"):].rpartition("@")
-                out[key] = HFVisionLanguageBackend(path, device, name=f"hf:{path}")
-        except Exception as e:
-            for b in out.values():
-                b.close()
-            raise FleetConfigError(f"{where}: cannot serve this component: {e}") from e
-    return out
-
-
-def _planned_component_instance(core: Any) -> str | None:
-    factory = getattr(core, "factory", None)
-    if factory is None:
-        return None
-    return next((iid for c in VLM_COMPONENTS if (iid := factory.component_instance(c)) is not None), None)
 
 
 def _percentile(values, q: float) -> float:
@@ -177,6 +99,7 @@ class ComponentService:
         self._cv = threading.Condition(self._lock)
         self._stop = False
         self._turn = 0
+        self.order = ComponentOrder(settings.order)
         self._thread: Optional[threading.Thread] = None
         if start:
             self.start()
@@ -314,9 +237,10 @@ class ComponentService:
         self._turn += 1
         queue = self._queues[key]
         batch = []
-        for slot in list(queue):
+        for w in self.order.ordered(list(queue.values())):
             if len(batch) >= self.settings.max_batch:
                 break
+            slot = (w.req.robot_id, w.req.component)
             if slot in self._running:  # its older query is in a batch now: this one waits for the next
                 continue
             batch.append(queue.pop(slot))
@@ -354,6 +278,9 @@ class ComponentService:
                 out.append(self._answer_locked(w, a, backend, started, done))
             self._cv.notify_all()
         self._deliver(out)
+        due = [self.order.on_answered(w.req.task_id, w.req.component, done - w.received) for w in batch]
+        if any(due):
+            self.order.refresh()  # Kairos agent priorities, outside the service's lock
         return out
 
     def _answer_locked(self, w: _Waiting, a: Any, backend: Any, started: float, done: float) -> ComponentAnswerData:
@@ -404,7 +331,8 @@ class ComponentService:
                 d[f"{comp}.errors"] = sum(s.errors.values())
                 d[f"{comp}.latency_ms_p50"] = round(_percentile(lat, 50), 2)
                 d[f"{comp}.latency_ms_p99"] = round(_percentile(lat, 99), 2)
-            return d
+        d.update(self.order.diagnostics())
+        return d
 
     def close(self, timeout_s: float = 5.0) -> bool:
         """Stop the worker (within timeout_s: a batch in progress is waited for that long),

@@ -16,7 +16,7 @@ from physai_ros.config_fields import FleetConfigError
 from physai_ros.engine.checkpoint_format import CheckpointError, detect_format
 from physai_ros.errors import UserInputError
 
-from .component_service import check_component_models
+from .component_backends import check_component_models
 from .config import FleetConfig, fleet_dir, resolve_package_path, tokenizer_path
 from .normalizer import Normalizer
 

@@ -2,6 +2,7 @@
 validation refusals with reasons and counts, supersede, busy, batching, a bad query or a failing
 backend costing nobody else, shutdown; a scripted backend, then the tiny preset's own VLA
 backbone through the real serving core."""
+import dataclasses
 import threading
 import time
 
@@ -11,8 +12,8 @@ from physai_ros.config_fields import FleetConfigError
 from physai_ros.pipeline.scripted import Scripted, ScriptedBackend
 from physai_ros.protocol.component import ComponentRequest
 from physai_ros.serving.client_core import RobotClientCore
-from physai_ros.serving.component_service import (ComponentService, ComponentServiceSettings, check_component_models,
-                                                  load_backends, plan_routes)
+from physai_ros.serving.component_backends import check_component_models, load_backends, plan_routes
+from physai_ros.serving.component_service import ComponentService, ComponentServiceSettings
 from physai_ros.serving.config import parse_fleet
 from physai_ros.serving.factory import build_core
 from physai_ros.serving.preflight import ServerFilesError, check_server_files
@@ -322,3 +323,49 @@ def test_hf_components_load_once_per_directory_and_device_and_answer(tmp_path):
         assert svc.batches[key] == 1  # both robots' safety questions in one generate()
     finally:
         assert svc.close(10.0)
+
+
+class Ordered(ScriptedBackend):
+    name = "ordered"
+
+    def __init__(self):
+        super().__init__()
+        self.batches = []
+
+    def answer(self, queries):
+        self.batches.append([(q.robot_id, q.component) for q in queries])
+        return super().answer(queries)
+
+
+@pytest.mark.parametrize("order", ["kairos", "fifo"])
+def test_kairos_order_serves_the_agent_with_the_shortest_remaining_latency_first(served, order):
+    """Kairos §5.1/§5.2 on the component queue: with the safety checker's answers short and the
+    planner's long in the service's history, waiting safety questions go before planner ones, and
+    within an agent the earlier application start (the query's stamp) goes first. FIFO keeps
+    arrival order."""
+    backend = Ordered()
+    for r in ("r0", "r1"):
+        for c in ("safety", "monitor", "system2"):
+            backend.default(r, c, "ok")
+    svc, got = _service(served, backend, max_batch=2, order=order)
+    for k in range(40):  # answered history: safety ~50 ms, monitor ~0.3 s, planner ~1.2 s
+        svc.order.on_answered("inspect", "safety", 0.05 + 0.001 * (k % 5))
+        svc.order.on_answered("inspect", "monitor", 0.3 + 0.01 * (k % 5))
+        svc.order.on_answered("inspect", "system2", 1.2 + 0.05 * (k % 5))
+    prio = svc.order.refresh()
+    assert prio.order == ("inspect/safety", "inspect/monitor", "inspect/system2")
+    arrivals = [("r0", "system2", 5.0), ("r1", "system2", 4.0), ("r0", "monitor", 3.0), ("r1", "safety", 2.0),
+                ("r0", "safety", 1.0)]
+    for n, (r, c, stamp) in enumerate(arrivals, 1):
+        req = dataclasses.replace(request(r, c, n, views=2 if r == "r1" else 1), stamp=stamp)
+        assert svc.submit(req) is None
+    svc.start()
+    got.wait(5)
+    served_order = [x for b in backend.batches for x in b]
+    if order == "kairos":
+        assert served_order == [("r0", "safety"), ("r1", "safety"), ("r0", "monitor"), ("r1", "system2"),
+                                ("r0", "system2")]
+    else:
+        assert served_order == [(r, c) for r, c, _ in arrivals]
+    assert svc.diagnostics()["order"] == order
+    svc.close(5.0)

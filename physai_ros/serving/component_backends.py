@@ -1,0 +1,91 @@
+"""The component backends fleet.yaml's pipelines name (serving.component_service serves them):
+which backend answers each (task, component), the start-up check of Hugging Face directories,
+and loading them (`model: vla` on the engine instance a factory plan gives the components)."""
+from __future__ import annotations
+
+from typing import Any, Mapping, Sequence
+
+from physai_ros.config_fields import FleetConfigError
+from physai_ros.pipeline.backend import VLM_COMPONENTS
+from physai_ros.pipeline.config import VLA_MODEL, HfModel
+
+from .config import FleetConfig, fleet_dir, resolve_package_path
+
+VLA_KEY = VLA_MODEL  # the backend key of `model: vla`
+
+
+def hf_key(path: str, device: str) -> str:
+    return f"hf:{path}@{device}"
+
+
+def plan_routes(fleet: FleetConfig) -> dict[tuple[str, str], str]:
+    """(task, component) -> backend key, for every VLM component of every task's pipeline. An hf
+    directory is resolved like other fleet.yaml paths (package://, relative to the file)."""
+    routes = {}
+    base = fleet_dir(fleet)
+    for name, task in fleet.tasks.items():
+        if task.pipeline is None:
+            continue
+        for comp in task.pipeline.vlm_components:
+            m = comp.model
+            if isinstance(m, HfModel):
+                routes[(name, comp.name)] = hf_key(str(resolve_package_path(m.path, base)), m.device)
+            else:
+                routes[(name, comp.name)] = VLA_KEY
+    return routes
+
+
+def _key_paths(fleet: FleetConfig, routes: Mapping[tuple[str, str], str], key: str) -> str:
+    return ", ".join(f"tasks.{t}.components.{c}.model" + (".hf" if k != VLA_KEY else "")
+                     for (t, c), k in sorted(routes.items()) if k == key)
+
+
+def check_component_models(fleet: FleetConfig) -> None:
+    """Start-up check without loading anything: every hf directory exists (FleetConfigError
+    naming the key path and the resolved directory otherwise)."""
+    base = fleet_dir(fleet)
+    for name, task in fleet.tasks.items():
+        for comp in (task.pipeline.vlm_components if task.pipeline is not None else ()):
+            if isinstance(comp.model, HfModel):
+                path = resolve_package_path(comp.model.path, base)
+                if not path.is_dir():
+                    raise FleetConfigError(f"tasks.{name}.components.{comp.name}.model.hf: {comp.model.path!r} -> "
+                                           f"{path}: no such directory (a Hugging Face vision-language model "
+                                           "directory, docs/pipelines.md)")
+
+
+def load_backends(fleet: FleetConfig, core: Any, keys: Sequence[str] | None = None) -> dict[str, Any]:
+    """One backend per key of plan_routes(fleet) (or of `keys`): errors name the key paths."""
+    routes = plan_routes(fleet)
+    check_component_models(fleet)
+    out: dict[str, Any] = {}
+    for key in sorted(set(routes.values()) if keys is None else set(keys)):
+        where = _key_paths(fleet, routes, key)
+        try:
+            if key == VLA_KEY:
+                from physai_ros.pipeline.vla_backend import VLABackboneBackend
+
+                # A factory plan (serving.factory_runtime) names the instance hosting the
+                # components; System 1's prefix is shared only when that is a System 1 instance.
+                planned = _planned_component_instance(core)
+                shared = planned is None or planned in core.factory.action_instances(lambda iid: True)
+                out[key] = VLABackboneBackend.from_core(core, instance_id=planned, attach=shared)
+            else:
+                from physai_ros.pipeline.hf_vlm import HFVisionLanguageBackend
+
+                path, _, device = key[len("hf:"):].rpartition("@")
+                out[key] = HFVisionLanguageBackend(path, device, name=f"hf:{path}")
+        except Exception as e:
+            for b in out.values():
+                b.close()
+            raise FleetConfigError(f"{where}: cannot serve this component: {e}") from e
+    return out
+
+
+def _planned_component_instance(core: Any) -> str | None:
+    factory = getattr(core, "factory", None)
+    if factory is None:
+        return None
+    return next((iid for c in VLM_COMPONENTS if (iid := factory.component_instance(c)) is not None), None)
+
+
