@@ -74,6 +74,10 @@ class SimConfig:
     # batch (or admitted in one VLM iteration) finish together and stay in lockstep, a convoy no
     # real cell keeps (mean t_act unchanged).
     t_act_jitter: float = 0.1
+    # "interval": the next System 1 send not before 1 / f_c after the previous one (a robot that
+    # waited on System 2 cannot catch up); "average": the n-th send not before start + n / f_c
+    # (the rate eq. 4 amortizes: time lost waiting on a plan is made up afterwards)
+    cap_mode: str = "interval"
     synchronized_start: bool = False  # True: every robot starts within one t_act and plans first (worst case)
 
 
@@ -286,6 +290,8 @@ class _Robot:
     s1_period: float  # 0: uncapped
     k: int = 0
     last_s1_send: float = -math.inf
+    first_s1_send: float = 0.0
+    sent_s1: int = 0
     waited_s2: int = -1
     actions: list = field(default_factory=list)  # (s1 rid, s2 rid or -1)
 
@@ -358,10 +364,16 @@ class FactorySim:
     def _send_s1(self, now: float, robot: _Robot) -> None:
         if now >= self.config.duration_s:
             return  # a capped send deferred past the end of the run
-        t = robot.last_s1_send + robot.s1_period
-        if t > now:  # the schedule's rate cap: not before 1 / f after the previous send
+        if self.config.cap_mode == "average":  # the n-th send not before start + n / f
+            t = robot.first_s1_send + robot.sent_s1 * robot.s1_period
+        else:  # the schedule's rate cap: not before 1 / f after the previous send
+            t = robot.last_s1_send + robot.s1_period
+        if t > now:
             self.clock.at(t, self._send_s1, robot)
             return
+        if robot.sent_s1 == 0:
+            robot.first_s1_send = now
+        robot.sent_s1 += 1
         robot.last_s1_send = now
         rid = self.clock.new_request(COMP_INDEX["system1"], robot.index, now,
                                      lambda t, r, robot=robot: self._s1_done(t, r, robot))

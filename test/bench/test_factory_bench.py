@@ -86,6 +86,12 @@ def test_rate_capped_robot_never_exceeds_its_rate():
         sends = np.sort(tr.send[(tr.robot == robot) & (tr.comp == sim.COMP_INDEX["system1"])])
         assert np.min(np.diff(sends)) >= 1 / f - 1e-9
     assert res.max_s1_rate_per_robot <= f + 1 / cfg.duration_s
+    # as an average rate: by any time t a robot has sent at most 1 + (t - first send) * f
+    avg = sim.simulate(prob, _capped_p1(prob, 4, f), SERVICES, sim.SimConfig(duration_s=20, warmup_s=2, record=True,
+                                                                          cap_mode="average"))
+    for robot in range(3):
+        sends = np.sort(avg.trace.send[(avg.trace.robot == robot) & (avg.trace.comp == sim.COMP_INDEX["system1"])])
+        assert np.all(np.arange(1, len(sends) + 1) <= 1 + (sends - sends[0]) * f + 1e-9)
     # the same schedule without the cap runs faster, so the check above can fail
     free = sim.simulate(prob, _capped_p1(prob, 4, f), SERVICES, sim.SimConfig(duration_s=20, warmup_s=2, cap_rates=False))
     assert free.max_s1_rate_per_robot > f * 1.5
