@@ -108,9 +108,13 @@ def admit(schedule: FactorySchedule, problem: FactoryProblem, profiles: Mapping[
     cls = next((c for c in problem.classes if c.name == task_class), None)
     if cls is None:
         return AdmissionDecision(False, schedule, f"unknown task class {task_class!r}")
-    if any(robot_id in c.robot_ids for c in problem.classes) or any(r.robot_id == robot_id for r in schedule.routes):
-        return AdmissionDecision(False, schedule, f"robot {robot_id!r} is already in the fleet")
-    bigger = _with_robot(problem, task_class, robot_id)
+    if any(r.robot_id == robot_id for r in schedule.routes):
+        return AdmissionDecision(False, schedule, f"robot {robot_id!r} is already routed")
+    other = next((c.name for c in problem.classes if robot_id in c.robot_ids and c.name != task_class), None)
+    if other is not None:
+        return AdmissionDecision(False, schedule, f"robot {robot_id!r} belongs to class {other!r}")
+    # A robot the problem already lists without routes (released earlier) is admitted back as is.
+    bigger = problem if robot_id in cls.robot_ids else _with_robot(problem, task_class, robot_id)
     cls = next(c for c in bigger.classes if c.name == task_class)
     proposed = solve(bigger, profiles, time_budget_s=time_budget_s) if resolve else None
     table = LatencyTable(profiles, problem.servers.hardware, problem.servers.memory_gb)
@@ -130,16 +134,17 @@ def admit(schedule: FactorySchedule, problem: FactoryProblem, profiles: Mapping[
 
     f_now = schedule.action_rate_hz.get(task_class, 0.0)
     f_floor = floor_rate(cls)
-    got = attempt(f_now) if f_now >= f_floor else "the class's rate is below its floor"
-    f = f_now
+    # A class without robots so far has no rate to keep: its first robot gets the best it can.
+    f_top = f_now if f_now > 0 else cls.f_max()
+    got = attempt(f_top) if f_top >= f_floor else "the class's rate is below its floor"
+    f = f_top
     if isinstance(got, str):
-        first_reason = got
-        low = attempt(f_floor) if f_floor <= f_now else first_reason
+        low = attempt(f_floor) if f_floor <= f_top else got
         if isinstance(low, str):
             why = (f"placement-preserving admission failed: {low}"
                    + (f" (even at F_min/K = {f_floor:.4g} Hz)" if cls.min_throughput > 0 else ""))
             return AdmissionDecision(False, schedule, why, proposed)
-        lo, hi, got = f_floor, f_now, low
+        lo, hi, got = f_floor, f_top, low
         while hi - lo > RATE_TOLERANCE * hi:  # the largest rate the fixed placement still carries
             mid = (lo + hi) / 2
             probe = attempt(mid)

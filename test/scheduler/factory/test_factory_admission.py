@@ -118,3 +118,27 @@ def test_release_removes_a_robots_routes():
     assert after.factory_throughput == pytest.approx(9 * sched.action_rate_hz["A"])
     with pytest.raises(ValueError):
         release(after, "r3")
+
+
+def test_released_robot_is_admitted_back():
+    p = problem(8, model="fast", t_act=0.2, monitor=True)
+    sched = solve(p, PROFILES)
+    gone = release(sched, "r2", p)
+    d = admit(gone, p, PROFILES, "A", "r2", resolve=False)
+    assert d.admitted, d.reason
+    assert d.schedule.route("r2", "system1") is not None and d.schedule.route("r2", "monitor") is not None
+    assert d.schedule.action_rate_hz["A"] == sched.action_rate_hz["A"]
+
+
+def test_first_robot_of_an_empty_class_shares_existing_servers():
+    s1 = ComponentSpec("system1", "fast", 0.2)
+    a = TaskClass("A", ("a0", "a1"), (s1,), action_period_s=0.2)
+    b = TaskClass("B", (), (s1,), action_period_s=0.1)
+    p = FactoryProblem((a, b), ServerPool(1, HW))
+    sched = solve(p, PROFILES)
+    assert sched.feasible and sched.action_rate_hz["B"] == 0.0
+    d = admit(sched, p, PROFILES, "B", "b0", resolve=False)
+    assert d.admitted, d.reason
+    # Eq. (4) for B alone: 1 / (0.1 + 0.05) Hz on the shared 1000 Hz server.
+    assert d.schedule.action_rate_hz["B"] == pytest.approx(1 / 0.15, rel=0.02)
+    assert d.schedule.route("b0", "system1").server == d.schedule.route("a0", "system1").server
