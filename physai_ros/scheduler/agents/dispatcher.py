@@ -11,8 +11,10 @@ m at the slot's end (or at its expected end, if earlier): the slot's maximum, si
 instance is a candidate only if no slot of the request's span would exceed its capacity; among
 candidates the one with the lowest expected peak over all its future slots wins; with none the
 request stays queued (dispatch returns None). A request that completes early has its remaining
-slot usage removed; an instance that reports an OOM/preemption gets no new request until every
-request assigned to it has completed ("drained"), then resumes.
+slot usage removed. An instance that reports an OOM/preemption gets no new request until it
+drains: by default until every request assigned to it has completed; with the engine's status
+(Kairos's Status Monitor tracks preempted requests per instance) the caller may lift the
+suspension earlier with `resume` once the instance has no preempted request left.
 
 Plain Python over dicts of slot index -> bytes: with ~tens of future slots and 2-4 instances one
 decision is tens of microseconds.
@@ -149,6 +151,12 @@ class TimeSlotDispatcher:
         if self._count[instance] > 0:
             self._suspended.add(instance)
 
+    def resume(self, instance: str) -> None:
+        """The instance's OOM backlog drained (status monitor: no preempted request left)."""
+        if instance not in self.instances:
+            raise KeyError(instance)
+        self._suspended.discard(instance)
+
     # ---- inspection ----------------------------------------------------------------------
     def suspended(self) -> Set[str]:
         return set(self._suspended)
@@ -190,6 +198,9 @@ class RoundRobinDispatcher:
 
     def report_oom(self, instance: str, now_s: float) -> None:
         """Round-robin does not react to memory."""
+
+    def resume(self, instance: str) -> None:
+        """Nothing to resume."""
 
     def suspended(self) -> Set[str]:
         return set()

@@ -72,3 +72,12 @@ def test_round_robin_ignores_memory_and_respects_eligibility():
     assert got == ["a", "b", "c", "a"]
     assert rr.dispatch(9, _d(1, 0, 1), 0.0, eligible={"c"}).instance == "c"
     assert rr.dispatch(10, _d(1, 0, 1), 0.0, eligible=set()) is None
+
+
+def test_resume_lifts_the_suspension_before_the_instance_drains():
+    disp = TimeSlotDispatcher([InstanceSpec("a", 1000.0)])
+    disp.dispatch(1, _d(10.0, 0.0, 5.0), 0.0)
+    disp.report_oom("a", 1.0)
+    assert disp.dispatch(2, _d(1.0, 0.0, 0.1), 1.0) is None         # suspended, request 1 still runs
+    disp.resume("a")                                                 # preempted backlog re-admitted
+    assert disp.dispatch(2, _d(1.0, 0.0, 0.1), 1.0).instance == "a"
