@@ -14,6 +14,7 @@ from __future__ import annotations
 import argparse
 import dataclasses
 import json
+import os
 import sys
 from pathlib import Path
 
@@ -114,18 +115,18 @@ def render(problem: FactoryProblem, profiles: dict, schedule: FactorySchedule, s
         lines.append(f"  {c.name:<24} {c.num_robots:>7} {c.action_period_s * 1e3:>9.0f} {c.system2_ratio:>3} "
                      f"{c.value_weight:>7.2f} {c.min_throughput:>8.1f} {f:>10.3f} {f * c.num_robots:>10.2f}")
     slo = {(c.component, c.model): c.slo_s for cls in problem.classes for c in cls.components}
-    lines += ["", "servers:", "  #   component  model              batch  robots  load/s   mean ms  p99 ms  SLO ms"]
+    lines += ["", "servers:", "  #   component  model                  batch  robots  load/s   mean ms  p99 ms  SLO ms"]
     for a in sorted(schedule.assignments, key=lambda a: a.server):
         if a.standby_for is not None:
             continue
         d = slo.get((a.component, a.model))
-        lines.append(f"  {a.server:<3} {a.component:<10} {a.model:<18} {a.batch:>5} {len(a.robot_ids):>7} "
+        lines.append(f"  {a.server:<3} {a.component:<10} {a.model:<22} {a.batch:>5} {len(a.robot_ids):>7} "
                      f"{a.load_hz:>7.2f} {a.predicted_mean_s * 1e3:>8.1f} {a.predicted_p99_s * 1e3:>7.1f} "
                      f"{d * 1e3 if d else float('nan'):>7.0f}")
     standbys = [a for a in schedule.assignments if a.standby_for is not None]
     if standbys:
         lines += ["", "hot standbys (loaded, off the routes):"]
-        lines += [f"  {a.server:<3} {a.component:<10} {a.model:<18} batch {a.batch}, takes over server {a.standby_for}"
+        lines += [f"  {a.server:<3} {a.component:<10} {a.model:<22} batch {a.batch}, takes over server {a.standby_for}"
                   for a in standbys]
     lines += ["", "routing (robots per server):"]
     for a in sorted(schedule.assignments, key=lambda a: a.server):
@@ -148,12 +149,16 @@ def main(argv: list[str]) -> int:
     from physai_ros.scheduler.factory.solver import solve
 
     schedule = solve(problem, profiles, time_budget_s=args.time_budget)
-    if args.json == "-":
-        print(json.dumps(schedule.to_dict(), indent=1))
-    else:
-        print(render(problem, profiles, schedule, source))
-        if args.json:
-            Path(args.json).write_text(json.dumps(schedule.to_dict(), indent=1))
-            print(f"schedule written to {args.json}")
+    try:
+        if args.json == "-":
+            print(json.dumps(schedule.to_dict(), indent=1))
+        else:
+            print(render(problem, profiles, schedule, source))
+            if args.json:
+                Path(args.json).write_text(json.dumps(schedule.to_dict(), indent=1))
+                print(f"schedule written to {args.json}")
+        sys.stdout.flush()
+    except BrokenPipeError:  # `physai-fleet plan | head`: the reader has what it wanted
+        os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
     return 0 if schedule.feasible else 1
 
