@@ -7,7 +7,8 @@ Mix2 / Mix4) at 16-256 robots.
 Sources of every number:
   - workloads, SLOs, rates, baselines: the paper (Table 1, Table 2, §4.1);
   - GPU service times and profiles L(b, lambda): roofline model (bench/factory_profiles.py), not
-    measured on a GPU;
+    measured on a GPU; --s1 paper-fit scales System 1 to the ~46 ms batch-1 time ROSA's own
+    numbers imply for GR00T on the H200 (bench/factory_profiles.PAPER_FIT_S1_B1_S);
   - throughputs, SLO attainment, p99: simulated (bench/factory_sim.py) on those service times;
   - solver time: measured wall time of solve() on this machine's CPU;
   - the paper's own figures (PAPER below) are printed for comparison, labelled "paper".
@@ -81,10 +82,10 @@ def rosa_schedule(prob: FactoryProblem, profiles, time_budget_s: float):
 
 
 def run_cell(workload: str, robots: int, gpus: int, hardware: str, sim_cfg, time_budget_s: float,
-             profile_requests: int = 2000) -> dict:
+             profile_requests: int = 2000, s1_mode: str = "roofline") -> dict:
     prob = problem(workload, robots, gpus, hardware)
-    services = factory_profiles.services(hardware)
-    profiles = factory_profiles.profiles(hardware, profile_requests)
+    services = factory_profiles.services(hardware, s1_mode)
+    profiles = factory_profiles.profiles(hardware, profile_requests, 0, s1_mode)
     weights = {name: svc.weights_gb for name, svc in services.items()}
     schedules = factory_baselines.all_baselines(prob, weights)
     sched, solve_s, reason = rosa_schedule(prob, profiles, time_budget_s)
@@ -116,6 +117,22 @@ def run_cell(workload: str, robots: int, gpus: int, hardware: str, sim_cfg, time
     row["rosa_vs_dedicated"] = _ratio(q["ROSA"], row["best_dedicated"])
     row["rosa_vs_shared"] = _ratio(q["ROSA"], row["best_shared"])
     return row
+
+
+def solver_scaling(fleets: list[int], hardware: str, profile_requests: int, s1_mode: str,
+                   time_budget_s: float) -> list[dict]:
+    """Solver wall time as the fleet grows (no simulation): P4 and Mix4, one GPU per 8 robots."""
+    profiles = factory_profiles.profiles(hardware, profile_requests, 0, s1_mode)
+    out = []
+    for w in ("P4", "Mix4"):
+        for k in fleets:
+            sched, solve_s, reason = rosa_schedule(problem(w, k, max(8, k // 8), hardware), profiles, time_budget_s)
+            if sched is None:
+                return []
+            out.append({"workload": w, "robots": k, "gpus": max(8, k // 8), "solver_s": round(solve_s, 3),
+                        "feasible": sched.feasible, "predicted_actions_per_s": round(sched.factory_throughput, 1),
+                        "reason": reason})
+    return out
 
 
 def _server_split(sched) -> str:
@@ -159,7 +176,7 @@ def _q1(x) -> str:
 
 def markdown(result: dict) -> str:
     lines = [f"Qualified actions/s (simulated, bench/factory_sim.py, on roofline-model profiles of "
-             f"{result['hardware']}; {result['duration_s']:.0f} s simulated, seed {result['seed']}). "
+             f"{result['hardware']}, System 1 {result['s1']}; {result['duration_s']:.0f} s simulated, seed {result['seed']}). "
              "Dedicated columns: qualified (robots served). ROSA: the solver's schedule, robots capped at "
              "f_c as a min send interval; uncapped: same placement, no cap (Fig. 10); avg-paced: the cap as an "
              "average rate (n-th send not before start + n / f_c).", "",
@@ -191,6 +208,11 @@ def markdown(result: dict) -> str:
                   "|---|---|---|---|---|---|"]
         lines += [f"| {w} | {_q1(p['rosa_peak'])} | {p['dedicated_peak']:.1f} | {p['shared_peak']:.1f} "
                   f"| {_fmt(p['vs_dedicated'])} | {_fmt(p['vs_shared'])} |" for w, p in pk.items()]
+    if result.get("solver_scaling"):
+        lines += ["", "Solver wall time as the fleet grows (measured on this CPU; one GPU per 8 robots, no simulation)",
+                  "", "| workload | robots | GPUs | solver s | feasible | predicted actions/s |", "|---|---|---|---|---|---|"]
+        lines += [f"| {r['workload']} | {r['robots']} | {r['gpus']} | {r['solver_s']:.2f} | {r['feasible']} "
+                  f"| {r['predicted_actions_per_s']:.1f} |" for r in result["solver_scaling"]]
     lines += ["", "Paper (ROSA §4.2, 8x H200, measured there): " +
               "; ".join(f"{w} {k} robots: " + ", ".join(f"{n} {v}" for n, v in d.items()) for (w, k), d in PAPER.items()),
               "Paper ratios: " + ", ".join(f"{k} {v}x" for k, v in PAPER_RATIOS.items())]
@@ -208,6 +230,10 @@ def main(argv=None) -> int:
     ap.add_argument("--duration", type=float, default=60.0, help="simulated seconds per run")
     ap.add_argument("--seed", type=int, default=0)
     ap.add_argument("--time-budget", type=float, default=10.0, help="solver time budget (s)")
+    ap.add_argument("--s1", default="roofline", choices=factory_profiles.S1_MODES,
+                    help="System 1 service times: roofline model, or scaled to the s(1) ROSA's numbers imply")
+    ap.add_argument("--scaling", default="64,256,1024,2048",
+                    help="fleet sizes for the solver-time table (one GPU per 8 robots; '' to skip)")
     ap.add_argument("--profile-requests", type=int, default=2000, help="requests per profiled rate")
     ap.add_argument("--json", type=Path, help="write the full result here")
     args = ap.parse_args(argv)
@@ -215,6 +241,7 @@ def main(argv=None) -> int:
     fleets = [int(x) for x in args.robots.split(",")]
     if args.quick:
         workloads, fleets, args.duration, args.big_pool = ["P1", "P4", "Mix4"], [16, 32, 64], 20.0, 0
+        args.scaling = "64,256"
     cfg = factory_sim.SimConfig(duration_s=args.duration, warmup_s=min(5.0, args.duration / 4), seed=args.seed)
     cells = [(w, k, args.gpus) for w in workloads for k in fleets]
     if args.big_pool:
@@ -222,15 +249,18 @@ def main(argv=None) -> int:
     rows = []
     t0 = time.perf_counter()
     for w, k, g in cells:
-        rows.append(run_cell(w, k, g, args.hardware, cfg, args.time_budget, args.profile_requests))
+        rows.append(run_cell(w, k, g, args.hardware, cfg, args.time_budget, args.profile_requests, args.s1))
         print(f"# {w} {k} robots {g} GPUs: ROSA {_fmt(rows[-1]['systems']['ROSA']['qualified_actions_per_s'])}, "
               f"best shared {rows[-1]['best_shared']:.1f} ({time.perf_counter() - t0:.0f} s)", file=sys.stderr)
-    result = {"hardware": args.hardware, "duration_s": args.duration, "seed": args.seed, "rows": rows,
+    result = {"hardware": args.hardware, "s1": args.s1, "duration_s": args.duration, "seed": args.seed, "rows": rows,
               "peaks": {g: peaks(rows, g) for g in sorted({c[2] for c in cells})},
               "sources": {"workloads": "paper Table 1/2", "service_times": "roofline model (bench/factory_profiles.py)",
                           "throughputs": "simulated (bench/factory_sim.py)", "solver_s": "measured wall time"},
               "paper": {f"{w}@{k}": d for (w, k), d in PAPER.items()} | {"ratios": PAPER_RATIOS},
               "wall_s": round(time.perf_counter() - t0, 1)}
+    if args.scaling:
+        result["solver_scaling"] = solver_scaling([int(x) for x in args.scaling.split(",")], args.hardware,
+                                                  args.profile_requests, args.s1, args.time_budget)
     print(markdown(result))
     if args.json:
         args.json.write_text(json.dumps(result, indent=1) + "\n")

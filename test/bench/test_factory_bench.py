@@ -172,7 +172,7 @@ def test_simulation_is_deterministic_with_a_seed():
 def test_bench_cli_writes_json(tmp_path, capsys):
     out = tmp_path / "f.json"
     assert factory.main(["--workloads", "P2", "--robots", "4", "--gpus", "2", "--big-pool", "0",
-                         "--duration", "4", "--time-budget", "2", "--profile-requests", "300", "--json", str(out)]) == 0
+                         "--duration", "4", "--time-budget", "2", "--profile-requests", "300", "--scaling", "", "--json", str(out)]) == 0
     doc = json.loads(out.read_text())
     row = doc["rows"][0]
     assert set(row["systems"]) == {"B1 GPU/robot", "B2 GPU/model/robot", "B3 equal", "B4 weighted", "ROSA"}
@@ -209,3 +209,11 @@ def test_continuous_server_admits_a_burst_in_prefill_budget_chunks():
     groups = [lat[:1]] + [lat[i:i + per] for i in range(1, 1 + 4 * per, per)]
     assert all(np.ptp(g) == 0 for g in groups)
     assert all(b[0] > a[0] for a, b in zip(groups, groups[1:]))
+
+
+def test_paper_fit_system1_has_the_paper_s_batch_1_time_and_keeps_the_batching_gain():
+    fit = fp.services("H200", "paper-fit")[fp.S1_MODEL]
+    assert fit.service_s(1) == pytest.approx((0.2 + 0.5345) / 16)
+    gain = 16 * fit.service_s(1) / fit.service_s(16)
+    assert gain == pytest.approx(16 * S1.service_s(1) / S1.service_s(16))
+    assert 3.0 <= gain <= 5.0  # ROSA §4.3: batch 16 gives roughly 3-4x the throughput of batch 1
