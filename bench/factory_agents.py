@@ -51,7 +51,7 @@ sys.path.insert(0, str(ROOT / "bench"))
 
 import language_roofline  # noqa: E402
 from physai_ros.scheduler.agents import (  # noqa: E402
-    AgentLatencyProfiler, ExecRecord, InstanceSpec, LanguageRequest, MemoryDemand,
+    AgentLatencyProfiler, ConvergenceConfig, ExecRecord, InstanceSpec, LanguageRequest, MemoryDemand,
     RoundRobinDispatcher, TimeSlotDispatcher, WorkflowAnalyzer, agent_priorities, make_queue,
 )
 
@@ -109,10 +109,13 @@ class StepModel:
         self.kind = kind
         self._gpu = language_roofline.GPUS["h100_sxm"]
         self._roof_prefill = language_roofline.frame_parts_ms(self._gpu, 1, 3, 48)["prefill"]
+        self._roof: Dict[int, float] = {}
 
     def decode_ms(self, batch: int) -> float:
-        if self.kind == "roofline":
-            return language_roofline.decode_step_ms(self._gpu, batch, 900.0)
+        if self.kind == "roofline":      # context fixed at ~900 tokens; cached per batch size
+            if batch not in self._roof:
+                self._roof[batch] = language_roofline.decode_step_ms(self._gpu, batch, 900.0)
+            return self._roof[batch]
         (b0, t0), (b1, t1), (b2, t2) = MEASURED_STEP_MS
         if batch <= b1:
             return t0 + (t1 - t0) * (batch - b0) / (b1 - b0)
@@ -143,7 +146,8 @@ class Sim:
     def __init__(self, policy: str, rate: float, duration_s: float, seed: int = 0, n_instances: int = 3,
                  kv_tokens: int = 16_000, max_seqs: int = 32, step_model: str = "measured",
                  warmup_frac: float = 0.2, refresh_s: float = 5.0, scan_limit: int = 64,
-                 prior_expected_s: float = 2.0, oom_resume: str = "recovered") -> None:
+                 prior_expected_s: float = 2.0, oom_resume: str = "recovered",
+                 converge_threshold: float = 0.05) -> None:
         if policy not in POLICIES:
             raise ValueError(policy)
         self.policy, self.rate, self.duration, self.max_seqs = policy, rate, duration_s, max_seqs
@@ -160,7 +164,7 @@ class Sim:
         specs = [InstanceSpec(n, kv_tokens * KV_BYTES) for n in self.insts]
         self.dispatcher = (TimeSlotDispatcher(specs, 0.5) if policy in ("kairos", "fifo_slots")
                            else RoundRobinDispatcher(specs))
-        self.profiler = AgentLatencyProfiler()
+        self.profiler = AgentLatencyProfiler(ConvergenceConfig(rel_threshold=converge_threshold))
         self.analyzer = WorkflowAnalyzer(self.profiler)
         self.priority = None
         self.expected: Dict[str, float] = {}
@@ -340,7 +344,8 @@ class Sim:
                 "mean_queue_wait_s": float(np.mean(self.queue_wait)) if self.queue_wait else 0.0,
                 "oom_risk_events": self.preemptions,
                 "kv_utilisation": self.kv_token_s / (self.kv_cap * len(self.insts) * max(self.now, 1e-9)),
-                "priority_order": list(self.priority.order) if self.priority else []}
+                "priority_order": list(self.priority.order) if self.priority else [],
+                "priority_source": dict(self.priority.source) if self.priority else {}}
 
 
 def simulate(policy: str, rate: float, duration_s: float, seed: int = 0, **kw) -> dict:
@@ -350,33 +355,28 @@ def simulate(policy: str, rate: float, duration_s: float, seed: int = 0, **kw) -
 def decision_time_us(policy: str, queued: int = 1000, reps: int = 200, seed: int = 0) -> dict:
     """Microseconds per scheduling decision with `queued` requests waiting: take the queue's
     order (up to the scan limit) and place its first placeable request, as Sim.schedule does.
-    Kairos's background refresh (Wasserstein matrix + MDS) is timed separately."""
+    Kairos's background refresh (Wasserstein matrix + MDS + KDE modes) is timed separately."""
     rng = np.random.default_rng(seed)
-    sim = Sim(policy, 1.0, 1.0, seed)
-    agents = list(AGENTS)
-    for a in agents:                    # profiles as after a warm run: remaining ~ a few s
-        spec = AGENTS[a]
-        for v in rng.lognormal(np.log(0.04 * spec.out_median), 0.3, 512):
+    sim, agents = Sim(policy, 1.0, 1.0, seed), list(AGENTS)
+    for a in agents:                    # profiles as after a warm run: a few hundred ms to seconds
+        for v in rng.lognormal(np.log(0.04 * AGENTS[a].out_median), 0.3, 512):
             sim.profiler.add_single(a, float(v))
             sim.profiler.add_remaining(a, float(v) + 0.2)
     t0 = time.perf_counter()
     sim.refresh()
     refresh_ms = (time.perf_counter() - t0) * 1e3
-    flow = Flow("w0", "assembly", 0.0, False)
-    sim.flows["w0"] = flow
+    flow = sim.flows["w0"] = Flow("w0", "assembly", 0.0, False)
     for i in range(queued):
         sim.submit(flow, agents[i % len(agents)], None, float(i) * 1e-3)
-    eligible = set(sim.insts)
-    times = []
+    times: List[float] = []
     placed: List[int] = []
     for k in range(reps):
         now = 1.0 + 0.01 * k
         t0 = time.perf_counter()
         for req in sim.queue.ordered(sim.scan_limit):
             d = MemoryDemand(req.prompt_tokens * KV_BYTES, sim.decode_rate, sim.expected_time(req.agent))
-            if sim.dispatcher.dispatch(req.request_id, d, now, eligible) is not None:
-                sim.queue.remove(req.request_id)
-                placed.append(req.request_id)
+            if sim.dispatcher.dispatch(req.request_id, d, now, set(sim.insts)) is not None:
+                placed.append(sim.queue.remove(req.request_id).request_id)
                 break
         times.append((time.perf_counter() - t0) * 1e6)
         sim.submit(flow, agents[k % len(agents)], None, now)        # keep `queued` waiting
@@ -388,8 +388,23 @@ def decision_time_us(policy: str, queued: int = 1000, reps: int = 200, seed: int
             "p95_us": float(np.percentile(times, 95)), "priority_refresh_ms": refresh_ms}
 
 
-def _fmt(x: float) -> str:
-    return f"{x:7.2f}"
+def _report(rows: List[dict], loads: List[float], dec: List[dict]) -> None:
+    for r in rows:
+        print(f"rate {r['rate_wf_s']:5.1f}/s {r['policy']:10s} mean {r['mean_e2e_s']:7.2f} s  p95 {r['p95_e2e_s']:7.2f} s"
+              f"  queue {r['mean_queue_wait_s']:6.2f} s  oom {r['oom_risk_events']:7.1f}  kv {r['kv_utilisation']:5.1%}"
+              f"  once {r['each_request_once']}  ({r['wall_s']:.1f} s wall)")
+    print("\nvs fifo_rr (1 - x / fifo_rr: positive = lower latency)")
+    for rate in loads:
+        base = next((r for r in rows if r["rate_wf_s"] == rate and r["policy"] == "fifo_rr"), None)
+        for r in rows if base else ():
+            if r["rate_wf_s"] == rate and r is not base:
+                print(f"rate {rate:5.1f}/s {r['policy']:10s} mean {1 - r['mean_e2e_s'] / base['mean_e2e_s']:+6.1%}"
+                      f"  p95 {1 - r['p95_e2e_s'] / base['p95_e2e_s']:+6.1%}"
+                      f"  oom {r['oom_risk_events']:.0f} vs {base['oom_risk_events']:.0f}")
+    print("\ndecision time at 1,000 queued requests:")
+    for d in dec:
+        print(f"  {d['policy']:10s} median {d['median_us']:8.1f} us  p95 {d['p95_us']:8.1f} us"
+              f"  (priority refresh {d['priority_refresh_ms']:.1f} ms)")
 
 
 def main(argv=None) -> int:
@@ -405,56 +420,36 @@ def main(argv=None) -> int:
     ap.add_argument("--step-model", choices=("measured", "roofline"), default="measured")
     ap.add_argument("--oom-resume", choices=("recovered", "drain"), default="recovered",
                     help="lift an OOM suspension when no preempted request is left, or when drained")
+    ap.add_argument("--converge-threshold", type=float, default=0.05,
+                    help="Wasserstein / mean below which a distribution counts as converged (§4.3)")
     ap.add_argument("--json", default="", help="write the results here")
     a = ap.parse_args(argv)
-    loads = [float(x) for x in a.loads.split(",")] if a.loads else ([16.0, 22.0] if a.quick else [12.0, 16.0, 20.0, 24.0])
-    duration = a.duration or (60.0 if a.quick else 300.0)
-    seeds = a.seeds or (1 if a.quick else 2)
-    policies = a.policies.split(",")
+    loads = [float(x) for x in a.loads.split(",")] if a.loads else ([18.0, 20.0] if a.quick else [16.0, 18.0, 20.0, 22.0])
+    duration, seeds = a.duration or (60.0 if a.quick else 300.0), a.seeds or (1 if a.quick else 3)
+    kw = dict(n_instances=a.instances, kv_tokens=a.kv_tokens, max_seqs=a.max_seqs, step_model=a.step_model,
+              oom_resume=a.oom_resume, converge_threshold=a.converge_threshold)
     rows = []
     for rate in loads:
-        for pol in policies:
+        for pol in a.policies.split(","):
             runs = []
             for s in range(seeds):
                 t0 = time.perf_counter()
-                r = simulate(pol, rate, duration, seed=s, n_instances=a.instances, kv_tokens=a.kv_tokens,
-                             max_seqs=a.max_seqs, step_model=a.step_model, oom_resume=a.oom_resume)
-                r["wall_s"] = time.perf_counter() - t0
-                runs.append(r)
-            agg = {k: float(np.mean([r[k] for r in runs])) for k in
-                   ("mean_e2e_s", "p95_e2e_s", "p99_e2e_s", "mean_queue_wait_s", "oom_risk_events",
-                    "kv_utilisation", "wall_s")}
-            agg.update(policy=pol, rate_wf_s=rate, seeds=seeds,
-                       each_request_once=all(r["each_request_once"] for r in runs),
-                       unfinished_workflows=sum(r["unfinished_workflows"] for r in runs),
-                       workflows_measured=sum(r["workflows_measured"] for r in runs),
-                       priority_order=runs[0]["priority_order"], runs=runs)
-            rows.append(agg)
-            print(f"rate {rate:5.1f}/s {pol:10s} mean {_fmt(agg['mean_e2e_s'])} s  p95 {_fmt(agg['p95_e2e_s'])} s"
-                  f"  queue {_fmt(agg['mean_queue_wait_s'])} s  oom {agg['oom_risk_events']:8.1f}"
-                  f"  kv {agg['kv_utilisation']:5.1%}"
-                  f"  once {agg['each_request_once']}  ({agg['wall_s']:.1f} s wall)", flush=True)
-    print("\nratios vs fifo_rr (1 - x / fifo_rr: positive = lower latency)")
-    for rate in loads:
-        base = next((r for r in rows if r["rate_wf_s"] == rate and r["policy"] == "fifo_rr"), None)
-        if not base:
-            continue
-        for r in rows:
-            if r["rate_wf_s"] == rate and r["policy"] != "fifo_rr":
-                print(f"rate {rate:5.1f}/s {r['policy']:10s} mean {1 - r['mean_e2e_s'] / base['mean_e2e_s']:+6.1%}"
-                      f"  p95 {1 - r['p95_e2e_s'] / base['p95_e2e_s']:+6.1%}"
-                      f"  oom {r['oom_risk_events']:.0f} vs {base['oom_risk_events']:.0f}")
-    dec = [decision_time_us(p) for p in policies]
-    print("\ndecision time at 1,000 queued requests:")
-    for d in dec:
-        print(f"  {d['policy']:10s} median {d['median_us']:8.1f} us  p95 {d['p95_us']:8.1f} us"
-              f"  (priority refresh {d['priority_refresh_ms']:.1f} ms)")
-    out = {"config": {"loads": loads, "duration_s": duration, "seeds": seeds, "instances": a.instances,
-                      "kv_tokens": a.kv_tokens, "max_seqs": a.max_seqs, "step_model": a.step_model, "oom_resume": a.oom_resume,
-                      "agents": {k: vars(v) for k, v in AGENTS.items()}, "tasks": TASKS, "replan_p": REPLAN_P},
-           "rows": rows, "decision_time": dec}
+                runs.append(dict(simulate(pol, rate, duration, seed=s, **kw), wall_s=time.perf_counter() - t0))
+            agg = {k: float(np.mean([r[k] for r in runs])) for k in ("mean_e2e_s", "p95_e2e_s", "p99_e2e_s",
+                   "mean_queue_wait_s", "oom_risk_events", "kv_utilisation", "wall_s")}
+            rows.append(dict(agg, policy=pol, rate_wf_s=rate, seeds=seeds,
+                             each_request_once=all(r["each_request_once"] for r in runs),
+                             unfinished_workflows=sum(r["unfinished_workflows"] for r in runs),
+                             workflows_measured=sum(r["workflows_measured"] for r in runs),
+                             priority_order=runs[0]["priority_order"], priority_source=runs[0]["priority_source"],
+                             runs=runs))
+            print(f"done: rate {rate} {pol} ({agg['wall_s']:.1f} s wall per run)", flush=True)
+    dec = [decision_time_us(p) for p in a.policies.split(",")]
+    _report(rows, loads, dec)
     if a.json:
-        Path(a.json).write_text(json.dumps(out, indent=1, default=float))
+        cfg = dict(kw, loads=loads, duration_s=duration, seeds=seeds, tasks=TASKS, replan_p=REPLAN_P,
+                   agents={k: vars(v) for k, v in AGENTS.items()})
+        Path(a.json).write_text(json.dumps({"config": cfg, "rows": rows, "decision_time": dec}, indent=1))
     return 0
 
 
