@@ -121,17 +121,27 @@ class RateChecker:
             by_class.setdefault(p.class_name, []).append(p)
         classes = {c.name: c for c in self.problem.classes}
 
-        def worst_mean(p: Pair, bs: list[int]) -> float:
+        def pair_latency(p: Pair, bs: list[int]) -> tuple[float, float]:
+            """(slowest server's mean latency, sum over robots of their mean latency)."""
             counts = split_counts([caps[p][b].k_max for b in bs], len(p.robot_ids))
-            return max(self.table.latency(p.model, b, k * p.rate_hz, "mean") for b, k in zip(bs, counts) if k)
+            lat = [(self.table.latency(p.model, b, k * p.rate_hz, "mean"), k) for b, k in zip(bs, counts) if k]
+            return max(m for m, _ in lat), sum(m * k for m, k in lat)
 
-        def loop(name: str, override: tuple[Pair, list[int]] | None = None) -> float:
+        def loop(name: str, override: tuple[Pair, list[int]] | None = None) -> tuple[float, float]:
+            """The class's eq. (4) period at its slowest robot, then its robots' total latency:
+            one more server may not lower the slowest (9 robots per server stays 9) yet still
+            lower the total, and a few such steps lower the slowest too."""
             cls = classes[name]
-            total = cls.action_period_s
+            worst, total = cls.action_period_s, 0.0
             for p in by_class[name]:
                 bs = override[1] if override and override[0] == p else batches[p]
-                total += worst_mean(p, bs) / (max(1, cls.system2_ratio) if p.component == "system2" else 1)
-            return total
+                scale = max(1, cls.system2_ratio) if p.component == "system2" else 1
+                w, t = pair_latency(p, bs)
+                worst, total = worst + w / scale, total + t / scale
+            return worst, total
+
+        def better(a: tuple[float, float], b: tuple[float, float]) -> bool:
+            return a[0] < b[0] - 1e-12 or (a[0] <= b[0] + 1e-12 and a[1] < b[1] - 1e-12)
 
         done: set[str] = set()
         while spare > 0:
@@ -139,7 +149,7 @@ class RateChecker:
             if not open_:
                 break
             # The class closest to its eq. (4) bound: f_c times its slowest loop, 1.0 = binding.
-            name = max(open_, key=lambda n: rates.get(n, 0.0) * loop(n))
+            name = max(open_, key=lambda n: rates.get(n, 0.0) * loop(n)[0])
             current = loop(name)
             best = None
             for p in by_class[name]:
@@ -147,7 +157,7 @@ class RateChecker:
                     continue  # one robot per server already
                 for b in caps[p]:
                     t = loop(name, (p, batches[p] + [b]))
-                    if t < current - 1e-12 and (best is None or t < best[0]):
+                    if better(t, current) and (best is None or better(t, best[0])):
                         best = (t, p, b)
             if best is None:
                 done.add(name)

@@ -217,3 +217,19 @@ def test_obligations_across_classes_reach_the_aggregate_footprint():
     assert all(s.load_hz <= 20.0 + 1e-9 for s in servers)
     servers, why = provision_obligations(replace(problem, servers=ServerPool(4, HW)), LatencyTable(PROFILES, HW))
     assert servers == [] and "monitor needs 5 servers" in why
+
+
+def test_spare_servers_spread_load_when_latency_grows_with_it():
+    # System 1 and System 2 (H = 1) both take 0.01 s of mean latency per Hz of load; t_act = 0.1 s.
+    # One robot per server: f (0.1 + 0.01 f + 0.01 f) = 1 -> f* = 5 Hz. At 5 Hz the configurations
+    # allow 2 robots per server (0.01 * 2 * 5 = 0.1 s, all of eq. (4)'s slack if the other model
+    # were idle), so the minimum-server packing is 4 + 4 servers with a 0.3 s loop; only spreading
+    # over all 16 servers reaches 5 Hz, through steps (5 servers: 2,2,2,1,1) that do not yet lower
+    # the slowest robot's latency.
+    pts = tuple(ProfilePoint(1, r, 0.01 * r, 0.0125 * r) for r in (0.0, 50.0, 100.0))
+    profiles = {(m, HW): ModelProfile(m, HW, STATIC, pts) for m in ("lin1", "lin2")}
+    comps = (ComponentSpec("system1", "lin1", 5.0), ComponentSpec("system2", "lin2", 5.0))
+    cls = TaskClass("A", robots("r", 8), comps, action_period_s=0.1, system2_ratio=1)
+    sched = solve(FactoryProblem((cls,), ServerPool(16, HW)), profiles, rate_tolerance=0.001)
+    assert 5.0 * (1 - 0.001) <= sched.action_rate_hz["A"] <= 5.0 + 1e-9
+    assert sorted(len(a.robot_ids) for a in sched.assignments) == [1] * 16
