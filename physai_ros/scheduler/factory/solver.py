@@ -48,6 +48,8 @@ def validate(problem: FactoryProblem) -> str | None:
 def solve(problem: FactoryProblem, profiles: Mapping[tuple[str, str], ModelProfile], *,
           rate_tolerance: float = 0.01, time_budget_s: float = 10.0) -> FactorySchedule:
     t0 = time.monotonic()
+    # Relative to the rate bound being refined; a zero tolerance would bisect to float precision.
+    rate_tolerance = max(float(rate_tolerance), 1e-9)
 
     def infeasible(reason: str) -> FactorySchedule:
         return FactorySchedule(False, reason, solver_time_s=time.monotonic() - t0)

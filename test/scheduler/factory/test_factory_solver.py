@@ -233,3 +233,19 @@ def test_spare_servers_spread_load_when_latency_grows_with_it():
     sched = solve(FactoryProblem((cls,), ServerPool(16, HW)), profiles, rate_tolerance=0.001)
     assert 5.0 * (1 - 0.001) <= sched.action_rate_hz["A"] <= 5.0 + 1e-9
     assert sorted(len(a.robot_ids) for a in sched.assignments) == [1] * 16
+
+
+def test_heterogeneous_compaction_fits_classes_on_a_shared_server():
+    # Isolated packing gives each class its own System 1 server (2 > budget 1); compaction merges
+    # them, and the shared 1000 Hz server leaves each class at its eq. (4) bound.
+    s1 = ComponentSpec("system1", "fast", 0.2)
+    a = TaskClass("A", robots("a", 2), (s1,), action_period_s=0.2)
+    b = TaskClass("B", robots("b", 2), (s1,), action_period_s=0.1)
+    problem = FactoryProblem((a, b), ServerPool(1, HW))
+    sched = solve(problem, PROFILES, rate_tolerance=0.001)
+    assert sched.feasible, sched.reason
+    (server,) = sched.assignments
+    assert set(server.robot_ids) == {"a0", "a1", "b0", "b1"}
+    assert sched.action_rate_hz["A"] == pytest.approx(1 / 0.25, rel=0.002)
+    assert sched.action_rate_hz["B"] == pytest.approx(1 / 0.15, rel=0.002)
+    check_routes(problem, sched)
