@@ -118,6 +118,8 @@ class VLABackboneBackend:
         slot = core.engines[instance_id] if instance_id is not None else (slots[0] if slots else None)
         if slot is None or slot.remote:
             raise ValueError("the VLA backbone backend needs a local engine instance (a remote worker keeps its weights)")
+        if instance_id is not None:  # a placement someone chose: the answers say where they ran
+            kw.setdefault("name", f"vla_backbone@{instance_id}")
         backend = cls(slot.engine, core.action_runner, **kw)
         if core.language is not None and attach:
             backend.attach(core.language)

@@ -1,0 +1,129 @@
+"""A factory plan run by real processes over DDS (issue 24): a policy server with two engine
+instances and `factory.apply: true` plans at start-up and puts System 1 on engine_0 and the
+progress monitor on engine_1; two pick-and-place robots (sim_robot, robot_client, controller)
+are served by that plan. Checked against the plan the same solver makes in this process: every
+served chunk came from engine_0, every monitor answer from the backbone on engine_1, each robot
+was told its rate cap and routes at registration and sent no faster, the server's engine status
+names each instance's role, and the measured SLO attainment is reported beside the predicted.
+
+The shipped sim_pi0_pipeline checkpoint; the profile file is written here from service times
+chosen for this test (a plan, not a measurement: the point is that the processes do what the
+plan says)."""
+from __future__ import annotations
+
+import json
+import sys
+from pathlib import Path
+
+import pytest
+import yaml
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "faults"))
+
+from process_rig import STARTUP_S, ProcessRig, server_spec  # noqa: E402
+
+from physai_ros.fleet.plan import robot_specs  # noqa: E402
+from physai_ros.protocol.chunk import is_hold_chunk  # noqa: E402
+from physai_ros.scheduler.factory.profiling import profile_from_service_times  # noqa: E402
+from physai_ros.scheduler.factory.solver import solve  # noqa: E402
+from physai_ros.scheduler.factory.types import CONTINUOUS  # noqa: E402
+from physai_ros.serving.config import load_fleet  # noqa: E402
+from physai_ros.serving.factory_config import factory_problem, load_profiles  # noqa: E402
+
+pytestmark = [pytest.mark.ros, pytest.mark.slow]
+REPO = Path(__file__).resolve().parents[2]
+WINDOW_S = 12.0  # observations counted over this long, after every robot is served
+
+
+def _fleet(tmp: Path) -> Path:
+    doc = yaml.safe_load((REPO / "config" / "fleet_pipeline.yaml").read_text())
+    # The shipped component-trained checkpoint: its monitor answers parse (a random model's
+    # garbage would hold the robots, and there would be no System 1 rate to measure).
+    doc["server"].update(profile=False, engine_instances=2)
+    doc["security"] = {"insecure": True}
+    task = doc["tasks"]["pick_place_monitored"]
+    task["pipeline"] = {"action_period_ms": 500}
+    task["slo_ms"] = 5000
+    task["components"]["monitor"].update(slo_ms=5000, freq_hz=0.5)
+    del doc["tasks"]["place_in_order"]
+    robots = [r for r in doc["robots"] if r["task"] == "pick_place_monitored"][:2]
+    for r in robots:
+        r["sim"].update(intruder_rate_per_min=0.0, drop_prob=0.0, knock_prob=0.0)
+    doc["robots"] = robots
+    profiles = [profile_from_service_times("sim-s1", "cpu-test", {1: 0.08, 2: 0.12, 4: 0.2}, requests=1000),
+                profile_from_service_times("sim-vla", "cpu-test", {1: 0.2, 4: 0.5}, batching=CONTINUOUS,
+                                           requests=1000)]
+    (tmp / "profiles.json").write_text(json.dumps({"profiles": [p.to_dict() for p in profiles]}))
+    doc["factory"] = {"servers": 2, "hardware": "cpu-test", "profiles": "profiles.json", "apply": True,
+                      "models": {"system1": "sim-s1", "monitor": "sim-vla"}}
+    path = tmp / "fleet_factory_two_instances.yaml"
+    path.write_text(yaml.safe_dump(doc))
+    return path
+
+
+def test_two_instances_run_the_plan_system1_on_one_the_monitor_on_the_other(tmp_path):
+    from physai_ros_interfaces.msg import ActionChunk, ComponentAnswer, Observation
+    from std_msgs.msg import String
+
+    path = _fleet(tmp_path)
+    cfg = load_fleet(path)
+    problem = factory_problem(cfg)
+    plan = solve(problem, load_profiles(tmp_path / "profiles.json"))
+    assert plan.feasible, plan.reason
+    placed = {a.server: a.component for a in plan.assignments}
+    assert placed == {0: "system1", 1: "monitor"}, placed
+    robots = [r.id for r in cfg.robots]
+    rig = ProcessRig(tmp_path / "logs", "factory_test")
+    try:
+        rig.start(server_spec("policy_server", str(path)))
+        rec = {}
+        for rid in robots:
+            r = cfg.robot(rid)
+            for spec in robot_specs(cfg, r):
+                rig.start(spec)
+            ns = "/" + r.namespace
+            rec[rid] = {"chunks": rig.record(ActionChunk, f"{ns}/action_chunk"),
+                        "obs": rig.record(Observation, f"{ns}/observation"),
+                        "answers": rig.record(ComponentAnswer, f"{ns}/component_answer"),
+                        "status": rig.record(String, f"{ns}/client_status")}
+
+        def served(rid):
+            return [m for _, m in rec[rid]["chunks"]
+                    if m.status == 0 and not is_hold_chunk(m.status, m.error, m.engine_instance)]
+
+        rig.wait(lambda: all(len(served(rid)) >= 3 for rid in robots), STARTUP_S + 60, "both robots served")
+        rig.wait(lambda: all(any(m.error == "" or m.text for _, m in rec[rid]["answers"]) or rec[rid]["answers"]
+                             for rid in robots), 60, "monitor answers for both robots")
+        with rig.lock:
+            n0 = {rid: len(rec[rid]["obs"]) for rid in robots}
+            t0 = rig.node.get_clock().now().nanoseconds * 1e-9
+        rig.wait(lambda: rig.node.get_clock().now().nanoseconds * 1e-9 - t0 >= WINDOW_S, WINDOW_S + 30,
+                 "the counting window")
+        with rig.lock:
+            sent = {rid: [a for a, _ in rec[rid]["obs"][n0[rid]:]] for rid in robots}
+            status = {rid: json.loads(rec[rid]["status"][-1][1].data) for rid in robots}
+            engines = {m.engine_instance for rid in robots for m in served(rid)}
+            backends = {m.backend for rid in robots for _, m in rec[rid]["answers"] if not m.error.startswith("busy")}
+            diag = {k: dict(v) for k, v in rig.diag.items()}
+        # Placement: System 1 only on engine_0; the monitor answered by the backbone on engine_1,
+        # with its own prefill there (System 1's prefix lives on engine_0).
+        assert engines == {"engine_0"}, engines
+        assert backends == {"vla_backbone@engine_1/own"}, backends
+        # Rates and routes at registration; the clients kept to the cap (arrival jitter aside).
+        for rid in robots:
+            cap = plan.route(rid, "system1").rate_hz
+            assert status[rid]["max_request_rate_hz"] == pytest.approx(cap, rel=1e-6), status[rid]
+            assert status[rid]["routes"] == {"system1": "engine_0", "monitor": "engine_1"}
+            times = sent[rid]
+            assert len(times) >= 2, (rid, times)
+            measured = (len(times) - 1) / (times[-1] - times[0])
+            assert measured <= cap * 1.1, (rid, measured, cap)
+            print(f"{rid}: planned {cap:.2f} Hz, measured {measured:.2f} Hz; SLO misses "
+                  f"{status[rid]['slo_misses']} of {status[rid]['chunks_ok']} chunks "
+                  f"(planned attainment {plan.predicted_slo_attainment['system1']:.2f})")
+        roles = {k: v.get("factory_role") for k, v in diag.items() if v.get("factory_role")}
+        assert any(r.startswith("system1") for r in roles.values()) and any(r.startswith("monitor")
+                                                                             for r in roles.values()), roles
+        rig.assert_alive("after the run")
+    finally:
+        rig.close()
