@@ -29,7 +29,7 @@ from physai_ros.ros.message_digest import digest
 from physai_ros.ros.qos import reliable_qos
 from physai_ros.security.endpoints import COMPONENT_ANSWER
 from physai_ros.security.handshake import AuthError
-from physai_ros.serving.component_service import ComponentService
+from physai_ros.serving.component_service import ComponentService, ComponentServiceSettings
 
 
 def serves_components(fleet) -> bool:
@@ -46,7 +46,10 @@ class PolicyServerPipeline:
         self._owner_by_ns: dict[str, str] = {}
         self._ns_by_robot: dict[str, str] = {}
         self.published = 0
-        self.service = ComponentService(fleet, core, self.publish, backends=backends)
+        c = fleet.server.components
+        self.service = ComponentService(fleet, core, self.publish, backends=backends,
+                                        settings=ComponentServiceSettings(max_queue=c.max_queue, max_batch=c.max_batch,
+                                                                          order=c.order))
         for r in fleet.robots:  # known robots: topics now, so discovery is done before queries flow
             self.ensure_topics(r.id, r.namespace)
         # Robots the fleet file does not list get theirs once registered.

@@ -110,6 +110,8 @@ class ServerConfig:
     robot_timeout_s: float | None = None
     # The language stream's server side (serving.language_config); None: off unless a task asks.
     language: LanguageServerConfig | None = None
+    # The pipeline components' queue (serving.component_service): order, batch, bound.
+    components: "ComponentServerConfig" = field(default_factory=lambda: ComponentServerConfig())
 
 
 def _parse_model(d: Any, path: str) -> ModelConfig:
@@ -232,12 +234,32 @@ def _parse_profile(v: Any, path: str) -> ProfileConfig | None:
     )
 
 
+@dataclass(frozen=True)
+class ComponentServerConfig:
+    """fleet.yaml server.components: how waiting component questions are served
+    (serving.component_service, serving.component_order; docs/factory.md)."""
+
+    order: str = "kairos"  # kairos: Kairos multi-agent priority and application start | fifo: arrival
+    max_batch: int = 8  # questions per backend call
+    max_queue: int = 32  # questions waiting per backend; more are refused `busy`
+
+
+def _parse_components(v: Any, path: str) -> ComponentServerConfig:
+    d = mapping(v, path)
+    dflt = ComponentServerConfig()
+    no_unknown(d, set(vars(dflt)), path)
+    return ComponentServerConfig(order=string(d.get("order", dflt.order), join_key(path, "order"), ("kairos", "fifo")),
+                                 max_batch=integer(d.get("max_batch", dflt.max_batch), join_key(path, "max_batch"), 1),
+                                 max_queue=integer(d.get("max_queue", dflt.max_queue), join_key(path, "max_queue"), 1))
+
+
 def parse_server(d: Any) -> ServerConfig:
     path = "server"
     d = mapping(d, path)
     no_unknown(d, {"node_name", "model", "device", "engine_instances", "max_batch", "scheduler",
                     "max_observation_age_s", "remote_engines", "profile", "streaming",
-                    "max_robots", "robot_idle_release_s", "standby_instances", "robot_timeout_s", "language"}, path)
+                    "max_robots", "robot_idle_release_s", "standby_instances", "robot_timeout_s", "language",
+                    "components"}, path)
     remote = _parse_remote_engines(d.get("remote_engines", []), join_key(path, "remote_engines"))
     # Local instances may be 0 when engine workers serve (a server host without a GPU).
     engine_instances = integer(d.get("engine_instances", 1), join_key(path, "engine_instances"),
@@ -262,6 +284,7 @@ def parse_server(d: Any) -> ServerConfig:
                                                                            join_key(path, "robot_timeout_s")),
         streaming=_parse_streaming(d.get("streaming", {}), join_key(path, "streaming")),
         language=parse_server_language(d.get("language"), join_key(path, "language")),
+        components=_parse_components(d.get("components", {}), join_key(path, "components")),
     )
 
 

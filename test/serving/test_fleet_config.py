@@ -137,3 +137,14 @@ def test_unreadable_and_invalid_yaml_files(tmp_path):
     p.write_text("server: [unclosed\n")
     with pytest.raises(FleetConfigError, match="not valid YAML"):
         load_fleet(p)
+
+
+def test_server_components_block_sets_the_component_queue_and_names_mistakes(doc):
+    cfg = parse_fleet(_mut(doc, lambda d: d["server"].update(components={"order": "fifo", "max_batch": 2})))
+    c = cfg.server.components
+    assert (c.order, c.max_batch, c.max_queue) == ("fifo", 2, 32)
+    assert parse_fleet(doc).server.components.order == "kairos"  # the default
+    for bad, msg in (({"order": "lifo"}, r"server\.components\.order"), ({"batch": 2}, r"server\.components\.batch"),
+                     ({"max_queue": 0}, r"server\.components\.max_queue")):
+        with pytest.raises(FleetConfigError, match=msg):
+            parse_fleet(_mut(doc, lambda d: d["server"].update(components=bad)))
