@@ -147,7 +147,7 @@ class Sim:
                  kv_tokens: int = 16_000, max_seqs: int = 32, step_model: str = "measured",
                  warmup_frac: float = 0.2, refresh_s: float = 5.0, scan_limit: int = 64,
                  prior_expected_s: float = 2.0, oom_resume: str = "recovered",
-                 converge_threshold: float = 0.05) -> None:
+                 converge_threshold: float = 0.05, slot_s: float = 0.5) -> None:
         if policy not in POLICIES:
             raise ValueError(policy)
         self.policy, self.rate, self.duration, self.max_seqs = policy, rate, duration_s, max_seqs
@@ -162,8 +162,9 @@ class Sim:
         self.kv_cap = kv_tokens
         self.insts = {f"vlm{i}": Instance(f"vlm{i}", kv_tokens) for i in range(n_instances)}
         specs = [InstanceSpec(n, kv_tokens * KV_BYTES) for n in self.insts]
-        self.dispatcher = (TimeSlotDispatcher(specs, 0.5) if policy in ("kairos", "fifo_slots")
+        self.dispatcher = (TimeSlotDispatcher(specs, slot_s) if policy in ("kairos", "fifo_slots")
                            else RoundRobinDispatcher(specs))
+        self.tick_s = slot_s              # a blocked request is retried every slot
         self.profiler = AgentLatencyProfiler(ConvergenceConfig(rel_threshold=converge_threshold))
         self.analyzer = WorkflowAnalyzer(self.profiler)
         self.priority = None
@@ -303,7 +304,7 @@ class Sim:
     def run(self) -> dict:
         t = float(self.rng.exponential(1.0 / self.rate))
         self.push(t, "arrival")
-        self.push(0.5, "tick")
+        self.push(self.tick_s, "tick")
         self.push(self.refresh_s, "refresh")
         while self.events:
             t, _, kind, payload = heapq.heappop(self.events)
@@ -327,7 +328,7 @@ class Sim:
                     self.schedule(t)
                 busy = len(self.queue) or any(i.load() for i in self.insts.values()) or t < self.duration
                 if busy:
-                    self.push(t + (0.5 if kind == "tick" else self.refresh_s), kind)
+                    self.push(t + (self.tick_s if kind == "tick" else self.refresh_s), kind)
         return self.summary()
 
     def summary(self) -> dict:
@@ -422,12 +423,13 @@ def main(argv=None) -> int:
                     help="lift an OOM suspension when no preempted request is left, or when drained")
     ap.add_argument("--converge-threshold", type=float, default=0.05,
                     help="Wasserstein / mean below which a distribution counts as converged (§4.3)")
+    ap.add_argument("--slot-s", type=float, default=0.5, help="time-slot length (Kairos §6: 0.5 s)")
     ap.add_argument("--json", default="", help="write the results here")
     a = ap.parse_args(argv)
     loads = [float(x) for x in a.loads.split(",")] if a.loads else ([18.0, 20.0] if a.quick else [16.0, 18.0, 20.0, 22.0])
     duration, seeds = a.duration or (60.0 if a.quick else 300.0), a.seeds or (1 if a.quick else 3)
     kw = dict(n_instances=a.instances, kv_tokens=a.kv_tokens, max_seqs=a.max_seqs, step_model=a.step_model,
-              oom_resume=a.oom_resume, converge_threshold=a.converge_threshold)
+              oom_resume=a.oom_resume, converge_threshold=a.converge_threshold, slot_s=a.slot_s)
     rows = []
     for rate in loads:
         for pol in a.policies.split(","):
