@@ -21,7 +21,7 @@ from __future__ import annotations
 
 import threading
 from collections import Counter, deque
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any, Callable, Mapping, Sequence
 
 from physai_ros.config_fields import FleetConfigError
@@ -58,6 +58,13 @@ def bind_servers(schedule: FactorySchedule, instances: Sequence[tuple[str, bool]
     return roles
 
 
+def with_robot(problem: FactoryProblem, task: str, robot_id: str) -> FactoryProblem:
+    """The problem with one more robot in class `task` (unchanged when it is listed already)."""
+    classes = tuple(replace(c, robot_ids=c.robot_ids + (robot_id,))
+                    if c.name == task and robot_id not in c.robot_ids else c for c in problem.classes)
+    return replace(problem, classes=classes)
+
+
 class FactoryRuntime:
     """The applied schedule and its run-time adaptation (placement-preserving admission)."""
 
@@ -73,6 +80,8 @@ class FactoryRuntime:
         self._lock = threading.Lock()
         self.admissions: Counter = Counter()  # planned / admitted / refused
         self.proposed: FactorySchedule | None = None  # a background rescheduling, for the operator
+        self.proposals_done = 0
+        self._proposers: list[threading.Thread] = []
         self.events: deque[str] = deque(maxlen=32)
 
     # ---- placement and batching (read by the serving core under its lock) -----------------
@@ -111,25 +120,49 @@ class FactoryRuntime:
                                    f"(planned: {', '.join(c.name for c in self.problem.classes)})"), 0.0, ()
                 from physai_ros.scheduler.factory.admission import admit
 
-                decision = admit(self.schedule, self.problem, self.profiles, task, robot_id)
-                if decision.proposed is not None:
-                    self.proposed = decision.proposed
-                    self.events.append(f"rescheduling proposed after {robot_id}: "
-                                       f"{decision.proposed.factory_throughput:.2f} actions/s")
+                # Placement-preserving admission answers the registration now; the global
+                # rescheduling with this robot runs in the background (a solve can take seconds).
+                decision = admit(self.schedule, self.problem, self.profiles, task, robot_id, resolve=False)
+                self._propose(with_robot(self.problem, task, robot_id), robot_id)
                 if not decision.admitted:
                     self.admissions["refused"] += 1
                     self.events.append(f"refused {robot_id} ({task}): {decision.reason}")
                     return False, f"factory_schedule: {decision.reason}", 0.0, ()
                 self.schedule = decision.schedule
+                self.problem = with_robot(self.problem, task, robot_id)
                 self._task_of[robot_id] = task
                 self.admissions["admitted"] += 1
-                self.events.append(f"admitted {robot_id} ({task}) placement-preserving")
+                self.events.append(f"admitted {robot_id} ({task}) placement-preserving: {decision.reason}")
             else:
                 self.admissions["planned"] += 1
             routes = tuple((r.component, self._server_instance.get(r.server, f"server_{r.server}"))
                            for r in self.schedule.routes if r.robot_id == robot_id)
             s1 = self.schedule.route(robot_id, SYSTEM1)
             return True, "", float(s1.rate_hz) if s1 is not None else 0.0, routes
+
+    def _propose(self, problem: FactoryProblem, robot_id: str) -> None:
+        """Solve the bigger problem in the background and keep it as the operator's proposal
+        (never applied here: moving models between instances is the operator's call)."""
+        def run():
+            from physai_ros.scheduler.factory.solver import solve
+
+            proposal = solve(problem, self.profiles)
+            with self._lock:
+                self.proposed = proposal
+                self.proposals_done += 1
+                self.events.append(f"rescheduling proposed after {robot_id}: "
+                                   + (f"{proposal.factory_throughput:.2f} actions/s" if proposal.feasible
+                                      else f"infeasible ({proposal.reason})"))
+
+        t = threading.Thread(target=run, name="factory_reschedule", daemon=True)
+        self._proposers.append(t)
+        t.start()
+
+    def wait_for_proposals(self, timeout_s: float) -> bool:
+        """Tests and shutdown: wait for the background reschedulings started so far."""
+        for t in list(self._proposers):
+            t.join(timeout_s)
+        return not any(t.is_alive() for t in self._proposers)
 
     def summary(self) -> str:
         s = self.schedule

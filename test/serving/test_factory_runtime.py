@@ -5,6 +5,7 @@ engines and the real FIFO scheduler; the schedules are written by hand so each e
 the plan's own word (the solver's schedules are checked in test/scheduler/factory)."""
 from __future__ import annotations
 
+import dataclasses
 import sys
 from pathlib import Path
 
@@ -125,3 +126,61 @@ def test_the_client_sends_no_faster_than_the_planned_rate(served):
 
     client.on_registered(RegistrationResult(True, "", "factory"))
     assert client.trigger.min_interval_s == 0.0 and client.routes == {}
+
+
+def _solved_runtime(core, monitor_hz=0.5):
+    """The real solver's plan for r0 and r1 on this core's instances, with profiles made here."""
+    from physai_ros.scheduler.factory.profiling import profile_from_service_times
+    from physai_ros.scheduler.factory.solver import solve
+    from physai_ros.scheduler.factory.types import CONTINUOUS
+
+    profiles = {("pi0", "cpu"): profile_from_service_times("pi0", "cpu", {1: 0.05, 2: 0.08}, requests=600),
+                ("vlm", "cpu"): profile_from_service_times("vlm", "cpu", {1: 0.1, 2: 0.15}, batching=CONTINUOUS,
+                                                           requests=600)}
+    problem = _problem()
+    cls = problem.classes[0]
+    comps = tuple(dataclasses.replace(c, freq_hz=monitor_hz) if c.component == "monitor" else c
+                  for c in cls.components)
+    problem = dataclasses.replace(problem, classes=(dataclasses.replace(cls, components=comps),))
+    schedule = solve(problem, profiles)
+    assert schedule.feasible, schedule.reason
+    runtime = FactoryRuntime(problem, profiles, schedule, [(i, s.standby) for i, s in core.engines.items()])
+    core.apply_factory(runtime)
+    return runtime
+
+
+@pytest.fixture()
+def core_with_a_newcomer():
+    robots = [robot_entry(r, i) for i, r in enumerate(PLANNED + ("r2",))]
+    cfg = parse_fleet(fleet_doc(robots=robots, server={"engine_instances": 2, "standby_instances": 1}))
+    return cfg, build_core(cfg, instance_id="factory")
+
+
+def test_a_newcomer_with_headroom_is_admitted_placement_preserving_and_a_reschedule_is_proposed(
+        core_with_a_newcomer):
+    cfg, core = core_with_a_newcomer
+    runtime = _solved_runtime(core)
+    placement = {iid: r.component for iid, r in runtime.roles.items()}
+    res = _register(core, cfg, "r2")
+    assert res.accepted and res.max_request_rate_hz > 0
+    assert dict(res.routes)["system1"] == "engine_0" and runtime.admissions["admitted"] == 1
+    assert {iid: r.component for iid, r in runtime.roles.items()} == placement  # placement kept
+    assert "r2" in runtime.problem.classes[0].robot_ids and runtime.schedule.route("r2", "monitor") is not None
+    assert runtime.wait_for_proposals(60) and runtime.proposed is not None and runtime.proposed.feasible
+    assert {r.robot_id for r in runtime.proposed.routes} == {"r0", "r1", "r2"}
+    # The planned robots re-register (their clients do every 2 s) and hear the class's rate now.
+    assert _register(core, cfg, "r0").max_request_rate_hz == pytest.approx(
+        runtime.schedule.action_rate_hz["pick_place"])
+
+
+def test_a_newcomer_the_placement_cannot_carry_is_refused_with_the_reason(core_with_a_newcomer):
+    cfg, core = core_with_a_newcomer
+    # The monitor asks at 5 Hz: one monitor instance (capacity ~13 questions/s) carries two robots,
+    # not three, and an obligation's rate is not lowered to make room.
+    runtime = _solved_runtime(core, monitor_hz=5.0)
+    assert [r.component for r in runtime.roles.values()].count("monitor") == 1
+    res = _register(core, cfg, "r2")
+    assert not res.accepted and res.reason.startswith("factory_schedule: placement-preserving admission failed")
+    assert "monitor" in res.reason, res.reason
+    assert core.registration("r2") is None and runtime.admissions["refused"] == 1
+    assert runtime.wait_for_proposals(60) and runtime.proposals_done == 1  # the operator gets a proposal
