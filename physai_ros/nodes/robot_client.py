@@ -316,8 +316,7 @@ class RobotClientNode(Node):
             "auth_refused": dict(self.auth_refusals.counts),
             "round_ledger": ledger.as_dict(),
             # The factory schedule's word at registration (docs/factory.md); 0 / {} without one.
-            "max_request_rate_hz": (1.0 / self.core.trigger.min_interval_s
-                                    if self.core.trigger.min_interval_s > 0 else 0.0),
+            "max_request_rate_hz": self.core.trigger.max_rate_hz,
             "routes": dict(self.core.routes),
             **(self.streaming.status() if self.streaming is not None else {}),
             **(self.pipeline.status() if self.pipeline is not None else {}),

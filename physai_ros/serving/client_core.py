@@ -192,8 +192,7 @@ class RobotClientCore:
         self.server_instance = result.server_instance
         # The factory schedule's request rate for this robot (ROSA §3.4: a robot asking faster
         # than planned would push its server past the load its SLO was checked at).
-        rate = float(result.max_request_rate_hz or 0.0)
-        self.trigger.min_interval_s = 1.0 / rate if rate > 0 and math.isfinite(rate) else 0.0
+        self.trigger.set_rate(float(result.max_request_rate_hz or 0.0))
         self.routes = dict(result.routes)
         if self.state != ClientState.STOPPED:
             self.state = ClientState.RUNNING

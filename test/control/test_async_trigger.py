@@ -99,3 +99,40 @@ def test_closed_loop_keeps_the_robot_busy_when_the_latency_is_measured():
 def test_closed_loop_idles_when_the_latency_is_underestimated():
     chunks, idle = _closed_loop(assumed_latency=0.02)
     assert chunks > 20 and idle > chunks
+
+
+def test_rate_pacing_keeps_the_average_rate_and_makes_up_a_wait_up_to_the_burst():
+    t = AsyncTrigger(margin_s=0.0, request_timeout_s=100.0)
+    t.set_rate(4.0, burst_s=0.5)  # 4 Hz: the n-th send not before start + n / 4
+
+    def send_when_allowed(now, rid):
+        d = t.decide(now, 0, 0.1, 0.0)
+        if d.send:
+            t.on_sent(rid, now)
+            t.on_reply(rid, now)
+        return d
+
+    sent = [now for k, now in enumerate(x / 100 for x in range(0, 200)) if send_when_allowed(now, k).send]
+    # 2 s at 4 Hz from t = 0: sends at 0, 0.25, ..., 1.75 (8), never faster on average.
+    assert sent == pytest.approx([0.25 * k for k in range(8)])
+    # A 0.4 s stall (a System 2 wait): the time is made up by sending sooner afterwards.
+    t.on_sent(100, 2.0)
+    t.on_reply(100, 2.4)
+    assert t.decide(2.4, 0, 0.1, 0.0).send  # 2.25 was due: allowed at once
+    t.on_sent(101, 2.4)
+    t.on_reply(101, 2.41)
+    # The next at 2.5, on the original grid (a minimum gap would say 2.65 and lose the stall).
+    assert t.decide(2.49, 0, 0.1, 0.0).reason == "rate_cap" and t.decide(2.5, 0, 0.1, 0.0).send
+    # A long stall makes up at most burst_s of it: then back to one send per 0.25 s.
+    t.on_sent(102, 2.5)
+    t.on_reply(102, 10.0)
+    allowed = 0
+    for k in range(10):
+        if t.decide(10.0, 0, 0.1, 0.0).send:
+            t.on_sent(200 + k, 10.0)
+            t.on_reply(200 + k, 10.0)
+            allowed += 1
+    assert allowed == 3  # the one due now and the 0.5 s burst's two at 4 Hz, then the cap
+    assert t.decide(10.0, 0, 0.1, 0.0).reason == "rate_cap"
+    t.set_rate(0.0)  # no plan: no cap
+    assert t.decide(10.0, 0, 0.1, 0.0).send

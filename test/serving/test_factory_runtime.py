@@ -119,13 +119,13 @@ def test_the_client_sends_no_faster_than_the_planned_rate(served):
     cfg, core, _ = served
     client = RobotClientCore(cfg.resolve_robot("r0"))
     client.on_registered(core.register(client.registration()))
-    assert client.trigger.min_interval_s == pytest.approx(1 / S1_RATE)
+    assert client.trigger.max_rate_hz == pytest.approx(S1_RATE)
     assert client.routes == {"system1": "engine_0", "monitor": "engine_1"}
     # Without a plan (a server that runs none) the cap is lifted again.
     from physai_ros.protocol.registration import RegistrationResult
 
     client.on_registered(RegistrationResult(True, "", "factory"))
-    assert client.trigger.min_interval_s == 0.0 and client.routes == {}
+    assert client.trigger.max_rate_hz == 0.0 and client.routes == {}
 
 
 def _solved_runtime(core, monitor_hz=0.5):
