@@ -1,7 +1,8 @@
 """ROSA §3.4.4: runtime adaptation - placement-preserving admission, hot-standby failover, release.
 
 admit() keeps every server's model placement and routes the new robot to existing servers of each
-component its class needs (the one left with the most SLO slack), possibly changing those
+component its class needs (the one left with the most SLO slack; obligation components answered by
+one model go together to one server of that model, colocation.py), possibly changing those
 servers' batch sizes and lowering the class's action rate f_c (never below F_c^min / K_c); every
 server the class touches is re-checked against the SLOs of all robots on it, and every class
 against eq. (4). A full re-solve with the robot added (global rescheduling) is returned as
@@ -15,7 +16,10 @@ from __future__ import annotations
 from dataclasses import dataclass, replace
 from typing import Mapping
 
-from physai_ros.scheduler.factory.configs import LatencyTable
+from physai_ros.scheduler.factory.colocation import (
+    merged_label, obligation_groups, part_of, pool_key, pooled_label, pooled_stream,
+)
+from physai_ros.scheduler.factory.configs import LatencyTable, Stream
 from physai_ros.scheduler.factory.feasibility import loop_times
 from physai_ros.scheduler.factory.homogeneous import floor_rate
 from physai_ros.scheduler.factory.packing import PlannedServer
@@ -53,6 +57,18 @@ def _rate_for(cls, component: str, f: float) -> float:
     return float(cls.component(component).freq_hz)
 
 
+def _robot_streams(problem: FactoryProblem, cls, robot_id: str, f: float) -> list[tuple[str, str, Stream]]:
+    """(server label, model, stream) of each server the new robot needs: one per goal-coupled
+    component, one per model of its obligation components (pooled, colocation.py)."""
+    out = [(spec.component, spec.model, stream_for(problem, cls.name, robot_id, spec.component,
+                                                   _rate_for(cls, spec.component, f)))
+           for spec in cls.components if spec.component in GOAL_COUPLED]
+    for model, specs in obligation_groups(cls):
+        parts = tuple(part_of(spec, _rate_for(cls, spec.component, f)) for spec in specs)
+        out.append((pooled_label(spec.component for spec in specs), model, pooled_stream(cls.name, robot_id, parts)))
+    return out
+
+
 def _place(problem: FactoryProblem, table: LatencyTable, indexed: list[tuple[int, PlannedServer]],
            cls, robot_id: str, f: float) -> list[tuple[int, PlannedServer]] | str:
     """The servers with class `cls` at rate f and the new robot routed; or why that fails."""
@@ -61,11 +77,10 @@ def _place(problem: FactoryProblem, table: LatencyTable, indexed: list[tuple[int
         streams = tuple(replace(st, rate_hz=_rate_for(cls, s.component, f))
                         if st.class_name == cls.name and s.component in GOAL_COUPLED else st for st in s.streams)
         out.append((i, replace(s, streams=streams)))
-    for spec in cls.components:
-        new = stream_for(problem, cls.name, robot_id, spec.component, _rate_for(cls, spec.component, f))
+    for label, model, new in _robot_streams(problem, cls, robot_id, f):
         best = None
         for pos, (i, s) in enumerate(out):
-            if (s.component, s.model) != (spec.component, spec.model):
+            if pool_key(s.component, s.model) != pool_key(label, model):
                 continue
             fit = table.best_batch(s.model, s.streams + (new,))
             if fit is None:
@@ -75,10 +90,10 @@ def _place(problem: FactoryProblem, table: LatencyTable, indexed: list[tuple[int
             if best is None or slack > best[0]:
                 best = (slack, pos, fit[0])
         if best is None:
-            return f"no {spec.component} server (model {spec.model}) has SLO headroom for one more robot at {f:.4g} Hz"
+            return f"no {label} server (model {model}) has SLO headroom for one more robot at {f:.4g} Hz"
         _, pos, batch = best
         i, s = out[pos]
-        out[pos] = (i, replace(s, batch=batch, streams=s.streams + (new,)))
+        out[pos] = (i, replace(s, component=merged_label(s.component, label), batch=batch, streams=s.streams + (new,)))
     for pos, (i, s) in enumerate(out):  # servers whose rates changed: keep the batch if it still holds
         if any(st.class_name == cls.name for st in s.streams) and not _meets(table, s, s.batch):
             fit = table.best_batch(s.model, s.streams)

@@ -2,7 +2,8 @@
 
 Isolated packing gives every (component, class) its own servers. Compaction recovers cross-class
 sharing: for each server the profile gives its SLO-compatible rate capacity and the headroom left;
-low-load servers are merged into high-headroom servers of the same component and model, a merge
+low-load servers are merged into high-headroom servers of the same component and model (obligation
+servers: of the same model, whatever obligation components they host - colocation.py), a merge
 accepted only if some batch size serves the union with every class's SLO (and eq. (4) mean cap)
 met (configs.LatencyTable.best_batch). Merges move whole servers' streams, so routes stay intact
 apart from the server they point to.
@@ -11,6 +12,7 @@ from __future__ import annotations
 
 import math
 
+from physai_ros.scheduler.factory.colocation import merged_label, pool_key
 from physai_ros.scheduler.factory.configs import LatencyTable
 from physai_ros.scheduler.factory.packing import PlannedServer
 
@@ -27,13 +29,13 @@ def headroom(table: LatencyTable, server: PlannedServer) -> float:
 
 
 def try_merge(table: LatencyTable, into: PlannedServer, donor: PlannedServer) -> PlannedServer | None:
-    if (into.component, into.model) != (donor.component, donor.model):
+    if pool_key(into.component, into.model) != pool_key(donor.component, donor.model):
         return None
     streams = into.streams + donor.streams
     best = table.best_batch(into.model, streams)
     if best is None:
         return None
-    return PlannedServer(into.component, into.model, best[0], streams)
+    return PlannedServer(merged_label(into.component, donor.component), into.model, best[0], streams)
 
 
 def compact(table: LatencyTable, servers: list[PlannedServer], budget: int | None = None) -> list[PlannedServer]:
@@ -75,14 +77,14 @@ def drain(table: LatencyTable, servers: list[PlannedServer], budget: int | None 
         for d in sorted(range(len(servers)), key=lambda i: servers[i].load_hz):
             others = [s for i, s in enumerate(servers) if i != d]
             for st in sorted(servers[d].streams, key=lambda s: -s.rate_hz):
-                targets = sorted((i for i, s in enumerate(others)
-                                  if (s.component, s.model) == (servers[d].component, servers[d].model)),
+                key = pool_key(servers[d].component, servers[d].model)
+                targets = sorted((i for i, s in enumerate(others) if pool_key(s.component, s.model) == key),
                                  key=lambda i: -headroom(table, others[i]))
                 for i in targets:
                     best = table.best_batch(others[i].model, others[i].streams + (st,))
                     if best is not None:
-                        others[i] = PlannedServer(others[i].component, others[i].model, best[0],
-                                                  others[i].streams + (st,))
+                        others[i] = PlannedServer(merged_label(others[i].component, servers[d].component),
+                                                  others[i].model, best[0], others[i].streams + (st,))
                         break
                 else:
                     break  # this stream fits nowhere: the donor stays

@@ -30,8 +30,21 @@ def quantile_column(q: float) -> str:
 
 
 @dataclass(frozen=True)
+class Part:
+    """One component's share of a pooled obligation stream (colocation.py): its own rate, which
+    its Route carries, and its own SLO, which the per-component attainment is reported against."""
+
+    component: str
+    rate_hz: float
+    slo_s: float
+    quantile: str
+
+
+@dataclass(frozen=True)
 class Stream:
-    """One robot's requests to one component: the unit a server serves and routes are made of."""
+    """One robot's requests to one component - or, for obligation components answered by one
+    model, to all of them together (`parts`): the unit a server serves and routes are made of.
+    A pooled stream's rate is the sum of its parts' and its SLO the strictest of theirs."""
 
     class_name: str
     robot_id: str
@@ -39,11 +52,13 @@ class Stream:
     slo_s: float
     quantile: str  # profile column the SLO is checked against
     mean_cap_s: float = math.inf  # mean latency that still allows the class's rate (eq. 4)
+    parts: tuple[Part, ...] = ()  # obligation streams: one Part per component (empty: goal-coupled)
 
 
 @dataclass(frozen=True)
 class Pair:
-    """One (component, task class) of isolated packing (ROSA §3.4.3): K robots at one rate."""
+    """One (component, task class) of isolated packing (ROSA §3.4.3): K robots at one rate.
+    For obligation components on one model, `component` is their pooled label ("safety+monitor")."""
 
     component: str
     class_name: str
@@ -53,10 +68,12 @@ class Pair:
     slo_s: float
     quantile: str
     mean_cap_s: float = math.inf
+    parts: tuple[Part, ...] = ()  # obligation pairs: the components pooled on the model
 
     def streams(self, robot_ids: tuple[str, ...] | None = None) -> tuple[Stream, ...]:
         ids = self.robot_ids if robot_ids is None else robot_ids
-        return tuple(Stream(self.class_name, r, self.rate_hz, self.slo_s, self.quantile, self.mean_cap_s) for r in ids)
+        return tuple(Stream(self.class_name, r, self.rate_hz, self.slo_s, self.quantile, self.mean_cap_s, self.parts)
+                     for r in ids)
 
 
 @dataclass(frozen=True)

@@ -2,17 +2,21 @@
 
 Obligation models run at fixed per-robot frequencies; serving them faster buys nothing, so they
 get the fewest servers that meet their SLOs at the aggregate load of eq. (2),
-lambda_m = sum_r lambda_bar_{r,m}. Robots' streams are indivisible (a robot talks to one server
-per component), so the footprint is found by the same isolated ILP packing as the goal-coupled
-models, one (component, class) at a time, then compaction merges servers of the same component
-and model across classes (§3.4.3: the primitive applies to every component).
+lambda_m = sum_r lambda_bar_{r,m}, summed per MODEL when several obligation components are one
+model (colocation.py: ROSA dedicates a server to a model, not to a component). Robots' streams
+are indivisible (a robot talks to one server per model), so the footprint is found by the same
+isolated ILP packing as the goal-coupled models, one (model, class) at a time, then compaction
+merges servers of the same model across classes (§3.4.3: the primitive applies to every component).
 """
 from __future__ import annotations
 
+from physai_ros.scheduler.factory.colocation import obligation_freq, obligation_groups, obligation_pair
 from physai_ros.scheduler.factory.compaction import compact, drain
-from physai_ros.scheduler.factory.configs import LatencyTable, Pair, quantile_column
+from physai_ros.scheduler.factory.configs import LatencyTable, Pair
 from physai_ros.scheduler.factory.packing import PlannedServer, pack_pair
 from physai_ros.scheduler.factory.types import OBLIGATION, FactoryProblem
+
+__all__ = ["aggregate_rates", "obligation_freq", "obligation_pairs", "provision_obligations"]
 
 
 def aggregate_rates(problem: FactoryProblem) -> dict[str, float]:
@@ -25,20 +29,12 @@ def aggregate_rates(problem: FactoryProblem) -> dict[str, float]:
     return out
 
 
-def obligation_freq(spec, class_name: str) -> float:
-    if spec.freq_hz is None or spec.freq_hz <= 0:
-        raise ValueError(f"class {class_name!r}: obligation component {spec.component!r} needs freq_hz > 0")
-    return float(spec.freq_hz)
-
-
 def obligation_pairs(problem: FactoryProblem) -> list[Pair]:
-    pairs = []
-    for cls in problem.classes:
-        for spec in cls.components:
-            if spec.component in OBLIGATION and cls.robot_ids:
-                pairs.append(Pair(spec.component, cls.name, spec.model, cls.robot_ids,
-                                  obligation_freq(spec, cls.name), spec.slo_s, quantile_column(spec.slo_quantile)))
-    return pairs
+    """Per class, one pair per model answering its obligation components (colocation.py): a
+    component alone on its model is the pair it always was; components sharing a model are one
+    pooled pair at their summed per-robot rate and strictest SLO."""
+    return [obligation_pair(cls, model, specs) for cls in problem.classes if cls.robot_ids
+            for model, specs in obligation_groups(cls)]
 
 
 def provision_obligations(problem: FactoryProblem, table: LatencyTable) -> tuple[list[PlannedServer], str | None]:
@@ -53,10 +49,10 @@ def provision_obligations(problem: FactoryProblem, table: LatencyTable) -> tuple
     servers = drain(table, compact(table, servers))
     budget = problem.servers.num_servers
     if len(servers) > budget:
-        rates = aggregate_rates(problem)
-        per = {}
+        per: dict[str, tuple[int, float]] = {}  # label -> (servers, aggregate rate)
         for s in servers:
-            per[s.component] = per.get(s.component, 0) + 1
-        detail = ", ".join(f"{c} needs {n} servers for {rates.get(c, 0.0):.3g} Hz" for c, n in sorted(per.items()))
+            n, load = per.get(s.component, (0, 0.0))
+            per[s.component] = (n + 1, load + s.load_hz)
+        detail = ", ".join(f"{c} needs {n} servers for {load:.3g} Hz" for c, (n, load) in sorted(per.items()))
         return [], f"obligations do not fit: {detail}; the pool has {budget}"
     return servers, None
