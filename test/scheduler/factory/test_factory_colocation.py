@@ -172,3 +172,58 @@ def test_failover_and_release_of_a_pooled_server():
     released = release(after, robot, p)
     host = next(a for a in released.assignments if a.server == standby.server)
     assert robot not in host.robot_ids and host.load_hz == pytest.approx(10.0 - 2.5)
+
+
+# Seeded random fleets where some classes put safety and monitor on one model ("vla") and others
+# on two: the invariants of a pooled schedule, checked from its routes with ModelProfile.latency.
+RANDOM_PROFILES = {
+    **PROFILES,
+    ("s1", HW): ModelProfile("s1", HW, STATIC, tuple(ProfilePoint(b, 12.0 * b * i / 10, 0.03 * (1 + i / 10) * b ** 0.3,
+                                                                  0.04 * (1 + i / 10) * b ** 0.3)
+                                                     for b in (1, 2, 4) for i in range(1, 11))),
+}
+
+
+def random_problem(rng) -> FactoryProblem:
+    classes = []
+    for c in range(rng.randint(1, 3)):
+        s1 = ComponentSpec("system1", rng.choice(["s1", "fast"]), 0.2)
+        obl = rng.choice([(safety(), monitor()), (safety("vla"), monitor("vla_b")), (safety(),), (monitor(),),
+                          (ComponentSpec("safety", "vla", 0.6, 1.0, slo_quantile=0.5), monitor())])
+        k = rng.randint(1, 10)
+        classes.append(TaskClass(f"c{c}", tuple(f"c{c}r{i}" for i in range(k)), (s1,) + obl,
+                                 action_period_s=rng.choice([0.1, 0.2])))
+    return FactoryProblem(tuple(classes), ServerPool(rng.randint(3, 10), HW, standby=rng.randint(0, 2)))
+
+
+@pytest.mark.parametrize("seed", range(15))
+def test_pooled_schedules_hold_their_invariants(seed: int):
+    import random
+
+    problem = random_problem(random.Random(seed))
+    sched = solve(problem, RANDOM_PROFILES)
+    if not sched.feasible:
+        assert sched.reason and not sched.routes
+        return
+    profile = {m: p for (m, _), p in RANDOM_PROFILES.items()}
+    serving = {a.server: a for a in sched.assignments if a.standby_for is None}
+    load = {s: sum(r.rate_hz for r in sched.routes if r.server == s) for s in serving}
+    for s, a in serving.items():
+        assert a.load_hz == pytest.approx(load[s])
+        assert a.component == pooled_label({r.component for r in sched.routes if r.server == s})
+    for cls in problem.classes:
+        for robot in cls.robot_ids:
+            for spec in cls.components:
+                route = sched.route(robot, spec.component)
+                a = serving[route.server]
+                assert spec.component in hosted_components(a) and a.model == spec.model and robot in a.robot_ids
+                if spec.freq_hz is not None:
+                    assert route.rate_hz == spec.freq_hz
+                column = "p50" if spec.slo_quantile == 0.5 else "p99"
+                assert profile[a.model].latency(a.batch, load[a.server], column) <= spec.slo_s * (1 + 1e-9)
+            s, m = cls.component("safety"), cls.component("monitor")
+            if s is not None and m is not None:  # same model <=> same server
+                same = sched.route(robot, "safety").server == sched.route(robot, "monitor").server
+                assert same == (s.model == m.model)
+    assert set(sched.predicted_slo_attainment) <= {"system1", "safety", "monitor"}
+    assert all(v == 1.0 for v in sched.predicted_slo_attainment.values())
