@@ -1,6 +1,7 @@
 """ROSA §3.4.2-§3.4.3 steady-state solver: FactoryProblem + profiles -> FactorySchedule.
 
-1. Obligation models (safety, monitor) get the minimum feasible footprint (obligations.py, eq. 2).
+1. Obligation models (safety, monitor) get the minimum feasible footprint (obligations.py, eq. 2);
+   obligation components answered by one model share that model's servers (colocation.py).
 2. The remaining servers S_goal serve the goal-coupled models; the action rate is searched:
    one class -> binary search on f (homogeneous.py), several -> adaptive frontier search on the
    class-rate vector maximizing eq. (1) (heterogeneous.py). Each probe packs configurations with
