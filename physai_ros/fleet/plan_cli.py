@@ -19,6 +19,7 @@ import sys
 from pathlib import Path
 
 from physai_ros.config_fields import FleetConfigError
+from physai_ros.scheduler.factory.schedule import hosted_components
 from physai_ros.scheduler.factory.types import FactoryProblem, FactorySchedule
 
 
@@ -119,7 +120,9 @@ def render(problem: FactoryProblem, profiles: dict, schedule: FactorySchedule, s
     for a in sorted(schedule.assignments, key=lambda a: a.server):
         if a.standby_for is not None:
             continue
-        d = slo.get((a.component, a.model))
+        # A pooled server ("safety+monitor": one model, ROSA's one model per server) holds the
+        # strictest of its components' SLOs.
+        d = min((slo[(c, a.model)] for c in hosted_components(a.component) if (c, a.model) in slo), default=None)
         lines.append(f"  {a.server:<3} {a.component:<10} {a.model:<22} {a.batch:>5} {len(a.robot_ids):>7} "
                      f"{a.load_hz:>7.2f} {a.predicted_mean_s * 1e3:>8.1f} {a.predicted_p99_s * 1e3:>7.1f} "
                      f"{d * 1e3 if d else float('nan'):>7.0f}")

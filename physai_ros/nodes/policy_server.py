@@ -389,6 +389,8 @@ class PolicyServerNode(Node):
         for rid in gone:
             if self.auth is not None:
                 self.auth.end_session(rid)  # it registers again on return, with a new session
+            if self.pipeline is not None:
+                self.pipeline.forget(rid)  # its waiting questions and kept prefix
             self.get_logger().warning(
                 f"robot {rid!r} silent for over {timeout:g} s: its "
                 "registration, queue entry and history are freed (it registers again on return)")
@@ -406,6 +408,8 @@ class PolicyServerNode(Node):
                 self.pipeline.close(max(0.0, end - time.monotonic()))
         finally:
             self._runner.stop(timeout=max(0.0, end - time.monotonic()))
+            if self.factory is not None:  # a rescheduling proposal still solving (seconds at most)
+                self.factory.wait_for_proposals(max(0.0, end - time.monotonic()))
 
 
 def main(argv: list[str] | None = None) -> int:

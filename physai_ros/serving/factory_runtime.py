@@ -25,6 +25,7 @@ from dataclasses import dataclass, replace
 from typing import Any, Callable, Mapping, Sequence
 
 from physai_ros.config_fields import FleetConfigError
+from physai_ros.scheduler.factory.schedule import hosted_components
 from physai_ros.scheduler.factory.types import FactoryProblem, FactorySchedule, ModelProfile
 
 SYSTEM1 = "system1"
@@ -98,9 +99,10 @@ class FactoryRuntime:
         return out
 
     def component_instance(self, component: str) -> str | None:
-        """The (first) instance hosting a VLM component; None when the plan places none."""
+        """The (first) instance hosting a VLM component (alone, or pooled with others of the same
+        model: "safety+monitor"); None when the plan places none."""
         hosts = sorted((r.server, iid) for iid, r in self.roles.items()
-                       if r.component == component and r.standby_for is None)
+                       if component in hosted_components(r.component) and r.standby_for is None)
         return hosts[0][1] if hosts else None
 
     def batch_cap(self, instance_id: str) -> int | None:
