@@ -48,8 +48,10 @@ class PolicyServerPipeline:
         self.published = 0
         c = fleet.server.components
         self.service = ComponentService(fleet, core, self.publish, backends=backends,
-                                        settings=ComponentServiceSettings(max_queue=c.max_queue, max_batch=c.max_batch,
-                                                                          order=c.order))
+                                        settings=ComponentServiceSettings(
+                                            max_queue=c.max_queue, max_batch=c.max_batch, order=c.order,
+                                            max_question_chars=c.max_question_chars,
+                                            max_answer_tokens=c.max_answer_tokens))
         for r in fleet.robots:  # known robots: topics now, so discovery is done before queries flow
             self.ensure_topics(r.id, r.namespace)
         # Robots the fleet file does not list get theirs once registered.
@@ -152,6 +154,9 @@ class PolicyServerPipeline:
             stat.add(k, str(v))
         stat.add("published", str(self.published))
         return stat
+
+    def forget(self, robot_id: str) -> None:
+        self.service.forget(robot_id)
 
     def close(self, timeout_s: float) -> bool:
         return self.service.close(timeout_s)

@@ -334,6 +334,19 @@ class ComponentService:
         d.update(self.order.diagnostics())
         return d
 
+    def forget(self, robot_id: str) -> None:
+        """The robot was released (silent past server.robot_timeout_s, or gone): its questions
+        still waiting are answered `closed`, and the backends drop what they keep for it (the
+        VLA backbone's kept prefix, which no longer shows its world)."""
+        with self._lock:
+            mine = [(q, slot) for q in self._queues.values() for slot in q if slot[0] == robot_id]
+            out = [self._refused_locked(q.pop(slot).req, CLOSED, "the robot was released") for q, slot in mine]
+        for b in self.backends.values():
+            drop = getattr(b, "forget", None)
+            if callable(drop):
+                drop(robot_id)
+        self._deliver(out)
+
     def close(self, timeout_s: float = 5.0) -> bool:
         """Stop the worker (within timeout_s: a batch in progress is waited for that long),
         answer what still waits `closed`, close the backends. True when the thread ended."""

@@ -242,15 +242,18 @@ class ComponentServerConfig:
     order: str = "kairos"  # kairos: Kairos multi-agent priority and application start | fifo: arrival
     max_batch: int = 8  # questions per backend call
     max_queue: int = 32  # questions waiting per backend; more are refused `busy`
+    max_question_chars: int = 1000  # longer questions are refused `bad_question`
+    max_answer_tokens: int = 256  # a query asking for more is refused `max_tokens`
 
 
 def _parse_components(v: Any, path: str) -> ComponentServerConfig:
     d = mapping(v, path)
     dflt = ComponentServerConfig()
     no_unknown(d, set(vars(dflt)), path)
+    ints = {k: integer(d.get(k, getattr(dflt, k)), join_key(path, k), 1)
+            for k in ("max_batch", "max_queue", "max_question_chars", "max_answer_tokens")}
     return ComponentServerConfig(order=string(d.get("order", dflt.order), join_key(path, "order"), ("kairos", "fifo")),
-                                 max_batch=integer(d.get("max_batch", dflt.max_batch), join_key(path, "max_batch"), 1),
-                                 max_queue=integer(d.get("max_queue", dflt.max_queue), join_key(path, "max_queue"), 1))
+                                 **ints)
 
 
 def parse_server(d: Any) -> ServerConfig:

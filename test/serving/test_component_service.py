@@ -369,3 +369,25 @@ def test_kairos_order_serves_the_agent_with_the_shortest_remaining_latency_first
         assert served_order == [(r, c) for r, c, _ in arrivals]
     assert svc.diagnostics()["order"] == order
     svc.close(5.0)
+
+
+def test_a_released_robot_is_forgotten_its_waiting_questions_closed_and_its_prefix_dropped(served):
+    class Forgetting(ScriptedBackend):
+        name = "forgetting"
+
+        def __init__(self):
+            super().__init__()
+            self.forgotten = []
+
+        def forget(self, robot_id):
+            self.forgotten.append(robot_id)
+
+    backend = Forgetting()
+    svc, got = _service(served, backend)
+    assert svc.submit(request("r0", "safety", 1)) is None
+    assert svc.submit(request("r1", "monitor", 2, views=2)) is None
+    svc.forget("r0")
+    closed = got.by_id(1)
+    assert len(closed) == 1 and closed[0].reason == "closed" and "released" in closed[0].error
+    assert backend.forgotten == ["r0"] and svc.diagnostics()["queued"] == 1  # r1's question still waits
+    svc.close(5.0)

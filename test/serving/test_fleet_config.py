@@ -142,7 +142,7 @@ def test_unreadable_and_invalid_yaml_files(tmp_path):
 def test_server_components_block_sets_the_component_queue_and_names_mistakes(doc):
     cfg = parse_fleet(_mut(doc, lambda d: d["server"].update(components={"order": "fifo", "max_batch": 2})))
     c = cfg.server.components
-    assert (c.order, c.max_batch, c.max_queue) == ("fifo", 2, 32)
+    assert (c.order, c.max_batch, c.max_queue, c.max_question_chars, c.max_answer_tokens) == ("fifo", 2, 32, 1000, 256)
     assert parse_fleet(doc).server.components.order == "kairos"  # the default
     for bad, msg in (({"order": "lifo"}, r"server\.components\.order"), ({"batch": 2}, r"server\.components\.batch"),
                      ({"max_queue": 0}, r"server\.components\.max_queue")):
