@@ -41,7 +41,7 @@ def test_factory_file_is_rosa_mix2_of_p2_and_p4():
     s1, s2, safe, mon = p4.components
     assert (s1.slo_s, s2.slo_s, safe.slo_s, safe.freq_hz, mon.slo_s, mon.freq_hz) == (0.2, 2.0, 0.5, 2.0, 2.0, 0.5)
     assert (p4.action_period_s, p4.system2_ratio, p2.system2_ratio) == (0.2, 10, 1)
-    assert (s1.model, s2.model, safe.model) == ("pi0", "qwen2.5-vl-7b", "qwen2.5-vl-3b")
+    assert (s1.model, s2.model, safe.model) == ("gr00t-n1.6-3b~pi0", "qwen2.5-vl-7b:plan", "qwen2.5-vl-3b:safety")
 
 
 def test_a_file_without_the_block_has_none_and_cannot_be_planned():
