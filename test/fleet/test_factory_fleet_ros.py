@@ -1,7 +1,7 @@
 """A factory plan run by real processes over DDS (issue 24): a policy server with two engine
 instances and `factory.apply: true` plans at start-up and puts System 1 on engine_0 and the
-progress monitor on engine_1; two pick-and-place robots (sim_robot, robot_client, controller)
-are served by that plan. Checked against the plan the same solver makes in this process: every
+safety checker and progress monitor (one model: the served VLA's backbone) on engine_1; two
+pick-and-place robots (sim_robot, robot_client, controller) are served by that plan. Checked against the plan the same solver makes in this process: every
 served chunk came from engine_0, every monitor answer from the backbone on engine_1, each robot
 was told its rate cap and routes at registration and sent no faster, the server's engine status
 names each instance's role, and the measured SLO attainment is reported beside the predicted.
@@ -45,6 +45,8 @@ def _fleet(tmp: Path) -> Path:
     task["pipeline"] = {"action_period_ms": 500}
     task["slo_ms"] = 5000
     task["components"]["monitor"].update(slo_ms=5000, freq_hz=0.5)
+    task["components"]["safety"] = {"model": "vla", "prompt": "is the workcell safe? answer safe or unsafe.",
+                                    "freq_hz": 1.0, "slo_ms": 5000, "fallback": "stop_and_replan"}
     del doc["tasks"]["place_in_order"]
     robots = [r for r in doc["robots"] if r["task"] == "pick_place_monitored"][:2]
     for r in robots:
@@ -55,13 +57,13 @@ def _fleet(tmp: Path) -> Path:
                                            requests=1000)]
     (tmp / "profiles.json").write_text(json.dumps({"profiles": [p.to_dict() for p in profiles]}))
     doc["factory"] = {"servers": 2, "hardware": "cpu-test", "profiles": "profiles.json", "apply": True,
-                      "models": {"system1": "sim-s1", "monitor": "sim-vla"}}
+                      "models": {"system1": "sim-s1", "safety": "sim-vla", "monitor": "sim-vla"}}
     path = tmp / "fleet_factory_two_instances.yaml"
     path.write_text(yaml.safe_dump(doc))
     return path
 
 
-def test_two_instances_run_the_plan_system1_on_one_the_monitor_on_the_other(tmp_path):
+def test_two_instances_run_the_plan_system1_on_one_safety_and_monitor_on_the_other(tmp_path):
     from physai_ros_interfaces.msg import ActionChunk, ComponentAnswer, Observation
     from std_msgs.msg import String
 
@@ -71,7 +73,8 @@ def test_two_instances_run_the_plan_system1_on_one_the_monitor_on_the_other(tmp_
     plan = solve(problem, load_profiles(tmp_path / "profiles.json"))
     assert plan.feasible, plan.reason
     placed = {a.server: a.component for a in plan.assignments}
-    assert placed == {0: "system1", 1: "monitor"}, placed
+    # Safety and monitor are one model (the served VLA's backbone): one server hosts both.
+    assert placed == {0: "system1", 1: "safety+monitor"}, placed
     robots = [r.id for r in cfg.robots]
     rig = ProcessRig(tmp_path / "logs", "factory_test")
     try:
@@ -92,8 +95,8 @@ def test_two_instances_run_the_plan_system1_on_one_the_monitor_on_the_other(tmp_
                     if m.status == 0 and not is_hold_chunk(m.status, m.error, m.engine_instance)]
 
         rig.wait(lambda: all(len(served(rid)) >= 3 for rid in robots), STARTUP_S + 60, "both robots served")
-        rig.wait(lambda: all(any(m.error == "" or m.text for _, m in rec[rid]["answers"]) or rec[rid]["answers"]
-                             for rid in robots), 60, "monitor answers for both robots")
+        rig.wait(lambda: all({m.component for _, m in rec[rid]["answers"]} >= {"safety", "monitor"}
+                             for rid in robots), 60, "safety and monitor answers for both robots")
         with rig.lock:
             n0 = {rid: len(rec[rid]["obs"]) for rid in robots}
             t0 = rig.node.get_clock().now().nanoseconds * 1e-9
@@ -105,15 +108,15 @@ def test_two_instances_run_the_plan_system1_on_one_the_monitor_on_the_other(tmp_
             engines = {m.engine_instance for rid in robots for m in served(rid)}
             backends = {m.backend for rid in robots for _, m in rec[rid]["answers"] if not m.error.startswith("busy")}
             diag = {k: dict(v) for k, v in rig.diag.items()}
-        # Placement: System 1 only on engine_0; the monitor answered by the backbone on engine_1,
-        # with its own prefill there (System 1's prefix lives on engine_0).
+        # Placement: System 1 only on engine_0; safety and monitor answered by the backbone on
+        # engine_1, with its own prefill there (System 1's prefix lives on engine_0).
         assert engines == {"engine_0"}, engines
         assert backends == {"vla_backbone@engine_1/own"}, backends
         # Rates and routes at registration; the clients kept to the cap (arrival jitter aside).
         for rid in robots:
             cap = plan.route(rid, "system1").rate_hz
             assert status[rid]["max_request_rate_hz"] == pytest.approx(cap, rel=1e-6), status[rid]
-            assert status[rid]["routes"] == {"system1": "engine_0", "monitor": "engine_1"}
+            assert status[rid]["routes"] == {"system1": "engine_0", "safety": "engine_1", "monitor": "engine_1"}
             times = sent[rid]
             assert len(times) >= 2, (rid, times)
             measured = (len(times) - 1) / (times[-1] - times[0])
@@ -122,8 +125,7 @@ def test_two_instances_run_the_plan_system1_on_one_the_monitor_on_the_other(tmp_
                   f"{status[rid]['slo_misses']} of {status[rid]['chunks_ok']} chunks "
                   f"(planned attainment {plan.predicted_slo_attainment['system1']:.2f})")
         roles = {k: v.get("factory_role") for k, v in diag.items() if v.get("factory_role")}
-        assert any(r.startswith("system1") for r in roles.values()) and any(r.startswith("monitor")
-                                                                             for r in roles.values()), roles
+        assert sorted(r.split(" ")[0] for r in roles.values()) == ["safety+monitor", "system1"], roles
         rig.assert_alive("after the run")
     finally:
         rig.close()

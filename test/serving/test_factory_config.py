@@ -85,7 +85,8 @@ def test_profiles_file_round_trip_and_its_mistakes(tmp_path, doc):
     loaded = load_profiles(path)
     assert loaded == {("pi0", "H100"): prof}
     problem = factory_problem(parse_fleet(doc))
-    with pytest.raises(FleetConfigError, match=r"no profile for qwen2\.5-vl-3b@H100, qwen2\.5-vl-7b@H100 "
+    with pytest.raises(FleetConfigError, match=r"no profile for gr00t-n1\.6-3b~pi0@H100, qwen2\.5-vl-3b:safety@H100, "
+                                               r"qwen2\.5-vl-7b:monitor@H100, qwen2\.5-vl-7b:plan@H100 "
                                                r"\(the file has pi0@H100\)"):
         check_profiles(problem, loaded)
     with pytest.raises(FleetConfigError, match="no such file"):
