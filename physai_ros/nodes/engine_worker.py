@@ -8,7 +8,9 @@ ROS I/O only; the logic is physai_ros.workers.core.WorkerCore.
 Parameters: instance_id (worker_0), tier (edge|cloud), preset (tiny) or checkpoint (a LeRobot
 checkpoint directory; wins when set), seed (0: random weights for a preset), device (cpu|cuda),
 max_batch (8), heartbeat_period_s (0.5), profile_reps (3), profile_views (2), profile_tokens (32),
-queue_limit (16), torch_threads (0: torch's default), fleet_file, keystore, insecure
+queue_limit (16), torch_threads (0: torch's default), fleet_file, keystore, insecure, components
+(false; true: also answer the pipeline components' questions a factory plan sends here, on
+/engine_workers/<instance_id>/component_query -> component_answer, with the fleet file's tokenizer)
 (physai_ros.ros.node_security: requests must carry the server's signature; results and status
 are signed with this worker's key, identity worker/<instance_id>).
 At start-up the worker measures its latency-vs-batch profile (batch 1..max_batch) and
@@ -22,15 +24,19 @@ import sys
 import threading
 import time
 
-from physai_ros_interfaces.msg import EngineBatchRequest, EngineBatchResult, EngineWorkerStatus
+from physai_ros_interfaces.msg import (ComponentAnswer, ComponentQuery, EngineBatchRequest, EngineBatchResult,
+                                       EngineWorkerStatus)
 from rclpy.node import Node
 
-from physai_ros.protocol.topics import request_topic, result_topic, status_topic
+from physai_ros.protocol.component import BAD_IMAGES, BUSY, ComponentRequest, refusal
+from physai_ros.protocol.topics import (component_request_topic, component_result_topic, request_topic, result_topic,
+                                        status_topic)
+from physai_ros.ros.codecs.component import answer_to_msg, query_from_msg
 from physai_ros.ros.message_digest import digest
 from physai_ros.ros.node_security import node_security, open_endpoint
 from physai_ros.ros.qos import latched_qos, reliable_qos
 from physai_ros.ros.spin import run_node
-from physai_ros.security.endpoints import BATCH_RESULT, WORKER_STATUS, WorkerAuth
+from physai_ros.security.endpoints import BATCH_RESULT, WORKER_COMPONENT_ANSWER, WORKER_STATUS, WorkerAuth
 from physai_ros.security.handshake import AuthError
 from physai_ros.security.keystore import Identity
 from physai_ros.security.message_auth import RefusalLog
@@ -38,17 +44,18 @@ from physai_ros.workers.codec import encode_status
 from physai_ros.workers.core import WorkerCore
 
 
-def build_engine(preset: str, checkpoint: str, seed: int, device: str, log=None):
+def build_engine(preset: str, checkpoint: str, seed: int, device: str, log=None, language: bool = False):
     from physai_ros.engine.engine import Pi0Engine
     from physai_ros.engine.types import Pi0Config
 
     if checkpoint:
         # The loader runs the float32 variant of the checkpoint's LeRobot family, as the server's does.
-        engine = Pi0Engine.from_lerobot_checkpoint(checkpoint, device=device)
+        engine = Pi0Engine.from_lerobot_checkpoint(checkpoint, device=device, language=language)
         if log is not None:
             log(engine.checkpoint_format.summary())
         return engine, checkpoint
-    return Pi0Engine(Pi0Config.preset(preset), device=device, seed=seed), f"{preset} (seed {seed})"
+    return (Pi0Engine(Pi0Config.preset(preset), device=device, seed=seed, language=language),
+            f"{preset} (seed {seed})")
 
 
 class EngineWorkerNode(Node):
@@ -58,7 +65,7 @@ class EngineWorkerNode(Node):
             ("instance_id", "worker_0"), ("tier", "edge"), ("preset", "tiny"), ("checkpoint", ""),
             ("seed", 0), ("device", "cpu"), ("max_batch", 8), ("heartbeat_period_s", 0.5),
             ("profile_reps", 3), ("profile_views", 2), ("profile_tokens", 32), ("queue_limit", 16),
-            ("torch_threads", 0), ("fleet_file", ""))}
+            ("torch_threads", 0), ("fleet_file", ""), ("components", False))}
         sec, base = node_security(self)
         iid = p["instance_id"]
         self.auth = open_endpoint(self, sec, base, [sec.server, Identity("worker", iid)],
@@ -70,7 +77,7 @@ class EngineWorkerNode(Node):
 
             torch.set_num_threads(int(p["torch_threads"]))
         engine, model = build_engine(p["preset"], p["checkpoint"], int(p["seed"]), p["device"],
-                                     log=self.get_logger().info)
+                                     log=self.get_logger().info, language=bool(p["components"]))
         self.core = WorkerCore(engine, p["instance_id"], p["tier"], int(p["max_batch"]), model,
                                float(p["heartbeat_period_s"]))
         self._profile_args = (int(p["profile_reps"]), int(p["profile_views"]), int(p["profile_tokens"]))
@@ -79,6 +86,15 @@ class EngineWorkerNode(Node):
         self._result_pub = self.create_publisher(EngineBatchResult, result_topic(iid), reliable_qos())
         self._status_pub = self.create_publisher(EngineWorkerStatus, status_topic(iid), latched_qos())
         self.create_subscription(EngineBatchRequest, request_topic(iid), self._on_request, reliable_qos(50))
+        # A factory plan's VLM components on this worker (docs/factory.md): its questions share
+        # the queue, and so the engine, with the System 1 batches.
+        self.components = None
+        if p["components"]:
+            from physai_ros.serving.worker_components import WorkerComponents
+
+            self.components = WorkerComponents(engine, p["fleet_file"], iid)
+            self._answer_pub = self.create_publisher(ComponentAnswer, component_result_topic(iid), reliable_qos(50))
+            self.create_subscription(ComponentQuery, component_request_topic(iid), self._on_component, reliable_qos(50))
         self.create_timer(self.core.heartbeat_period_s, self._publish_status)
         self._stop = threading.Event()
         self._thread = threading.Thread(target=self._work, name="engine_worker_infer", daemon=True)
@@ -102,6 +118,36 @@ class EngineWorkerNode(Node):
             self._publish(self.core.refuse(msg.batch_id, f"worker queue full ({self._queue.maxsize} batches)"))
         self.core.queue_depth = self._queue.qsize()
 
+    def _on_component(self, msg: ComponentQuery) -> None:
+        if self.auth is not None:
+            try:
+                self.auth.check_component_request(digest(msg), msg.auth)
+            except AuthError as e:  # not the fleet's server's: not answered
+                self.auth_refusals.refused(f"component query {msg.query_id}", e)
+                return
+        try:
+            req = query_from_msg(msg)
+        except ValueError as e:
+            return self._publish_answers([refusal(str(msg.robot_id)[:64], int(msg.query_id), str(msg.component)[:32],
+                                                  BAD_IMAGES, str(e), stamp=time.time())])
+        try:
+            self._queue.put_nowait((req, time.monotonic()))
+        except queue.Full:
+            self._publish_answers([refusal(req.robot_id, req.query_id, req.component, BUSY,
+                                           f"worker queue full ({self._queue.maxsize})", stamp=time.time())])
+
+    def _publish_answers(self, answers) -> None:
+        for a in answers:
+            try:
+                msg = answer_to_msg(a)
+                with self._pub_lock:
+                    if self.auth is not None:
+                        msg.auth = self.auth.signer.sign(WORKER_COMPONENT_ANSWER, digest(msg))
+                    self._answer_pub.publish(msg)
+            except Exception as e:  # context shutting down
+                if not self._stop.is_set():
+                    self.get_logger().error(f"publishing component answer {a.query_id} failed: {e}")
+
     def _work(self) -> None:
         try:
             prof = self.core.measure(*self._profile_args)
@@ -116,6 +162,10 @@ class EngineWorkerNode(Node):
             try:
                 msg, received = self._queue.get(timeout=0.1)
             except queue.Empty:
+                continue
+            if isinstance(msg, ComponentRequest):
+                self._publish_answers(self.components.answer([msg]))
+                self.core.queue_depth = self._queue.qsize()
                 continue
             res = self.core.serve(msg, received)
             self.core.queue_depth = self._queue.qsize()

@@ -27,8 +27,10 @@ from physai_ros.protocol.topics import robot_topic
 from physai_ros.ros.codecs.component import answer_to_msg, query_from_msg
 from physai_ros.ros.message_digest import digest
 from physai_ros.ros.qos import reliable_qos
+from physai_ros.ros.remote_components import RemoteComponentBackend
 from physai_ros.security.endpoints import COMPONENT_ANSWER
 from physai_ros.security.handshake import AuthError
+from physai_ros.serving.component_backends import load_backends
 from physai_ros.serving.component_service import ComponentService, ComponentServiceSettings
 
 
@@ -47,6 +49,9 @@ class PolicyServerPipeline:
         self._ns_by_robot: dict[str, str] = {}
         self.published = 0
         c = fleet.server.components
+        if backends is None:  # components a factory plan puts on an engine worker are asked there
+            backends = load_backends(fleet, core, remote=lambda iid: RemoteComponentBackend(
+                node, iid, auth=getattr(node, "auth", None)))
         self.service = ComponentService(fleet, core, self.publish, backends=backends,
                                         settings=ComponentServiceSettings(
                                             max_queue=c.max_queue, max_batch=c.max_batch, order=c.order,

@@ -67,3 +67,12 @@ def result_topic(instance_id: str) -> str:
 
 def status_topic(instance_id: str) -> str:
     return f"{WORKER_NAMESPACE}/{check_instance_id(instance_id)}/status"
+
+
+def component_request_topic(instance_id: str) -> str:
+    """Pipeline component questions for the VLM components a factory plan puts on this worker."""
+    return f"{WORKER_NAMESPACE}/{check_instance_id(instance_id)}/component_query"
+
+
+def component_result_topic(instance_id: str) -> str:
+    return f"{WORKER_NAMESPACE}/{check_instance_id(instance_id)}/component_answer"

@@ -32,6 +32,9 @@ TEXT = b"text"  # RobotText: what a robot's policy says, signed by the server li
 # observation; the server signs its ComponentAnswer like a chunk.
 COMPONENT_QUERY, COMPONENT_ANSWER = b"component_query", b"component_answer"
 BATCH_REQUEST, BATCH_RESULT, WORKER_STATUS = b"batch_request", b"batch_result", b"worker_status"
+# A factory plan's VLM components on an engine worker (issue 24): the server signs the questions it
+# forwards, the worker signs its answers (domains of their own: never valid as the robot's).
+WORKER_COMPONENT_QUERY, WORKER_COMPONENT_ANSWER = b"worker_component_query", b"worker_component_answer"
 MAX_SESSIONS = 8  # sessions of one robot valid at once (granted, not yet superseded by use)
 SESSION_MAC_DOMAIN = b"session"  # SessionMac's own domain, under the per-message ones above
 SIGNATURE_DOMAIN = b"physai/1"
@@ -229,3 +232,6 @@ class WorkerAuth:
 
     def check_request(self, digest: bytes, blob) -> None:
         self.server.check(BATCH_REQUEST, digest, blob)
+
+    def check_component_request(self, digest: bytes, blob) -> None:
+        self.server.check(WORKER_COMPONENT_QUERY, digest, blob)

@@ -3,7 +3,7 @@ which backend answers each (task, component), the start-up check of Hugging Face
 and loading them (`model: vla` on the engine instance a factory plan gives the components)."""
 from __future__ import annotations
 
-from typing import Any, Mapping, Sequence
+from typing import Any, Callable, Mapping, Sequence
 
 from physai_ros.config_fields import FleetConfigError
 from physai_ros.pipeline.backend import VLM_COMPONENTS
@@ -54,8 +54,11 @@ def check_component_models(fleet: FleetConfig) -> None:
                                            "directory, docs/pipelines.md)")
 
 
-def load_backends(fleet: FleetConfig, core: Any, keys: Sequence[str] | None = None) -> dict[str, Any]:
-    """One backend per key of plan_routes(fleet) (or of `keys`): errors name the key paths."""
+def load_backends(fleet: FleetConfig, core: Any, keys: Sequence[str] | None = None,
+                  remote: Callable[[str], Any] | None = None) -> dict[str, Any]:
+    """One backend per key of plan_routes(fleet) (or of `keys`): errors name the key paths.
+    remote(instance_id): the backend for a factory plan's components on an engine worker (the
+    node supplies it: the serving layer stays free of ROS)."""
     routes = plan_routes(fleet)
     check_component_models(fleet)
     out: dict[str, Any] = {}
@@ -68,6 +71,12 @@ def load_backends(fleet: FleetConfig, core: Any, keys: Sequence[str] | None = No
                 # A factory plan (serving.factory_runtime) names the instance hosting the
                 # components; System 1's prefix is shared only when that is a System 1 instance.
                 planned = _planned_component_instance(core)
+                if planned is not None and core.engines[planned].remote:
+                    if remote is None:
+                        raise FleetConfigError(f"the factory plan puts the components on engine worker {planned}, "
+                                               "which needs a ROS node to reach")
+                    out[key] = remote(planned)
+                    continue
                 shared = planned is None or planned in core.factory.action_instances(lambda iid: True)
                 out[key] = VLABackboneBackend.from_core(core, instance_id=planned, attach=shared)
             else:

@@ -16,7 +16,7 @@ from .language_stream import LanguageStream
 from .normalizer import Normalizer
 from .preflight import checkpoint_dir
 from .rtc_planner import RtcPlanner
-from .prompt_builder import prompt_style_for
+from .prompt_builder import PromptStyle, prompt_style_for
 from .server_config import RemoteEngineConfig
 from .tokenizer import PromptTokenizer
 
@@ -93,14 +93,14 @@ def _attach_faults(slots: list[EngineSlot]) -> None:
         s.fault = plans.get(s.instance_id)
 
 
-def build_core(cfg: FleetConfig, instance_id: str | None = None,
-               remote_engine: RemoteEngineFactory | None = None) -> ServingCore:
-    slots = build_engine_slots(cfg, remote_engine)
+def model_io(cfg: FleetConfig, engine) -> tuple[PromptTokenizer, Normalizer | None, PromptStyle]:
+    """The served model's tokenizer, normaliser and prompt style, as fleet.yaml and the
+    checkpoint name them (the server's core and an engine worker's components share this)."""
     # The prompt as the checkpoint's own preprocessor writes it (pi0.5: with the state as text).
-    fmt = getattr(slots[0].engine, "checkpoint_format", None)  # decided once, when it loaded
-    style = prompt_style_for(slots[0].engine.config.policy, fmt.family if fmt is not None else None)
+    fmt = getattr(engine, "checkpoint_format", None)  # decided once, when it loaded
+    style = prompt_style_for(engine.config.policy, fmt.family if fmt is not None else None)
     tokenizer = PromptTokenizer(tokenizer_path(cfg), cfg.server.model.max_token_len, verbatim=style.verbatim)
-    vocab = slots[0].engine.config.vocab_size
+    vocab = engine.config.vocab_size
     if style.verbatim and cfg.server.model.checkpoint and tokenizer.vocab_size < 0.9 * vocab:
         # A LeRobot model embeds its tokenizer's vocabulary (tables are padded by a few percent
         # at most); a much smaller tokenizer is another one, whose ids would all be valid
@@ -109,13 +109,21 @@ def build_core(cfg: FleetConfig, instance_id: str | None = None,
             f"server.model.tokenizer: {tokenizer.path} has {tokenizer.vocab_size} tokens but the checkpoint's "
             f"model embeds {vocab}: give the tokenizer.json its policy_preprocessor.json names "
             "(PaliGemma's for pi0 / pi0.5)")
+    # The checkpoint's statistics (ours or a LeRobot checkpoint's); identity for a preset.
+    normalizer = Normalizer.from_checkpoint(checkpoint_dir(cfg)) if cfg.server.model.checkpoint else None
+    return tokenizer, normalizer, style
+
+
+def build_core(cfg: FleetConfig, instance_id: str | None = None,
+               remote_engine: RemoteEngineFactory | None = None) -> ServingCore:
+    slots = build_engine_slots(cfg, remote_engine)
+    tokenizer, normalizer, style = model_io(cfg, slots[0].engine)
     core = ServingCore(
         engines=slots,
         prompt_style=style,
         scheduler=make_scheduler(cfg.server.scheduler, **cfg.server.scheduler_params),
         tokenizer=tokenizer,
-        # The checkpoint's statistics (ours or a LeRobot checkpoint's); identity for a preset.
-        normalizer=Normalizer.from_checkpoint(checkpoint_dir(cfg)) if cfg.server.model.checkpoint else None,
+        normalizer=normalizer,
         max_observation_age_s=cfg.server.max_observation_age_s,
         instance_id=instance_id,
         allowed_horizon_policies=sorted({t.horizon_policy for t in cfg.tasks.values()

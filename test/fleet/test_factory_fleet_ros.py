@@ -35,12 +35,18 @@ REPO = Path(__file__).resolve().parents[2]
 WINDOW_S = 12.0  # observations counted over this long, after every robot is served
 
 
-def _fleet(tmp: Path) -> Path:
+def _fleet(tmp: Path, remote: str = "") -> Path:
+    """Two engine instances: engine_0 and engine_1, or engine_0 and the engine worker `remote`.
+    The remote variant keeps the file's authentication (keystore: auto), so the questions and
+    answers between server and worker are signed."""
     doc = yaml.safe_load((REPO / "config" / "fleet_pipeline.yaml").read_text())
     # The shipped component-trained checkpoint: its monitor answers parse (a random model's
     # garbage would hold the robots, and there would be no System 1 rate to measure).
-    doc["server"].update(profile=False, engine_instances=2)
-    doc["security"] = {"insecure": True}
+    doc["server"].update(profile=False, engine_instances=1 if remote else 2)
+    if remote:
+        doc["server"]["remote_engines"] = [{"instance_id": remote}]
+    else:
+        doc["security"] = {"insecure": True}
     task = doc["tasks"]["pick_place_monitored"]
     task["pipeline"] = {"action_period_ms": 500}
     task["slo_ms"] = 5000
@@ -64,10 +70,23 @@ def _fleet(tmp: Path) -> Path:
 
 
 def test_two_instances_run_the_plan_system1_on_one_safety_and_monitor_on_the_other(tmp_path):
+    _run_plan(tmp_path, remote="")
+
+
+def test_the_components_run_on_an_engine_worker_when_the_plan_puts_them_there(tmp_path):
+    """The plan's second server is an engine_worker process: safety and monitor questions go
+    there over DDS, signed by the server, answered signed by the worker."""
+    _run_plan(tmp_path, remote="gpu_b")
+
+
+def _run_plan(tmp_path, remote: str):
     from physai_ros_interfaces.msg import ActionChunk, ComponentAnswer, Observation
     from std_msgs.msg import String
 
-    path = _fleet(tmp_path)
+    from physai_ros.fleet.processes import ProcessSpec
+
+    path = _fleet(tmp_path, remote)
+    other = remote or "engine_1"
     cfg = load_fleet(path)
     problem = factory_problem(cfg)
     plan = solve(problem, load_profiles(tmp_path / "profiles.json"))
@@ -79,6 +98,11 @@ def test_two_instances_run_the_plan_system1_on_one_safety_and_monitor_on_the_oth
     rig = ProcessRig(tmp_path / "logs", "factory_test")
     try:
         rig.start(server_spec("policy_server", str(path)))
+        if remote:
+            rig.start(ProcessSpec(f"engine_worker_{remote}", "physai_ros.nodes.engine_worker", "", {
+                "instance_id": remote, "checkpoint": str(REPO / "physai_ros/assets/policy/sim_pi0_pipeline"),
+                "components": True, "fleet_file": str(path), "max_batch": 2, "profile_reps": 1,
+                "profile_views": 2, "profile_tokens": 8, "heartbeat_period_s": 0.2}, executable="engine_worker"))
         rec = {}
         for rid in robots:
             r = cfg.robot(rid)
@@ -94,9 +118,9 @@ def test_two_instances_run_the_plan_system1_on_one_safety_and_monitor_on_the_oth
             return [m for _, m in rec[rid]["chunks"]
                     if m.status == 0 and not is_hold_chunk(m.status, m.error, m.engine_instance)]
 
-        rig.wait(lambda: all(len(served(rid)) >= 3 for rid in robots), STARTUP_S + 60, "both robots served")
+        rig.wait(lambda: all(len(served(rid)) >= 3 for rid in robots), STARTUP_S + 90, "both robots served")
         rig.wait(lambda: all({m.component for _, m in rec[rid]["answers"]} >= {"safety", "monitor"}
-                             for rid in robots), 60, "safety and monitor answers for both robots")
+                             for rid in robots), 90, "safety and monitor answers for both robots")
         with rig.lock:
             n0 = {rid: len(rec[rid]["obs"]) for rid in robots}
             t0 = rig.node.get_clock().now().nanoseconds * 1e-9
@@ -111,12 +135,13 @@ def test_two_instances_run_the_plan_system1_on_one_safety_and_monitor_on_the_oth
         # Placement: System 1 only on engine_0; safety and monitor answered by the backbone on
         # engine_1, with its own prefill there (System 1's prefix lives on engine_0).
         assert engines == {"engine_0"}, engines
-        assert backends == {"vla_backbone@engine_1/own"}, backends
+        want = f"remote@{remote}/vla_backbone@{remote}/own" if remote else "vla_backbone@engine_1/own"
+        assert backends == {want}, backends
         # Rates and routes at registration; the clients kept to the cap (arrival jitter aside).
         for rid in robots:
             cap = plan.route(rid, "system1").rate_hz
             assert status[rid]["max_request_rate_hz"] == pytest.approx(cap, rel=1e-6), status[rid]
-            assert status[rid]["routes"] == {"system1": "engine_0", "safety": "engine_1", "monitor": "engine_1"}
+            assert status[rid]["routes"] == {"system1": "engine_0", "safety": other, "monitor": other}
             times = sent[rid]
             assert len(times) >= 2, (rid, times)
             measured = (len(times) - 1) / (times[-1] - times[0])
