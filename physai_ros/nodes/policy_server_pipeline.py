@@ -51,7 +51,7 @@ class PolicyServerPipeline:
         c = fleet.server.components
         if backends is None:  # components a factory plan puts on an engine worker are asked there
             backends = load_backends(fleet, core, remote=lambda iid: RemoteComponentBackend(
-                node, iid, auth=getattr(node, "auth", None)))
+                node, iid, auth=getattr(node, "auth", None), engine=core.engines[iid].engine))
         self.service = ComponentService(fleet, core, self.publish, backends=backends,
                                         settings=ComponentServiceSettings(
                                             max_queue=c.max_queue, max_batch=c.max_batch, order=c.order,

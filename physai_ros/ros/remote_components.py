@@ -29,9 +29,15 @@ from physai_ros.security.handshake import AuthError
 
 
 class RemoteComponentBackend:
-    def __init__(self, node: Any, instance_id: str, auth: Any = None, timeout_s: float = 30.0):
+    def __init__(self, node: Any, instance_id: str, auth: Any = None, timeout_s: float = 30.0,
+                 engine: Any = None):
+        """engine: the server's RemoteEngine proxy of the same worker (its heartbeat): while the
+        worker is not alive (starting, measuring its profile, lost) questions are answered at
+        once with the reason instead of waiting timeout_s each."""
         self.name = f"remote@{instance_id}"
         self.instance_id, self.timeout_s = instance_id, float(timeout_s)
+        self._engine = engine
+        self.not_alive = 0  # questions answered "not alive" without asking
         self._auth = auth
         self._verifier = auth.worker(instance_id) if auth is not None else None
         self._pub = node.create_publisher(ComponentQuery, component_request_topic(instance_id), reliable_qos(50))
@@ -45,6 +51,10 @@ class RemoteComponentBackend:
         self.timeouts = 0
 
     def answer(self, queries: Sequence[Any]) -> list[BackendAnswer]:
+        if self._engine is not None and not self._engine.alive:
+            self.not_alive += len(queries)
+            why = self._engine.why_not_alive()
+            return [BackendAnswer(error=f"not_alive: engine worker {self.instance_id}: {why}") for _ in queries]
         ids = []
         for q in queries:
             qid = next(self._ids)

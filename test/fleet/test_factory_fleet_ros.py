@@ -103,6 +103,12 @@ def _run_plan(tmp_path, remote: str):
                 "instance_id": remote, "checkpoint": str(REPO / "physai_ros/assets/policy/sim_pi0_pipeline"),
                 "components": True, "fleet_file": str(path), "max_batch": 2, "profile_reps": 1,
                 "profile_views": 2, "profile_tokens": 8, "heartbeat_period_s": 0.2}, executable="engine_worker"))
+        if remote:
+            # Workers start before the robots, as in a deployment: a robot whose components are
+            # not answerable escalates after 3 consecutive violations (ROSA §3.3), which is right
+            # for a worker that is down, and not what this test is about.
+            rig.wait(lambda: rig.diag.get(f"policy_server: engine {remote}", {}).get("alive") == "True",
+                     STARTUP_S, f"the server seeing worker {remote} alive")
         rec = {}
         for rid in robots:
             r = cfg.robot(rid)
@@ -119,8 +125,10 @@ def _run_plan(tmp_path, remote: str):
                     if m.status == 0 and not is_hold_chunk(m.status, m.error, m.engine_instance)]
 
         rig.wait(lambda: all(len(served(rid)) >= 3 for rid in robots), STARTUP_S + 90, "both robots served")
-        rig.wait(lambda: all({m.component for _, m in rec[rid]["answers"]} >= {"safety", "monitor"}
-                             for rid in robots), 90, "safety and monitor answers for both robots")
+        # Answered by a backend (the service's own refusals, e.g. `superseded`, name none; while
+        # an engine worker still measures its profile at start-up its proxy answers `not_alive`).
+        rig.wait(lambda: all({m.component for _, m in rec[rid]["answers"] if m.backend} >= {"safety", "monitor"}
+                             for rid in robots), 120, "safety and monitor answers for both robots")
         with rig.lock:
             n0 = {rid: len(rec[rid]["obs"]) for rid in robots}
             t0 = rig.node.get_clock().now().nanoseconds * 1e-9
@@ -130,13 +138,15 @@ def _run_plan(tmp_path, remote: str):
             sent = {rid: [a for a, _ in rec[rid]["obs"][n0[rid]:]] for rid in robots}
             status = {rid: json.loads(rec[rid]["status"][-1][1].data) for rid in robots}
             engines = {m.engine_instance for rid in robots for m in served(rid)}
-            backends = {m.backend for rid in robots for _, m in rec[rid]["answers"] if not m.error.startswith("busy")}
+            answered = [(m.component, m.backend, m.error[:80]) for rid in robots for _, m in rec[rid]["answers"]]
+            backends = {m.backend for rid in robots for _, m in rec[rid]["answers"]
+                        if m.backend and "not_alive" not in m.error}
             diag = {k: dict(v) for k, v in rig.diag.items()}
         # Placement: System 1 only on engine_0; safety and monitor answered by the backbone on
         # engine_1, with its own prefill there (System 1's prefix lives on engine_0).
         assert engines == {"engine_0"}, engines
         want = f"remote@{remote}/vla_backbone@{remote}/own" if remote else "vla_backbone@engine_1/own"
-        assert backends == {want}, backends
+        assert backends == {want}, (backends, answered)
         # Rates and routes at registration; the clients kept to the cap (arrival jitter aside).
         for rid in robots:
             cap = plan.route(rid, "system1").rate_hz
@@ -152,5 +162,64 @@ def _run_plan(tmp_path, remote: str):
         roles = {k: v.get("factory_role") for k, v in diag.items() if v.get("factory_role")}
         assert sorted(r.split(" ")[0] for r in roles.values()) == ["safety+monitor", "system1"], roles
         rig.assert_alive("after the run")
+    finally:
+        rig.close()
+
+
+def test_a_standby_on_another_host_takes_over_a_lost_system1_worker_without_a_new_plan(tmp_path):
+    """ROSA §3.4.4 with remote instances: the plan runs System 1 on engine worker gpu_a and keeps
+    gpu_s (`remote_engines[].standby: true`) warm and off the routes; gpu_a is SIGKILLed and the
+    robot's next rounds are served by gpu_s, with the plan unchanged."""
+    from physai_ros_interfaces.msg import ActionChunk
+
+    from physai_ros.fleet.processes import ProcessSpec
+
+    sys.path.insert(0, str(REPO / "test" / "faults"))
+    from fault_fleet import fleet_doc
+
+    doc = fleet_doc(robots=("r0",), server={
+        "engine_instances": 0, "max_batch": 2, "profile": False,
+        "remote_engines": [{"instance_id": "gpu_a", "liveness_timeout_s": 1.0, "timeout_s": 20.0},
+                           {"instance_id": "gpu_s", "liveness_timeout_s": 1.0, "timeout_s": 20.0, "standby": True}]})
+    doc["tasks"]["pick_place"]["pipeline"] = {"action_period_ms": 200}
+    doc["security"] = {"insecure": True}
+    prof = profile_from_service_times("tiny-s1", "cpu-test", {1: 0.05, 2: 0.08}, requests=600)
+    (tmp_path / "profiles.json").write_text(json.dumps({"profiles": [prof.to_dict()]}))
+    doc["factory"] = {"servers": 1, "standby": 1, "hardware": "cpu-test", "profiles": "profiles.json",
+                      "apply": True, "models": {"system1": "tiny-s1"}}
+    path = tmp_path / "fleet_standby.yaml"
+    path.write_text(yaml.safe_dump(doc))
+    cfg = load_fleet(path)
+    rig = ProcessRig(tmp_path / "logs", "factory_standby")
+    try:
+        rig.start(server_spec("policy_server", str(path)))
+        for iid in ("gpu_a", "gpu_s"):
+            rig.start(ProcessSpec(f"worker_{iid}", "physai_ros.nodes.engine_worker", "", {
+                "instance_id": iid, "preset": "tiny", "seed": 0, "max_batch": 2, "profile_reps": 1,
+                "profile_views": 1, "profile_tokens": 8, "heartbeat_period_s": 0.2, "fleet_file": str(path)},
+                executable="engine_worker"))
+        for spec in robot_specs(cfg, cfg.robot("r0")):
+            rig.start(spec)
+        chunks = rig.record(ActionChunk, "/r0/action_chunk")
+
+        def served_by():
+            return [m.engine_instance for _, m in chunks
+                    if m.status == 0 and not is_hold_chunk(m.status, m.error, m.engine_instance)]
+
+        # Until gpu_a has measured its profile and advertises, the standby stands in for it (as it
+        # would for a lost one); once gpu_a serves, the standby steps back and takes nothing.
+        rig.wait(lambda: served_by()[-3:] == ["gpu_a"] * 3, STARTUP_S + 90, "r0 served by gpu_a")
+        with rig.lock:
+            since = len(served_by())
+        rig.wait(lambda: len(served_by()) >= since + 5, 60, "five more rounds")
+        with rig.lock:
+            assert set(served_by()[since:]) == {"gpu_a"}, served_by()[since:]
+            before = len(served_by())
+        rig.kill("worker_gpu_a")
+        rig.wait(lambda: served_by()[before:].count("gpu_s") >= 3, 90, "r0 served by the standby gpu_s")
+        with rig.lock:
+            roles = {k: v.get("factory_role") for k, v in rig.diag.items() if v.get("factory_role")}
+        active, standby = roles["policy_server: engine gpu_a"], roles["policy_server: engine gpu_s"]
+        assert active.startswith("system1 (tiny-s1, batch ") and standby == active + ", standby for gpu_a", roles
     finally:
         rig.close()
