@@ -149,8 +149,8 @@ class ServingCore:
         plan = None
         if self.factory is not None:  # the plan admits (or refuses) before the registry does
             plan = self.factory.register(reg.robot_id, reg.task_id)
-            if not plan[0]:
-                return RegistrationResult(False, plan[1], self.instance_id)
+            if not plan.accepted:
+                return RegistrationResult(False, plan.reason, self.instance_id)
         with self._lock:
             result, ended = self.registry.register(reg, self.clock(), self._queued_robots())
             for e in ended:
@@ -158,8 +158,10 @@ class ServingCore:
             if result.accepted:
                 self.runners[ACTION].warm(reg)
                 if plan is not None:
-                    result = replace(result, max_request_rate_hz=plan[2], routes=plan[3])
-            return result
+                    result = replace(result, max_request_rate_hz=plan.rate_hz, routes=plan.routes)
+        if not result.accepted and plan is not None:
+            self.factory.release(reg.robot_id)  # the plan made room the registry did not take
+        return result
 
     def release(self, robot_id: str) -> bool:
         """Forget a robot: registration, history, counters. Returns whether it was registered."""
@@ -167,7 +169,9 @@ class ServingCore:
             ended = self.registry.release(robot_id)
             if ended is not None:
                 self._end_task(ended)
-            return ended is not None
+        if self.factory is not None:
+            self.factory.release(robot_id)
+        return ended is not None
 
     def release_idle(self, timeout_s: float, now: float | None = None) -> list[str]:
         """Free every robot silent (no observation, no registration) for longer than timeout_s
@@ -180,7 +184,9 @@ class ServingCore:
             ended = self.registry.release_silent(now, timeout_s, self._queued_robots())
             for e in ended:
                 self._end_task(e)
-            return [e.robot_id for e in ended]
+        for e in ended if self.factory is not None else ():
+            self.factory.release(e.robot_id)
+        return [e.robot_id for e in ended]
 
     def submit(self, obs: ObservationData, now: float | None = None, notify: bool = True) -> list[ActionChunkData]:
         """Queue a valid observation. Returns the chunks to publish at once: a REFUSED chunk for

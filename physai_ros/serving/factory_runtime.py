@@ -59,6 +59,16 @@ def bind_servers(schedule: FactorySchedule, instances: Sequence[tuple[str, bool]
     return roles
 
 
+@dataclass(frozen=True)
+class PlanAdmission:
+    """The plan's word on a registering robot."""
+
+    accepted: bool
+    reason: str = ""
+    rate_hz: float = 0.0  # its System 1 request rate cap
+    routes: tuple[tuple[str, str], ...] = ()  # (component, engine instance)
+
+
 def with_robot(problem: FactoryProblem, task: str, robot_id: str) -> FactoryProblem:
     """The problem with one more robot in class `task` (unchanged when it is listed already)."""
     classes = tuple(replace(c, robot_ids=c.robot_ids + (robot_id,))
@@ -79,7 +89,9 @@ class FactoryRuntime:
         self._server_instance = {r.server: iid for iid, r in self.roles.items()}
         self._task_of = {rid: c.name for c in problem.classes for rid in c.robot_ids}
         self._lock = threading.Lock()
-        self.admissions: Counter = Counter()  # planned / admitted / refused
+        self.admissions: Counter = Counter()  # planned / admitted / refused / released
+        self._admitted: set[str] = set()  # robots admitted beyond the plan, still routed
+        self._seen: set[str] = set()  # robots that registered under this plan
         self.proposed: FactorySchedule | None = None  # a background rescheduling, for the operator
         self.proposals_done = 0
         self._proposers: list[threading.Thread] = []
@@ -111,15 +123,14 @@ class FactoryRuntime:
 
     # ---- robots ---------------------------------------------------------------------------
 
-    def register(self, robot_id: str, task: str) -> tuple[bool, str, float, tuple[tuple[str, str], ...]]:
-        """(accepted, reason, System 1 rate cap in Hz, (component, instance) routes)."""
+    def register(self, robot_id: str, task: str) -> PlanAdmission:
         with self._lock:
             known = self.schedule.route(robot_id, SYSTEM1) is not None
             if not known:
                 if task not in {c.name for c in self.problem.classes}:
                     self.admissions["refused"] += 1
-                    return False, (f"factory_schedule: task {task!r} is not in the plan "
-                                   f"(planned: {', '.join(c.name for c in self.problem.classes)})"), 0.0, ()
+                    return PlanAdmission(False, f"factory_schedule: task {task!r} is not in the plan "
+                                                f"(planned: {', '.join(c.name for c in self.problem.classes)})")
                 from physai_ros.scheduler.factory.admission import admit
 
                 # Placement-preserving admission answers the registration now; the global
@@ -129,18 +140,38 @@ class FactoryRuntime:
                 if not decision.admitted:
                     self.admissions["refused"] += 1
                     self.events.append(f"refused {robot_id} ({task}): {decision.reason}")
-                    return False, f"factory_schedule: {decision.reason}", 0.0, ()
+                    return PlanAdmission(False, f"factory_schedule: {decision.reason}")
                 self.schedule = decision.schedule
                 self.problem = with_robot(self.problem, task, robot_id)
                 self._task_of[robot_id] = task
+                self._admitted.add(robot_id)
                 self.admissions["admitted"] += 1
                 self.events.append(f"admitted {robot_id} ({task}) placement-preserving: {decision.reason}")
-            else:
+            elif robot_id not in self._seen:  # keep-alive re-registrations are not counted again
                 self.admissions["planned"] += 1
+            self._seen.add(robot_id)
             routes = tuple((r.component, self._server_instance.get(r.server, f"server_{r.server}"))
                            for r in self.schedule.routes if r.robot_id == robot_id)
             s1 = self.schedule.route(robot_id, SYSTEM1)
-            return True, "", float(s1.rate_hz) if s1 is not None else 0.0, routes
+            return PlanAdmission(True, "", float(s1.rate_hz) if s1 is not None else 0.0, routes)
+
+    def release(self, robot_id: str) -> bool:
+        """A robot admitted beyond the plan left (or its registration was refused after the plan
+        admitted it): its routes and load go, so the next newcomer finds the room. The planned
+        robots keep theirs: the plan is the steady state they return to."""
+        from physai_ros.scheduler.factory.admission import release
+
+        with self._lock:
+            if robot_id not in self._admitted:
+                return False
+            self._admitted.discard(robot_id)
+            self.schedule = release(self.schedule, robot_id, self.problem)
+            classes = tuple(replace(c, robot_ids=tuple(r for r in c.robot_ids if r != robot_id))
+                            for c in self.problem.classes)
+            self.problem = replace(self.problem, classes=classes)
+            self.admissions["released"] += 1
+            self.events.append(f"released {robot_id}")
+            return True
 
     def _propose(self, problem: FactoryProblem, robot_id: str) -> None:
         """Solve the bigger problem in the background and keep it as the operator's proposal

@@ -171,6 +171,12 @@ def test_a_newcomer_with_headroom_is_admitted_placement_preserving_and_a_resched
     # The planned robots re-register (their clients do every 2 s) and hear the class's rate now.
     assert _register(core, cfg, "r0").max_request_rate_hz == pytest.approx(
         runtime.schedule.action_rate_hz["pick_place"])
+    assert runtime.admissions["planned"] == 1  # a keep-alive is not a second robot
+    # The newcomer leaves: its routes and load go (the planned robots keep theirs).
+    assert core.release("r2")
+    assert runtime.schedule.route("r2", "system1") is None and "r2" not in runtime.problem.classes[0].robot_ids
+    assert runtime.admissions["released"] == 1 and runtime.schedule.route("r0", "system1") is not None
+    assert not runtime.release("r0")  # a planned robot is not released from the plan
 
 
 def test_a_newcomer_the_placement_cannot_carry_is_refused_with_the_reason(core_with_a_newcomer):
