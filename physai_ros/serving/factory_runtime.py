@@ -20,6 +20,7 @@ fixed route; the plan's per-server loads are what the queue balances to).
 from __future__ import annotations
 
 import threading
+import time
 from collections import Counter, deque
 from dataclasses import dataclass, replace
 from typing import Any, Callable, Mapping, Sequence
@@ -244,11 +245,51 @@ def measured_profiles(core: Any, measured: Sequence[str], model: str,
         model, hardware, service, note="System 1 measured at this server's start-up")}
 
 
+def measured_component_profiles(core: Any, fleet: Any, problem: FactoryProblem, hardware: str,
+                                batch_sizes: Sequence[int] = (1, 2, 4)) -> dict[tuple[str, str], ModelProfile]:
+    """The VLM components the served model's backbone answers (`model: vla`): their batch service
+    times timed on a local engine at start-up (own prefill, a blank frame per camera, the
+    component's own question, up to 8 answer tokens), queueing simulated. {} without a local engine."""
+    import numpy as np
+
+    from physai_ros.pipeline.backend import ComponentQuery
+    from physai_ros.pipeline.vla_backend import VLABackboneBackend
+    from physai_ros.scheduler.factory.profiling import profile_from_service_times
+    from physai_ros.scheduler.factory.types import CONTINUOUS
+
+    local = [iid for iid, slot in core.engines.items() if not slot.remote]
+    if not local:
+        return {}
+    backend = VLABackboneBackend.from_core(core, instance_id=local[0], attach=False)
+    out: dict[tuple[str, str], ModelProfile] = {}
+    for cls in problem.classes:
+        task = fleet.tasks[cls.name]
+        robot = next((r for r in fleet.robots if r.task.name == cls.name), None)
+        views, hw = (robot.num_views, (robot.image_height, robot.image_width)) if robot else (1, (224, 224))
+        for comp in (task.pipeline.vlm_components if task.pipeline is not None else ()):
+            spec = cls.component(comp.name)
+            if comp.model != "vla" or spec is None or (spec.model, hardware) in out:
+                continue
+            q = ComponentQuery("__profile__", comp.name, comp.prompt.replace("{task}", task.prompt), task.prompt,
+                               tuple(np.zeros((*hw, 3), np.uint8) for _ in range(views)), None, 8)
+            backend.answer([q])  # warm-up
+            service = {}
+            for b in batch_sizes:
+                t0 = time.perf_counter()
+                backend.answer([q] * b)
+                service[b] = time.perf_counter() - t0
+            out[(spec.model, hardware)] = profile_from_service_times(
+                spec.model, hardware, service, batching=CONTINUOUS,
+                note=f"{comp.name} on the served backbone, measured at this server's start-up")
+    backend.close()
+    return out
+
+
 def apply_factory(core: Any, fleet: Any, measured: Sequence[str] = (),
                   time_budget_s: float = 10.0) -> FactoryRuntime | None:
-    """Plan with fleet.yaml's factory block (profiles from its file, System 1's replaced by the
-    start-up measurement of the `measured` instances when there is one) and apply the plan to
-    `core`. None without `factory.apply`."""
+    """Plan with fleet.yaml's factory block (profiles from its file; with the start-up measurement
+    of the `measured` instances, System 1's and the backbone-answered components' replaced by
+    this server's own) and apply the plan to `core`. None without `factory.apply`."""
     factory = getattr(fleet, "factory", None)
     if factory is None or not factory.apply:
         return None
@@ -261,6 +302,8 @@ def apply_factory(core: Any, fleet: Any, measured: Sequence[str] = (),
     profiles = load_profiles(resolve_package_path(factory.profiles, fleet_dir(fleet))) if factory.profiles else {}
     s1_model = next(c.model for c in problem.classes[0].components if c.component == SYSTEM1)
     profiles.update(measured_profiles(core, measured, s1_model, factory.hardware))
+    if measured:  # server.profile on: the components the backbone answers are measured too
+        profiles.update(measured_component_profiles(core, fleet, problem, factory.hardware))
     check_profiles(problem, profiles)
     schedule = solve(problem, profiles, time_budget_s=time_budget_s)
     instances = [(iid, slot.standby) for iid, slot in core.engines.items()]

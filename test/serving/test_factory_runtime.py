@@ -190,3 +190,39 @@ def test_a_newcomer_the_placement_cannot_carry_is_refused_with_the_reason(core_w
     assert "monitor" in res.reason, res.reason
     assert core.registration("r2") is None and runtime.admissions["refused"] == 1
     assert runtime.wait_for_proposals(60) and runtime.proposals_done == 1  # the operator gets a proposal
+
+
+def test_start_up_plan_measures_system1_and_the_backbone_components_on_this_server(tmp_path):
+    """apply_factory as the policy server runs it with server.profile on: System 1's profile from
+    the start-up measurement, the `model: vla` components timed on the engine, then the plan."""
+    import json
+
+    import yaml
+
+    from physai_ros.scheduler.factory.types import CONTINUOUS, STATIC
+    from physai_ros.serving.factory import profile_local_engines
+    from physai_ros.serving.factory_runtime import apply_factory
+
+    sys.path.insert(0, str(Path(__file__).resolve().parent))
+    from component_helpers import fleet_doc as component_fleet
+
+    doc = component_fleet()
+    doc["server"].update(engine_instances=3, profile={"reps": 1, "max_batch": 2, "views": 1})
+    doc["tasks"]["inspect"]["pipeline"]["action_period_ms"] = 500
+    (tmp_path / "none.json").write_text(json.dumps({"profiles": [{"model": "unused", "hardware": "here",
+                                                                  "batching": "static", "points": []}]}))
+    doc["factory"] = {"servers": 3, "hardware": "here", "profiles": "none.json", "apply": True,
+                      "models": {"system1": "tiny-s1", "system2": "tiny-vla", "safety": "tiny-vla",
+                                 "monitor": "tiny-vla"}, "robots": {"plain": 0}}
+    path = tmp_path / "fleet.yaml"
+    path.write_text(yaml.safe_dump(doc))
+    cfg = parse_fleet(yaml.safe_load(path.read_text()), str(path))
+    core = build_core(cfg, instance_id="startup")
+    measured = profile_local_engines(core, cfg)
+    runtime = apply_factory(core, cfg, measured=list(measured))
+    s1, vla = runtime.profiles[("tiny-s1", "here")], runtime.profiles[("tiny-vla", "here")]
+    assert s1.batching == STATIC and "System 1 measured at this server's start-up" in s1.note
+    assert vla.batching == CONTINUOUS and "measured at this server's start-up" in vla.note
+    assert runtime.schedule.feasible, runtime.schedule.reason
+    # System 2 is not pooled with the obligations (another serving mode); safety and monitor are.
+    assert sorted(r.component for r in runtime.roles.values()) == ["safety+monitor", "system1", "system2"]
