@@ -68,33 +68,45 @@ def load_backends(fleet: FleetConfig, core: Any, keys: Sequence[str] | None = No
             if key == VLA_KEY:
                 from physai_ros.pipeline.vla_backend import VLABackboneBackend
 
-                # A factory plan (serving.factory_runtime) names the instance hosting the
-                # components; System 1's prefix is shared only when that is a System 1 instance.
-                planned = _planned_component_instance(core)
-                if planned is not None and core.engines[planned].remote:
-                    if remote is None:
-                        raise FleetConfigError(f"the factory plan puts the components on engine worker {planned}, "
-                                               "which needs a ROS node to reach")
-                    out[key] = remote(planned)
-                    continue
-                shared = planned is None or planned in core.factory.action_instances(lambda iid: True)
-                out[key] = VLABackboneBackend.from_core(core, instance_id=planned, attach=shared)
+                # A factory plan (serving.factory_runtime) names the instances hosting the
+                # components: one backend on each (key vla@<instance>, the robots' routes pick
+                # it), the first also under `vla`. System 1's prefix is shared only on a System 1
+                # instance; an engine worker is asked over DDS (`remote`).
+                planned = planned_component_instances(core)
+                for iid in planned or [None]:
+                    if iid is not None and core.engines[iid].remote:
+                        if remote is None:
+                            raise FleetConfigError(f"the factory plan puts the components on engine worker {iid}, "
+                                                   "which needs a ROS node to reach")
+                        backend = remote(iid)
+                    else:
+                        shared = iid is None or iid in core.factory.action_instances(lambda i: True)
+                        backend = VLABackboneBackend.from_core(core, instance_id=iid, attach=shared)
+                    if iid is not None:
+                        out[instance_key(iid)] = backend
+                    out.setdefault(key, backend)
             else:
                 from physai_ros.pipeline.hf_vlm import HFVisionLanguageBackend
 
                 path, _, device = key[len("hf:"):].rpartition("@")
                 out[key] = HFVisionLanguageBackend(path, device, name=f"hf:{path}")
         except Exception as e:
-            for b in out.values():
+            for b in {id(b): b for b in out.values()}.values():
                 b.close()
             raise FleetConfigError(f"{where}: cannot serve this component: {e}") from e
     return out
 
 
-def _planned_component_instance(core: Any) -> str | None:
+def instance_key(instance_id: str) -> str:
+    """The backend key of the served backbone on one planned instance."""
+    return f"{VLA_KEY}@{instance_id}"
+
+
+def planned_component_instances(core: Any) -> list[str]:
+    """The instances a factory plan gives VLM components (none without a plan), in plan order."""
     factory = getattr(core, "factory", None)
     if factory is None:
-        return None
-    return next((iid for c in VLM_COMPONENTS if (iid := factory.component_instance(c)) is not None), None)
+        return []
+    return factory.instances_hosting(VLM_COMPONENTS)
 
 

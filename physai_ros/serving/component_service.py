@@ -27,7 +27,7 @@ import time
 import unicodedata
 from collections import Counter, OrderedDict, deque
 from dataclasses import dataclass, field
-from typing import Any, Callable, Mapping, Optional
+from typing import Any, Callable, Mapping
 
 import numpy as np
 
@@ -36,7 +36,7 @@ from physai_ros.protocol.component import (BACKEND_ERROR, BAD_IMAGES, BAD_QUESTI
                                            MAX_TOKENS, SUPERSEDED, UNKNOWN_COMPONENT, UNKNOWN_ROBOT, WRONG_TASK,
                                            ComponentAnswerData, ComponentRequest, refusal)
 
-from .component_backends import _key_paths, load_backends, plan_routes
+from .component_backends import VLA_KEY, _key_paths, instance_key, load_backends, plan_routes
 from .component_order import ComponentOrder
 from .config import FleetConfig
 
@@ -100,14 +100,21 @@ class ComponentService:
         self._stop = False
         self._turn = 0
         self.order = ComponentOrder(settings.order)
-        self._thread: Optional[threading.Thread] = None
+        self._threads: list[threading.Thread] = []
         if start:
             self.start()
 
     def start(self) -> "ComponentService":
-        if self._thread is None:
-            self._thread = threading.Thread(target=self._work, name="component_service", daemon=True)
-            self._thread.start()
+        """One worker thread per backend (keys sharing a backend share its thread), so backends
+        on different engine instances answer at the same time."""
+        if not self._threads:
+            groups: dict[int, list[str]] = {}
+            for key, b in self.backends.items():
+                groups.setdefault(id(b), []).append(key)
+            for n, keys in enumerate(groups.values()):
+                t = threading.Thread(target=self._work, args=(tuple(keys),), name=f"component_service_{n}", daemon=True)
+                self._threads.append(t)
+                t.start()
         return self
 
     # ---- requests ----------------------------------------------------------------------------
@@ -169,6 +176,11 @@ class ComponentService:
         if reg is None:
             return "", (UNKNOWN_ROBOT, f"{req.robot_id[:64]!r} is not registered with this server")
         key = self.routes.get((reg.task_id, req.component))
+        if key == VLA_KEY:  # a factory plan routes each robot's component to one instance
+            factory = getattr(self.core, "factory", None)
+            iid = factory.route_instance(req.robot_id, req.component) if factory is not None else None
+            if iid is not None and instance_key(iid) in self.backends:
+                key = instance_key(iid)
         return (key, None) if key is not None else ("", (UNKNOWN_COMPONENT, f"task {reg.task_id!r} has none"))
 
     def _check(self, req: ComponentRequest) -> tuple[str, str] | None:
@@ -229,8 +241,8 @@ class ComponentService:
 
     # ---- the worker --------------------------------------------------------------------------
 
-    def _take_locked(self) -> tuple[str, list[_Waiting]] | None:
-        keys = [k for k in self._queues if self._queues[k]]
+    def _take_locked(self, mine: tuple[str, ...] | None = None) -> tuple[str, list[_Waiting]] | None:
+        keys = [k for k in self._queues if self._queues[k] and (mine is None or k in mine)]
         if not keys:
             return None
         key = keys[self._turn % len(keys)]
@@ -248,13 +260,13 @@ class ComponentService:
             self._running[(w.req.robot_id, w.req.component)] = w.req.query_id
         return (key, batch) if batch else None
 
-    def _work(self) -> None:
+    def _work(self, mine: tuple[str, ...]) -> None:
         while True:
             with self._lock:
-                took = self._take_locked()
+                took = self._take_locked(mine)
                 while took is None and not self._stop:
                     self._cv.wait(0.5)
-                    took = self._take_locked()
+                    took = self._take_locked(mine)
                 if took is None:
                     return
             self.run_batch(*took)
@@ -358,12 +370,12 @@ class ComponentService:
             out = [self._refused_locked(w.req, CLOSED, "the server is shutting down") for w in left]
             self._cv.notify_all()
         self._deliver(out)
-        stopped = True
-        if self._thread is not None:
-            self._thread.join(timeout=max(0.0, timeout_s))
-            stopped = not self._thread.is_alive()
+        end = time.monotonic() + max(0.0, timeout_s)
+        for t in self._threads:
+            t.join(timeout=max(0.0, end - time.monotonic()))
+        stopped = not any(t.is_alive() for t in self._threads)
         if stopped:
-            for b in self.backends.values():
+            for b in {id(b): b for b in self.backends.values()}.values():
                 try:
                     b.close()
                 except Exception:

@@ -111,12 +111,16 @@ class FactoryRuntime:
                 out.add(iid)
         return out
 
-    def component_instance(self, component: str) -> str | None:
-        """The (first) instance hosting a VLM component (alone, or pooled with others of the same
-        model: "safety+monitor"); None when the plan places none."""
-        hosts = sorted((r.server, iid) for iid, r in self.roles.items()
-                       if component in hosted_components(r.component) and r.standby_for is None)
-        return hosts[0][1] if hosts else None
+    def instances_hosting(self, components: Sequence[str]) -> list[str]:
+        """Serving instances hosting any of `components`, in the plan's server order."""
+        return [iid for _, iid in sorted((r.server, iid) for iid, r in self.roles.items() if r.standby_for is None
+                                         and set(hosted_components(r.component)) & set(components))]
+
+    def route_instance(self, robot_id: str, component: str) -> str | None:
+        """The instance the plan routes this robot's `component` requests to (None: no route)."""
+        with self._lock:
+            r = self.schedule.route(robot_id, component)
+            return self._server_instance.get(r.server) if r is not None else None
 
     def batch_cap(self, instance_id: str) -> int | None:
         r = self.roles.get(instance_id)

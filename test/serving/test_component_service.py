@@ -241,8 +241,9 @@ def test_close_stops_the_worker_and_answers_what_waits(served):
     assert got.by_id(2)[0].reason == "closed"
     assert svc.submit(request("r0", "monitor", 3)).reason == "closed"
     backend.gate.set()
-    svc._thread.join(5)
-    assert not svc._thread.is_alive() and got.by_id(1)[0].text == "safe"
+    (worker,) = svc._threads  # one backend: one worker thread
+    worker.join(5)
+    assert not worker.is_alive() and got.by_id(1)[0].text == "safe"
 
 
 def test_every_backend_key_must_be_given(served):

@@ -226,3 +226,50 @@ def test_start_up_plan_measures_system1_and_the_backbone_components_on_this_serv
     assert runtime.schedule.feasible, runtime.schedule.reason
     # System 2 is not pooled with the obligations (another serving mode); safety and monitor are.
     assert sorted(r.component for r in runtime.roles.values()) == ["safety+monitor", "system1", "system2"]
+
+
+def test_component_questions_follow_each_robots_route_to_its_instance():
+    """A plan with the monitor on two instances (r0 -> engine_1, r1 -> engine_2): the component
+    service builds the backbone backend on each, answers each robot's questions on its routed
+    instance, one worker thread per instance."""
+    import threading
+
+    from physai_ros.serving.component_service import ComponentService
+
+    sys.path.insert(0, str(Path(__file__).resolve().parent))
+    from component_helpers import fleet_doc as component_fleet
+    from component_helpers import request
+
+    doc = component_fleet()
+    doc["server"].update(engine_instances=3)
+    cfg = parse_fleet(doc)
+    core = build_core(cfg, instance_id="routes")
+    for rid in ("r0", "r1"):
+        assert core.register(RobotClientCore(cfg.robot(rid)).registration()).accepted
+    comps = (ComponentSpec("system1", "pi0", 5.0), ComponentSpec("monitor", "vlm", 5.0, freq_hz=1.0))
+    problem = FactoryProblem((TaskClass("inspect", ("r0", "r1"), comps, action_period_s=0.5),), ServerPool(3, "cpu"))
+    schedule = FactorySchedule(
+        True, "hand-made", (ServerAssignment(0, "system1", "pi0", 2, ("r0", "r1"), 4.0, 0.05, 0.1),
+                            ServerAssignment(1, "monitor", "vlm", 1, ("r0",), 1.0, 0.2, 0.4),
+                            ServerAssignment(2, "monitor", "vlm", 1, ("r1",), 1.0, 0.2, 0.4)),
+        (Route("r0", "system1", 0, 2.0), Route("r1", "system1", 0, 2.0), Route("r0", "monitor", 1, 1.0),
+         Route("r1", "monitor", 2, 1.0)), {"inspect": 2.0}, 4.0, 4.0, {"system1": 1.0, "monitor": 1.0})
+    core.apply_factory(FactoryRuntime(problem, {}, schedule, [(i, s.standby) for i, s in core.engines.items()]))
+    got, cv = [], threading.Condition()
+
+    def collect(answers):
+        with cv:
+            got.extend(answers)
+            cv.notify_all()
+
+    svc = ComponentService(cfg, core, collect)
+    try:
+        assert {"vla@engine_1", "vla@engine_2"} <= set(svc.backends) and len(svc._threads) == 2
+        assert svc.submit(request("r0", "monitor", 1)) is None
+        assert svc.submit(request("r1", "monitor", 2, views=2)) is None
+        with cv:
+            assert cv.wait_for(lambda: len(got) >= 2, 60), got
+        by_robot = {a.robot_id: a.backend for a in got}
+        assert by_robot == {"r0": "vla_backbone@engine_1/own", "r1": "vla_backbone@engine_2/own"}, got
+    finally:
+        svc.close(10.0)
