@@ -88,7 +88,6 @@ class FactoryRuntime:
         self.schedule = schedule
         self.roles = bind_servers(schedule, instances)
         self._server_instance = {r.server: iid for iid, r in self.roles.items()}
-        self._task_of = {rid: c.name for c in problem.classes for rid in c.robot_ids}
         self._lock = threading.Lock()
         self.admissions: Counter = Counter()  # planned / admitted / refused / released
         self._admitted: set[str] = set()  # robots admitted beyond the plan, still routed
@@ -96,6 +95,7 @@ class FactoryRuntime:
         self.proposed: FactorySchedule | None = None  # a background rescheduling, for the operator
         self.proposals_done = 0
         self._proposers: list[threading.Thread] = []
+        self._proposed_for: dict[str, FactoryProblem] = {}  # robot -> the problem last solved for it
         self.events: deque[str] = deque(maxlen=32)
 
     # ---- placement and batching (read by the serving core under its lock) -----------------
@@ -141,14 +141,16 @@ class FactoryRuntime:
                 # Placement-preserving admission answers the registration now; the global
                 # rescheduling with this robot runs in the background (a solve can take seconds).
                 decision = admit(self.schedule, self.problem, self.profiles, task, robot_id, resolve=False)
-                self._propose(with_robot(self.problem, task, robot_id), robot_id)
+                bigger = with_robot(self.problem, task, robot_id)
+                if self._proposed_for.get(robot_id) != bigger:  # a refused robot retries every few seconds
+                    self._proposed_for[robot_id] = bigger
+                    self._propose(bigger, robot_id)
                 if not decision.admitted:
                     self.admissions["refused"] += 1
                     self.events.append(f"refused {robot_id} ({task}): {decision.reason}")
                     return PlanAdmission(False, f"factory_schedule: {decision.reason}")
                 self.schedule = decision.schedule
                 self.problem = with_robot(self.problem, task, robot_id)
-                self._task_of[robot_id] = task
                 self._admitted.add(robot_id)
                 self.admissions["admitted"] += 1
                 self.events.append(f"admitted {robot_id} ({task}) placement-preserving: {decision.reason}")

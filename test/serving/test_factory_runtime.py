@@ -190,6 +190,9 @@ def test_a_newcomer_the_placement_cannot_carry_is_refused_with_the_reason(core_w
     assert "monitor" in res.reason, res.reason
     assert core.registration("r2") is None and runtime.admissions["refused"] == 1
     assert runtime.wait_for_proposals(60) and runtime.proposals_done == 1  # the operator gets a proposal
+    # The refused robot retries (its client does every few seconds): refused again, not solved again.
+    assert not _register(core, cfg, "r2").accepted and runtime.admissions["refused"] == 2
+    assert runtime.wait_for_proposals(60) and runtime.proposals_done == 1
 
 
 def test_start_up_plan_measures_system1_and_the_backbone_components_on_this_server(tmp_path):
