@@ -67,6 +67,20 @@ def per_task(text: str) -> dict:
     return out
 
 
+def parse_temper(text: str) -> dict:
+    """"monitor=1,safety=0.5" -> {"monitor": 1.0, "safety": 0.5} (ComponentTextBatches checks the names)."""
+    out = {}
+    for item in filter(None, (x.strip() for x in text.split(","))):
+        comp, sep, value = item.partition("=")
+        try:
+            out[comp.strip()] = float(value) if sep else float("nan")
+        except ValueError:
+            out[comp.strip()] = float("nan")
+        if out[comp.strip()] != out[comp.strip()]:
+            raise ValueError(f"--component-answer-temper: expected component=number, got {item!r}")
+    return out
+
+
 def rollout_jobs(round_index: int, dagger_n: dict, perturbed_n: dict, seed: int) -> list:
     """Seeds of round r: their own blocks above the expert cells' (which end below 200000) and
     far below the evaluation's (10 000 000 up), so no episode is seen twice."""
@@ -134,6 +148,9 @@ def main(argv=None) -> int:
                     help="training.component_data frames: also co-train the safety / monitor / planner answers")
     ap.add_argument("--component-weight", type=float, default=0.1, help="weight of the components' text loss")
     ap.add_argument("--component-batch", type=int, default=16, help="component questions per step (text only)")
+    ap.add_argument("--component-answer-temper", default="", metavar="COMP=A,...",
+                    help="per component, draw its answers in proportion to count**A (0: uniform, the default; "
+                         "1: as often as the frames show them), e.g. monitor=1")
     ap.add_argument("--threads", type=int, default=2, help="torch threads")
     a = ap.parse_args(argv)
     if a.dagger_rounds < 0:
@@ -193,8 +210,9 @@ def main(argv=None) -> int:
         from physai_ros.training.component_questions import LABELS, QUESTIONS
         from physai_ros.training.component_text import ComponentTextBatches
 
+        temper = parse_temper(a.component_answer_temper)
         components = ComponentTextBatches(load_components(a.component_data), tokenizer, prompts,
-                                          tc.single_view_prob, seed=a.seed + 1)
+                                          tc.single_view_prob, seed=a.seed + 1, answer_temper=temper)
         summary_path = Path(a.component_data + ".json")
         rec = json.loads(summary_path.read_text()) if summary_path.is_file() else {}
         # "cell_seeds" ranges are [lo, hi): evaluation.sweep.training_seeds keeps evaluation off them.
@@ -204,7 +222,9 @@ def main(argv=None) -> int:
                           "questions": {k: list(v) for k, v in QUESTIONS.items()}, "labels": LABELS,
                           "planner_answers": "sim.multi_step.subgoal_text", "prefix_prompts": components.prompts,
                           "answer_counts": components.counts(),
-                          "sampling": "component uniform, then answer uniform, then frame uniform; text loss only"}
+                          "answer_temper": components.answer_temper,
+                          "sampling": "component uniform, then an answer with p ~ count**answer_temper "
+                                      "(0: uniform), then frame uniform; text loss only"}
         print(f"component frames: {len(components.task)}; {components.counts()['safety']} "
               f"{components.counts()['monitor']}", flush=True)
     command = " ".join([Path(sys.executable).name, *sys.argv]) if argv is None else "train_policy.main(...)"

@@ -4,16 +4,21 @@ questions over component_data's frames, asked after the same prefix the serving 
 
 The frames carry no action targets, so these samples add text loss only: one more prefix pass per
 step (`loss`), beside train.BatchMaker's action + narration batch, whose data and sampling stay
-as they were. Sampling is balanced twice over: a component uniformly, then one of that
-component's answers uniformly (so "unsafe" and "failed" are as frequent as "safe" and
-"ongoing"), then a frame with that answer uniformly. The prefix prompt is one the frame's task
+as they were. Sampling: a component uniformly, then one of that component's answers, then a frame
+with that answer uniformly. An answer is drawn with probability proportional to its frame count
+raised to the component's `answer_temper`: 0 (the default) draws them uniformly (so "unsafe" is as
+frequent as "safe"), 1 as often as the frames show them. Uniform answers teach a classifier
+equal priors; where one frame cannot tell two answers apart (a cube that just slipped back onto
+the table looks like one about to be picked), that makes the rare answer win half the ambiguous
+frames, so a component whose false alarm is costly (the monitor's "failed" resets the episode)
+is better trained at the frames' own frequencies. The prefix prompt is one the frame's task
 may run with: the sim task's own prompt, the fleet.yaml prompts of robots running it, and for a
 multi-step task its subgoals too (System 1's prompt while a plan is being executed, which is the
 prefix a shared-path component question is decoded on).
 """
 from __future__ import annotations
 
-from typing import Dict, List, Sequence, Tuple
+from typing import Dict, List, Optional, Sequence, Tuple
 
 import numpy as np
 import torch
@@ -43,7 +48,14 @@ def task_prompts(tasks: Sequence[str], fleet_prompts: Dict[str, List[str]]) -> D
 
 class ComponentTextBatches:
     def __init__(self, frames: Dict[str, np.ndarray], tokenizer: PromptTokenizer,
-                 fleet_prompts: Dict[str, List[str]], single_view_prob: float = 0.25, seed: int = 1):
+                 fleet_prompts: Dict[str, List[str]], single_view_prob: float = 0.25, seed: int = 1,
+                 answer_temper: Optional[Dict[str, float]] = None):
+        unknown = sorted(set(answer_temper or {}) - set(COMPONENTS))
+        if unknown:
+            raise ValueError(f"answer_temper: unknown components {unknown}; known: {list(COMPONENTS)}")
+        if any(not 0.0 <= float(v) <= 1.0 for v in (answer_temper or {}).values()):
+            raise ValueError(f"answer_temper: each value must be within 0..1, got {answer_temper}")
+        self.answer_temper = {c: float((answer_temper or {}).get(c, 0.0)) for c in COMPONENTS}
         self.codec = TextCodec(tokenizer)
         self.gen = np.random.default_rng(seed)
         self.single_view_prob = single_view_prob
@@ -53,6 +65,10 @@ class ComponentTextBatches:
         # component -> [(answer, frame rows)]
         self.by_answer = {c: [(str(a), np.flatnonzero(self.answers[c] == a)) for a in np.unique(self.answers[c])]
                           for c in COMPONENTS}
+        self.answer_probs = {}
+        for c, groups in self.by_answer.items():
+            w = np.array([len(r) for _, r in groups], float) ** self.answer_temper[c]
+            self.answer_probs[c] = w / w.sum()
         self.questions = {c: [self.codec.encode(q) for q in qs] for c, qs in QUESTIONS.items()}
         prompts = task_prompts(sorted(set(self.task.tolist())), fleet_prompts)
         self.prompt_list: List[str] = []
@@ -78,7 +94,7 @@ class ComponentTextBatches:
         for _ in range(b):
             comp = COMPONENTS[g.integers(len(COMPONENTS))]
             groups = self.by_answer[comp]
-            answer, members = groups[g.integers(len(groups))]
+            answer, members = groups[g.choice(len(groups), p=self.answer_probs[comp])]
             rows.append(int(members[g.integers(len(members))]))
             options = self.questions[comp]
             qs.append(options[g.integers(len(options))])

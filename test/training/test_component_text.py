@@ -104,3 +104,32 @@ def test_confusion_and_detection_delay():
     said = ["safe"] * 20
     assert detection_delay({"seed": np.zeros(20, int), "time": t, "safety": truth}, said, 2.0)["missed"] == 1
     assert QUESTIONS["safety"][0] == "is the workcell safe? answer safe or unsafe."
+
+
+def test_answer_temper_draws_answers_as_often_as_the_frames_show_them(frames):
+    """answer_temper 1: the monitor's answers at the frames' frequencies (the prior a classifier
+    that cannot tell ambiguous frames apart should learn); 0 stays uniform; bad values are refused."""
+    tok = PromptTokenizer(TOKENIZER, 48)
+    natural = ComponentTextBatches(frames, tok, PROMPTS, seed=0, answer_temper={"monitor": 1.0})
+    counts = dict(natural.counts()["monitor"])
+    total = sum(counts.values())
+    probs = dict(zip([a for a, _ in natural.by_answer["monitor"]], natural.answer_probs["monitor"]))
+    assert probs == pytest.approx({a: n / total for a, n in counts.items()})
+    assert natural.answer_probs["safety"] == pytest.approx(np.full(len(LABELS["safety"]), 0.5))
+    # drawn as the probabilities say: decode the monitor answers of a few hundred samples
+    qs = [natural.questions["monitor"][i] for i in range(len(natural.questions["monitor"]))]
+    drawn = {a: 0 for a in counts}
+    for _ in range(60):
+        _, _, _, _, block, mask = natural.batch(16)
+        for row, m in zip(block.tolist(), mask.tolist()):
+            q = next((q for q in qs if row[: len(q)] == q), None)
+            if q is not None:
+                ans = tok.decode_ids([x for x, keep in zip(row[len(q):], m[len(q) - 1:]) if keep and x != tok.eos_id])
+                drawn[ans.strip()] += 1
+    n = sum(drawn.values())
+    rare = min(counts, key=counts.get)
+    assert n > 150 and abs(drawn[rare] / n - counts[rare] / total) < 0.1, (drawn, counts)
+    with pytest.raises(ValueError, match="unknown components"):
+        ComponentTextBatches(frames, tok, PROMPTS, answer_temper={"monitr": 1.0})
+    with pytest.raises(ValueError, match="within 0..1"):
+        ComponentTextBatches(frames, tok, PROMPTS, answer_temper={"monitor": 2.0})
