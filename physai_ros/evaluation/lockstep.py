@@ -134,8 +134,9 @@ class EpisodeSlot:
 
     # ---- one tick of the robot side ------------------------------------------------------
 
-    def control(self, now: float) -> None:
-        """trajectory_controller._tick, then sim_robot's physics and sensors."""
+    def control(self, now: float):
+        """trajectory_controller._tick, then sim_robot's physics and sensors (returns the sim's
+        TickOutput, whose snapshot is the ground truth of this instant)."""
         cmd = self.buffer.advance(now)
         if cmd is not None:
             plan = to_joint_trajectory(self.buffer.tentative_nodes(), now, self.robot.joints,
@@ -151,6 +152,7 @@ class EpisodeSlot:
             self.client.on_joint_state(list(self.runtime.joint_names), list(out.joint_state[0]))
         if out.wrench is not None:
             self.client.on_wrench(out.wrench, now)
+        return out
 
     def exec_info(self, now: float) -> None:
         st = self.buffer.execution_state(now)

@@ -1,0 +1,104 @@
+"""Task pipeline vs System 1 alone (issue 23), side by side in one run: the same robots, seeds,
+intruders, drops and knocks, each worked for a shift of simulated time (evaluation.pipeline_shift).
+
+System 1 is the served checkpoint through the serving core; the components are the same
+checkpoint's VLM answering through pipeline.vla_backend (own path: each question prefills the
+query's images), as config/fleet_pipeline.yaml serves them. Lockstep time: model time takes no
+simulated time, so the outcome does not depend on the machine's load (only the wall time does).
+
+    .venv/bin/python bench/pipeline_shift.py --seeds 8 --shift-s 60 --out out/pipeline_shift.json
+    .venv/bin/python bench/pipeline_shift.py --checkpoint /tmp/sim_pi0_pipeline_v2 ...   # another model
+"""
+from __future__ import annotations
+
+import argparse
+import dataclasses
+import json
+import os
+import sys
+import time
+from pathlib import Path
+
+REPO = Path(__file__).resolve().parents[1]
+if str(REPO) not in sys.path:
+    sys.path.insert(0, str(REPO))
+
+FIGURES = ("completed", "completed_per_min", "episodes", "timeouts", "resets", "resets_not_failed",
+           "operator_resets", "escalations", "held_s", "intruder_s", "moving_with_intruder_s",
+           "moving_share_with_intruder")
+
+
+def table(summary: dict) -> str:
+    cols = [(setting, task) for task in sorted({t for s in summary.values() for t in s})
+            for setting in ("system1", "pipeline") if task in summary.get(setting, {})]
+    lines = ["| figure | " + " | ".join(f"{t}: {s}" for s, t in cols) + " |", "|---|" + "---|" * len(cols)]
+    for f in FIGURES:
+        lines.append(f"| {f} | " + " | ".join(str(summary[s][t].get(f)) for s, t in cols) + " |")
+    return "\n".join(lines)
+
+
+def main(argv=None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--fleet", default=str(REPO / "config/fleet_pipeline.yaml"))
+    ap.add_argument("--checkpoint", default="", help="serve this checkpoint instead of the fleet's")
+    ap.add_argument("--seeds", type=int, default=8, help="shifts per task and setting")
+    ap.add_argument("--seed-base", type=int, default=950_000, help="unlike any training seed")
+    ap.add_argument("--shift-s", type=float, default=60.0)
+    ap.add_argument("--component-latency-s", type=float, default=0.25)
+    ap.add_argument("--operator-response-s", type=float, default=20.0)
+    ap.add_argument("--slots", type=int, default=2, help="robots served at once (one core, batched)")
+    ap.add_argument("--threads", type=int, default=2)
+    ap.add_argument("--out", default="")
+    a = ap.parse_args(argv)
+
+    import torch
+
+    from physai_ros.evaluation.lockstep import SimClock, clone_robots
+    from physai_ros.evaluation.pipeline_shift import ShiftConfig, run_shifts, summarise, system1_only
+    from physai_ros.evaluation.servers import build_policy_server
+    from physai_ros.evaluation.sweep import scale_setting
+    from physai_ros.pipeline.vla_backend import VLABackboneBackend
+    from physai_ros.serving.config import load_fleet
+
+    torch.set_num_threads(a.threads)
+    cfg = load_fleet(a.fleet)
+    if a.checkpoint:
+        cfg = scale_setting(cfg, checkpoint=str(Path(a.checkpoint).resolve()))
+    clock = SimClock()
+    core = build_policy_server(cfg, clock)
+    backend = VLABackboneBackend.from_core(core, attach=False)
+    shift = ShiftConfig(shift_s=a.shift_s, component_latency_s=a.component_latency_s,
+                        operator_response_s=a.operator_response_s)
+    # One robot entry per fleet task that has a pipeline (its sim's events as fleet.yaml sets them).
+    bases = {}
+    for r in cfg.robots:
+        if r.simulated and r.task.pipeline is not None:
+            bases.setdefault(r.task.name, r)
+    seeds = [a.seed_base + i for i in range(a.seeds)]
+    doc: dict = {"fleet": a.fleet, "checkpoint": str(cfg.server.model.checkpoint), "seeds": seeds,
+                 "shift": {**dataclasses.asdict(shift)}, "load_average": {"start": os.getloadavg()}, "shifts": []}
+    t0 = time.perf_counter()
+    for name, base in bases.items():
+        for setting in ("system1", "pipeline"):
+            robot = base if setting == "pipeline" else system1_only(base)
+            robots = clone_robots(robot, a.slots, prefix=f"{setting}_{name}")
+            res = run_shifts(core, backend if setting == "pipeline" else None, robots, seeds, shift, setting,
+                             clock=clock)
+            doc["shifts"] += [dataclasses.asdict(r) for r in res]
+            print(f"{name} {setting}: {sum(r.completed for r in res)} completed in {len(res)} shifts "
+                  f"({time.perf_counter() - t0:.0f} s)", flush=True)
+    doc["wall_s"] = round(time.perf_counter() - t0, 1)
+    doc["load_average"]["end"] = os.getloadavg()
+    from physai_ros.evaluation.pipeline_shift import ShiftResult
+
+    doc["summary"] = summarise([ShiftResult(**r) for r in doc["shifts"]])
+    print(table(doc["summary"]), flush=True)
+    doc["finished_utc"] = time.strftime("%Y-%m-%d %H:%M:%S", time.gmtime())
+    if a.out:
+        Path(a.out).parent.mkdir(parents=True, exist_ok=True)
+        Path(a.out).write_text(json.dumps(doc, indent=1))
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
