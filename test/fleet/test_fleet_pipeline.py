@@ -140,3 +140,37 @@ def test_the_pipeline_fleet_runs_asks_every_component_and_counts_garbage(tmp_pat
     # The printed summary has the operator's lines.
     assert "  robot_1 pipeline: safety stops" in text and "      safety: asked" in text, text[-4000:]
     assert "physai-fleet: pipelines:" in text
+
+
+@pytest.mark.ros
+@pytest.mark.slow
+def test_the_trained_checkpoint_answers_every_component_in_its_labels_over_ros(tmp_path):
+    """The shipped fleet_pipeline.yaml as written (the co-trained sim_pi0_pipeline) on its
+    place_in_order robot: a real model makes the pipeline's decisions over ROS. Every answer
+    parses (the trained labels and subgoals: no garbage reason), and System 2's subgoals become
+    System 1's prompt (set_prompt events). Whether its decisions are right is measured, not
+    tested: docs/training.md and bench/pipeline_shift.py."""
+    doc = yaml.safe_load(FLEET.read_text())
+    doc["server"]["profile"] = False  # start-up in seconds; SLOs with room for a loaded 2-core machine
+    doc["robots"] = [r for r in doc["robots"] if r["task"] == "place_in_order"][:1]
+    for comp in doc["tasks"]["place_in_order"]["components"].values():
+        comp["slo_ms"] = 5000
+    fleet = tmp_path / "fleet_pipeline_trained.yaml"
+    fleet.write_text(yaml.safe_dump(doc))
+    summary, logs = tmp_path / "summary.json", tmp_path / "logs"
+    cmd = [sys.executable, "-m", "physai_ros.fleet", "--fleet", str(fleet), "--duration", "20",
+           "--summary-json", str(summary), "--log-dir", str(logs)]
+    out = subprocess.run(cmd, capture_output=True, timeout=280, env=dict(os.environ), cwd=tmp_path)
+    text = out.stdout.decode(errors="replace") + out.stderr.decode(errors="replace")
+    assert out.returncode == 0, text[-4000:]
+    for log in logs.glob("*.log"):
+        assert "Traceback" not in log.read_text(errors="replace"), (log.name, log.read_text()[-3000:])
+    (robot,) = json.loads(summary.read_text())["robots"]
+    p = robot["pipeline"]
+    assert p["task"] == "place_in_order" and p["started"], p
+    for name in ("system2", "safety", "monitor"):
+        c = p["components"][name]
+        assert c["asked"] > 0 and c["on_time"] + c["late"] > 0, (name, c)
+        assert not set(c["errors"]) & GARBAGE, (name, c)
+    assert p["components"]["system2"]["answered"] > 0
+    assert p["events"]["by_kind"].get("set_prompt", 0) > 0, p["events"]
