@@ -8,6 +8,12 @@ simulated time, so the outcome does not depend on the machine's load (only the w
 
     .venv/bin/python bench/pipeline_shift.py --seeds 8 --shift-s 60 --out out/pipeline_shift.json
     .venv/bin/python bench/pipeline_shift.py --checkpoint /tmp/sim_pi0_pipeline_v2 ...   # another model
+    .venv/bin/python bench/pipeline_shift.py --system1 expert ...   # the components around the expert
+
+`--system1 expert` answers System 1's observations with the scripted expert (evaluation.servers:
+privileged, it sees the true scene, and place_in_order's expert does both steps whatever the
+prompt): the components are still the checkpoint's, so this isolates what the safety checker and
+the monitor are worth around a System 1 that can do every task.
 """
 from __future__ import annotations
 
@@ -46,6 +52,8 @@ def main(argv=None) -> int:
     ap.add_argument("--shift-s", type=float, default=60.0)
     ap.add_argument("--component-latency-s", type=float, default=0.25)
     ap.add_argument("--operator-response-s", type=float, default=20.0)
+    ap.add_argument("--system1", choices=("policy", "expert"), default="policy",
+                    help="what answers System 1: the served checkpoint, or the scripted expert")
     ap.add_argument("--slots", type=int, default=2, help="robots served at once (one core, batched)")
     ap.add_argument("--threads", type=int, default=2)
     ap.add_argument("--out", default="")
@@ -55,7 +63,7 @@ def main(argv=None) -> int:
 
     from physai_ros.evaluation.lockstep import SimClock, clone_robots
     from physai_ros.evaluation.pipeline_shift import ShiftConfig, run_shifts, summarise, system1_only
-    from physai_ros.evaluation.servers import build_policy_server
+    from physai_ros.evaluation.servers import ExpertServer, build_policy_server
     from physai_ros.evaluation.sweep import scale_setting
     from physai_ros.pipeline.vla_backend import VLABackboneBackend
     from physai_ros.serving.config import load_fleet
@@ -67,6 +75,8 @@ def main(argv=None) -> int:
     clock = SimClock()
     core = build_policy_server(cfg, clock)
     backend = VLABackboneBackend.from_core(core, attach=False)
+    worlds: dict = {}
+    system1 = core if a.system1 == "policy" else ExpertServer(lambda rid: worlds[rid].runtime.world, chunk_size=8)
     shift = ShiftConfig(shift_s=a.shift_s, component_latency_s=a.component_latency_s,
                         operator_response_s=a.operator_response_s)
     # One robot entry per fleet task that has a pipeline (its sim's events as fleet.yaml sets them).
@@ -75,15 +85,16 @@ def main(argv=None) -> int:
         if r.simulated and r.task.pipeline is not None:
             bases.setdefault(r.task.name, r)
     seeds = [a.seed_base + i for i in range(a.seeds)]
-    doc: dict = {"fleet": a.fleet, "checkpoint": str(cfg.server.model.checkpoint), "seeds": seeds,
+    doc: dict = {"fleet": a.fleet, "checkpoint": str(cfg.server.model.checkpoint), "system1": a.system1,
+                 "seeds": seeds,
                  "shift": {**dataclasses.asdict(shift)}, "load_average": {"start": os.getloadavg()}, "shifts": []}
     t0 = time.perf_counter()
     for name, base in bases.items():
         for setting in ("system1", "pipeline"):
             robot = base if setting == "pipeline" else system1_only(base)
             robots = clone_robots(robot, a.slots, prefix=f"{setting}_{name}")
-            res = run_shifts(core, backend if setting == "pipeline" else None, robots, seeds, shift, setting,
-                             clock=clock)
+            res = run_shifts(system1, backend if setting == "pipeline" else None, robots, seeds, shift, setting,
+                             clock=clock, slot_hook=lambda slots: worlds.update({s.robot.id: s for s in slots}))
             doc["shifts"] += [dataclasses.asdict(r) for r in res]
             print(f"{name} {setting}: {sum(r.completed for r in res)} completed in {len(res)} shifts "
                   f"({time.perf_counter() - t0:.0f} s)", flush=True)
