@@ -54,6 +54,8 @@ def main(argv=None) -> int:
     ap.add_argument("--operator-response-s", type=float, default=20.0)
     ap.add_argument("--system1", choices=("policy", "expert"), default="policy",
                     help="what answers System 1: the served checkpoint, or the scripted expert")
+    ap.add_argument("--settings", default="system1,pipeline", help="which of system1,pipeline to run")
+    ap.add_argument("--tasks", default="", help="fleet tasks to run (default: every task with a pipeline)")
     ap.add_argument("--slots", type=int, default=2, help="robots served at once (one core, batched)")
     ap.add_argument("--threads", type=int, default=2)
     ap.add_argument("--out", default="")
@@ -84,13 +86,19 @@ def main(argv=None) -> int:
     for r in cfg.robots:
         if r.simulated and r.task.pipeline is not None:
             bases.setdefault(r.task.name, r)
+    wanted = [t for t in a.tasks.split(",") if t]
+    unknown = sorted(set(wanted) - set(bases))
+    settings = [x for x in a.settings.split(",") if x]
+    if unknown or not set(settings) <= {"system1", "pipeline"}:
+        ap.error(f"--tasks: known {sorted(bases)}; --settings: system1, pipeline")
+    bases = {k: v for k, v in bases.items() if not wanted or k in wanted}
     seeds = [a.seed_base + i for i in range(a.seeds)]
     doc: dict = {"fleet": a.fleet, "checkpoint": str(cfg.server.model.checkpoint), "system1": a.system1,
                  "seeds": seeds,
                  "shift": {**dataclasses.asdict(shift)}, "load_average": {"start": os.getloadavg()}, "shifts": []}
     t0 = time.perf_counter()
     for name, base in bases.items():
-        for setting in ("system1", "pipeline"):
+        for setting in settings:
             robot = base if setting == "pipeline" else system1_only(base)
             robots = clone_robots(robot, a.slots, prefix=f"{setting}_{name}")
             res = run_shifts(system1, backend if setting == "pipeline" else None, robots, seeds, shift, setting,
