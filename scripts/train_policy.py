@@ -76,7 +76,7 @@ def parse_temper(text: str) -> dict:
             out[comp.strip()] = float(value) if sep else float("nan")
         except ValueError:
             out[comp.strip()] = float("nan")
-        if out[comp.strip()] != out[comp.strip()]:
+        if not out[comp.strip()] == out[comp.strip()]:  # NaN: no number given
             raise ValueError(f"--component-answer-temper: expected component=number, got {item!r}")
     return out
 
@@ -157,6 +157,11 @@ def main(argv=None) -> int:
         ap.error("--dagger-rounds must be >= 0")
     try:
         dagger_n, perturbed_n = per_task(a.dagger_episodes), per_task(a.perturbed_episodes)
+        from physai_ros.training.component_questions import COMPONENTS
+
+        unknown = sorted(set(parse_temper(a.component_answer_temper)) - set(COMPONENTS))
+        if unknown:  # before minutes of data loading, not after
+            raise ValueError(f"--component-answer-temper: unknown components {unknown}; known: {list(COMPONENTS)}")
     except ValueError as e:
         ap.error(str(e))
 

@@ -51,3 +51,11 @@ def test_bad_episode_counts_are_refused_by_name(capsys):
     with pytest.raises(SystemExit):
         _script().main(["--dagger-episodes", "pick=3"])
     assert "expected task=count" in capsys.readouterr().err
+
+
+@pytest.mark.parametrize("value, message", [("monitor", "expected component=number"),
+                                            ("monitr=1", "unknown components ['monitr']")])
+def test_bad_answer_temper_is_refused_before_any_data_is_loaded(capsys, value, message):
+    with pytest.raises(SystemExit):
+        _script().main(["--component-answer-temper", value])
+    assert message in capsys.readouterr().err
