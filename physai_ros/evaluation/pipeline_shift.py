@@ -88,6 +88,10 @@ def _query(q: OutgoingQuery) -> ComponentQuery:
 class ShiftSlot(EpisodeSlot):
     """One robot for one shift: the sim's own episodes, and the pipeline when its task has one."""
 
+    def __init__(self, robot: RobotConfig, cfg: LockstepConfig, setting: str, shift_s: float):
+        super().__init__(robot, cfg, setting)
+        self.shift_s = shift_s
+
     def start(self, seed: int, now: float) -> None:
         super().start(seed, now)
         self.pipeline = ClientPipeline.for_robot(self.client, request_reset=self._reset)
@@ -159,7 +163,7 @@ def run_shifts(server: Server, backend: ComponentBackend | None, robots: Sequenc
     clock = clock or SimClock()
     lc = cfg.lockstep
     queue = list(int(s) for s in seeds)[::-1]
-    slots = [ShiftSlot(r, lc, setting) for r in robots]
+    slots = [ShiftSlot(r, lc, setting, cfg.shift_s) for r in robots]
     if slot_hook is not None:
         slot_hook(slots)
     by_id = {s.robot.id: s for s in slots}
@@ -174,13 +178,9 @@ def run_shifts(server: Server, backend: ComponentBackend | None, robots: Sequenc
     results: list[ShiftResult] = []
     t0 = clock.now
 
-    def begin(s: ShiftSlot, now: float) -> None:
-        s.shift_s = cfg.shift_s
-        s.start(queue.pop(), now)
-
     for s in slots:
         if queue:
-            begin(s, t0)
+            s.start(queue.pop(), t0)
 
     def post(chunk, due: float) -> None:
         s = by_id.get(chunk.robot_id)
@@ -215,7 +215,7 @@ def run_shifts(server: Server, backend: ComponentBackend | None, robots: Sequenc
             if s.over():
                 results.append(s.finish_shift())
                 if queue:
-                    begin(s, now)
+                    s.start(queue.pop(), now)
                 continue
             if tick % client_every:
                 continue

@@ -26,7 +26,8 @@ def _robot(**sim):
     return dataclasses.replace(r, sim=small, image_height=48, image_width=48)
 
 
-def _oracle(slots_by_id):
+def _oracle(slots_by_id, robot_ids):
+    """Answers from the sim's ground truth; slots_by_id is filled by the run's slot hook."""
     b = ScriptedBackend()
 
     def truth(component):
@@ -36,7 +37,7 @@ def _oracle(slots_by_id):
                 else w.progress()[0]
         return fn
 
-    for rid in slots_by_id:
+    for rid in robot_ids:
         b.respond_with(rid, "monitor", truth("monitor")).respond_with(rid, "safety", truth("safety"))
     return b
 
@@ -44,15 +45,11 @@ def _oracle(slots_by_id):
 def _shift(robot, seeds, pipeline: bool, shift_s: float, **kw):
     slots = {}
     server = ExpertServer(lambda rid: slots[rid].runtime.world, chunk_size=8)
-    backend = _oracle({robot.id: None}) if pipeline else None
+    backend = _oracle(slots, [robot.id]) if pipeline else None
     robot = robot if pipeline else system1_only(robot)
 
     def hook(ss):
         slots.update({s.robot.id: s for s in ss})
-        if backend is not None:
-            backend.__init__()  # re-bind the oracle to the real slots
-            for rid, fn in _oracle(slots)._functions.items():
-                backend._functions[rid] = fn
 
     cfg = ShiftConfig(shift_s=shift_s, lockstep=LockstepConfig(latency_s=0.05), **kw)
     return run_shifts(server, backend, [robot], seeds, cfg, "pipeline" if pipeline else "system1",
