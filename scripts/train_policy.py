@@ -69,6 +69,11 @@ def per_task(text: str) -> dict:
 
 def parse_temper(text: str) -> dict:
     """"monitor=1,safety=0.5" -> {"monitor": 1.0, "safety": 0.5} (ComponentTextBatches checks the names)."""
+    return parse_weights(text, "--component-answer-temper")
+
+
+def parse_weights(text: str, option: str) -> dict:
+    """"a=1,b=0.5" -> {"a": 1.0, "b": 0.5}; ValueError naming the option otherwise."""
     out = {}
     for item in filter(None, (x.strip() for x in text.split(","))):
         comp, sep, value = item.partition("=")
@@ -77,7 +82,7 @@ def parse_temper(text: str) -> dict:
         except ValueError:
             out[comp.strip()] = float("nan")
         if not out[comp.strip()] == out[comp.strip()]:  # NaN: no number given
-            raise ValueError(f"--component-answer-temper: expected component=number, got {item!r}")
+            raise ValueError(f"{option}: expected name=number, got {item!r}")
     return out
 
 
@@ -151,6 +156,9 @@ def main(argv=None) -> int:
     ap.add_argument("--component-answer-temper", default="", metavar="COMP=A,...",
                     help="per component, draw its answers in proportion to count**A (0: uniform, the default; "
                          "1: as often as the frames show them), e.g. monitor=1")
+    ap.add_argument("--task-weights", default="", metavar="TASK=W,...",
+                    help="relative share of action batches per sim task (unlisted: 1; default: all equal), "
+                         "e.g. place_in_order.step1=0.5,place_in_order.step2=0.5")
     ap.add_argument("--threads", type=int, default=2, help="torch threads")
     a = ap.parse_args(argv)
     if a.dagger_rounds < 0:
@@ -159,6 +167,7 @@ def main(argv=None) -> int:
         dagger_n, perturbed_n = per_task(a.dagger_episodes), per_task(a.perturbed_episodes)
         from physai_ros.training.component_questions import COMPONENTS
 
+        parse_weights(a.task_weights, "--task-weights")
         unknown = sorted(set(parse_temper(a.component_answer_temper)) - set(COMPONENTS))
         if unknown:  # before minutes of data loading, not after
             raise ValueError(f"--component-answer-temper: unknown components {unknown}; known: {list(COMPONENTS)}")
@@ -189,7 +198,7 @@ def main(argv=None) -> int:
     info = read_info(data_dir)
     tc = TrainConfig(steps=a.steps, batch_size=a.batch_size, seed=a.seed, max_minutes=a.minutes,
                      text_weight=a.text_weight, threads=a.threads, component_weight=a.component_weight,
-                     component_batch=a.component_batch)
+                     component_batch=a.component_batch, task_weights=parse_weights(a.task_weights, "--task-weights"))
     t0 = time.perf_counter()
     parts = [load_dataset(data_dir, tc.size.image_size)]
     print(f"loaded {len(parts[0])} frames of {parts[0].episodes_used} episodes ({parts[0].episodes_skipped} "

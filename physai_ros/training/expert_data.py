@@ -17,7 +17,7 @@ from typing import Iterator, List
 
 import numpy as np
 
-from physai_ros.sim.multi_step import make_expert
+from physai_ros.sim.multi_step import make_expert, subgoal_text
 from physai_ros.sim.narration import SubtaskTracker, narrate
 from physai_ros.sim.render import Renderer
 from physai_ros.sim.robot import ArmConfig
@@ -56,6 +56,7 @@ class Episode:
     success_flags: List[bool] = field(default_factory=list)
     subtask: List[str] = field(default_factory=list)  # sim.narration's answers per frame
     scene: List[str] = field(default_factory=list)
+    subgoal: List[str] = field(default_factory=list)  # sim.multi_step.subgoal_text per frame (the planner's truth)
 
     def __len__(self) -> int:
         return len(self.state)
@@ -93,6 +94,7 @@ def record_cell(cfg: RecordConfig) -> Iterator[Episode]:
                 subtask, scene = narrate(tracker, snap)
                 ep.subtask.append(subtask)
                 ep.scene.append(scene)
+                ep.subgoal.append(subgoal_text(snap))
             world.set_command(command)
             for _ in range(substeps):
                 world.step(1.0 / cfg.physics_hz)

@@ -85,6 +85,9 @@ class TrainConfig:
     text_weight: float = 0.0  # > 0: co-train text answers (needs a dataset with text columns)
     component_weight: float = 0.1  # weight of the pipeline components' text loss (train(components=...))
     component_batch: int = 16  # text-only component samples per step (one more prefix pass)
+    # Sim task -> relative weight of its share of action batches (unlisted: 1). Empty: every task
+    # equally often, drawn exactly as before weights existed (older runs replay bit for bit).
+    task_weights: Dict[str, float] = field(default_factory=dict)
 
 
 @dataclass
@@ -135,6 +138,12 @@ class BatchMaker:
         # [N, chunk, D]: the normalised commands each frame's answer should hold.
         self.targets = ((targets - self.action_stats["mean"]) / (self.action_stats["std"] + 1e-8)).astype(np.float32)
         self.by_task = {t: np.flatnonzero(np.asarray(data.sim_task) == t) for t in sorted(set(data.sim_task))}
+        unknown = sorted(set(tc.task_weights) - set(self.by_task))
+        if unknown or any(not w > 0 for w in tc.task_weights.values()):
+            raise ValueError(f"task_weights: {tc.task_weights} (weights must be > 0; the data's tasks are "
+                             f"{sorted(self.by_task)})")
+        w = np.array([float(tc.task_weights.get(t, 1.0)) for t in self.by_task])
+        self.task_probs = w / w.sum() if tc.task_weights else None
         # Every prompt a task may be asked with, tokenised as the server does (dataset's own first).
         self.task_prompts: Dict[str, List[int]] = {}
         encoded, self.prompt_list = [], []
@@ -160,7 +169,8 @@ class BatchMaker:
     def batch(self, b: int):
         g = self.gen
         tasks = list(self.by_task)
-        pick = g.integers(len(tasks), size=b)
+        pick = (g.integers(len(tasks), size=b) if self.task_probs is None
+                else g.choice(len(tasks), size=b, p=self.task_probs))
         rows = np.array([g.choice(self.by_task[tasks[k]]) for k in pick])
         prompt_ids = np.array([g.choice(self.task_prompts[tasks[k]]) for k in pick])
         img = model_pixels(self.images[torch.from_numpy(rows)])

@@ -53,7 +53,7 @@ def test_bad_episode_counts_are_refused_by_name(capsys):
     assert "expected task=count" in capsys.readouterr().err
 
 
-@pytest.mark.parametrize("value, message", [("monitor", "expected component=number"),
+@pytest.mark.parametrize("value, message", [("monitor", "expected name=number"),
                                             ("monitr=1", "unknown components ['monitr']")])
 def test_bad_answer_temper_is_refused_before_any_data_is_loaded(capsys, value, message):
     with pytest.raises(SystemExit):

@@ -1,0 +1,99 @@
+"""System 1 demonstrations of a multi-step task's subgoals (issue 23): what lets the action model
+execute a System 2 planner's answers.
+
+A planner hands System 1 one single-object instruction at a time (sim.multi_step.subgoal_text:
+place_in_order's "pick up the red cube and place it on the green pad", then the blue cube's). The
+scripted expert's place_in_order episodes are recorded as usual and cut where the planner's truth
+changes: each run of frames becomes its own episode, its prompt the subgoal, its task
+"<task>.step<k>" (train.BatchMaker draws tasks, and a task's frames share one prompt). The frames
+after success ("done") stay with the last step: the arm resting after the place. The last frames
+of a step hold the arm where that step ended, so the chunks a step's end is trained on ask for
+stillness until the next subgoal arrives, which is what a robot should do while its planner has
+not spoken yet.
+
+    .venv/bin/python -m physai_ros.training.subgoal_data --out out/sim_subgoal_data --cells 40 \\
+        --episodes 2 --seed-base 830000
+"""
+from __future__ import annotations
+
+import argparse
+import dataclasses
+import json
+import multiprocessing as mp
+import time
+from pathlib import Path
+from typing import List, Sequence
+
+from physai_ros.sim.multi_step import DONE_SUBGOAL
+from physai_ros.sim.robot import ArmConfig
+
+from .dataset import EncodedEpisode, write_dataset
+from .expert_data import Episode, RecordConfig, record_cell
+
+MULTI_STEP_TASKS = ("place_in_order",)
+
+
+def split_by_subgoal(ep: Episode) -> List[Episode]:
+    """The episode's runs of one subgoal as episodes of their own ("done" frames join the last)."""
+    if len(ep.subgoal) != len(ep):
+        raise ValueError(f"episode of {ep.task}: {len(ep.subgoal)} subgoals for {len(ep)} frames")
+    runs: List[tuple[str, int, int]] = []  # (subgoal, start, end)
+    for i, sg in enumerate(ep.subgoal):
+        if sg == DONE_SUBGOAL and runs:
+            runs[-1] = (runs[-1][0], runs[-1][1], i + 1)
+        elif runs and runs[-1][0] == sg and runs[-1][2] == i:
+            runs[-1] = (sg, runs[-1][1], i + 1)
+        elif sg != DONE_SUBGOAL:
+            runs.append((sg, i, i + 1))
+    out = []
+    per_frame = ("images", "state", "wrench", "action", "success_flags", "subtask", "scene", "subgoal")
+    for k, (sg, a, b) in enumerate(runs):
+        cut = {f: getattr(ep, f)[a:b] for f in per_frame}
+        # A step of a successful episode reached its subgoal: it is a good demonstration (the
+        # loader keeps only successful episodes).
+        out.append(dataclasses.replace(ep, task=f"{ep.task}.step{k + 1}", prompt=sg, success=ep.success, **cut))
+    return out
+
+
+def _record(cfg: RecordConfig) -> List[EncodedEpisode]:
+    return [EncodedEpisode.encode(seg) for ep in record_cell(cfg) if ep.success for seg in split_by_subgoal(ep)]
+
+
+def record_subgoals(root, cells: Sequence[RecordConfig], workers: int = 2) -> dict:
+    t0 = time.perf_counter()
+    if workers > 1:
+        with mp.get_context("spawn").Pool(workers) as pool:
+            per_cell = pool.map(_record, cells, chunksize=1)
+    else:
+        per_cell = [_record(c) for c in cells]
+    episodes = [e for eps in per_cell for e in eps]
+    if not episodes:
+        raise RuntimeError("no successful expert episode to cut")
+    write_dataset(Path(root), episodes, fps=cells[0].fps, joint_names=ArmConfig(num_joints=cells[0].num_joints).joint_names)
+    summary = {"segments": len(episodes), "frames": sum(len(e) for e in episodes),
+               "by_task": {t: sum(1 for e in episodes if e.task == t) for t in sorted({e.task for e in episodes})},
+               "prompts": sorted({e.prompt for e in episodes}),
+               "cell_seeds": [min(c.seed for c in cells), max(c.seed for c in cells) + 1],
+               "seconds": round(time.perf_counter() - t0, 1)}
+    (Path(root) / "meta" / "subgoal_summary.json").write_text(json.dumps(summary, indent=1))
+    return summary
+
+
+def main(argv=None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--out", required=True)
+    ap.add_argument("--task", default="place_in_order", choices=MULTI_STEP_TASKS)
+    ap.add_argument("--cells", type=int, default=40)
+    ap.add_argument("--episodes", type=int, default=2, help="consecutive episodes per cell")
+    ap.add_argument("--seed-base", type=int, default=830_000)
+    ap.add_argument("--fps", type=int, default=10, help="as the other training data")
+    ap.add_argument("--workers", type=int, default=2)
+    a = ap.parse_args(argv)
+    base = RecordConfig(task=a.task, episodes=a.episodes, fps=a.fps)
+    cells = [dataclasses.replace(base, seed=a.seed_base + c) for c in range(a.cells)]
+    print(json.dumps(record_subgoals(a.out, cells, a.workers)), flush=True)
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

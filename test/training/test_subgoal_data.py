@@ -1,0 +1,67 @@
+"""Issue 23: place_in_order expert episodes cut into the planner's subgoals (System 1's training
+data for executing a plan), and the per-task weights of the action batches."""
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from physai_ros.serving.config import default_fleet_path
+from physai_ros.serving.tokenizer import PromptTokenizer
+from physai_ros.sim.multi_step import DONE_SUBGOAL, subgoal_sequence
+from physai_ros.sim.robot import ArmConfig
+from physai_ros.training.dataset import EncodedEpisode, load_dataset, write_dataset
+from physai_ros.training.expert_data import RecordConfig, record_cell
+from physai_ros.training.subgoal_data import split_by_subgoal
+from physai_ros.training.train import BatchMaker, ModelSize, TrainConfig
+
+TOKENIZER = str(default_fleet_path().parents[1] / "physai_ros" / "assets" / "tokenizer.json")
+TINY = ModelSize(image_size=28, patch_size=14, vision_width=32, vision_depth=1, vlm_width=32, expert_width=32,
+                 depth=1, heads=2, head_dim=16, chunk_size=4)
+
+
+@pytest.fixture(scope="module")
+def episode():
+    (ep,) = record_cell(RecordConfig(task="place_in_order", seed=4, episodes=1, image_width=48, image_height=32,
+                                     fps=10))
+    assert ep.success  # the multi-step expert finishes place_in_order (docs/sim_events.md: 40/40 seeds)
+    return ep
+
+
+def test_an_episode_is_cut_where_the_planners_answer_changes(episode):
+    steps = split_by_subgoal(episode)
+    plan = [s for s in subgoal_sequence("place_in_order") if s != DONE_SUBGOAL]
+    assert [s.prompt for s in steps] == plan
+    assert [s.task for s in steps] == ["place_in_order.step1", "place_in_order.step2"]
+    # every frame kept once, in order; the "done" frames rest with the last step
+    assert sum(len(s) for s in steps) == len(episode)
+    assert np.array_equal(np.concatenate([np.stack(s.state) for s in steps]), np.stack(episode.state))
+    assert set(steps[0].subgoal) == {plan[0]} and set(steps[1].subgoal) == {plan[1], DONE_SUBGOAL}
+    assert steps[1].subgoal[-1] == DONE_SUBGOAL and steps[0].success and steps[1].success  # both kept by the loader
+    assert all(len(s.images) == len(s.action) == len(s.subtask) == len(s) for s in steps)
+
+
+def test_task_weights_set_the_share_of_action_batches(episode, tmp_path):
+    steps = [EncodedEpisode.encode(s) for s in split_by_subgoal(episode)]
+    write_dataset(tmp_path / "d", steps, fps=10, joint_names=ArmConfig().joint_names)
+    data = load_dataset(tmp_path / "d", image_size=TINY.image_size)
+    tok = PromptTokenizer(TOKENIZER, 48)
+    gen = np.random.default_rng(0)
+    even = BatchMaker(data, TrainConfig(size=TINY), tok, {}, gen)
+    assert even.task_probs is None  # no weights: drawn as before weights existed
+    # each step keeps its own prompt (a task's frames share one)
+    assert {t: ps[0] for t, ps in even.prompts_used.items()} == {s.task: s.prompt for s in steps}
+    tc = TrainConfig(size=TINY, task_weights={"place_in_order.step1": 3.0})
+    weighted = BatchMaker(data, tc, tok, {}, gen)
+    assert dict(zip(weighted.by_task, weighted.task_probs)) == pytest.approx(
+        {"place_in_order.step1": 0.75, "place_in_order.step2": 0.25})
+    picks = []
+    for _ in range(40):
+        _, _, tokens, mask, *_ = weighted.batch(8)
+        for row, m in zip(tokens.tolist(), mask.tolist()):
+            picks.append(tok.decode_ids([t for t, k in zip(row, m) if k]).strip())
+    share = sum(p == steps[0].prompt for p in picks) / len(picks)
+    assert 0.62 < share < 0.88, share
+    with pytest.raises(ValueError, match="task_weights"):
+        BatchMaker(data, TrainConfig(size=TINY, task_weights={"place_in_ordr.step1": 1.0}), tok, {}, gen)
+    with pytest.raises(ValueError, match="task_weights"):
+        BatchMaker(data, TrainConfig(size=TINY, task_weights={"place_in_order.step1": 0.0}), tok, {}, gen)
