@@ -167,6 +167,19 @@ class EpisodeSlot:
             self.buffer.insert(chunk, now)
 
 
+class TickSide(Protocol):
+    """Work that runs beside the robots on the same clock (evaluation.pipeline_shift: the
+    pipeline components' questions and answers). Called each tick after the due chunks are
+    delivered (begin), for each running slot after its client's tick (client_tick), and after
+    every slot has ticked (end)."""
+
+    def begin_tick(self, now: float) -> None: ...
+
+    def client_tick(self, slot: "EpisodeSlot", now: float) -> None: ...
+
+    def end_tick(self, now: float) -> None: ...
+
+
 @dataclass
 class RunStats:
     ticks: int = 0
@@ -181,15 +194,18 @@ def run_episodes(server: Server, robots: Sequence[RobotConfig], seeds: Iterable[
                  on_episode: Callable[[EpisodeResult], None] | None = None,
                  slot_hook: Callable[[list[EpisodeSlot]], None] | None = None,
                  on_chunk: Callable[[ActionChunkData], None] | None = None,
-                 on_tick: Callable[[EpisodeSlot, float], None] | None = None) -> list[EpisodeResult]:
+                 on_tick: Callable[[EpisodeSlot, float], None] | None = None,
+                 make_slot: Callable[[RobotConfig, LockstepConfig, str], EpisodeSlot] = EpisodeSlot,
+                 side: TickSide | None = None) -> list[EpisodeResult]:
     """Run one episode per seed on the robots in `robots` (each a slot; free slots take the next
     seed), all sharing `server`. `clock` must be the clock the server reads (ServingCore.clock).
     on_chunk sees every chunk delivered to a running episode; on_tick(slot, now) runs after each
-    running slot's physics tick (a recorder reads its world there). Returns the results in the order the
-    episodes finished."""
+    running slot's physics tick (a recorder reads its world there). make_slot builds the slots (a
+    subclass decides when an episode is over and what finish() reports); side runs beside them.
+    Returns what the slots' finish() gave, in the order the episodes finished."""
     clock = clock or SimClock()
     queue = deque(int(s) for s in seeds)
-    slots = [EpisodeSlot(r, cfg, setting) for r in robots]
+    slots = [make_slot(r, cfg, setting) for r in robots]
     if slot_hook is not None:
         slot_hook(slots)
     by_id = {s.robot.id: s for s in slots}
@@ -223,6 +239,8 @@ def run_episodes(server: Server, robots: Sequence[RobotConfig], seeds: Iterable[
                 s.deliver(chunk, now)
                 if on_chunk is not None:
                     on_chunk(chunk)
+        if side is not None:
+            side.begin_tick(now)
         submitted = False
         for s in slots:
             if not s.active:
@@ -251,6 +269,10 @@ def run_episodes(server: Server, robots: Sequence[RobotConfig], seeds: Iterable[
                 for notice in server.submit(out.observation, now):
                     post(notice, now)  # refusals are answered at once
                 submitted = True
+            if side is not None:
+                side.client_tick(s, now)
+        if side is not None:
+            side.end_tick(now)
         if submitted or _has_pending(server):
             step = server.step(now)
             for chunk in step.chunks:

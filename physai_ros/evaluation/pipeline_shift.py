@@ -31,7 +31,7 @@ from physai_ros.protocol.observation import ImageData
 from physai_ros.serving.client_pipeline import ClientPipeline, OutgoingQuery, PipelineOutput
 from physai_ros.serving.config import RobotConfig
 
-from .lockstep import EpisodeSlot, LockstepConfig, Server, SimClock
+from .lockstep import EpisodeSlot, LockstepConfig, Server, SimClock, run_episodes
 
 MOVING_RAD_S = 0.05  # a joint faster than this: the arm is moving (a held arm settles below it)
 
@@ -108,6 +108,16 @@ class ShiftSlot(EpisodeSlot):
     def over(self) -> bool:
         return self.runtime.world.time >= self.shift_s
 
+    def control(self, now: float):
+        out = super().control(now)
+        self.observe(out, 1.0 / self.cfg.physics_rate_hz)
+        return out
+
+    def deliver(self, chunk, now: float) -> None:
+        super().deliver(chunk, now)
+        if self.pipeline is not None:
+            self.pipeline.on_chunk_taken(now)
+
     def observe(self, out, dt: float) -> None:
         snap = out.snapshot
         if snap.intruder_present:
@@ -137,8 +147,9 @@ class ShiftSlot(EpisodeSlot):
             self.runtime.request_reset()
         return self.apply(ack.output, now)
 
-    def finish_shift(self) -> ShiftResult:
+    def finish(self) -> ShiftResult:
         rt = self.runtime
+        self._round_base = self.client.round_id  # the next shift's client continues the round ids
         self.active = False
         status = self.pipeline.status()["pipeline"] if self.pipeline is not None else {}
         return ShiftResult(
@@ -150,104 +161,53 @@ class ShiftSlot(EpisodeSlot):
             held_s=round(self.held_s, 3), escalations=self.escalations, pipeline=status)
 
 
+class ComponentSide:
+    """The pipeline components beside the robots (lockstep.TickSide): each tick, the answers
+    whose latency has passed go to their robots' pipelines; each client tick, a robot's due
+    questions (and its operator's acknowledgement) are collected; then all of them are asked of
+    the backend in one batch, answered `component_latency_s` later."""
+
+    def __init__(self, backend: ComponentBackend | None, cfg: ShiftConfig):
+        self.backend, self.cfg = backend, cfg
+        self._answers: list = []  # (due, seq, slot, episode, query_id, answer)
+        self._asked: list[tuple[ShiftSlot, OutgoingQuery]] = []
+        self._seq = itertools.count()
+
+    def begin_tick(self, now: float) -> None:
+        while self._answers and self._answers[0][0] <= now + 1e-12:
+            _, _, s, ep, qid, answer = heapq.heappop(self._answers)
+            if s.active and s.episode_id == ep:
+                self._asked += [(s, q) for q in s.apply(s.pipeline.on_answer(qid, answer, now), now)]
+
+    def client_tick(self, s: ShiftSlot, now: float) -> None:
+        if s.pipeline is not None:
+            self._asked += [(s, q) for q in s.apply(s.pipeline.step(now), now)]
+            self._asked += [(s, q) for q in s.operator(now, self.cfg.operator_response_s)]
+
+    def end_tick(self, now: float) -> None:
+        if not self._asked:
+            return
+        asked, self._asked = self._asked, []
+        replies = self.backend.answer([_query(q) for _, q in asked])
+        for (s, q), a in zip(asked, replies):
+            heapq.heappush(self._answers, (now + self.cfg.component_latency_s, next(self._seq), s, s.episode_id,
+                                           q.query_id, a))
+
+
 def run_shifts(server: Server, backend: ComponentBackend | None, robots: Sequence[RobotConfig],
                seeds: Sequence[int], cfg: ShiftConfig = ShiftConfig(), setting: str = "",
                clock: SimClock | None = None,
                slot_hook: Callable[[list[ShiftSlot]], None] | None = None) -> list[ShiftResult]:
     """One shift per seed, on as many robots at once as `robots` has (each a slot; a free slot
-    takes the next seed), all sharing `server` (System 1) and `backend` (the components).
-    `clock` must be the clock the server reads; slot_hook sees the slots before the first tick
-    (a scripted expert or oracle reads their worlds). Returns results in the order shifts ended."""
+    takes the next seed), all sharing `server` (System 1) and `backend` (the components), in
+    lockstep.run_episodes' loop. `clock` must be the clock the server reads; slot_hook sees the
+    slots before the first tick (a scripted expert or oracle reads their worlds). Returns results
+    in the order shifts ended."""
     if backend is None and any(r.task.pipeline is not None for r in robots):
         raise ValueError("robots with a pipeline need a component backend")
-    clock = clock or SimClock()
-    lc = cfg.lockstep
-    queue = list(int(s) for s in seeds)[::-1]
-    slots = [ShiftSlot(r, lc, setting, cfg.shift_s) for r in robots]
-    if slot_hook is not None:
-        slot_hook(slots)
-    by_id = {s.robot.id: s for s in slots}
-    if len(by_id) != len(slots):
-        raise ValueError("robot ids must be unique")
-    dt = 1.0 / lc.physics_rate_hz
-    client_every = max(1, round(lc.physics_rate_hz / lc.client_rate_hz))
-    info_every = max(1, round(lc.physics_rate_hz / lc.exec_info_rate_hz))
-    chunks: list = []  # (due, seq, robot, episode, chunk)
-    answers: list = []  # (due, seq, robot, episode, query_id, answer)
-    seq = itertools.count()
-    results: list[ShiftResult] = []
-    t0 = clock.now
-
-    for s in slots:
-        if queue:
-            s.start(queue.pop(), t0)
-
-    def post(chunk, due: float) -> None:
-        s = by_id.get(chunk.robot_id)
-        if s is not None and s.active:
-            heapq.heappush(chunks, (due, next(seq), chunk.robot_id, s.episode_id, chunk))
-
-    for tick in itertools.count(1):
-        if not any(s.active for s in slots):
-            break
-        now = t0 + tick * dt
-        clock.now = now
-        while chunks and chunks[0][0] <= now + 1e-12:
-            _, _, rid, ep, chunk = heapq.heappop(chunks)
-            s = by_id[rid]
-            if s.active and s.episode_id == ep:
-                s.deliver(chunk, now)
-                if s.pipeline is not None:
-                    s.pipeline.on_chunk_taken(now)
-        asked: list[tuple[ShiftSlot, OutgoingQuery]] = []
-        while answers and answers[0][0] <= now + 1e-12:
-            _, _, rid, ep, qid, answer = heapq.heappop(answers)
-            s = by_id[rid]
-            if s.active and s.episode_id == ep:
-                asked += [(s, q) for q in s.apply(s.pipeline.on_answer(qid, answer, now), now)]
-        submitted = False
-        for s in slots:
-            if not s.active:
-                continue
-            s.observe(s.control(now), dt)
-            if tick % info_every == 0:
-                s.exec_info(now)
-            if s.over():
-                results.append(s.finish_shift())
-                if queue:
-                    s.start(queue.pop(), now)
-                continue
-            if tick % client_every:
-                continue
-            out = s.client.tick(now)
-            if out.register:
-                s.client.on_registered(server.register(s.client.registration()))
-            if out.hold is not None:
-                apply_hold(s.buffer, out.hold.round_id, now)
-            if out.observation is not None:
-                for notice in server.submit(out.observation, now):
-                    post(notice, now)
-                submitted = True
-            if s.pipeline is not None:
-                asked += [(s, q) for q in s.apply(s.pipeline.step(now), now)]
-                asked += [(s, q) for q in s.operator(now, cfg.operator_response_s)]
-        if asked:
-            replies = backend.answer([_query(q) for _, q in asked])
-            for (s, q), a in zip(asked, replies):
-                heapq.heappush(answers, (now + cfg.component_latency_s, next(seq), s.robot.id, s.episode_id,
-                                         q.query_id, a))
-        pending = getattr(server, "pending", None)
-        if submitted or (callable(pending) and pending()):
-            step = server.step(now)
-            for chunk in step.chunks:
-                post(chunk, now + lc.latency_s)
-            for rid, round_id in step.refresh:
-                s = by_id.get(rid)
-                obs = s.client.refresh(round_id, now) if s is not None and s.active else None
-                if obs is not None:
-                    for notice in server.submit(obs, now):
-                        post(notice, now)
-    return results
+    return run_episodes(server, robots, seeds, cfg.lockstep, setting, clock=clock, slot_hook=slot_hook,
+                        make_slot=lambda r, lc, st: ShiftSlot(r, lc, st, cfg.shift_s),
+                        side=ComponentSide(backend, cfg))
 
 
 def summarise(results: Sequence[ShiftResult]) -> dict:
