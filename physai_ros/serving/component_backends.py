@@ -3,11 +3,13 @@ which backend answers each (task, component), the start-up check of Hugging Face
 and loading them (`model: vla` on the engine instance a factory plan gives the components)."""
 from __future__ import annotations
 
+import time
 from typing import Any, Callable, Mapping, Sequence
 
 from physai_ros.config_fields import FleetConfigError
-from physai_ros.pipeline.backend import VLM_COMPONENTS
+from physai_ros.pipeline.backend import VLM_COMPONENTS, ComponentAnswer
 from physai_ros.pipeline.config import VLA_MODEL, HfModel
+from physai_ros.protocol.component import BACKEND_ERROR, ComponentAnswerData, ComponentRequest
 
 from .config import FleetConfig, fleet_dir, resolve_package_path
 
@@ -91,7 +93,7 @@ def load_backends(fleet: FleetConfig, core: Any, keys: Sequence[str] | None = No
                 path, _, device = key[len("hf:"):].rpartition("@")
                 out[key] = HFVisionLanguageBackend(path, device, name=f"hf:{path}")
         except Exception as e:
-            for b in {id(b): b for b in out.values()}.values():
+            for b in distinct(out):
                 b.close()
             raise FleetConfigError(f"{where}: cannot serve this component: {e}") from e
     return out
@@ -110,3 +112,37 @@ def planned_component_instances(core: Any) -> list[str]:
     return factory.instances_hosting(VLM_COMPONENTS)
 
 
+
+
+def distinct(backends: Mapping[str, Any]) -> list[Any]:
+    """Each backend once: a factory plan's first instance is served under two keys (`vla` and
+    `vla@<instance>`)."""
+    return list({id(b): b for b in backends.values()}.values())
+
+
+def ask(backend: Any, queries: Sequence[Any]) -> list[Any]:
+    """One backend call; a backend that fails as a whole (raises, or miscounts its answers) gives
+    every query the reason (meta["call_failed"]), so one bad call never leaves a question
+    unanswered."""
+    try:
+        raw = backend.answer(list(queries))
+        if len(raw) != len(queries):
+            raise RuntimeError(f"{len(raw)} answers for {len(queries)} queries")
+        return raw
+    except Exception as e:
+        return [ComponentAnswer(error=f"{type(e).__name__}: {e}", meta={"call_failed": True}) for _ in queries]
+
+
+def answer_data(req: ComponentRequest, a: Any, backend: Any, queue_ms: float) -> ComponentAnswerData:
+    """A backend's raw answer as the ComponentAnswer message's data (errors under BACKEND_ERROR,
+    the backend named with the path it took)."""
+    error = getattr(a, "error", "") or ""
+    if error:
+        error = f"{BACKEND_ERROR}: {error}"
+    meta = getattr(a, "meta", None) or {}
+    name = backend.name + (f"/{meta['path']}" if isinstance(meta.get("path"), str) else "")
+    return ComponentAnswerData(robot_id=req.robot_id, query_id=req.query_id, component=req.component,
+                               text="" if error else str(getattr(a, "text", "")), error=error,
+                               tokens=int(getattr(a, "tokens", 0) or 0),
+                               latency_ms=float(getattr(a, "latency_ms", 0.0) or 0.0),
+                               queue_ms=queue_ms, backend=name, stamp=time.time())

@@ -31,12 +31,13 @@ from typing import Any, Callable, Mapping
 
 import numpy as np
 
-from physai_ros.pipeline.backend import VLM_COMPONENTS, ComponentAnswer
-from physai_ros.protocol.component import (BACKEND_ERROR, BAD_IMAGES, BAD_QUESTION, BAD_STATE, BUSY, CLOSED,
+from physai_ros.pipeline.backend import VLM_COMPONENTS
+from physai_ros.protocol.component import (BAD_IMAGES, BAD_QUESTION, BAD_STATE, BUSY, CLOSED,
                                            MAX_TOKENS, SUPERSEDED, UNKNOWN_COMPONENT, UNKNOWN_ROBOT, WRONG_TASK,
                                            ComponentAnswerData, ComponentRequest, refusal)
 
-from .component_backends import VLA_KEY, _key_paths, instance_key, load_backends, plan_routes
+from .component_backends import (VLA_KEY, _key_paths, answer_data, ask, distinct, instance_key, load_backends,
+                                 plan_routes)
 from .component_order import ComponentOrder
 from .config import FleetConfig
 
@@ -275,12 +276,7 @@ class ComponentService:
         """One backend call for `batch` (the worker thread's step; tests may call it)."""
         backend = self.backends[key]
         started = self.clock()
-        try:
-            raw = backend.answer([w.req.query for w in batch])
-            if len(raw) != len(batch):
-                raise RuntimeError(f"{len(raw)} answers for {len(batch)} queries")
-        except Exception as e:  # the backend failed as a whole: each query gets the reason
-            raw = [ComponentAnswer(error=f"{type(e).__name__}: {e}") for _ in batch]
+        raw = ask(backend, [w.req.query for w in batch])
         done = self.clock()
         out = []
         with self._lock:
@@ -301,16 +297,9 @@ class ComponentService:
         error = getattr(a, "error", "") or ""
         if error:
             stats.errors[error.split(":")[0][:40]] += 1
-            error = f"{BACKEND_ERROR}: {error}"
         else:
             stats.answered += 1
-        meta = getattr(a, "meta", None) or {}
-        name = backend.name + (f"/{meta['path']}" if isinstance(meta.get("path"), str) else "")
-        return ComponentAnswerData(robot_id=w.req.robot_id, query_id=w.req.query_id, component=w.req.component,
-                                   text="" if error else str(getattr(a, "text", "")), error=error,
-                                   tokens=int(getattr(a, "tokens", 0) or 0),
-                                   latency_ms=float(getattr(a, "latency_ms", 0.0) or 0.0),
-                                   queue_ms=(started - w.received) * 1e3, backend=name, stamp=time.time())
+        return answer_data(w.req, a, backend, queue_ms=(started - w.received) * 1e3)
 
     # ---- diagnostics and shutdown ----------------------------------------------------------
 
@@ -353,7 +342,7 @@ class ComponentService:
         with self._lock:
             mine = [(q, slot) for q in self._queues.values() for slot in q if slot[0] == robot_id]
             out = [self._refused_locked(q.pop(slot).req, CLOSED, "the robot was released") for q, slot in mine]
-        for b in self.backends.values():
+        for b in distinct(self.backends):
             drop = getattr(b, "forget", None)
             if callable(drop):
                 drop(robot_id)
@@ -375,7 +364,7 @@ class ComponentService:
             t.join(timeout=max(0.0, end - time.monotonic()))
         stopped = not any(t.is_alive() for t in self._threads)
         if stopped:
-            for b in {id(b): b for b in self.backends.values()}.values():
+            for b in distinct(self.backends):
                 try:
                     b.close()
                 except Exception:

@@ -9,12 +9,14 @@ answered comes back with the reason, the next one is answered.
 from __future__ import annotations
 
 import time
+from dataclasses import replace
 from typing import Any, Sequence
 
 from physai_ros.pipeline.vla_backend import VLABackboneBackend
-from physai_ros.protocol.component import BACKEND_ERROR, ComponentAnswerData, ComponentRequest
+from physai_ros.protocol.component import ComponentAnswerData, ComponentRequest
 
 from .action_runner import ActionModelRunner
+from .component_backends import answer_data, ask
 from .config import load_fleet
 from .factory import model_io
 
@@ -30,25 +32,14 @@ class WorkerComponents:
 
     def answer(self, reqs: Sequence[ComponentRequest]) -> list[ComponentAnswerData]:
         started = time.monotonic()
-        try:
-            raw = self.backend.answer([r.query for r in reqs])
-            if len(raw) != len(reqs):
-                raise RuntimeError(f"{len(raw)} answers for {len(reqs)} queries")
-        except Exception as e:  # the backend failed as a whole: each question gets the reason
-            raw = [None] * len(reqs)
-            why = f"{BACKEND_ERROR}: {type(e).__name__}: {e}"
-        out = []
-        for r, a in zip(reqs, raw):
-            err = why if a is None else (f"{BACKEND_ERROR}: {a.error}" if a.error else "")
-            meta = getattr(a, "meta", None) or {}
-            name = self.backend.name + (f"/{meta['path']}" if isinstance(meta.get("path"), str) else "")
-            self.errors += bool(err)
-            self.answered += not err
-            out.append(ComponentAnswerData(
-                robot_id=r.robot_id, query_id=r.query_id, component=r.component, text="" if err else a.text,
-                error=err, tokens=0 if a is None else int(a.tokens or 0),
-                latency_ms=(time.monotonic() - started) * 1e3 if a is None else float(a.latency_ms or 0.0),
-                queue_ms=0.0, backend=name, stamp=time.time()))
+        raw = ask(self.backend, [r.query for r in reqs])
+        # A call that failed as a whole reports the time it took.
+        raw = [replace(a, latency_ms=(time.monotonic() - started) * 1e3) if a.meta.get("call_failed") else a
+               for a in raw]
+        out = [answer_data(r, a, self.backend, queue_ms=0.0) for r, a in zip(reqs, raw)]
+        failed = sum(bool(a.error) for a in out)
+        self.errors += failed
+        self.answered += len(out) - failed
         return out
 
     def close(self) -> None:
