@@ -77,6 +77,12 @@ def with_robot(problem: FactoryProblem, task: str, robot_id: str) -> FactoryProb
     return replace(problem, classes=classes)
 
 
+def without_robot(problem: FactoryProblem, robot_id: str) -> FactoryProblem:
+    """The problem with `robot_id` gone from every class."""
+    classes = tuple(replace(c, robot_ids=tuple(r for r in c.robot_ids if r != robot_id)) for c in problem.classes)
+    return replace(problem, classes=classes)
+
+
 class FactoryRuntime:
     """The applied schedule and its run-time adaptation (placement-preserving admission)."""
 
@@ -173,9 +179,7 @@ class FactoryRuntime:
                 return False
             self._admitted.discard(robot_id)
             self.schedule = release(self.schedule, robot_id, self.problem)
-            classes = tuple(replace(c, robot_ids=tuple(r for r in c.robot_ids if r != robot_id))
-                            for c in self.problem.classes)
-            self.problem = replace(self.problem, classes=classes)
+            self.problem = without_robot(self.problem, robot_id)
             self.admissions["released"] += 1
             self.events.append(f"released {robot_id}")
             return True
@@ -195,7 +199,8 @@ class FactoryRuntime:
                                       else f"infeasible ({proposal.reason})"))
 
         t = threading.Thread(target=run, name="factory_reschedule", daemon=True)
-        self._proposers.append(t)
+        # Finished solves are dropped: a long-running server meets many newcomers.
+        self._proposers = [p for p in self._proposers if p.is_alive()] + [t]
         t.start()
 
     def wait_for_proposals(self, timeout_s: float) -> bool:
