@@ -138,15 +138,8 @@ class EngineWorkerNode(Node):
 
     def _publish_answers(self, answers) -> None:
         for a in answers:
-            try:
-                msg = answer_to_msg(a)
-                with self._pub_lock:
-                    if self.auth is not None:
-                        msg.auth = self.auth.signer.sign(WORKER_COMPONENT_ANSWER, digest(msg))
-                    self._answer_pub.publish(msg)
-            except Exception as e:  # context shutting down
-                if not self._stop.is_set():
-                    self.get_logger().error(f"publishing component answer {a.query_id} failed: {e}")
+            self._send(self._answer_pub, lambda a=a: answer_to_msg(a), WORKER_COMPONENT_ANSWER,
+                       f"component answer {a.query_id}")
 
     def _work(self) -> None:
         try:
@@ -174,27 +167,28 @@ class EngineWorkerNode(Node):
             self._publish(res)
 
     def _publish(self, res: EngineBatchResult) -> None:
-        try:
-            res.header.stamp = self.get_clock().now().to_msg()
-            with self._pub_lock:
-                if self.auth is not None:
-                    res.auth = self.auth.signer.sign(BATCH_RESULT, digest(res))
-                self._result_pub.publish(res)
-        except Exception as e:  # context shutting down
-            if not self._stop.is_set():
-                self.get_logger().error(f"publishing result {res.batch_id!r} failed: {e}")
+        self._send(self._result_pub, lambda: self._stamped(res), BATCH_RESULT, f"result {res.batch_id!r}")
 
     def _publish_status(self) -> None:
+        self._send(self._status_pub, lambda: self._stamped(encode_status(self.core.status())), WORKER_STATUS,
+                   "status")
+
+    def _stamped(self, msg):
+        msg.header.stamp = self.get_clock().now().to_msg()
+        return msg
+
+    def _send(self, pub, build, domain: bytes, what: str) -> None:
+        """Build, sign (when authenticating) and publish one message; a failure after stop is
+        the context shutting down, any other is logged (the worker keeps serving)."""
         try:
-            msg = encode_status(self.core.status())
-            msg.header.stamp = self.get_clock().now().to_msg()
+            msg = build()
             with self._pub_lock:
                 if self.auth is not None:
-                    msg.auth = self.auth.signer.sign(WORKER_STATUS, digest(msg))
-                self._status_pub.publish(msg)
+                    msg.auth = self.auth.signer.sign(domain, digest(msg))
+                pub.publish(msg)
         except Exception as e:
             if not self._stop.is_set():
-                self.get_logger().error(f"publishing status failed: {e}")
+                self.get_logger().error(f"publishing {what} failed: {e}")
 
     def close(self, timeout_s: float) -> None:
         # A batch (or the start-up profile) in progress is not waited for past the stop budget:
