@@ -6,7 +6,7 @@ import dataclasses
 import multiprocessing as mp
 import time
 from pathlib import Path
-from typing import List, Sequence
+from typing import Callable, List, Sequence
 
 from physai_ros.sim.robot import ArmConfig
 
@@ -29,14 +29,16 @@ def plan_cells(tasks: Sequence[str], cells_per_task: int, episodes_per_cell: int
     return out
 
 
-def record_dataset(root, cells: Sequence[RecordConfig], workers: int = 2, log=print) -> dict:
-    """Run the cells (in `workers` processes when > 1) and write the dataset. Returns a summary."""
+def record_dataset(root, cells: Sequence[RecordConfig], workers: int = 2, log=print,
+                   recorder: Callable[[RecordConfig], List[EncodedEpisode]] = _record) -> dict:
+    """Run the cells (in `workers` processes when > 1) and write the dataset. Returns a summary.
+    recorder turns one cell into its episodes (a module-level function: workers pickle it)."""
     t0 = time.perf_counter()
     if workers > 1:
         with mp.get_context("spawn").Pool(workers) as pool:
-            per_cell = pool.map(_record, cells, chunksize=1)
+            per_cell = pool.map(recorder, cells, chunksize=1)
     else:
-        per_cell = [_record(c) for c in cells]
+        per_cell = [recorder(c) for c in cells]
     episodes = [ep for eps in per_cell for ep in eps]
     joint_names = ArmConfig(num_joints=cells[0].num_joints).joint_names
     write_dataset(Path(root), episodes, fps=cells[0].fps, joint_names=joint_names)
@@ -45,6 +47,7 @@ def record_dataset(root, cells: Sequence[RecordConfig], workers: int = 2, log=pr
         "frames": sum(len(e) for e in episodes),
         "expert_success_rate": sum(e.success for e in episodes) / len(episodes),
         "by_task": {t: sum(1 for e in episodes if e.task == t) for t in sorted({e.task for e in episodes})},
+        "prompts": sorted({e.prompt for e in episodes}),
         "seconds": round(time.perf_counter() - t0, 1),
     }
     log(f"recorded {summary['episodes']} episodes, {summary['frames']} frames in {summary['seconds']} s "

@@ -19,16 +19,14 @@ from __future__ import annotations
 import argparse
 import dataclasses
 import json
-import multiprocessing as mp
-import time
 from pathlib import Path
 from typing import List, Sequence
 
 from physai_ros.sim.multi_step import DONE_SUBGOAL
-from physai_ros.sim.robot import ArmConfig
 
-from .dataset import EncodedEpisode, write_dataset
+from .dataset import EncodedEpisode
 from .expert_data import Episode, RecordConfig, record_cell
+from .record import record_dataset
 
 MULTI_STEP_TASKS = ("place_in_order",)
 
@@ -60,21 +58,8 @@ def _record(cfg: RecordConfig) -> List[EncodedEpisode]:
 
 
 def record_subgoals(root, cells: Sequence[RecordConfig], workers: int = 2) -> dict:
-    t0 = time.perf_counter()
-    if workers > 1:
-        with mp.get_context("spawn").Pool(workers) as pool:
-            per_cell = pool.map(_record, cells, chunksize=1)
-    else:
-        per_cell = [_record(c) for c in cells]
-    episodes = [e for eps in per_cell for e in eps]
-    if not episodes:
-        raise RuntimeError("no successful expert episode to cut")
-    write_dataset(Path(root), episodes, fps=cells[0].fps, joint_names=ArmConfig(num_joints=cells[0].num_joints).joint_names)
-    summary = {"segments": len(episodes), "frames": sum(len(e) for e in episodes),
-               "by_task": {t: sum(1 for e in episodes if e.task == t) for t in sorted({e.task for e in episodes})},
-               "prompts": sorted({e.prompt for e in episodes}),
-               "cell_seeds": [min(c.seed for c in cells), max(c.seed for c in cells) + 1],
-               "seconds": round(time.perf_counter() - t0, 1)}
+    summary = record_dataset(root, cells, workers, log=lambda _: None, recorder=_record)
+    summary["cell_seeds"] = [min(c.seed for c in cells), max(c.seed for c in cells) + 1]
     (Path(root) / "meta" / "subgoal_summary.json").write_text(json.dumps(summary, indent=1))
     return summary
 
