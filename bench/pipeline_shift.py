@@ -95,22 +95,22 @@ def main(argv=None) -> int:
     seeds = [a.seed_base + i for i in range(a.seeds)]
     doc: dict = {"fleet": a.fleet, "checkpoint": str(cfg.server.model.checkpoint), "system1": a.system1,
                  "seeds": seeds,
-                 "shift": {**dataclasses.asdict(shift)}, "load_average": {"start": os.getloadavg()}, "shifts": []}
+                 "shift": {**dataclasses.asdict(shift)}, "load_average": {"start": os.getloadavg()}}
     t0 = time.perf_counter()
+    results = []
     for name, base in bases.items():
         for setting in settings:
             robot = base if setting == "pipeline" else system1_only(base)
             robots = clone_robots(robot, a.slots, prefix=f"{setting}_{name}")
             res = run_shifts(system1, backend if setting == "pipeline" else None, robots, seeds, shift, setting,
                              clock=clock, slot_hook=lambda slots: worlds.update({s.robot.id: s for s in slots}))
-            doc["shifts"] += [dataclasses.asdict(r) for r in res]
+            results += res
             print(f"{name} {setting}: {sum(r.completed for r in res)} completed in {len(res)} shifts "
                   f"({time.perf_counter() - t0:.0f} s)", flush=True)
     doc["wall_s"] = round(time.perf_counter() - t0, 1)
     doc["load_average"]["end"] = os.getloadavg()
-    from physai_ros.evaluation.pipeline_shift import ShiftResult
-
-    doc["summary"] = summarise([ShiftResult(**r) for r in doc["shifts"]])
+    doc["shifts"] = [dataclasses.asdict(r) for r in results]
+    doc["summary"] = summarise(results)
     print(table(doc["summary"]), flush=True)
     doc["finished_utc"] = time.strftime("%Y-%m-%d %H:%M:%S", time.gmtime())
     if a.out:

@@ -210,18 +210,18 @@ def run_shifts(server: Server, backend: ComponentBackend | None, robots: Sequenc
                         side=ComponentSide(backend, cfg))
 
 
+# ShiftResult fields summed per (setting, task).
+TOTALS = ("shift_s", "completed", "episodes", "timeouts", "resets", "resets_not_failed", "operator_resets",
+          "intruder_s", "moving_with_intruder_s", "held_s", "escalations")
+
+
 def summarise(results: Sequence[ShiftResult]) -> dict:
     """Totals per (setting, task): what a factory manager reads."""
     out: dict = {}
     for r in results:
-        d = out.setdefault(r.setting, {}).setdefault(r.task, {
-            "shifts": 0, "shift_s": 0.0, "completed": 0, "episodes": 0, "timeouts": 0, "resets": 0,
-            "resets_not_failed": 0, "operator_resets": 0, "intruder_s": 0.0, "moving_with_intruder_s": 0.0, "held_s": 0.0,
-            "escalations": 0})
+        d = out.setdefault(r.setting, {}).setdefault(r.task, {"shifts": 0, **dict.fromkeys(TOTALS, 0)})
         d["shifts"] += 1
-        for k in ("shift_s", "completed", "episodes", "timeouts", "resets", "resets_not_failed", "operator_resets",
-                  "intruder_s",
-                  "moving_with_intruder_s", "held_s", "escalations"):
+        for k in TOTALS:
             d[k] = round(d[k] + getattr(r, k), 3)
     for tasks in out.values():
         for d in tasks.values():
