@@ -28,6 +28,7 @@ from physai_ros_interfaces.msg import (ComponentAnswer, ComponentQuery, EngineBa
                                        EngineWorkerStatus)
 from rclpy.node import Node
 
+from physai_ros.engine.compute_threads import in_fresh_thread, single_threaded_caller, use_threads
 from physai_ros.protocol.component import BAD_IMAGES, BUSY, ComponentRequest, refusal
 from physai_ros.protocol.topics import (component_request_topic, component_result_topic, request_topic, result_topic,
                                         status_topic)
@@ -72,12 +73,13 @@ class EngineWorkerNode(Node):
                                   lambda ks: WorkerAuth(ks, iid, sec.server))
         self.auth_refusals = RefusalLog(self.get_logger().warning)
         self._pub_lock = threading.Lock()  # sign and publish in one step (results, status)
-        if p["torch_threads"] > 0:
-            import torch
-
-            torch.set_num_threads(int(p["torch_threads"]))
-        engine, model = build_engine(p["preset"], p["checkpoint"], int(p["seed"]), p["device"],
-                                     log=self.get_logger().info, language=bool(p["components"]))
+        # The engine computes on the worker thread alone (engine.compute_threads: a second OpenMP
+        # team made each call 2.8x slower); it is built on a thread that ends.
+        default = single_threaded_caller()
+        self._torch_threads = int(p["torch_threads"]) if p["torch_threads"] > 0 else default
+        engine, model = in_fresh_thread(lambda: build_engine(
+            p["preset"], p["checkpoint"], int(p["seed"]), p["device"], log=self.get_logger().info,
+            language=bool(p["components"])), self._torch_threads)
         self.core = WorkerCore(engine, p["instance_id"], p["tier"], int(p["max_batch"]), model,
                                float(p["heartbeat_period_s"]))
         self._profile_args = (int(p["profile_reps"]), int(p["profile_views"]), int(p["profile_tokens"]))
@@ -142,6 +144,7 @@ class EngineWorkerNode(Node):
                        f"component answer {a.query_id}")
 
     def _work(self) -> None:
+        use_threads(self._torch_threads)
         try:
             prof = self.core.measure(*self._profile_args)
             self.get_logger().info("profile (batch, ms): " + ", ".join(

@@ -31,6 +31,7 @@ from physai_ros.monitoring.diagnostics import ERROR, OK, MetricsTask, level_byte
 from physai_ros.monitoring.metrics import MetricsPublisher
 from physai_ros.monitoring.refusals import RefusalHealth, RefusalLog
 from physai_ros.monitoring.server_view import ServerView
+from physai_ros.engine.compute_threads import in_fresh_thread, per_instance, single_threaded_caller
 from physai_ros.nodes.policy_server_language import PolicyServerLanguage
 from physai_ros.nodes.policy_server_pipeline import PolicyServerPipeline
 from physai_ros.nodes.policy_server_streaming import PolicyServerStreaming
@@ -89,14 +90,11 @@ class PolicyServerNode(Node):
         model = self.fleet.server.model
         self._startup(f"loading {model.checkpoint or 'preset ' + str(model.preset)} on "
                       f"{self.fleet.server.device} ({self.fleet.server.engine_instances} engine instance(s))")
-        # Remote engine proxies publish and subscribe through this node: its executor delivers
-        # their results while the worker thread waits in infer().
-        self.core = build_core(self.fleet, remote_engine=remote_engines_on(self))
-        self._startup(f"model loaded after {time.monotonic() - started:.1f} s; measuring the "
-                      "latency-vs-batch profile (this is the warm-up)")
-        # Measuring the profile runs every batch size once unmeasured first: it is the warm-up.
-        profiled = profile_local_engines(self.core, self.fleet, progress=self._startup)
-        warm_s = max(profiled.values()) if profiled else self.core.warm_up()
+        # Only the engines' serving threads compute in parallel (engine.compute_threads: a second
+        # OpenMP team made every served call 2.8x slower); the model is built, warmed up and
+        # profiled in a thread that ends, with the threads each instance will serve with.
+        self._torch_threads = per_instance(single_threaded_caller(), self.fleet.server.engine_instances)
+        self.core, profiled, warm_s = in_fresh_thread(lambda: self._build_engines(started), self._torch_threads)
         # fleet.yaml factory.apply: plan on the measured profiles and run the plan (docs/factory.md).
         self.factory = apply_factory(self.core, self.fleet, measured=list(profiled))
         if self.factory is not None:
@@ -114,7 +112,8 @@ class PolicyServerNode(Node):
         self.language = PolicyServerLanguage.maybe(self, self.fleet, self.core)
         self.pipeline = PolicyServerPipeline.maybe(self, self.fleet, self.core)  # issue 23: /<ns>/component_query
         self._runner = ServingRunner(self.core, self._publish_chunks, self._publish_refresh,
-                                     self.get_logger().error, on_texts=self._publish_texts).start()
+                                     self.get_logger().error, on_texts=self._publish_texts,
+                                     torch_threads=self._torch_threads).start()
         if self.fleet.server.robot_timeout_s is not None:
             # A robot silent past server.robot_timeout_s (network cut, client dead) is freed.
             self.create_timer(1.0, self._release_idle_robots)
@@ -130,6 +129,16 @@ class PolicyServerNode(Node):
             + (", profiles " + "; ".join(
                 f"{iid}: " + " ".join(f"{b}:{t * 1e3:.0f}ms" for b, t in self.core.engines[iid].profile.to_pairs())
                 for iid in profiled) if profiled else "") + ")")
+
+    def _build_engines(self, started: float):
+        """(core, measured profiles, warm-up seconds). Remote engine proxies publish and subscribe
+        through this node: its executor delivers their results while a worker waits in infer()."""
+        core = build_core(self.fleet, remote_engine=remote_engines_on(self))
+        self._startup(f"model loaded after {time.monotonic() - started:.1f} s; measuring the "
+                      "latency-vs-batch profile (this is the warm-up)")
+        # Measuring the profile runs every batch size once unmeasured first: it is the warm-up.
+        profiled = profile_local_engines(core, self.fleet, progress=self._startup)
+        return core, profiled, max(profiled.values()) if profiled else core.warm_up()
 
     def _startup(self, message: str) -> None:
         self.get_logger().info(f"{STARTUP_LOG_PREFIX} {message}")

@@ -31,6 +31,7 @@ from typing import Any, Callable, Mapping
 
 import numpy as np
 
+from physai_ros.engine.compute_threads import use_threads
 from physai_ros.pipeline.backend import VLM_COMPONENTS
 from physai_ros.protocol.component import (BAD_IMAGES, BAD_QUESTION, BAD_STATE, BUSY, CLOSED,
                                            MAX_TOKENS, SUPERSEDED, UNKNOWN_COMPONENT, UNKNOWN_ROBOT, WRONG_TASK,
@@ -262,6 +263,9 @@ class ComponentService:
         return (key, batch) if batch else None
 
     def _work(self, mine: tuple[str, ...]) -> None:
+        # One intra-op thread: this thread computes beside the engines' serving threads, and a
+        # second OpenMP team would slow every System 1 call (engine.compute_threads).
+        use_threads(1)
         while True:
             with self._lock:
                 took = self._take_locked(mine)

@@ -20,6 +20,7 @@ import threading
 import time
 from typing import Callable, Sequence
 
+from physai_ros.engine.compute_threads import use_threads
 from physai_ros.protocol.chunk import ActionChunkData
 
 from .core import BatchWork, ServingCore
@@ -33,8 +34,10 @@ class ServingRunner:
     def __init__(self, core: ServingCore, on_chunks: Callable[[Sequence[ActionChunkData]], None],
                  on_refresh: Callable[[str, int], None],
                  on_error: Callable[[str], None] = lambda msg: None,
-                 on_texts: Callable[[Sequence], None] = lambda texts: None):
-        """on_texts: the language stream's updates (RobotTextData), after each batch's chunks."""
+                 on_texts: Callable[[Sequence], None] = lambda texts: None, torch_threads: int | None = None):
+        """on_texts: the language stream's updates (RobotTextData), after each batch's chunks.
+        torch_threads: each instance thread's intra-op threads (engine.compute_threads; None:
+        torch's default)."""
         self.core = core
         self.on_chunks, self.on_refresh, self.on_error, self.on_texts = on_chunks, on_refresh, on_error, on_texts
         self._stop = threading.Event()
@@ -45,6 +48,7 @@ class ServingRunner:
                                   for iid in core.engines}
         self._threads += list(self._instance_threads.values())
         self._dead: set[str] = set()
+        self._torch_threads = torch_threads
 
     def start(self) -> "ServingRunner":
         for t in self._threads:
@@ -120,6 +124,7 @@ class ServingRunner:
                         self._call(self.on_chunks, answers)
 
     def _instance_loop(self, instance_id: str) -> None:
+        use_threads(self._torch_threads)
         q = self._queues[instance_id]
         while True:
             work: BatchWork | None = q.get()

@@ -150,6 +150,31 @@ def test_runner_submit_places_a_request_on_an_idle_instance_itself(fleet):
     assert 0.0 < got[0].prepare_ms < got[0].inference_ms + 1e3
 
 
+def test_runner_instance_threads_compute_with_the_threads_they_are_given(fleet):
+    """ServingRunner(torch_threads=n): each instance's engine runs with n intra-op threads,
+    whatever the thread that built it used (engine.compute_threads)."""
+    import torch
+
+    server = dataclasses.replace(fleet.server, engine_instances=1, max_observation_age_s=30.0)
+    core = build_core(dataclasses.replace(fleet, server=server), instance_id="threads")
+    r = fleet.robots[0]
+    assert core.register(RobotClientCore(r).registration()).accepted
+    slot = next(iter(core.engines.values()))
+    real, seen = slot.engine.infer, []
+    slot.engine.infer = lambda inputs: (seen.append(torch.get_num_threads()), real(inputs))[1]
+    want = 1 if torch.get_num_threads() != 1 else 2
+    got, done = [], threading.Event()
+    runner = ServingRunner(core, lambda chunks: (got.extend(chunks), done.set()), lambda rid, rnd: None,
+                           torch_threads=want).start()
+    try:
+        assert runner.submit(make_obs(r, 50)) == []
+        assert done.wait(BARRIER_TIMEOUT_S), "no chunk came back"
+    finally:
+        runner.stop()
+    assert [c.status for c in got] == [STATUS_OK]
+    assert seen == [want]
+
+
 def test_runner_submit_leaves_a_busy_instance_to_the_dispatcher(fleet):
     """A request that finds the only instance busy is placed by the dispatcher thread once the
     running batch is done (submit wakes it instead of dropping the request)."""

@@ -1,0 +1,75 @@
+"""Which threads of a serving process run torch's CPU ops in parallel, and why only those.
+
+torch's CPU ops run on GNU OpenMP (the libgomp bundled with the torch wheel). Every OS thread
+that runs a parallel op becomes the master of its own thread team, and the team's idle workers
+live as long as that thread does. libgomp counts all of them; once more are alive than the
+process has CPUs, it stops spin-waiting between parallel regions (its "throttled" spin count of
+100 to 1000 iterations, which GOMP_SPINCOUNT and OMP_WAIT_POLICY do not raise) and parks the
+workers on a futex, so each of the ~800 ops of a pi0 call pays a wake-up.
+
+Measured (2026-11-25, 2 cores, sim_pi0 fast path, 1 view, load 0.5): an engine call took 18 ms
+on the thread that had built the model and 50 ms on a second thread after the main thread had
+built it (45,000 voluntary context switches in 60 calls, against 16), and 17.6 ms on that second
+thread when the main thread had never run a parallel op. The policy server and the engine worker
+build on the main thread and serve on worker threads, so every served call paid this.
+
+The rule that follows, for a process that computes on worker threads:
+- the main thread (rclpy's executor and its callbacks) runs torch single-threaded from the start,
+  before any torch op, so it never forms a team: `single_threaded_caller()`;
+- construction, warm-up and profiling run in a thread that ends when they are done, taking its
+  team with it: `in_fresh_thread()`;
+- each engine instance's serving thread sets its own thread count first: `use_threads()`; threads
+  that compute beside it (component questions) set one thread, so their ops run inline, no team.
+"""
+from __future__ import annotations
+
+import threading
+from typing import Callable, TypeVar
+
+T = TypeVar("T")
+
+
+def single_threaded_caller() -> int:
+    """Pin the calling thread to one intra-op thread. Returns the count torch would have used,
+    for the compute threads. Only the caller: a thread started later still begins with the
+    process's default (OMP_NUM_THREADS or the CPU count), so every other thread that runs torch
+    ops sets its own count with use_threads()."""
+    import torch
+
+    default = torch.get_num_threads()
+    torch.set_num_threads(1)
+    return default
+
+
+def use_threads(n: int | None) -> None:
+    """The calling thread's intra-op thread count (None: leave it). Call first in a compute thread."""
+    if n is not None and n > 0:
+        import torch
+
+        torch.set_num_threads(int(n))
+
+
+def per_instance(total: int, local_instances: int) -> int:
+    """Threads for each of `local_instances` engines sharing `total`: never more teams' workers
+    than CPUs (the throttled spin above), at least one each."""
+    return max(1, int(total) // max(1, int(local_instances)))
+
+
+def in_fresh_thread(fn: Callable[[], T], threads: int | None = None, name: str = "build") -> T:
+    """fn() on a new thread with `threads` intra-op threads; its OpenMP team ends with it. Returns
+    fn's result or raises what it raised (BaseException included), in the caller's thread."""
+    box: dict = {}
+
+    def run() -> None:
+        try:
+            use_threads(threads)
+            box["value"] = fn()
+        except BaseException as e:  # re-raised in the caller
+            box["error"] = e
+
+    t = threading.Thread(target=run, name=name, daemon=True)
+    t.start()
+    t.join()
+    if "error" in box:
+        raise box["error"]
+    return box["value"]

@@ -1,0 +1,88 @@
+"""engine.compute_threads: the thread-count rules of a serving process, and the libgomp facts
+they rest on (checked in a fresh interpreter: a process's OpenMP teams outlive the tests that
+made them)."""
+import json
+import subprocess
+import sys
+import threading
+
+import pytest
+import torch
+
+from physai_ros.engine.compute_threads import in_fresh_thread, per_instance, use_threads
+
+
+def test_per_instance_never_gives_more_threads_than_cpus_and_at_least_one():
+    assert per_instance(2, 1) == 2
+    assert per_instance(2, 2) == 1
+    assert per_instance(2, 3) == 1
+    assert per_instance(16, 3) == 5
+    assert per_instance(4, 0) == 4
+
+
+def test_in_fresh_thread_returns_the_result_computed_with_the_threads_asked_for():
+    caller = threading.get_ident()
+    ident, threads = in_fresh_thread(lambda: (threading.get_ident(), torch.get_num_threads()), 1)
+    assert ident != caller and threads == 1
+
+
+class _Stop(BaseException):
+    pass
+
+
+@pytest.mark.parametrize("error", [ValueError("bad checkpoint"), _Stop()])
+def test_in_fresh_thread_raises_what_the_function_raised_in_the_caller(error):
+    def fail():
+        raise error
+
+    with pytest.raises(type(error)) as got:
+        in_fresh_thread(fail, 1)
+    assert got.value is error
+
+
+def test_use_threads_leaves_the_count_alone_without_a_number():
+    before = torch.get_num_threads()
+    use_threads(None)
+    use_threads(0)
+    assert torch.get_num_threads() == before
+
+
+_PREMISE = r"""
+import json, os, threading, time, torch
+from physai_ros.engine.compute_threads import in_fresh_thread, single_threaded_caller, use_threads
+
+def tasks():
+    return len(os.listdir("/proc/self/task"))
+
+a = torch.randn(512, 512)
+default = single_threaded_caller()
+base = tasks()
+for _ in range(20):
+    a @ a  # the pinned main thread: inline, no team
+after_main = tasks()
+during = in_fresh_thread(lambda: [a @ a for _ in range(20)] and tasks(), 2)
+end = time.monotonic() + 30  # the ended team's worker leaves just after the thread is joined
+while tasks() > base and time.monotonic() < end:
+    time.sleep(0.01)
+after_fresh = tasks()
+seen = []
+t = threading.Thread(target=lambda: (seen.append(torch.get_num_threads()), use_threads(1),
+                                     seen.append(torch.get_num_threads())))
+t.start(); t.join()
+print(json.dumps({"default": default, "base": base, "after_main": after_main, "during": during,
+                  "after_fresh": after_fresh, "new_thread": seen, "main": torch.get_num_threads()}))
+"""
+
+
+def test_a_pinned_main_thread_forms_no_team_and_a_fresh_threads_team_ends_with_it():
+    out = subprocess.run([sys.executable, "-c", _PREMISE], capture_output=True, text=True, timeout=120,
+                         env={"OMP_NUM_THREADS": "2", "PATH": ""})
+    assert out.returncode == 0, out.stderr
+    r = json.loads(out.stdout.strip().splitlines()[-1])
+    assert r["default"] == 2 and r["main"] == 1
+    # Pinning is the caller's alone: a later thread starts at the process default until it sets
+    # its own (why the component service's threads call use_threads(1)).
+    assert r["new_thread"] == [2, 1]
+    assert r["after_main"] == r["base"], "the pinned main thread started OpenMP workers"
+    assert r["during"] >= r["base"] + 2, "the fresh thread (and its team's worker) were not running"
+    assert r["after_fresh"] == r["base"], "the fresh thread's OpenMP worker outlived it"
