@@ -3,8 +3,10 @@ observation. It subscribes to /<robot>/observation (physai_ros_interfaces/Observ
 for each robot named, and answers every message at once with an ActionChunk of the engine's
 shape on /<robot>/action_chunk: no registration, validation, scheduling, engine or thread
 hand-off; EventsExecutor, as the policy server. What remains is rclpy and DDS themselves.
+--model-ms computes that long in the callback before answering, reported as inference_ms
+(bench/model_time.py says why).
 
-  python bench/ros_echo_server.py --robots r0,r1 --horizon 50 --action-dim 5
+  python bench/ros_echo_server.py --robots r0,r1 --horizon 50 --action-dim 5 [--model-ms 40]
 """
 from __future__ import annotations
 
@@ -19,6 +21,7 @@ def main() -> None:
     ap.add_argument("--robots", required=True)
     ap.add_argument("--horizon", type=int, default=50)
     ap.add_argument("--action-dim", type=int, default=5)
+    ap.add_argument("--model-ms", type=float, default=0.0, help="model time to stand in for, per answer")
     args = ap.parse_args()
 
     import rclpy
@@ -28,6 +31,7 @@ def main() -> None:
 
     from physai_ros.protocol.topics import ACTION_CHUNK_TOPIC, OBSERVATION_TOPIC, robot_topic
     from physai_ros.ros.qos import reliable_qos
+    from model_time import compute_for  # bench/model_time.py (this script's directory is on sys.path)
 
     rclpy.init()
     node = rclpy.create_node("bench_ros_echo")
@@ -39,7 +43,7 @@ def main() -> None:
                           num_actions=args.horizon, action_dim=args.action_dim, horizon=args.horizon)
         out.header.stamp = msg.header.stamp
         out.actions = actions
-        out.inference_ms = 0.0
+        out.inference_ms = compute_for(args.model_ms)
         pubs[rid].publish(out)
 
     for rid in args.robots.split(","):

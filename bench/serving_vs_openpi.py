@@ -14,10 +14,14 @@ the same closed-loop load (each robot sends its next observation when its answer
            robots as in bench/serving.py, spinning an EventsExecutor like the robot client.
 With several robots our engine batches them and a robot waits for the batch in flight: that
 queue wait is reported separately ("excl. queue"); openpi's ~0 ms policy never makes anyone wait.
+--model-ms also runs each anchor with a stand-in model of that many milliseconds (matrix
+products, bench/model_time.py), reported as "openpi+40ms" and "rclpy+40ms": our engine computes
+for 36-62 ms per request, and a server that computes between requests pays more per request
+than one that answers at once (idle cores, cold caches), which is not serving logic.
 
   bench/openpi_baseline/setup_venv.sh      # once: .venv-openpi (openpi-client pins numpy<2)
   python bench/serving_vs_openpi.py --json --rounds 300 --reps 2
-  python bench/serving_vs_openpi.py --cases 1robot_1views_224 --systems openpi,physai
+  python bench/serving_vs_openpi.py --cases 1robot_1views_224 --systems openpi,physai --model-ms 0,40
 """
 from __future__ import annotations
 
@@ -68,10 +72,11 @@ def summarize(over: np.ndarray, client_cpu_s: float, extra: dict | None = None) 
     return out
 
 
-def run_openpi(n, views, hw, rounds, warmup) -> dict:
+def run_openpi(n, views, hw, rounds, warmup, model_ms=0.0) -> dict:
     port = free_port()
     srv = subprocess.Popen([str(OPENPI_PY), str(ROOT / "bench/openpi_baseline/server.py"), "--port", str(port),
-                            "--horizon", "50", "--action-dim", "5"], stdout=subprocess.PIPE, text=True)
+                            "--horizon", "50", "--action-dim", "5", "--model-ms", str(model_ms)],
+                           stdout=subprocess.PIPE, text=True)
     try:
         wait_ready(srv, 30)
         cpu0 = ros_bench.proc_cpu_s(srv.pid)
@@ -88,13 +93,13 @@ def run_openpi(n, views, hw, rounds, warmup) -> dict:
     return summarize(over, d["client_cpu_s"], {"server_cpu_ms_per_obs": server_cpu * 1e3 / (over.size + n * warmup)})
 
 
-def run_ros(system, node, env, n, views, hw, rounds, warmup, auth) -> dict:
+def run_ros(system, node, env, n, views, hw, rounds, warmup, auth, model_ms=0.0) -> dict:
     from rclpy.experimental import EventsExecutor
 
     ids = [f"{system}_{n}_{views}_{hw[0]}_{int(time.time() * 1000) % 100000}_{k}" for k in range(n)]
     if system == "rclpy":
-        srv = subprocess.Popen([sys.executable, str(ROOT / "bench/ros_echo_server.py"), "--robots", ",".join(ids)],
-                               env=env, stdout=subprocess.PIPE, text=True)
+        srv = subprocess.Popen([sys.executable, str(ROOT / "bench/ros_echo_server.py"), "--robots", ",".join(ids),
+                                "--model-ms", str(model_ms)], env=env, stdout=subprocess.PIPE, text=True)
         wait_ready(srv, 60)
     else:
         srv, _ = ros_bench.start_server(env, auth)
@@ -120,10 +125,15 @@ def main(argv=None) -> int:
     ap.add_argument("--rounds", type=int, default=200, help="measured answers per robot")
     ap.add_argument("--warmup", type=int, default=20, help="answers per robot before measuring")
     ap.add_argument("--reps", type=int, default=1, help="repetitions; the order of systems alternates")
+    ap.add_argument("--model-ms", default="0,40",
+                    help="model times (ms) the anchors (openpi, rclpy) run with, comma-separated; 0 = answer at once")
     ap.add_argument("--auth", action="store_true", help="run our server with the fleet's authentication")
     ap.add_argument("--json", action="store_true")
     args = ap.parse_args(argv)
     systems = [s for s in args.systems.split(",") if s]
+    model_ms = [float(m) for m in args.model_ms.split(",") if m]
+    # Each anchor once per model time ("openpi", "openpi+40ms"); ours always runs its engine.
+    runs = [(s, m) for s in systems for m in (model_ms if s != "physai" else [0.0])]
     if "openpi" in systems and not OPENPI_PY.exists():
         raise SystemExit("no .venv-openpi: run bench/openpi_baseline/setup_venv.sh first")
     env = dict(os.environ)
@@ -142,18 +152,19 @@ def main(argv=None) -> int:
     out = {"load_average_start": os.getloadavg(), "cases": {}, "command": " ".join([sys.executable, *sys.argv])}
     try:
         for rep in range(args.reps):
-            order = systems if rep % 2 == 0 else systems[::-1]
+            order = runs if rep % 2 == 0 else runs[::-1]
             for case in [c for c in args.cases.split(",") if c]:
                 n, views, hw = ros_bench.parse_case(case)
-                for system in order:
+                for system, ms in order:
+                    name = system + (f"+{ms:g}ms" if ms else "")
                     if system == "openpi":
-                        r = run_openpi(n, views, hw, args.rounds, args.warmup)
+                        r = run_openpi(n, views, hw, args.rounds, args.warmup, ms)
                     else:
-                        r = run_ros(system, node, env, n, views, hw, args.rounds, args.warmup, args.auth)
+                        r = run_ros(system, node, env, n, views, hw, args.rounds, args.warmup, args.auth, ms)
                     r["load_average"] = os.getloadavg()[0]
-                    out["cases"].setdefault(case, {}).setdefault(system, []).append(r)
+                    out["cases"].setdefault(case, {}).setdefault(name, []).append(r)
                     if not args.json:
-                        print(f"rep {rep} {case} {system}: overhead p50 {r['overhead_ms_p50']:.3f} ms p99 "
+                        print(f"rep {rep} {case} {name}: overhead p50 {r['overhead_ms_p50']:.3f} ms p99 "
                               f"{r['overhead_ms_p99']:.3f} ms"
                               + (f" (excl. queue p50 {r['overhead_excl_queue_ms_p50']:.3f}; beyond policy p50 "
                                  f"{r['overhead_beyond_policy_ms_p50']:.3f} p99 {r['overhead_beyond_policy_ms_p99']:.3f}"
@@ -171,10 +182,12 @@ def main(argv=None) -> int:
         med = {s: {k: float(np.median([r[k] for r in rs])) for k in rs[0] if isinstance(rs[0][k], float)}
                for s, rs in by.items()}
         out["cases"][case] = {"median": med, "runs": by}
-        if "openpi" in med:
-            base = med["openpi"]
-            ratios[case] = {f"{s}/openpi {k}": med[s][k] / base[k] for s in med if s != "openpi"
-                            for k in ("overhead_ms_p50", "overhead_ms_p99", "client_cpu_ms_per_obs") if base[k] > 0}
+        # Against each openpi run (at ~0 ms and at each stand-in model time), same keys as before.
+        for anchor in [s for s in med if s.startswith("openpi")]:
+            base = med[anchor]
+            r = ratios.setdefault(case, {})
+            r.update({f"{s}/{anchor} {k}": med[s][k] / base[k] for s in med if not s.startswith("openpi")
+                      for k in ("overhead_ms_p50", "overhead_ms_p99", "client_cpu_ms_per_obs") if base[k] > 0})
             if "physai" in med:
                 p = med["physai"]
                 # Like for like: openpi's infer_ms covers its policy's transforms, so ours is
@@ -183,7 +196,7 @@ def main(argv=None) -> int:
                              ("overhead_beyond_policy_ms_p99", "overhead_ms_p99"),
                              ("overhead_beyond_policy_excl_queue_ms_p50", "overhead_ms_p50"),
                              ("overhead_beyond_policy_excl_queue_ms_p99", "overhead_ms_p99")):
-                    ratios[case][f"physai {k}/openpi"] = p[k] / base[b]
+                    r[f"physai {k}/{anchor}"] = p[k] / base[b]
     out["ratios"] = ratios
     if args.json:
         print(json.dumps(out, indent=2))

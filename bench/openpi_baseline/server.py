@@ -9,25 +9,32 @@ openpi_client codec and the websockets package it uses.
 
 The policy here does only the work a transport benchmark should see besides the wire: it reads
 every image and the state (so the payload is really received and touched) and returns an action
-chunk of the engine's shape. Its time is reported as infer_ms and subtracted, as ours is.
+chunk of the engine's shape. Its time is reported as infer_ms and subtracted, as ours is. --model-ms adds that many
+milliseconds of matrix products to each infer (bench/model_time.py says why).
 
-  python bench/openpi_baseline/server.py --port 8765 --horizon 50 --action-dim 32
+  python bench/openpi_baseline/server.py --port 8765 --horizon 50 --action-dim 32 [--model-ms 40]
 """
 from __future__ import annotations
 
 import argparse
 import asyncio
+import sys
 import time
+from pathlib import Path
 
 import numpy as np
 import websockets
 import websockets.asyncio.server
 from openpi_client import msgpack_numpy
 
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+from model_time import compute_for  # noqa: E402  (bench/model_time.py, numpy only)
+
 
 class TouchPolicy:
-    def __init__(self, horizon: int, action_dim: int):
+    def __init__(self, horizon: int, action_dim: int, model_ms: float = 0.0):
         self.chunk = np.zeros((horizon, action_dim), dtype=np.float32)
+        self.model_ms = model_ms
 
     def infer(self, obs: dict) -> dict:
         # One pass over every byte of every image: the payload is used, not just received.
@@ -35,6 +42,7 @@ class TouchPolicy:
         state = np.asarray(obs["state"], dtype=np.float32)
         actions = self.chunk.copy()
         actions[:, : min(len(state), actions.shape[1])] = state[: actions.shape[1]]
+        compute_for(self.model_ms)
         return {"actions": actions, "checksum": checksum}
 
 
@@ -64,9 +72,10 @@ def main() -> None:
     ap.add_argument("--port", type=int, required=True)
     ap.add_argument("--horizon", type=int, default=50)
     ap.add_argument("--action-dim", type=int, default=32)
+    ap.add_argument("--model-ms", type=float, default=0.0, help="model time to stand in for, per infer")
     args = ap.parse_args()
     try:
-        asyncio.run(serve(args.port, TouchPolicy(args.horizon, args.action_dim)))
+        asyncio.run(serve(args.port, TouchPolicy(args.horizon, args.action_dim, args.model_ms)))
     except KeyboardInterrupt:
         pass
 
