@@ -15,13 +15,15 @@ the same closed-loop load (each robot sends its next observation when its answer
 With several robots our engine batches them and a robot waits for the batch in flight: that
 queue wait is reported separately ("excl. queue"); openpi's ~0 ms policy never makes anyone wait.
 --model-ms also runs each anchor with a stand-in model of that many milliseconds (matrix
-products, bench/model_time.py), reported as "openpi+40ms" and "rclpy+40ms": our engine computes
-for 36-62 ms per request, and a server that computes between requests pays more per request
-than one that answers at once (idle cores, cold caches), which is not serving logic.
+products, bench/model_time.py), reported as "openpi+20ms" and "rclpy+20ms": our engine computes
+for 16-20 ms per request, and a server that computes between requests pays more per request
+than one that answers at once (idle cores, cold caches), which is not serving logic. One-robot
+cases only: the anchors compute one robot at a time, so with several robots their overhead
+would be mostly the wait behind the others' model time.
 
   bench/openpi_baseline/setup_venv.sh      # once: .venv-openpi (openpi-client pins numpy<2)
   python bench/serving_vs_openpi.py --json --rounds 300 --reps 2
-  python bench/serving_vs_openpi.py --cases 1robot_1views_224 --systems openpi,physai --model-ms 0,40
+  python bench/serving_vs_openpi.py --cases 1robot_1views_224 --systems openpi,physai --model-ms 0,20
 """
 from __future__ import annotations
 
@@ -125,14 +127,14 @@ def main(argv=None) -> int:
     ap.add_argument("--rounds", type=int, default=200, help="measured answers per robot")
     ap.add_argument("--warmup", type=int, default=20, help="answers per robot before measuring")
     ap.add_argument("--reps", type=int, default=1, help="repetitions; the order of systems alternates")
-    ap.add_argument("--model-ms", default="0,40",
+    ap.add_argument("--model-ms", default="0,20",
                     help="model times (ms) the anchors (openpi, rclpy) run with, comma-separated; 0 = answer at once")
     ap.add_argument("--auth", action="store_true", help="run our server with the fleet's authentication")
     ap.add_argument("--json", action="store_true")
     args = ap.parse_args(argv)
     systems = [s for s in args.systems.split(",") if s]
     model_ms = [float(m) for m in args.model_ms.split(",") if m]
-    # Each anchor once per model time ("openpi", "openpi+40ms"); ours always runs its engine.
+    # Each anchor once per model time ("openpi", "openpi+20ms"); ours always runs its engine.
     runs = [(s, m) for s in systems for m in (model_ms if s != "physai" else [0.0])]
     if "openpi" in systems and not OPENPI_PY.exists():
         raise SystemExit("no .venv-openpi: run bench/openpi_baseline/setup_venv.sh first")
@@ -156,6 +158,10 @@ def main(argv=None) -> int:
             for case in [c for c in args.cases.split(",") if c]:
                 n, views, hw = ros_bench.parse_case(case)
                 for system, ms in order:
+                    if ms and n > 1:
+                        # The anchors compute one robot at a time: with several robots their
+                        # overhead would be mostly the wait behind the others' model time.
+                        continue
                     name = system + (f"+{ms:g}ms" if ms else "")
                     if system == "openpi":
                         r = run_openpi(n, views, hw, args.rounds, args.warmup, ms)

@@ -31,9 +31,10 @@ T = TypeVar("T")
 
 def single_threaded_caller() -> int:
     """Pin the calling thread to one intra-op thread. Returns the count torch would have used,
-    for the compute threads. Only the caller: a thread started later still begins with the
-    process's default (OMP_NUM_THREADS or the CPU count), so every other thread that runs torch
-    ops sets its own count with use_threads()."""
+    for the compute threads. Only the caller for sure: a thread started later begins with the
+    count that any thread set last (torch keeps one process-wide default, which every
+    set_num_threads overwrites), so every other thread that runs torch ops sets its own count
+    with use_threads()."""
     import torch
 
     default = torch.get_num_threads()

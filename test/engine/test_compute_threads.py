@@ -80,8 +80,9 @@ def test_a_pinned_main_thread_forms_no_team_and_a_fresh_threads_team_ends_with_i
     assert out.returncode == 0, out.stderr
     r = json.loads(out.stdout.strip().splitlines()[-1])
     assert r["default"] == 2 and r["main"] == 1
-    # Pinning is the caller's alone: a later thread starts at the process default until it sets
-    # its own (why the component service's threads call use_threads(1)).
+    # Pinning holds for the caller: a later thread starts at the count set last anywhere (here
+    # the fresh thread's 2) until it sets its own (why the component service's threads call
+    # use_threads(1)).
     assert r["new_thread"] == [2, 1]
     assert r["after_main"] == r["base"], "the pinned main thread started OpenMP workers"
     assert r["during"] >= r["base"] + 2, "the fresh thread (and its team's worker) were not running"
