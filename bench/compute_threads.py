@@ -8,6 +8,11 @@ layout runs in its own fresh process, because OpenMP thread teams are process-wi
             before issue 19's fix: two teams, libgomp's throttled spin)
   pinned    the main thread pinned to one thread, the model built in a thread that ends, a
             second thread serves with the default count (the layout of the policy server now)
+  ask2      pinned, and beside the serving thread a component thread asks the VLA backbone a
+            question on its own prefill every --ask-period-s (a pipeline's safety and monitor)
+            with the default thread count: a second team (the component service before)
+  ask1      the same, the component thread at one thread (the component service now)
+The ask layouts also report the component answers' latency.
 
   python bench/compute_threads.py --calls 60 --reps 3 --json
 """
@@ -24,10 +29,25 @@ import time
 
 import numpy as np
 
-LAYOUTS = ("builder", "second", "pinned")
+LAYOUTS = ("builder", "second", "pinned", "ask2", "ask1")
 
 
-def child(layout: str, calls: int) -> dict:
+def asker(core, threads: int, period_s: float, stop: threading.Event, latencies: list) -> None:
+    """A component thread: one VLA question on its own prefill every period_s until stop."""
+    from physai_ros.engine.compute_threads import use_threads
+    from physai_ros.pipeline.vla_backend import VLABackboneBackend, VLABackendSettings
+    from vla_backend import _queries  # bench/vla_backend.py: the same question and images
+
+    use_threads(threads)
+    slot = next(iter(core.engines.values()))
+    backend = VLABackboneBackend(slot.engine, core.action_runner, VLABackendSettings(use_shared=False))
+    k = 0
+    while not stop.wait(period_s):
+        k += 1
+        latencies.append(backend.answer(_queries(1, k))[0].latency_ms)
+
+
+def child(layout: str, calls: int, ask_period_s: float) -> dict:
     import array
 
     from physai_ros.engine.compute_threads import in_fresh_thread, single_threaded_caller, use_threads
@@ -45,7 +65,7 @@ def child(layout: str, calls: int) -> dict:
         return core
 
     threads = None
-    if layout == "pinned":
+    if layout in ("pinned", "ask2", "ask1"):
         threads = single_threaded_caller()
         core = in_fresh_thread(build, threads)
     else:
@@ -73,6 +93,11 @@ def child(layout: str, calls: int) -> dict:
                     if k > 10:  # the first ten: warm-up on this thread
                         times.append(chunk.inference_ms)
 
+    stop, answers, side = threading.Event(), [], None
+    if layout.startswith("ask"):
+        side = threading.Thread(target=asker, args=(core, 2 if layout == "ask2" else 1, ask_period_s, stop, answers),
+                                name="component_service_0")
+        side.start()
     csw0 = resource.getrusage(resource.RUSAGE_SELF).ru_nvcsw
     if layout == "builder":
         serve()
@@ -81,39 +106,54 @@ def child(layout: str, calls: int) -> dict:
         t.start()
         t.join()
     csw = resource.getrusage(resource.RUSAGE_SELF).ru_nvcsw - csw0
+    stop.set()
+    if side is not None:
+        side.join()
     a = np.array(times)
-    return {"engine_ms_p50": float(np.percentile(a, 50)), "engine_ms_p90": float(np.percentile(a, 90)),
-            "engine_ms_p99": float(np.percentile(a, 99)), "voluntary_switches_per_call": csw / len(a), "calls": len(a)}
+    out = {"engine_ms_p50": float(np.percentile(a, 50)), "engine_ms_p90": float(np.percentile(a, 90)),
+           "engine_ms_p99": float(np.percentile(a, 99)), "voluntary_switches_per_call": csw / len(a), "calls": len(a)}
+    if answers:
+        out.update(answers=len(answers), answer_ms_p50=float(np.percentile(answers, 50)))
+    return out
 
 
 def main(argv=None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--calls", type=int, default=60)
     ap.add_argument("--reps", type=int, default=3, help="each layout this often, in rotating order")
+    ap.add_argument("--layouts", default=",".join(LAYOUTS))
+    ap.add_argument("--ask-period-s", type=float, default=0.25, help="the ask layouts' question period")
     ap.add_argument("--json", action="store_true")
     ap.add_argument("--child", choices=LAYOUTS, help=argparse.SUPPRESS)
     args = ap.parse_args(argv)
     if args.child:
-        print(json.dumps(child(args.child, args.calls)))
+        print(json.dumps(child(args.child, args.calls, args.ask_period_s)))
         return 0
-    out = {"load_average_start": os.getloadavg(), "runs": {k: [] for k in LAYOUTS},
+    layouts = [x for x in args.layouts.split(",") if x]
+    unknown = sorted(set(layouts) - set(LAYOUTS))
+    if unknown:
+        ap.error(f"unknown layouts {unknown}; choose from {', '.join(LAYOUTS)}")
+    out = {"load_average_start": os.getloadavg(), "runs": {k: [] for k in layouts},
            "command": " ".join([sys.executable, *sys.argv])}
     for rep in range(args.reps):
-        order = LAYOUTS[rep % 3:] + LAYOUTS[:rep % 3]
+        order = layouts[rep % len(layouts):] + layouts[:rep % len(layouts)]
         for layout in order:
-            p = subprocess.run([sys.executable, __file__, "--child", layout, "--calls", str(args.calls)],
+            p = subprocess.run([sys.executable, __file__, "--child", layout, "--calls", str(args.calls),
+                                "--ask-period-s", str(args.ask_period_s)],
                                capture_output=True, text=True, check=True, timeout=900)
             r = json.loads(p.stdout.strip().splitlines()[-1])
             r["load_average"] = os.getloadavg()[0]
             out["runs"][layout].append(r)
             if not args.json:
                 print(f"rep {rep} {layout:8s} engine p50 {r['engine_ms_p50']:.1f} ms p90 {r['engine_ms_p90']:.1f} "
-                      f"p99 {r['engine_ms_p99']:.1f}, {r['voluntary_switches_per_call']:.0f} switches/call, "
-                      f"load {r['load_average']:.2f}", flush=True)
+                      f"p99 {r['engine_ms_p99']:.1f}, {r['voluntary_switches_per_call']:.0f} switches/call"
+                      + (f", {r['answers']} answers p50 {r['answer_ms_p50']:.1f} ms" if "answers" in r else "")
+                      + f", load {r['load_average']:.2f}", flush=True)
     out["load_average_end"] = os.getloadavg()
     med = {k: float(np.median([r["engine_ms_p50"] for r in v])) for k, v in out["runs"].items()}
     out["median_engine_ms_p50"] = med
-    out["ratios"] = {"second/pinned": med["second"] / med["pinned"], "pinned/builder": med["pinned"] / med["builder"]}
+    pairs = (("second", "pinned"), ("pinned", "builder"), ("ask2", "ask1"), ("ask1", "pinned"))
+    out["ratios"] = {f"{a}/{b}": med[a] / med[b] for a, b in pairs if a in med and b in med}
     if args.json:
         print(json.dumps(out, indent=2))
     else:
