@@ -74,7 +74,7 @@ class EngineWorkerNode(Node):
         self.auth_refusals = RefusalLog(self.get_logger().warning)
         self._pub_lock = threading.Lock()  # sign and publish in one step (results, status)
         # The engine computes on the worker thread alone (engine.compute_threads: a second OpenMP
-        # team made each call 2.8x slower); it is built on a thread that ends.
+        # team made each call 2.7x slower); it is built on a thread that ends.
         default = single_threaded_caller()
         self._torch_threads = int(p["torch_threads"]) if p["torch_threads"] > 0 else default
         engine, model = in_fresh_thread(lambda: build_engine(

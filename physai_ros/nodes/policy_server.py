@@ -26,12 +26,12 @@ from physai_ros_interfaces.srv import RegisterRobot
 from rclpy.node import Node
 from std_msgs.msg import UInt64
 
+from physai_ros.engine.compute_threads import in_fresh_thread, per_instance, single_threaded_caller
 from physai_ros.monitoring.config import load_monitoring
 from physai_ros.monitoring.diagnostics import ERROR, OK, MetricsTask, level_byte
 from physai_ros.monitoring.metrics import MetricsPublisher
 from physai_ros.monitoring.refusals import RefusalHealth, RefusalLog
 from physai_ros.monitoring.server_view import ServerView
-from physai_ros.engine.compute_threads import in_fresh_thread, per_instance, single_threaded_caller
 from physai_ros.nodes.policy_server_language import PolicyServerLanguage
 from physai_ros.nodes.policy_server_pipeline import PolicyServerPipeline
 from physai_ros.nodes.policy_server_streaming import PolicyServerStreaming
@@ -91,7 +91,7 @@ class PolicyServerNode(Node):
         self._startup(f"loading {model.checkpoint or 'preset ' + str(model.preset)} on "
                       f"{self.fleet.server.device} ({self.fleet.server.engine_instances} engine instance(s))")
         # Only the engines' serving threads compute in parallel (engine.compute_threads: a second
-        # OpenMP team made every served call 2.8x slower); the model is built, warmed up and
+        # OpenMP team made every served call 2.7x slower); the model is built, warmed up and
         # profiled in a thread that ends, with the threads each instance will serve with.
         self._torch_threads = per_instance(single_threaded_caller(), self.fleet.server.engine_instances)
         self.core, profiled, warm_s = in_fresh_thread(lambda: self._build_engines(started), self._torch_threads)
