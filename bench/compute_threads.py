@@ -4,17 +4,20 @@ The default fleet's core (sim_pi0, fast path, CPU) serves one robot, one 224 vie
 real ServingCore (submit, dispatch, run_batch); the figure is the chunk's inference_ms. Each
 layout runs in its own fresh process, because OpenMP thread teams are process-wide state:
   builder   the thread that built the model serves (the ideal: one team)
-  second    the main thread builds, warms up and profiles; a second thread serves (the layout
-            before issue 19's fix: two teams, libgomp's throttled spin)
+  second    the main thread builds, warms up and profiles; a second thread serves (the server's
+            default, server.torch_threads 0: two teams, libgomp's throttled spin)
   pinned    the main thread pinned to one thread, the model built in a thread that ends, a
-            second thread serves with the default count (the layout of the policy server now)
+            second thread serves with --threads (the server with server.torch_threads N)
   ask2      pinned, and beside the serving thread a component thread asks the VLA backbone a
             question on its own prefill every --ask-period-s (a pipeline's safety and monitor)
-            with the default thread count: a second team (the component service before)
-  ask1      the same, the component thread at one thread (the component service now)
-The ask layouts also report the component answers' latency.
+            at two threads: a second team
+  ask1      the same, the component thread at one thread (what the component service sets)
+The ask layouts also report the component answers' latency. builder and second use torch's
+default count (what the server used before). --busy N runs N busy-looping processes beside every
+layout: cores shared with other processes, as in `make demo` (13 processes on 2 cores).
 
   python bench/compute_threads.py --calls 60 --reps 3 --json
+  python bench/compute_threads.py --layouts second,pinned --threads 2 --busy 4
 """
 from __future__ import annotations
 
@@ -47,7 +50,7 @@ def asker(core, threads: int, period_s: float, stop: threading.Event, latencies:
         latencies.append(backend.answer(_queries(1, k))[0].latency_ms)
 
 
-def child(layout: str, calls: int, ask_period_s: float) -> dict:
+def child(layout: str, calls: int, ask_period_s: float, serve_threads: int) -> dict:
     import array
 
     from physai_ros.engine.compute_threads import in_fresh_thread, single_threaded_caller, use_threads
@@ -66,7 +69,8 @@ def child(layout: str, calls: int, ask_period_s: float) -> dict:
 
     threads = None
     if layout in ("pinned", "ask2", "ask1"):
-        threads = single_threaded_caller()
+        single_threaded_caller()
+        threads = serve_threads
         core = in_fresh_thread(build, threads)
     else:
         core = build()
@@ -123,32 +127,49 @@ def main(argv=None) -> int:
     ap.add_argument("--reps", type=int, default=3, help="each layout this often, in rotating order")
     ap.add_argument("--layouts", default=",".join(LAYOUTS))
     ap.add_argument("--ask-period-s", type=float, default=0.25, help="the ask layouts' question period")
+    ap.add_argument("--threads", type=int, default=1, help="the serving thread's count in pinned and ask layouts")
+    ap.add_argument("--busy", type=int, default=0, help="busy-looping processes beside each layout")
     ap.add_argument("--json", action="store_true")
     ap.add_argument("--child", choices=LAYOUTS, help=argparse.SUPPRESS)
     args = ap.parse_args(argv)
     if args.child:
-        print(json.dumps(child(args.child, args.calls, args.ask_period_s)))
+        print(json.dumps(child(args.child, args.calls, args.ask_period_s, args.threads)))
         return 0
     layouts = [x for x in args.layouts.split(",") if x]
     unknown = sorted(set(layouts) - set(LAYOUTS))
     if unknown:
         ap.error(f"unknown layouts {unknown}; choose from {', '.join(LAYOUTS)}")
-    out = {"load_average_start": os.getloadavg(), "runs": {k: [] for k in layouts},
-           "command": " ".join([sys.executable, *sys.argv])}
-    for rep in range(args.reps):
-        order = layouts[rep % len(layouts):] + layouts[:rep % len(layouts)]
-        for layout in order:
-            p = subprocess.run([sys.executable, __file__, "--child", layout, "--calls", str(args.calls),
-                                "--ask-period-s", str(args.ask_period_s)],
-                               capture_output=True, text=True, check=True, timeout=900)
-            r = json.loads(p.stdout.strip().splitlines()[-1])
-            r["load_average"] = os.getloadavg()[0]
-            out["runs"][layout].append(r)
-            if not args.json:
-                print(f"rep {rep} {layout:8s} engine p50 {r['engine_ms_p50']:.1f} ms p90 {r['engine_ms_p90']:.1f} "
-                      f"p99 {r['engine_ms_p99']:.1f}, {r['voluntary_switches_per_call']:.0f} switches/call"
-                      + (f", {r['answers']} answers p50 {r['answer_ms_p50']:.1f} ms" if "answers" in r else "")
-                      + f", load {r['load_average']:.2f}", flush=True)
+    out = {"load_average_start": os.getloadavg(), "runs": {k: [] for k in layouts}, "threads": args.threads,
+           "busy": args.busy, "command": " ".join([sys.executable, *sys.argv])}
+    busy = [subprocess.Popen([sys.executable, "-c", "while True: pass"]) for _ in range(args.busy)]
+    try:
+        for rep in range(args.reps):
+            order = layouts[rep % len(layouts):] + layouts[:rep % len(layouts)]
+            for layout in order:
+                run_layout(args, layout, rep, out)
+    finally:
+        for b in busy:
+            b.kill()
+            b.wait()
+    finish(args, out)
+    return 0
+
+
+def run_layout(args, layout: str, rep: int, out: dict) -> None:
+    p = subprocess.run([sys.executable, __file__, "--child", layout, "--calls", str(args.calls),
+                        "--ask-period-s", str(args.ask_period_s), "--threads", str(args.threads)],
+                       capture_output=True, text=True, check=True, timeout=900)
+    r = json.loads(p.stdout.strip().splitlines()[-1])
+    r["load_average"] = os.getloadavg()[0]
+    out["runs"][layout].append(r)
+    if not args.json:
+        print(f"rep {rep} {layout:8s} engine p50 {r['engine_ms_p50']:.1f} ms p90 {r['engine_ms_p90']:.1f} "
+              f"p99 {r['engine_ms_p99']:.1f}, {r['voluntary_switches_per_call']:.0f} switches/call"
+              + (f", {r['answers']} answers p50 {r['answer_ms_p50']:.1f} ms" if "answers" in r else "")
+              + f", load {r['load_average']:.2f}", flush=True)
+
+
+def finish(args, out: dict) -> None:
     out["load_average_end"] = os.getloadavg()
     med = {k: float(np.median([r["engine_ms_p50"] for r in v])) for k, v in out["runs"].items()}
     out["median_engine_ms_p50"] = med
@@ -159,7 +180,6 @@ def main(argv=None) -> int:
     else:
         print("median p50: " + ", ".join(f"{k} {v:.1f} ms" for k, v in med.items())
               + "; " + ", ".join(f"{k} {v:.2f}x" for k, v in out["ratios"].items()))
-    return 0
 
 
 if __name__ == "__main__":

@@ -11,15 +11,27 @@ Measured (2026-11-25, 2 cores, sim_pi0 fast path, 1 view, load 0.5): an engine c
 on the thread that had built the model and 50 ms on a second thread after the main thread had
 built it (45,000 voluntary context switches in 60 calls, against 16), and 17.6 ms on that second
 thread when the main thread had never run a parallel op. The policy server and the engine worker
-build on the main thread and serve on worker threads, so every served call paid this.
+build on the main thread and serve on worker threads, so in their default layout every served
+call pays this.
 
-The rule that follows, for a process that computes on worker threads:
+The layout that avoids it, for a process that computes on worker threads:
 - the main thread (rclpy's executor and its callbacks) runs torch single-threaded from the start,
   before any torch op, so it never forms a team: `single_threaded_caller()`;
 - construction, warm-up and profiling run in a thread that ends when they are done, taking its
   team with it: `in_fresh_thread()`;
 - each engine instance's serving thread sets its own thread count first: `use_threads()`; threads
-  that compute beside it (component questions) set one thread, so their ops run inline, no team.
+  that compute beside it (component questions, in either layout) set one thread, so their ops
+  run inline, no team.
+
+When this applies: fleet.yaml's `server.torch_threads` N >= 1 (the engine worker's
+`torch_threads` parameter) turns it on, N threads per engine; 0, the default, leaves torch as it
+sets itself up. The default stays because of what a spinning team does when other processes
+share the cores: each barrier waits out a descheduled worker's time slice. Beside 4 busy loops on
+this 2-core machine sim_pi0's call took 191-228 ms p50 (p99 up to 2.7 s) with N=2, 52 ms with
+N=1, and 71-113 ms as torch sets itself up (`bench/compute_threads.py --busy 4`); in `make demo`
+(13 processes on 2 cores) the default completed 13 tasks in 30 s with a ~300 ms round trip, N=1
+1-7 tasks (0.5-1.8 s), N=2 one (7-21 s): the throttled teams wait passively and two threads
+get the server a larger share of the machine. Use N on a server with cores of its own.
 """
 from __future__ import annotations
 
@@ -48,12 +60,6 @@ def use_threads(n: int | None) -> None:
         import torch
 
         torch.set_num_threads(int(n))
-
-
-def per_instance(total: int, local_instances: int) -> int:
-    """Threads for each of `local_instances` engines sharing `total`: never more teams' workers
-    than CPUs (the throttled spin above), at least one each."""
-    return max(1, int(total) // max(1, int(local_instances)))
 
 
 def in_fresh_thread(fn: Callable[[], T], threads: int | None = None, name: str = "build") -> T:

@@ -8,7 +8,8 @@ ROS I/O only; the logic is physai_ros.workers.core.WorkerCore.
 Parameters: instance_id (worker_0), tier (edge|cloud), preset (tiny) or checkpoint (a LeRobot
 checkpoint directory; wins when set), seed (0: random weights for a preset), device (cpu|cuda),
 max_batch (8), heartbeat_period_s (0.5), profile_reps (3), profile_views (2), profile_tokens (32),
-queue_limit (16), torch_threads (0: torch's default), fleet_file, keystore, insecure, components
+queue_limit (16), torch_threads (0: torch's default; N: the server's server.torch_threads), fleet_file,
+keystore, insecure, components
 (false; true: also answer the pipeline components' questions a factory plan sends here, on
 /engine_workers/<instance_id>/component_query -> component_answer, with the fleet file's tokenizer)
 (physai_ros.ros.node_security: requests must carry the server's signature; results and status
@@ -73,13 +74,19 @@ class EngineWorkerNode(Node):
                                   lambda ks: WorkerAuth(ks, iid, sec.server))
         self.auth_refusals = RefusalLog(self.get_logger().warning)
         self._pub_lock = threading.Lock()  # sign and publish in one step (results, status)
-        # The engine computes on the worker thread alone (engine.compute_threads: a second OpenMP
-        # team made each call 2.7x slower); it is built on a thread that ends.
-        default = single_threaded_caller()
-        self._torch_threads = int(p["torch_threads"]) if p["torch_threads"] > 0 else default
-        engine, model = in_fresh_thread(lambda: build_engine(
-            p["preset"], p["checkpoint"], int(p["seed"]), p["device"], log=self.get_logger().info,
-            language=bool(p["components"])), self._torch_threads)
+        # torch_threads N >= 1: the engine computes on the worker thread alone, N threads, built on
+        # a thread that ends (as the server's server.torch_threads; engine.compute_threads). 0: as
+        # torch sets it up, built here.
+        self._torch_threads = int(p["torch_threads"]) if p["torch_threads"] > 0 else None
+
+        def build():
+            return build_engine(p["preset"], p["checkpoint"], int(p["seed"]), p["device"],
+                                log=self.get_logger().info, language=bool(p["components"]))
+        if self._torch_threads:
+            single_threaded_caller()
+            engine, model = in_fresh_thread(build, self._torch_threads)
+        else:
+            engine, model = build()
         self.core = WorkerCore(engine, p["instance_id"], p["tier"], int(p["max_batch"]), model,
                                float(p["heartbeat_period_s"]))
         self._profile_args = (int(p["profile_reps"]), int(p["profile_views"]), int(p["profile_tokens"]))

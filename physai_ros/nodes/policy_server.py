@@ -26,7 +26,7 @@ from physai_ros_interfaces.srv import RegisterRobot
 from rclpy.node import Node
 from std_msgs.msg import UInt64
 
-from physai_ros.engine.compute_threads import in_fresh_thread, per_instance, single_threaded_caller
+from physai_ros.engine.compute_threads import in_fresh_thread, single_threaded_caller
 from physai_ros.monitoring.config import load_monitoring
 from physai_ros.monitoring.diagnostics import ERROR, OK, MetricsTask, level_byte
 from physai_ros.monitoring.metrics import MetricsPublisher
@@ -90,11 +90,15 @@ class PolicyServerNode(Node):
         model = self.fleet.server.model
         self._startup(f"loading {model.checkpoint or 'preset ' + str(model.preset)} on "
                       f"{self.fleet.server.device} ({self.fleet.server.engine_instances} engine instance(s))")
-        # Only the engines' serving threads compute in parallel (engine.compute_threads: a second
-        # OpenMP team made every served call 2.7x slower); the model is built, warmed up and
-        # profiled in a thread that ends, with the threads each instance will serve with.
-        self._torch_threads = per_instance(single_threaded_caller(), self.fleet.server.engine_instances)
-        self.core, profiled, warm_s = in_fresh_thread(lambda: self._build_engines(started), self._torch_threads)
+        # server.torch_threads N >= 1: only the engines' serving threads compute in parallel, N
+        # threads each, the model built, warmed up and profiled on a thread that ends (2.4-2.7x
+        # faster on cores of its own; engine.compute_threads). 0: as torch sets it up, built here.
+        self._torch_threads = self.fleet.server.torch_threads or None
+        if self._torch_threads:
+            single_threaded_caller()
+            self.core, profiled, warm_s = in_fresh_thread(lambda: self._build_engines(started), self._torch_threads)
+        else:
+            self.core, profiled, warm_s = self._build_engines(started)
         # fleet.yaml factory.apply: plan on the measured profiles and run the plan (docs/factory.md).
         self.factory = apply_factory(self.core, self.fleet, measured=list(profiled))
         if self.factory is not None:

@@ -108,6 +108,15 @@ class ServerConfig:
     # request, scheduler history (it registers again on return). None: only robot_idle_release_s
     # under capacity pressure. Set it above the clients' 2 s keep-alive re-registration.
     robot_timeout_s: float | None = None
+    # Intra-op torch threads of each local engine instance (engine.compute_threads). 0 (default):
+    # torch's default count, the model built on the main thread: libgomp then manages two thread
+    # teams, throttles their spinning, and the engine ran sim_pi0 in ~45 ms here (idle), but
+    # shared the cores well with the 12 other processes of `make demo` (13 tasks in 30 s, round
+    # trip ~300 ms). N >= 1: the main thread pinned to one thread, the model built on a thread
+    # that ends, each engine at N threads in one team: 17 ms at N=1 on an idle machine (2.4-2.7x),
+    # but in `make demo` 1-7 tasks and a 0.5-1.8 s round trip at N=1, and N=2 (a spinning team)
+    # collapsed there (7-21 s). For a server with cores of its own; docs/serving.md.
+    torch_threads: int = 0
     # The language stream's server side (serving.language_config); None: off unless a task asks.
     language: LanguageServerConfig | None = None
     # The pipeline components' queue (serving.component_service): order, batch, bound.
@@ -262,7 +271,7 @@ def parse_server(d: Any) -> ServerConfig:
     no_unknown(d, {"node_name", "model", "device", "engine_instances", "max_batch", "scheduler",
                     "max_observation_age_s", "remote_engines", "profile", "streaming",
                     "max_robots", "robot_idle_release_s", "standby_instances", "robot_timeout_s", "language",
-                    "components"}, path)
+                    "components", "torch_threads"}, path)
     remote = _parse_remote_engines(d.get("remote_engines", []), join_key(path, "remote_engines"))
     # Local instances may be 0 when engine workers serve (a server host without a GPU).
     engine_instances = integer(d.get("engine_instances", 1), join_key(path, "engine_instances"),
@@ -283,6 +292,7 @@ def parse_server(d: Any) -> ServerConfig:
         max_robots=None if d.get("max_robots") is None else integer(d["max_robots"], join_key(path, "max_robots"), 1),
         robot_idle_release_s=number(d.get("robot_idle_release_s", 10.0), join_key(path, "robot_idle_release_s")),
         standby_instances=integer(d.get("standby_instances", 0), join_key(path, "standby_instances"), 0),
+        torch_threads=integer(d.get("torch_threads", 0), join_key(path, "torch_threads"), 0),
         robot_timeout_s=None if d.get("robot_timeout_s") is None else number(d["robot_timeout_s"],
                                                                            join_key(path, "robot_timeout_s")),
         streaming=_parse_streaming(d.get("streaming", {}), join_key(path, "streaming")),

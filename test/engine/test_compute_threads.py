@@ -9,15 +9,7 @@ import threading
 import pytest
 import torch
 
-from physai_ros.engine.compute_threads import in_fresh_thread, per_instance, use_threads
-
-
-def test_per_instance_never_gives_more_threads_than_cpus_and_at_least_one():
-    assert per_instance(2, 1) == 2
-    assert per_instance(2, 2) == 1
-    assert per_instance(2, 3) == 1
-    assert per_instance(16, 3) == 5
-    assert per_instance(4, 0) == 4
+from physai_ros.engine.compute_threads import in_fresh_thread, use_threads
 
 
 def test_in_fresh_thread_returns_the_result_computed_with_the_threads_asked_for():

@@ -96,6 +96,7 @@ CASES = [
     (lambda d: d["server"].update(max_batch=0), r"^server\.max_batch: expected an integer >= 1, got 0"),
     (lambda d: d["server"].update(max_batch="8"), r"^server\.max_batch: expected an integer"),
     (lambda d: d["server"].update(device="tpu"), r"^server\.device: expected one of"),
+    (lambda d: d["server"].update(torch_threads=-1), r"^server\.torch_threads: expected an integer >= 0, got -1"),
     (lambda d: d["server"]["model"].update(checkpoint="/x", preset="tiny"), r"^server\.model: expected exactly one of"),
     (lambda d: d["server"]["model"].pop("checkpoint"), r"^server\.model: expected exactly one of"),
     (lambda d: d["server"]["model"].pop("tokenizer"), r"^server\.model\.tokenizer: missing"),

@@ -22,6 +22,9 @@ OK, REFUSED = 0, 2
 def _fleet_doc():
     doc = yaml.safe_load(default_fleet_path().read_text())
     doc["robots"] = doc["robots"][:2]
+    # The pinned layout (engine.compute_threads): built on a thread that ends, served at 1 thread.
+    # The other real-process tests run the default (server.torch_threads 0).
+    doc["server"]["torch_threads"] = 1
     doc["robots"][1]["cameras"] = ["camera_0/image_raw"]  # one view here, two on robot_0
     doc["tasks"]["deadline_test"] = dict(doc["tasks"]["reach_goal"], prompt="touch the goal",
                                          slo_ms=1, fallback="stop_and_resend",
