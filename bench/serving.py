@@ -238,12 +238,12 @@ def run_case(node, pid, n_robots, views, hw, rounds, timeout_s, auth=False, exec
     }
 
 
-def start_server(env, auth: bool):
+def start_server(env, auth: bool, fleet_file: str | None = None):
+    """The policy server on the default fleet, or on `fleet_file`."""
     log = tempfile.NamedTemporaryFile(prefix=f"bench_serving_server_{'auth' if auth else 'open'}_", suffix=".log",
                                       delete=False)
-    cmd = [sys.executable, "-m", "physai_ros.nodes.policy_server"]
-    if not auth:
-        cmd += ["--ros-args", "-p", "insecure:=true"]
+    params = ([] if auth else ["-p", "insecure:=true"]) + (["-p", f"fleet_file:={fleet_file}"] if fleet_file else [])
+    cmd = [sys.executable, "-m", "physai_ros.nodes.policy_server"] + (["--ros-args", *params] if params else [])
     return subprocess.Popen(cmd, env=env, stdout=log, stderr=subprocess.STDOUT), log.name
 
 

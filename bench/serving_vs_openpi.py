@@ -11,7 +11,9 @@ the same closed-loop load (each robot sends its next observation when its answer
   rclpy    bench/ros_echo_server.py: Observation in, ActionChunk out, nothing between: what
            rclpy and DDS cost by themselves (the floor for any ROS 2 Python server).
   physai   the real policy_server (default fleet: the trained sim_pi0; insecure unless --auth),
-           robots as in bench/serving.py, spinning an EventsExecutor like the robot client.
+           robots as in bench/serving.py, spinning an EventsExecutor like the robot client;
+           --torch-threads 0,1 runs it once per fleet.yaml server.torch_threads value
+           ("physai", "physai@t1"; engine.compute_threads).
 With several robots our engine batches them and a robot waits for the batch in flight: that
 queue wait is reported separately ("excl. queue"); openpi's ~0 ms policy never makes anyone wait.
 --model-ms also runs each anchor with a stand-in model of that many milliseconds (matrix
@@ -95,7 +97,24 @@ def run_openpi(n, views, hw, rounds, warmup, model_ms=0.0) -> dict:
     return summarize(over, d["client_cpu_s"], {"server_cpu_ms_per_obs": server_cpu * 1e3 / (over.size + n * warmup)})
 
 
-def run_ros(system, node, env, n, views, hw, rounds, warmup, auth, model_ms=0.0) -> dict:
+def fleet_with_threads(threads: int, directory: str) -> str | None:
+    """The default fleet file with server.torch_threads set, written to `directory` (None for 0:
+    the default fleet as it is). Its paths are package:// ones, so the copy loads the same."""
+    if not threads:
+        return None
+    import yaml
+
+    from physai_ros.serving.config import default_fleet_path
+
+    doc = yaml.safe_load(default_fleet_path().read_text())
+    doc["server"]["torch_threads"] = threads
+    path = os.path.join(directory, f"fleet_torch_threads_{threads}.yaml")
+    with open(path, "w") as f:
+        yaml.safe_dump(doc, f)
+    return path
+
+
+def run_ros(system, node, env, n, views, hw, rounds, warmup, auth, model_ms=0.0, fleet_file=None) -> dict:
     from rclpy.experimental import EventsExecutor
 
     ids = [f"{system}_{n}_{views}_{hw[0]}_{int(time.time() * 1000) % 100000}_{k}" for k in range(n)]
@@ -104,7 +123,7 @@ def run_ros(system, node, env, n, views, hw, rounds, warmup, auth, model_ms=0.0)
                                 "--model-ms", str(model_ms)], env=env, stdout=subprocess.PIPE, text=True)
         wait_ready(srv, 60)
     else:
-        srv, _ = ros_bench.start_server(env, auth)
+        srv, _ = ros_bench.start_server(env, auth, fleet_file)
     try:
         executor = EventsExecutor()
         r = ros_bench.run_case(node, srv.pid, n, views, hw, rounds, 300.0, auth=auth, executor=executor,
@@ -120,6 +139,20 @@ def run_ros(system, node, env, n, views, hw, rounds, warmup, auth, model_ms=0.0)
     return {k: r[k] for k in keys if k in r}
 
 
+def report(out: dict, case: str, name: str, r: dict, rep: int, quiet: bool) -> None:
+    r["load_average"] = os.getloadavg()[0]
+    out["cases"].setdefault(case, {}).setdefault(name, []).append(r)
+    if quiet:
+        return
+    print(f"rep {rep} {case} {name}: overhead p50 {r['overhead_ms_p50']:.3f} ms p99 {r['overhead_ms_p99']:.3f} ms"
+          + (f" (excl. queue p50 {r['overhead_excl_queue_ms_p50']:.3f}; beyond policy p50 "
+             f"{r['overhead_beyond_policy_ms_p50']:.3f} p99 {r['overhead_beyond_policy_ms_p99']:.3f}"
+             f", excl. queue p50 {r['overhead_beyond_policy_excl_queue_ms_p50']:.3f} p99 "
+             f"{r['overhead_beyond_policy_excl_queue_ms_p99']:.3f}; engine p50 {r['engine_ms_p50']:.1f}; "
+             f"not OK {r['not_ok']}, lost {r['lost']})" if name.startswith("physai") else "")
+          + f", client CPU/obs {r['client_cpu_ms_per_obs']:.3f} ms, load {r['load_average']:.2f}", flush=True)
+
+
 def main(argv=None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--cases", default=",".join(DEFAULT_CASES))
@@ -129,13 +162,17 @@ def main(argv=None) -> int:
     ap.add_argument("--reps", type=int, default=1, help="repetitions; the order of systems alternates")
     ap.add_argument("--model-ms", default="0,20",
                     help="model times (ms) the anchors (openpi, rclpy) run with, comma-separated; 0 = answer at once")
+    ap.add_argument("--torch-threads", default="0",
+                    help="our server once per fleet.yaml server.torch_threads value, comma-separated (0: default)")
     ap.add_argument("--auth", action="store_true", help="run our server with the fleet's authentication")
     ap.add_argument("--json", action="store_true")
     args = ap.parse_args(argv)
     systems = [s for s in args.systems.split(",") if s]
     model_ms = [float(m) for m in args.model_ms.split(",") if m]
-    # Each anchor once per model time ("openpi", "openpi+20ms"); ours always runs its engine.
-    runs = [(s, m) for s in systems for m in (model_ms if s != "physai" else [0.0])]
+    # Each anchor once per model time ("openpi", "openpi+20ms"); ours once per thread setting.
+    threads = [int(t) for t in args.torch_threads.split(",") if t]
+    runs = [(s, m) for s in systems if s != "physai" for m in model_ms]
+    runs += [("physai", t) for t in threads] if "physai" in systems else []
     if "openpi" in systems and not OPENPI_PY.exists():
         raise SystemExit("no .venv-openpi: run bench/openpi_baseline/setup_venv.sh first")
     env = dict(os.environ)
@@ -158,6 +195,12 @@ def main(argv=None) -> int:
             for case in [c for c in args.cases.split(",") if c]:
                 n, views, hw = ros_bench.parse_case(case)
                 for system, ms in order:
+                    if system == "physai":
+                        name = "physai" + (f"@t{ms:g}" if ms else "")
+                        r = run_ros(system, node, env, n, views, hw, args.rounds, args.warmup, args.auth,
+                                    fleet_file=fleet_with_threads(int(ms), keys_dir))
+                        report(out, case, name, r, rep, args.json)
+                        continue
                     if ms and n > 1:
                         # The anchors compute one robot at a time: with several robots their
                         # overhead would be mostly the wait behind the others' model time.
@@ -167,18 +210,7 @@ def main(argv=None) -> int:
                         r = run_openpi(n, views, hw, args.rounds, args.warmup, ms)
                     else:
                         r = run_ros(system, node, env, n, views, hw, args.rounds, args.warmup, args.auth, ms)
-                    r["load_average"] = os.getloadavg()[0]
-                    out["cases"].setdefault(case, {}).setdefault(name, []).append(r)
-                    if not args.json:
-                        print(f"rep {rep} {case} {name}: overhead p50 {r['overhead_ms_p50']:.3f} ms p99 "
-                              f"{r['overhead_ms_p99']:.3f} ms"
-                              + (f" (excl. queue p50 {r['overhead_excl_queue_ms_p50']:.3f}; beyond policy p50 "
-                                 f"{r['overhead_beyond_policy_ms_p50']:.3f} p99 {r['overhead_beyond_policy_ms_p99']:.3f}"
-                                 f", excl. queue p50 {r['overhead_beyond_policy_excl_queue_ms_p50']:.3f} p99 "
-                                 f"{r['overhead_beyond_policy_excl_queue_ms_p99']:.3f}; not OK {r['not_ok']}, "
-                                 f"lost {r['lost']})" if "overhead_excl_queue_ms_p50" in r and system == "physai" else "")
-                              + f", client CPU/obs {r['client_cpu_ms_per_obs']:.3f} ms, load {r['load_average']:.2f}",
-                              flush=True)
+                    report(out, case, name, r, rep, args.json)
     finally:
         out["load_average_end"] = os.getloadavg()
         node.destroy_node()
@@ -194,15 +226,15 @@ def main(argv=None) -> int:
             r = ratios.setdefault(case, {})
             r.update({f"{s}/{anchor} {k}": med[s][k] / base[k] for s in med if not s.startswith("openpi")
                       for k in ("overhead_ms_p50", "overhead_ms_p99", "client_cpu_ms_per_obs") if base[k] > 0})
-            if "physai" in med:
-                p = med["physai"]
+            for ours in [s for s in med if s.startswith("physai")]:
+                p = med[ours]
                 # Like for like: openpi's infer_ms covers its policy's transforms, so ours is
                 # taken beyond the policy too (engine + prepare_ms), with and without queue wait.
                 for k, b in (("overhead_beyond_policy_ms_p50", "overhead_ms_p50"),
                              ("overhead_beyond_policy_ms_p99", "overhead_ms_p99"),
                              ("overhead_beyond_policy_excl_queue_ms_p50", "overhead_ms_p50"),
                              ("overhead_beyond_policy_excl_queue_ms_p99", "overhead_ms_p99")):
-                    r[f"physai {k}/{anchor}"] = p[k] / base[b]
+                    r[f"{ours} {k}/{anchor}"] = p[k] / base[b]
     out["ratios"] = ratios
     if args.json:
         print(json.dumps(out, indent=2))
