@@ -18,7 +18,7 @@ With several robots our engine batches them and a robot waits for the batch in f
 queue wait is reported separately ("excl. queue"); openpi's ~0 ms policy never makes anyone wait.
 --model-ms also runs each anchor with a stand-in model of that many milliseconds (matrix
 products, bench/model_time.py), reported as "openpi+20ms" and "rclpy+20ms": our engine computes
-for 16-20 ms per request, and a server that computes between requests pays more per request
+for 16-25 ms per request with server.torch_threads 1, 45-50 ms by default, and a server that computes between requests pays more per request
 than one that answers at once (idle cores, cold caches), which is not serving logic. One-robot
 cases only: the anchors compute one robot at a time, so with several robots their overhead
 would be mostly the wait behind the others' model time.
@@ -194,13 +194,14 @@ def main(argv=None) -> int:
             order = runs if rep % 2 == 0 else runs[::-1]
             for case in [c for c in args.cases.split(",") if c]:
                 n, views, hw = ros_bench.parse_case(case)
-                for system, ms in order:
+                for system, setting in order:  # an anchor's model ms, or our server.torch_threads
                     if system == "physai":
-                        name = "physai" + (f"@t{ms:g}" if ms else "")
+                        name = "physai" + (f"@t{setting:g}" if setting else "")
                         r = run_ros(system, node, env, n, views, hw, args.rounds, args.warmup, args.auth,
-                                    fleet_file=fleet_with_threads(int(ms), keys_dir))
+                                    fleet_file=fleet_with_threads(int(setting), keys_dir))
                         report(out, case, name, r, rep, args.json)
                         continue
+                    ms = setting
                     if ms and n > 1:
                         # The anchors compute one robot at a time: with several robots their
                         # overhead would be mostly the wait behind the others' model time.
