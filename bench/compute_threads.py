@@ -53,7 +53,7 @@ def asker(core, threads: int, period_s: float, stop: threading.Event, latencies:
 def child(layout: str, calls: int, ask_period_s: float, serve_threads: int) -> dict:
     import array
 
-    from physai_ros.engine.compute_threads import in_fresh_thread, single_threaded_caller, use_threads
+    from physai_ros.engine.compute_threads import build_for, use_threads
     from physai_ros.protocol.registration import RobotRegistration
     from physai_ros.ros.codecs.observation import observation_from_msg
     from physai_ros.ros.time_conv import time_from_sec
@@ -67,13 +67,8 @@ def child(layout: str, calls: int, ask_period_s: float, serve_threads: int) -> d
         core.warm_up()
         return core
 
-    threads = None
-    if layout in ("pinned", "ask2", "ask1"):
-        single_threaded_caller()
-        threads = serve_threads
-        core = in_fresh_thread(build, threads)
-    else:
-        core = build()
+    threads = serve_threads if layout in ("pinned", "ask2", "ask1") else None
+    core = build_for(threads, build)
     reg = RobotRegistration(robot_id="r0", task_id="bench", robot_namespace="r0", prompt="pick up the cube",
                             camera_topics=(), num_views=1, image_height=224, image_width=224,
                             joint_names=tuple(f"j{i}" for i in range(5)), state_dim=5, action_dim=5,

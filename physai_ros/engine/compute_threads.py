@@ -18,7 +18,7 @@ The layout that avoids it, for a process that computes on worker threads:
 - the main thread (rclpy's executor and its callbacks) runs torch single-threaded from the start,
   before any torch op, so it never forms a team: `single_threaded_caller()`;
 - construction, warm-up and profiling run in a thread that ends when they are done, taking its
-  team with it: `in_fresh_thread()`;
+  team with it: `in_fresh_thread()` (both steps: `build_for()`);
 - each engine instance's serving thread sets its own thread count first: `use_threads()`; threads
   that compute beside it (component questions, in either layout) set one thread, so their ops
   run inline, no team.
@@ -41,17 +41,14 @@ from typing import Callable, TypeVar
 T = TypeVar("T")
 
 
-def single_threaded_caller() -> int:
-    """Pin the calling thread to one intra-op thread. Returns the count torch would have used,
-    for the compute threads. Only the caller for sure: a thread started later begins with the
-    count that any thread set last (torch keeps one process-wide default, which every
-    set_num_threads overwrites), so every other thread that runs torch ops sets its own count
-    with use_threads()."""
+def single_threaded_caller() -> None:
+    """Pin the calling thread to one intra-op thread. Only the caller for sure: a thread started
+    later begins with the count that any thread set last (torch keeps one process-wide default,
+    which every set_num_threads overwrites), so every other thread that runs torch ops sets its
+    own count with use_threads()."""
     import torch
 
-    default = torch.get_num_threads()
     torch.set_num_threads(1)
-    return default
 
 
 def use_threads(n: int | None) -> None:
@@ -80,3 +77,13 @@ def in_fresh_thread(fn: Callable[[], T], threads: int | None = None, name: str =
     if "error" in box:
         raise box["error"]
     return box["value"]
+
+
+def build_for(threads: int | None, fn: Callable[[], T]) -> T:
+    """fn() (a model's construction, warm-up, profile) for engines that will compute at `threads`
+    each: with a count, the caller is pinned first and fn runs in_fresh_thread; with None, here,
+    as torch sets itself up (server.torch_threads 0)."""
+    if not threads:
+        return fn()
+    single_threaded_caller()
+    return in_fresh_thread(fn, threads)

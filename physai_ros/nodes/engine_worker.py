@@ -29,7 +29,7 @@ from physai_ros_interfaces.msg import (ComponentAnswer, ComponentQuery, EngineBa
                                        EngineWorkerStatus)
 from rclpy.node import Node
 
-from physai_ros.engine.compute_threads import in_fresh_thread, single_threaded_caller, use_threads
+from physai_ros.engine.compute_threads import build_for, use_threads
 from physai_ros.protocol.component import BAD_IMAGES, BUSY, ComponentRequest, refusal
 from physai_ros.protocol.topics import (component_request_topic, component_result_topic, request_topic, result_topic,
                                         status_topic)
@@ -78,15 +78,9 @@ class EngineWorkerNode(Node):
         # a thread that ends (as the server's server.torch_threads; engine.compute_threads). 0: as
         # torch sets it up, built here.
         self._torch_threads = int(p["torch_threads"]) if p["torch_threads"] > 0 else None
-
-        def build():
-            return build_engine(p["preset"], p["checkpoint"], int(p["seed"]), p["device"],
-                                log=self.get_logger().info, language=bool(p["components"]))
-        if self._torch_threads:
-            single_threaded_caller()
-            engine, model = in_fresh_thread(build, self._torch_threads)
-        else:
-            engine, model = build()
+        engine, model = build_for(self._torch_threads, lambda: build_engine(
+            p["preset"], p["checkpoint"], int(p["seed"]), p["device"], log=self.get_logger().info,
+            language=bool(p["components"])))
         self.core = WorkerCore(engine, p["instance_id"], p["tier"], int(p["max_batch"]), model,
                                float(p["heartbeat_period_s"]))
         self._profile_args = (int(p["profile_reps"]), int(p["profile_views"]), int(p["profile_tokens"]))

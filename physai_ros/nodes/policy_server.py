@@ -26,7 +26,7 @@ from physai_ros_interfaces.srv import RegisterRobot
 from rclpy.node import Node
 from std_msgs.msg import UInt64
 
-from physai_ros.engine.compute_threads import in_fresh_thread, single_threaded_caller
+from physai_ros.engine.compute_threads import build_for
 from physai_ros.monitoring.config import load_monitoring
 from physai_ros.monitoring.diagnostics import ERROR, OK, MetricsTask, level_byte
 from physai_ros.monitoring.metrics import MetricsPublisher
@@ -94,11 +94,7 @@ class PolicyServerNode(Node):
         # threads each, the model built, warmed up and profiled on a thread that ends (2.4-2.7x
         # faster on cores of its own; engine.compute_threads). 0: as torch sets it up, built here.
         self._torch_threads = self.fleet.server.torch_threads or None
-        if self._torch_threads:
-            single_threaded_caller()
-            self.core, profiled, warm_s = in_fresh_thread(lambda: self._build_engines(started), self._torch_threads)
-        else:
-            self.core, profiled, warm_s = self._build_engines(started)
+        self.core, profiled, warm_s = build_for(self._torch_threads, lambda: self._build_engines(started))
         # fleet.yaml factory.apply: plan on the measured profiles and run the plan (docs/factory.md).
         self.factory = apply_factory(self.core, self.fleet, measured=list(profiled))
         if self.factory is not None:

@@ -9,13 +9,25 @@ import threading
 import pytest
 import torch
 
-from physai_ros.engine.compute_threads import in_fresh_thread, use_threads
+from physai_ros.engine.compute_threads import build_for, in_fresh_thread, use_threads
 
 
 def test_in_fresh_thread_returns_the_result_computed_with_the_threads_asked_for():
     caller = threading.get_ident()
     ident, threads = in_fresh_thread(lambda: (threading.get_ident(), torch.get_num_threads()), 1)
     assert ident != caller and threads == 1
+
+
+def test_build_for_builds_here_without_a_count_and_on_a_fresh_thread_with_one():
+    caller = threading.get_ident()
+    assert build_for(None, threading.get_ident) == caller
+    before = torch.get_num_threads()
+    try:
+        ident, threads = build_for(1, lambda: (threading.get_ident(), torch.get_num_threads()))
+        assert ident != caller and threads == 1
+        assert torch.get_num_threads() == 1  # the caller was pinned first
+    finally:
+        torch.set_num_threads(before)
 
 
 class _Stop(BaseException):
@@ -47,7 +59,8 @@ def tasks():
     return len(os.listdir("/proc/self/task"))
 
 a = torch.randn(512, 512)
-default = single_threaded_caller()
+default = torch.get_num_threads()
+single_threaded_caller()
 base = tasks()
 for _ in range(20):
     a @ a  # the pinned main thread: inline, no team
