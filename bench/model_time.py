@@ -5,9 +5,9 @@ answers at once, for reasons that are not serving logic: while the model compute
 process sleeps (its core drops into an idle state and its caches go cold) and the model's
 working set evicts the server's own receive and publish paths. Measured here (2026-11-25, load
 0.5): the rclpy echo's overhead rose from 0.47-0.56 ms to 1.18 ms p50 when its callback first
-computed for 40 ms first. Our server always runs its engine (sim_pi0: 16-20 ms on this CPU), so
-anchors at ~0 ms model time compare our transport with theirs on unequal terms; the bench
-reports both.
+computed for 40 ms. Our server always runs its engine (sim_pi0 on this CPU: 16-25 ms with
+server.torch_threads 1, 45-50 ms by default), so anchors at ~0 ms model time compare our
+transport with theirs on unequal terms; the bench reports both.
 
 numpy only: it is imported by the openpi server in .venv-openpi (numpy<2) as well.
 """

@@ -9,8 +9,9 @@ openpi_client codec and the websockets package it uses.
 
 The policy here does only the work a transport benchmark should see besides the wire: it reads
 every image and the state (so the payload is really received and touched) and returns an action
-chunk of the engine's shape. Its time is reported as infer_ms and subtracted, as ours is. --model-ms adds that many
-milliseconds of matrix products to each infer (bench/model_time.py says why).
+chunk of the engine's shape. Its time is reported as infer_ms and subtracted, as ours is.
+--model-ms adds that many milliseconds of matrix products to each infer (bench/model_time.py
+says why).
 
   python bench/openpi_baseline/server.py --port 8765 --horizon 50 --action-dim 32 [--model-ms 40]
 """
