@@ -53,6 +53,7 @@ def check_sim(cfg: FleetConfig) -> None:
     the key path, e.g. "robots[1].sim.drop_prob: drop_prob must be within 0..1, got 2.0"."""
     from physai_ros.config_fields import FleetConfigError
     from physai_ros.sim.runtime import check_sim_params
+    from physai_ros.sim.tasks import make_task
 
     for i, robot in enumerate(cfg.robots):
         if robot.simulated:
@@ -60,6 +61,14 @@ def check_sim(cfg: FleetConfig) -> None:
                 check_sim_params(robot.sim, f"robots[{i}].sim")
             except ValueError as exc:
                 raise FleetConfigError(str(exc)) from None
+            prompt = sim_params(robot).get("prompt")
+            if prompt and "prompt" not in robot.sim:
+                # The sim task follows the fleet task's prompt (robot_params.sim_params).
+                try:
+                    make_task(robot.sim["task"], prompt)
+                except ValueError as exc:
+                    raise FleetConfigError(f"tasks.{robot.task.name}.prompt (robots[{i}].sim.task "
+                                           f"{robot.sim['task']!r} follows it): {exc}") from None
 
 
 def fleet_plan(cfg: FleetConfig, controller: bool = True) -> list[ProcessSpec]:

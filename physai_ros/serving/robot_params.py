@@ -11,12 +11,18 @@ from physai_ros.serving.config import RobotConfig
 
 
 def sim_params(robot: RobotConfig) -> dict[str, Any]:
-    """The sim_robot node's parameters (SimRobotConfig fields) for this robot, as rclpy takes them."""
+    """The sim_robot node's parameters (SimRobotConfig fields) for this robot, as rclpy takes them.
+    A sim task whose goal follows its instruction (place_in_order) gets the fleet task's prompt,
+    the one the robot's client sends, unless `sim.prompt` sets another."""
     from physai_ros.sim.runtime import SimRobotConfig
+    from physai_ros.sim.tasks import TASKS
 
     defaults = vars(SimRobotConfig())
     p: dict[str, Any] = {"robot_id": robot.id, "num_views": robot.num_views,
                          "image_width": robot.image_width, "image_height": robot.image_height}
+    task_cls = TASKS.get(robot.sim.get("task", defaults["task"]))
+    if task_cls is not None and task_cls.reads_prompt:
+        p["prompt"] = robot.task.prompt
     for key, value in robot.sim.items():
         # rclpy refuses an INTEGER for a DOUBLE parameter: `camera_rate_hz: 15` in fleet.yaml
         # must reach the node as 15.0, not crash it.

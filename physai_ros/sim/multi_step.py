@@ -1,7 +1,7 @@
 """The multi-step task's planner ground truth and its scripted expert (issue 23).
 
 place_in_order (sim.tasks.PlaceInOrderTask): "place the red cube then the blue cube on the green
-pad". A perfect System 2 planner splits it into single-object instructions of the kind the
+pad" (or blue then red: the prompt sets the order). A perfect System 2 planner splits it into single-object instructions of the kind the
 action policy's prompts already are ("pick up the blue cube and place it on the green pad"), one
 at a time; `subgoal_text` is that answer for any state, and the expert solves the task subgoal
 by subgoal with the single-object ScriptedExpert, so its recordings are per-subgoal
@@ -41,12 +41,13 @@ def subgoal_text(snap: WorldSnapshot) -> str:
     return pick_and_place_instruction(snap.object_names[idx])
 
 
-def subgoal_sequence(task: str) -> tuple[str, ...]:
-    """The planner's answers over a successful episode, in order."""
-    names = make_task(task).object_names
-    if len(names) <= 1:
-        return (make_task(task).prompt,)
-    return tuple(pick_and_place_instruction(n) for n in names) + (DONE_SUBGOAL,)
+def subgoal_sequence(task: str, prompt: str | None = None) -> tuple[str, ...]:
+    """The planner's answers over a successful episode, in order (for the task run with
+    `prompt`: place_in_order's order is the prompt's)."""
+    t = make_task(task, prompt)
+    if len(t.object_names) <= 1:
+        return (t.prompt,)
+    return tuple(pick_and_place_instruction(n) for n in t.object_names) + (DONE_SUBGOAL,)
 
 
 def _index_of(snap: WorldSnapshot, pos: np.ndarray) -> int:

@@ -13,6 +13,7 @@ from physai_ros.protocol.chunk import ActionChunkData
 from physai_ros.sim.multi_step import make_expert
 from physai_ros.sim.robot import ArmConfig
 from physai_ros.sim.runtime import TaskStatus
+from physai_ros.sim.tasks import make_task
 from physai_ros.sim.world import SimWorld
 
 
@@ -39,6 +40,11 @@ class ScriptedChunkPlanner:
     def plan(self, positions: np.ndarray, status: TaskStatus, capture_time: float, round_id: int) -> ActionChunkData:
         if status.task != self.mirror.task.name:
             raise ValueError(f"planner runs {self.mirror.task.name!r} but the robot reports {status.task!r}")
+        if self.mirror.task.reads_prompt and status.prompt and status.prompt != self.mirror.task.prompt:
+            # The robot's instruction sets its goal (place_in_order: the cubes' order, which is
+            # also the order of status.objects): mirror that task.
+            self.mirror.task = make_task(status.task, status.prompt)
+            self.expert = make_expert(self.mirror)
         # Several cubes (place_in_order): the status lists them all and which one is held.
         objects = [np.asarray(p) for p in status.objects] if len(status.objects) > 1 else None
         self.mirror.set_state(positions, np.asarray(status.object_pos), status.grasped, np.asarray(status.goal),

@@ -23,7 +23,7 @@ from physai_ros.sim.multi_step import subgoal_text
 from physai_ros.sim.narration import SubtaskTracker, scene_description, subtask_label
 from physai_ros.sim.render import Renderer
 from physai_ros.sim.robot import ArmConfig
-from physai_ros.sim.tasks import TASKS
+from physai_ros.sim.tasks import TASKS, make_task
 from physai_ros.sim.world import SimWorld, WorldSnapshot
 
 
@@ -31,6 +31,9 @@ from physai_ros.sim.world import SimWorld, WorldSnapshot
 class SimRobotConfig:
     robot_id: str = "robot_0"
     task: str = "pick_and_place"
+    # The instruction the robot is given, for tasks whose goal depends on it (place_in_order: the
+    # cubes' order); "" = the task's own. physai-fleet and the launch pass the fleet task's prompt.
+    prompt: str = ""
     seed: int = 0
     num_joints: int = 4
     num_views: int = 1
@@ -85,6 +88,11 @@ def check_sim_params(params: Mapping[str, Any], path: str) -> SimRobotConfig:
         values[key] = value
     if "task" in values and values["task"] not in TASKS:
         raise ValueError(f"{path}.task: expected one of {sorted(TASKS)}, got {values['task']!r}")
+    if values.get("prompt"):
+        try:
+            make_task(values.get("task", SimRobotConfig.task), values["prompt"])
+        except ValueError as exc:
+            raise ValueError(f"{path}.prompt: {exc}") from None
     try:
         return SimRobotConfig(**values)
     except ValueError as exc:
@@ -126,7 +134,7 @@ class TaskStatus:
     progress: str = ""  # "ongoing" / "done" / "failed" (SimWorld.progress); "": an older sim robot
     failure: str = ""  # why failed: dropped / knocked / wrong_order / timeout
     subgoal: str = ""  # the planner's answer: the next single-object instruction ("done" at the end)
-    objects: list[list[float]] = field(default_factory=list)  # every cube (place_in_order: red, blue)
+    objects: list[list[float]] = field(default_factory=list)  # every cube, in the task's order
     held: int = -1  # index into objects of the cube in the gripper
 
     def to_json(self) -> str:
@@ -173,8 +181,8 @@ class SimRobotRuntime:
     MAX_SAMPLES_PER_TICK = 16
     def __init__(self, cfg: SimRobotConfig):
         self.cfg = cfg
-        self.world = SimWorld(ArmConfig(num_joints=cfg.num_joints), task=cfg.task, seed=cfg.seed,
-                              events=cfg.events)
+        self.world = SimWorld(ArmConfig(num_joints=cfg.num_joints), task=make_task(cfg.task, cfg.prompt),
+                              seed=cfg.seed, events=cfg.events)
         self.renderer = Renderer(self.world.arm.cfg, num_views=cfg.num_views, width=cfg.image_width,
                                  height=cfg.image_height, object_size=self.world.scene.object_size,
                                  goal_radius=self.world.scene.goal_radius)

@@ -6,6 +6,7 @@ every sampled episode is solvable; the sampling uses the world's seeded generato
 from __future__ import annotations
 
 import math
+import re
 from dataclasses import dataclass
 
 import numpy as np
@@ -43,6 +44,7 @@ class Task:
     prompt = ""
     timeout_s = 20.0
     object_names: tuple[str, ...] = ("blue cube",)  # the renderer's colours, one per cube
+    reads_prompt = False  # True: the task's goal depends on its prompt (make_task passes one)
     failure_reason = ""  # what wrong_order reports (multi-object tasks)
 
     def sample(self, rng: np.random.Generator, cfg: SceneConfig) -> Placement:
@@ -104,16 +106,38 @@ class PickAndPlaceTask(Task):
             np.linalg.norm(object_pos[:2] - goal[:2]) <= cfg.place_tolerance)
 
 
+CUBE_NAMES = ("red cube", "blue cube")  # the renderer's cube colours (sim.render.CUBE_COLOURS)
+
+
+def cube_order(prompt: str) -> tuple[str, ...]:
+    """The cubes in the order a prompt first names them: "place the blue cube then the red cube
+    on the green pad" -> ("blue cube", "red cube"). A colour may be named again later ("... on
+    top of the red one") without changing the order. ValueError unless both cubes are named."""
+    named = tuple(dict.fromkeys(f"{c} cube" for c in re.findall(r"\b(red|blue)\b", prompt.lower())))
+    if sorted(named) != sorted(CUBE_NAMES):
+        raise ValueError(f"place_in_order's prompt must name both cubes ({', '.join(CUBE_NAMES)}) in the "
+                         f"order they go on the pad, got {prompt!r}")
+    return named
+
+
 class PlaceInOrderTask(Task):
-    """Two cubes onto one pad in the prompt's order: the red one on the pad, then the blue one on
-    top of it (the stack makes the order physical). Each step is what a single-object prompt says
-    (sim.multi_step.subgoal_text); blue on the pad first is a failure (it must come off again)."""
+    """Two cubes onto one pad in the order the prompt names them: the first on the pad, then the
+    second on top of it (the stack makes the order physical). Each step is what a single-object
+    prompt says (sim.multi_step.subgoal_text); the second cube on the pad first is a failure (it
+    must come off again). Cube index i is the i-th in the prompt's order (object_names), whatever
+    its colour; the renderer colours each by its name."""
     name = "place_in_order"
     prompt = "place the red cube then the blue cube on the green pad"
     timeout_s = 40.0
-    object_names = ("red cube", "blue cube")
+    object_names = cube_order(prompt)
     failure_reason = "wrong_order"
     min_cube_separation = 0.10
+    reads_prompt = True
+
+    def __init__(self, prompt: str | None = None):
+        if prompt is not None:
+            self.object_names = cube_order(prompt)
+            self.prompt = prompt
 
     def sample(self, rng: np.random.Generator, cfg: SceneConfig) -> Placement:
         goal_xy = _sample_on_table(rng, cfg)
@@ -141,8 +165,8 @@ class PlaceInOrderTask(Task):
                     and 0 < p[2] - below[2] <= cfg.object_size + 0.01)
 
     def success_all(self, *, objects, held, resting, goal, cfg) -> bool:
-        red, blue = objects
-        return held is None and all(resting) and self._on_pad(red, goal, cfg) and self._on_top(blue, red, cfg)
+        first, second = objects
+        return held is None and all(resting) and self._on_pad(first, goal, cfg) and self._on_top(second, first, cfg)
 
     def focus(self, objects, goal, cfg) -> int:
         return 1 if self._on_pad(objects[0], goal, cfg) else 0
@@ -157,8 +181,11 @@ TASKS: dict[str, type[Task]] = {"reach": ReachTask, "pick_and_place": PickAndPla
 PAD_TASKS = frozenset({"pick_and_place", "place_in_order"})
 
 
-def make_task(name: str) -> Task:
+def make_task(name: str, prompt: str | None = None) -> Task:
+    """The task `name`; `prompt` (None or "": the task's own) sets what tasks that read their
+    instruction do (place_in_order: the cubes' order). Other tasks keep their own prompt."""
     try:
-        return TASKS[name]()
+        cls = TASKS[name]
     except KeyError:
         raise ValueError(f"unknown task {name!r}; known: {sorted(TASKS)}") from None
+    return cls(prompt or None) if cls.reads_prompt else cls()

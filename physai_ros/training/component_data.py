@@ -29,6 +29,7 @@ from physai_ros.sim.events import EventConfig
 from physai_ros.sim.multi_step import make_expert
 from physai_ros.sim.render import Renderer
 from physai_ros.sim.robot import ArmConfig
+from physai_ros.sim.tasks import make_task
 from physai_ros.sim.world import SimWorld
 
 from .component_questions import truth
@@ -41,6 +42,7 @@ class ComponentCell:
     task: str = "pick_and_place"
     seed: int = 0
     episodes: int = 4
+    prompt: str = ""  # the robot's instruction ("": the task's own; place_in_order: sets the order)
     intruder_rate_per_min: float = 6.0
     intruder_duration_s: float = 3.0
     drop_prob: float = 0.3
@@ -60,7 +62,7 @@ def record_component_cell(cell: ComponentCell) -> Dict[str, np.ndarray]:
     events = EventConfig(intruder_rate_per_min=cell.intruder_rate_per_min,
                          intruder_duration_s=cell.intruder_duration_s,
                          drop_prob=cell.drop_prob, knock_prob=cell.knock_prob)
-    world = SimWorld(ArmConfig(num_joints=4), task=cell.task, seed=cell.seed, events=events)
+    world = SimWorld(ArmConfig(num_joints=4), task=make_task(cell.task, cell.prompt), seed=cell.seed, events=events)
     renderer = Renderer(world.arm.cfg, num_views=cell.num_views, width=cell.camera_size,
                         height=cell.camera_size, object_size=world.scene.object_size,
                         goal_radius=world.scene.goal_radius)

@@ -189,6 +189,39 @@ def test_fleet_plan_rejects_a_bad_sim_key_with_its_path():
         fleet_plan(dataclasses.replace(fleet, robots=(fleet.robots[0], bad, *fleet.robots[2:])))
 
 
+def test_a_place_in_order_sim_follows_its_fleet_tasks_prompt():
+    """The order is the robot's instruction: the sim gets the fleet task's prompt (which its
+    client sends), and a prompt that does not name both cubes is refused before anything starts,
+    naming the task's key; `sim.prompt` overrides it."""
+    from physai_ros.config_fields import FleetConfigError
+    from physai_ros.fleet.plan import fleet_plan
+    from physai_ros.serving.config import default_fleet_path, load_fleet
+    from physai_ros.serving.robot_params import sim_params
+
+    fleet = load_fleet(default_fleet_path().parent / "fleet_pipeline.yaml")
+    i = next(k for k, r in enumerate(fleet.robots) if r.sim.get("task") == "place_in_order")
+    robot = fleet.robots[i]
+    assert sim_params(robot)["prompt"] == robot.task.prompt
+    assert "prompt" not in sim_params(fleet.robots[1 - i])  # pick and place does not read one
+
+    def plan_with(task_prompt, sim=None):
+        task = dataclasses.replace(robot.task, prompt=task_prompt)
+        r = dataclasses.replace(robot, task=task, sim={**robot.sim, **(sim or {})})
+        return fleet_plan(dataclasses.replace(fleet, robots=(*fleet.robots[:i], r, *fleet.robots[i + 1:])))
+
+    blue_first = "place the blue cube then the red cube on the green pad"
+    spec = next(s for s in plan_with(blue_first) if s.executable == "sim_robot" and s.params["task"] == "place_in_order")
+    assert spec.params["prompt"] == blue_first
+    with pytest.raises(FleetConfigError, match=rf"tasks\.{robot.task.name}\.prompt \(robots\[{i}\]\.sim\.task "
+                                               r"'place_in_order' follows it\): .*must name both cubes"):
+        plan_with("stack the cubes")
+    with pytest.raises(FleetConfigError, match=rf"robots\[{i}\]\.sim\.prompt: .*must name both cubes"):
+        plan_with(blue_first, {"prompt": "stack the cubes"})
+    spec = next(s for s in plan_with("stack the cubes", {"prompt": blue_first}) if s.executable == "sim_robot"
+                and s.params["task"] == "place_in_order")
+    assert spec.params["prompt"] == blue_first
+
+
 def test_a_requested_reset_starts_the_next_episode_and_clears_the_failure():
     """What a progress monitor's "failed" leads to: reset and retry."""
     rt = SimRobotRuntime(SimRobotConfig(task="pick_and_place", seed=2, knock_prob=1.0))

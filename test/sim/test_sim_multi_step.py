@@ -1,5 +1,6 @@
 """Issue 23's multi-step task (sim.tasks.PlaceInOrderTask) and its planner ground truth and expert
-(sim.multi_step): red cube on the pad, then the blue cube on top of it."""
+(sim.multi_step): the first cube the prompt names on the pad, then the other on top of it (the
+default prompt: red, then blue)."""
 from __future__ import annotations
 
 import numpy as np
@@ -12,12 +13,14 @@ from physai_ros.sim.multi_step import (DONE_SUBGOAL, MultiStepExpert, make_exper
 from physai_ros.sim.narration import DROPPED as SAID_DROPPED, SubtaskTracker, scene_description
 from physai_ros.sim.planner import ScriptedChunkPlanner
 from physai_ros.sim.render import Renderer
-from physai_ros.sim.runtime import SimRobotConfig, SimRobotRuntime
+from physai_ros.sim.runtime import SimRobotConfig, SimRobotRuntime, check_sim_params
+from physai_ros.sim.tasks import cube_order, make_task
 from physai_ros.sim.world import SimWorld
 
 DT = 1 / 480
 RED_FIRST = "pick up the red cube and place it on the green pad"
 BLUE_NEXT = "pick up the blue cube and place it on the green pad"
+BLUE_FIRST_PROMPT = "place the blue cube then the red cube on the green pad"
 
 
 def _solve(world: SimWorld, extra_s: float = 0.5, every: int = 8):
@@ -116,3 +119,56 @@ def test_runtime_status_and_mirror_planner_handle_two_cubes():
     chunk = planner.plan(out.snapshot.positions, st, capture_time=1.0, round_id=0)
     assert chunk.actions.shape == (20, 5)
     np.testing.assert_allclose(planner.mirror.objects[1], st.objects[1], atol=1e-5)
+
+
+def test_the_prompt_sets_the_order():
+    assert cube_order("place the red cube then the blue cube on the green pad") == ("red cube", "blue cube")
+    assert cube_order(BLUE_FIRST_PROMPT) == ("blue cube", "red cube")
+    # The first mention counts; naming a cube again later does not reorder.
+    assert cube_order("Blue first, then put the RED cube on top of the blue one") == ("blue cube", "red cube")
+    for bad in ("place the red cube on the green pad", "stack the cubes", ""):
+        with pytest.raises(ValueError, match="must name both cubes"):
+            cube_order(bad)
+    # Tasks that do not read their prompt keep their own; "" and None are the task's default.
+    assert make_task("pick_and_place", BLUE_FIRST_PROMPT).prompt == make_task("pick_and_place").prompt
+    assert make_task("place_in_order", "").object_names == ("red cube", "blue cube")
+    assert subgoal_sequence("place_in_order", BLUE_FIRST_PROMPT) == (BLUE_NEXT, RED_FIRST, DONE_SUBGOAL)
+
+
+@pytest.mark.parametrize("seed", range(3))
+def test_blue_first_prompt_the_expert_stacks_red_on_blue(seed):
+    w = SimWorld(task=make_task("place_in_order", BLUE_FIRST_PROMPT), seed=seed)
+    snaps = _solve(w)
+    blue, red = w.objects  # cube i is the i-th the prompt names
+    assert w.success
+    assert np.linalg.norm(blue[:2] - w.goal[:2]) <= w.scene.place_tolerance
+    assert red[2] == pytest.approx(blue[2] + w.scene.object_size, abs=2e-3)
+    assert _collapse([subgoal_text(s) for s in snaps]) == [BLUE_NEXT, RED_FIRST, DONE_SUBGOAL]
+    assert scene_description(snaps[-1], w.scene).startswith("blue cube on the green pad; red cube on the blue cube")
+    # The cubes keep their colours: the one on top of the stack is drawn red.
+    img = Renderer(w.arm.cfg, num_views=1).render(snaps[-1])[0]
+    r, g, b = (img[..., i].astype(int) for i in range(3))
+    assert np.any((r - g > 100) & (r - b > 100)) and np.any((b - r > 80) & (b - g > 60))
+
+
+def test_blue_first_prompt_red_on_the_pad_first_is_the_wrong_order():
+    w = SimWorld(task=make_task("place_in_order", BLUE_FIRST_PROMPT), seed=2)
+    top = w.scene.goal_height + w.scene.object_size / 2
+    w.objects[1] = np.array([w.goal[0], w.goal[1], top])  # the red cube (named second) onto the pad
+    w.step(DT)
+    assert w.progress() == (FAILED, WRONG_ORDER)
+
+
+def test_runtime_and_mirror_planner_follow_the_robots_prompt():
+    with pytest.raises(ValueError, match=r"robots\[0\]\.sim\.prompt: .*must name both cubes"):
+        check_sim_params({"task": "place_in_order", "prompt": "stack them"}, "robots[0].sim")
+    rt = SimRobotRuntime(SimRobotConfig(task="place_in_order", seed=3, prompt=BLUE_FIRST_PROMPT))
+    out = rt.tick(1.0)
+    st = out.status
+    assert st.prompt == BLUE_FIRST_PROMPT and st.subgoal == BLUE_NEXT
+    assert st.scene.startswith("blue cube ") and "; red cube " in st.scene
+    # The demo's scripted planner is built for the default order; the status' prompt re-sets it.
+    planner = ScriptedChunkPlanner("robot_0", "place_in_order", num_actions=20, horizon=10)
+    planner.plan(out.snapshot.positions, st, capture_time=1.0, round_id=0)
+    assert planner.mirror.task.object_names == ("blue cube", "red cube")
+    np.testing.assert_allclose(planner.mirror.objects[0], st.objects[0], atol=1e-5)
