@@ -17,12 +17,27 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 
-def _param_value(v: object) -> str:
+def _param_value(v: object, in_list: bool = False) -> str:
     if isinstance(v, bool):
         return "true" if v else "false"
     if isinstance(v, (list, tuple)):
-        return "[" + ",".join(_param_value(x) for x in v) + "]"
+        return "[" + ",".join(_param_value(x, in_list=True) for x in v) + "]"
+    if isinstance(v, str) and not (_reads_back(v) and not (in_list and any(c in v for c in ",[]{}"))):
+        # rcl parses `-p name:=value` as YAML: free text such as a prompt ("note: red first",
+        # "yes", "") would arrive as a mapping, a bool or nothing and kill the node at its
+        # declare_parameter. A single-quoted YAML scalar is always the string itself.
+        return "'" + v.replace("'", "''") + "'"
     return str(v)
+
+
+def _reads_back(text: str) -> bool:
+    """Whether YAML reads `text` back as that very string (then it needs no quotes)."""
+    import yaml
+
+    try:
+        return yaml.safe_load(text) == text
+    except yaml.YAMLError:
+        return False
 
 
 @dataclass(frozen=True)

@@ -46,3 +46,28 @@ def _wait_for_line(path: Path, text: str, timeout: float = 30.0) -> bool:
             return True
         time.sleep(0.05)
     return False
+
+
+TRICKY_STRINGS = ["place the blue cube then the red cube on the green pad", "note: red first", "yes", "",
+                  "it's", "1.5", "[red]", "# not a comment"]
+
+
+def test_string_parameters_reach_the_node_as_written():
+    """rcl reads `-p name:=value` as YAML, so a free-text prompt could turn into a mapping, a bool
+    or nothing and kill the node at declare_parameter: ProcessSpec.argv quotes what needs it.
+    The arguments go through rcl's own parser here, as in a child process."""
+    import rclpy
+
+    params = {f"s{i}": v for i, v in enumerate(TRICKY_STRINGS)}
+    params["names"] = ["joint_0", "a,b", "x: y"]
+    argv = ProcessSpec("p", "m", params=params).argv("py")
+    ctx = rclpy.Context()
+    rclpy.init(args=argv[argv.index("--ros-args"):], context=ctx)
+    try:
+        node = rclpy.create_node("param_probe", context=ctx)
+        for name, want in params.items():
+            default = [""] if isinstance(want, list) else "x"
+            assert node.declare_parameter(name, default).value == want, (name, argv)
+        node.destroy_node()
+    finally:
+        rclpy.try_shutdown(context=ctx)
