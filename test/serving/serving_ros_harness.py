@@ -68,6 +68,7 @@ class StatusWatcher:
 
         self.lock = threading.Lock()
         self.status = {}  # ns -> dict
+        self.robots = list(robots)
         self.spun = SpunNode(name, spin_timeout_s=spin_timeout_s)
         self.node = self.spun.node
         for ns in robots:
@@ -79,8 +80,12 @@ class StatusWatcher:
             self.status[ns] = json.loads(m.data)
 
     def detail(self) -> str:
-        """What a failed wait reports (called under the lock)."""
-        return f"status={self.status}"
+        """What a failed wait reports (called under the lock). For a robot whose status never
+        came: how many client_status publishers this node's graph knows of (0: its client is
+        down or was never discovered; 1: discovered, yet nothing delivered)."""
+        silent = {ns: self.node.count_publishers(f"/{ns}/client_status")
+                  for ns in self.robots if ns not in self.status}
+        return f"status={self.status}" + (f"; no status yet from {silent} (publishers seen)" if silent else "")
 
     def wait(self, pred, timeout, what):
         return wait_for(pred, timeout, what, self.detail, lock=self.lock)
