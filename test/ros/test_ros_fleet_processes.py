@@ -2,7 +2,6 @@
 (SIGTERM, then SIGKILL for a child that ignores it)."""
 import os
 import signal
-import sys
 from pathlib import Path
 
 import pytest
