@@ -78,8 +78,10 @@ class SimRobotNode(Node):
                 f"{frame_bytes}-byte images exceed Fast DDS' default shared-memory segment; set "
                 "FASTDDS_DEFAULT_PROFILES_FILE=config/fastdds_shm.xml or frames will be lost")
         self.timer = self.create_timer(1.0 / self.cfg.physics_rate_hz, self._tick)
+        task = self.rt.world.task
+        order = f" (order: {', then '.join(task.object_names)})" if task.reads_prompt else ""
         self.get_logger().info(
-            f"sim robot {self.cfg.robot_id}: task {self.cfg.task}, {self.cfg.num_joints} joints + gripper, "
+            f"sim robot {self.cfg.robot_id}: task {self.cfg.task}{order}, {self.cfg.num_joints} joints + gripper, "
             f"{self.cfg.num_views} view(s) {self.cfg.image_width}x{self.cfg.image_height}, seed {self.cfg.seed}")
 
     def _setup_diagnostics(self) -> None:

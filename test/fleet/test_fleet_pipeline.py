@@ -83,6 +83,9 @@ def test_the_report_counts_components_events_and_renders_lines():
         parse_summary({"robots": [{"id": "r", "pipeline": {"components": 3}}]})
 
 
+BLUE_FIRST = "note: the blue cube goes first, then place the red cube on top of it on the green pad"
+
+
 def _tiny_copy(tmp_path: Path) -> Path:
     """fleet_pipeline.yaml with the tiny random preset (starts in seconds), its first two robots,
     no latency profile, and component SLOs with room for a loaded 2-core machine."""
@@ -91,6 +94,9 @@ def _tiny_copy(tmp_path: Path) -> Path:
                               "max_token_len": 48, "seed": 0}
     doc["server"]["profile"] = False
     doc["robots"] = doc["robots"][:2]
+    # The other order, in free text that rcl's YAML would not read as a string: the sim robot
+    # follows the task's prompt (robot_params.sim_params) and must start with it.
+    doc["tasks"]["place_in_order"]["prompt"] = BLUE_FIRST
     for task in doc["tasks"].values():
         for name, comp in task["components"].items():
             comp["slo_ms"] = 5000
@@ -114,6 +120,8 @@ def test_the_pipeline_fleet_runs_asks_every_component_and_counts_garbage(tmp_pat
     assert "processes ended abnormally" not in text and "exited with" not in text, text[-4000:]
     for log in logs.glob("*.log"):  # nothing crashed on the way, the garbage answers included
         assert "Traceback" not in log.read_text(errors="replace"), (log.name, log.read_text()[-3000:])
+    sim_log = (logs / "robot_1__sim_robot.log").read_text(errors="replace")
+    assert "task place_in_order (order: blue cube, then red cube)" in sim_log, sim_log[-2000:]
     report = json.loads(summary.read_text())
     robots = {r["id"]: r for r in report["robots"]}
     want = {"robot_0": ("pick_place_monitored", {"monitor"}),
