@@ -1,7 +1,8 @@
 """The multi-step task's planner ground truth and its scripted expert (issue 23).
 
 place_in_order (sim.tasks.PlaceInOrderTask): "place the red cube then the blue cube on the green
-pad" (or blue then red: the prompt sets the order). A perfect System 2 planner splits it into single-object instructions of the kind the
+pad" (or blue then red: the prompt sets the order). A perfect System 2 planner splits it into
+single-object instructions of the kind the
 action policy's prompts already are ("pick up the blue cube and place it on the green pad"), one
 at a time; `subgoal_text` is that answer for any state, and the expert solves the task subgoal
 by subgoal with the single-object ScriptedExpert, so its recordings are per-subgoal
