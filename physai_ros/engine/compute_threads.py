@@ -20,8 +20,10 @@ The layout that avoids it, for a process that computes on worker threads:
 - construction, warm-up and profiling run in a thread that ends when they are done, taking its
   team with it: `in_fresh_thread()` (both steps: `build_for()`);
 - each engine instance's serving thread sets its own thread count first: `use_threads()`; threads
-  that compute beside it (component questions, in either layout) set one thread, so their ops
-  run inline, no team.
+  that compute beside it (component questions) set one thread, so their ops run inline, no team.
+  In the default layout the serving threads set the count torch gave the main thread
+  (`default_threads()`), since a thread that sets none takes whatever some thread set last
+  (use_threads says why that matters), and the component threads keep torch's count.
 
 When this applies: fleet.yaml's `server.torch_threads` N >= 1 (the engine worker's
 `torch_threads` parameter) turns it on, N threads per engine; 0, the default, leaves torch as it
@@ -42,20 +44,35 @@ T = TypeVar("T")
 
 
 def single_threaded_caller() -> None:
-    """Pin the calling thread to one intra-op thread. Only the caller for sure: a thread started
-    later begins with the count that any thread set last (torch keeps one process-wide default,
-    which every set_num_threads overwrites), so every other thread that runs torch ops sets its
-    own count with use_threads()."""
+    """Pin the calling thread to one intra-op thread (use_threads(1)). Only the caller: see
+    use_threads for what other threads get."""
+    use_threads(1)
+
+
+def default_threads() -> int:
+    """The intra-op count torch gives a thread that never set one, as of now (the process-wide
+    value: torch's own default until some thread calls set_num_threads)."""
     import torch
 
-    torch.set_num_threads(1)
+    return torch.get_num_threads()
 
 
 def use_threads(n: int | None) -> None:
-    """The calling thread's intra-op thread count (None: leave it). Call first in a compute thread."""
+    """The calling thread's intra-op thread count, for good (None: leave it). Call first in a
+    compute thread.
+
+    torch keeps one process-wide count, which every set_num_threads overwrites, and a thread takes
+    it over at its first parallel op (at::internal::lazy_init_num_threads), not when it calls
+    set_num_threads. So a thread that set its count and had not computed yet lost it to any later
+    set_num_threads elsewhere, and a thread that never sets one computes with whatever some
+    thread set last: a component thread's single thread made the policy server's engine thread
+    single-threaded in the default layout, and `make demo-pipeline` went from 8 tasks in 60 s
+    (round trip ~215 ms) to 0 (~650 ms) (2026-11-25). Initialising this thread first makes its
+    count its own; test_compute_threads.py checks both facts."""
     if n is not None and n > 0:
         import torch
 
+        torch.get_num_threads()  # this thread's lazy initialisation, now, from the current default
         torch.set_num_threads(int(n))
 
 

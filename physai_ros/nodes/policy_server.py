@@ -26,7 +26,7 @@ from physai_ros_interfaces.srv import RegisterRobot
 from rclpy.node import Node
 from std_msgs.msg import UInt64
 
-from physai_ros.engine.compute_threads import build_for
+from physai_ros.engine.compute_threads import build_for, default_threads
 from physai_ros.monitoring.config import load_monitoring
 from physai_ros.monitoring.diagnostics import ERROR, OK, MetricsTask, level_byte
 from physai_ros.monitoring.metrics import MetricsPublisher
@@ -95,6 +95,10 @@ class PolicyServerNode(Node):
         # faster on cores of its own; engine.compute_threads). 0: as torch sets it up, built here.
         self._torch_threads = self.fleet.server.torch_threads or None
         self.core, profiled, warm_s = build_for(self._torch_threads, lambda: self._build_engines(started))
+        # The serving threads' count, set by each for itself: N, or torch's default for the main
+        # thread that built the model (not whatever another thread, e.g. a component thread at
+        # one, sets later: engine.compute_threads.use_threads).
+        serve_threads = self._torch_threads or default_threads()
         # fleet.yaml factory.apply: plan on the measured profiles and run the plan (docs/factory.md).
         self.factory = apply_factory(self.core, self.fleet, measured=list(profiled))
         if self.factory is not None:
@@ -113,7 +117,7 @@ class PolicyServerNode(Node):
         self.pipeline = PolicyServerPipeline.maybe(self, self.fleet, self.core)  # issue 23: /<ns>/component_query
         self._runner = ServingRunner(self.core, self._publish_chunks, self._publish_refresh,
                                      self.get_logger().error, on_texts=self._publish_texts,
-                                     torch_threads=self._torch_threads).start()
+                                     torch_threads=serve_threads).start()
         if self.fleet.server.robot_timeout_s is not None:
             # A robot silent past server.robot_timeout_s (network cut, client dead) is freed.
             self.create_timer(1.0, self._release_idle_robots)

@@ -263,9 +263,12 @@ class ComponentService:
         return (key, batch) if batch else None
 
     def _work(self, mine: tuple[str, ...]) -> None:
-        # One intra-op thread: this thread computes beside the engines' serving threads, and a
-        # second OpenMP team would slow every System 1 call (engine.compute_threads).
-        use_threads(1)
+        # With server.torch_threads N >= 1 (one spinning OpenMP team per engine), one intra-op
+        # thread: a second team beside System 1's made its calls 2.6x slower. By default torch's
+        # own setup, as the engines' threads: their teams are throttled already, and in `make
+        # demo-pipeline` a single-threaded component thread bought nothing (2 runs each, 60 s:
+        # 4 and 7 tasks, System 1 round trip 201-271 ms p50, against 11 and 6 tasks, 163-242 ms).
+        use_threads(1 if self.fleet.server.torch_threads else None)
         while True:
             with self._lock:
                 took = self._take_locked(mine)

@@ -92,3 +92,43 @@ def test_a_pinned_main_thread_forms_no_team_and_a_fresh_threads_team_ends_with_i
     assert r["after_main"] == r["base"], "the pinned main thread started OpenMP workers"
     assert r["during"] >= r["base"] + 2, "the fresh thread (and its team's worker) were not running"
     assert r["after_fresh"] == r["base"], "the fresh thread's OpenMP worker outlived it"
+
+
+_STICKY = r"""
+import json, threading, torch
+from physai_ros.engine.compute_threads import default_threads, use_threads
+
+def run(set_count):
+    ready, later = threading.Event(), threading.Event()
+    out = {}
+    def serving():
+        set_count(2)  # before any op of its own, as a serving thread starts
+        ready.set(); later.wait()
+        torch.ones(4096).sum()
+        out["serving"] = torch.get_num_threads()
+    def component():
+        ready.wait()
+        use_threads(1)
+        later.set()
+    threads = [threading.Thread(target=serving), threading.Thread(target=component)]
+    [t.start() for t in threads]; [t.join() for t in threads]
+    bystander = threading.Thread(target=lambda: out.setdefault("bystander", torch.get_num_threads()))
+    bystander.start(); bystander.join()
+    return out
+
+print(json.dumps({"default": default_threads(), "torch_set": run(torch.set_num_threads), "use_threads": run(use_threads)}))
+"""
+
+
+def test_a_thread_keeps_the_count_use_threads_set_whatever_others_set_later():
+    """torch takes a thread's count from its one process-wide value at the thread's first op: a
+    serving thread that only called set_num_threads(2) computed at 1 after a component thread set
+    1 (the demo-pipeline regression, use_threads' docstring). use_threads initialises its thread
+    first, so the count stays; a thread that never sets one still gets the last value set."""
+    out = subprocess.run([sys.executable, "-c", _STICKY], capture_output=True, text=True, timeout=120,
+                         env={"OMP_NUM_THREADS": "2", "PATH": ""})
+    assert out.returncode == 0, out.stderr
+    r = json.loads(out.stdout.strip().splitlines()[-1])
+    assert r["default"] == 2
+    assert r["torch_set"] == {"serving": 1, "bystander": 1}  # the torch fact use_threads works around
+    assert r["use_threads"] == {"serving": 2, "bystander": 1}
