@@ -392,3 +392,40 @@ def test_a_released_robot_is_forgotten_its_waiting_questions_closed_and_its_pref
     assert len(closed) == 1 and closed[0].reason == "closed" and "released" in closed[0].error
     assert backend.forgotten == ["r0"] and svc.diagnostics()["queued"] == 1  # r1's question still waits
     svc.close(5.0)
+
+
+class CountingThreads(ScriptedBackend):
+    """Records the intra-op thread count each batch is answered with."""
+
+    def __init__(self):
+        super().__init__()
+        self.threads = []
+
+    def answer(self, queries):
+        import torch
+
+        self.threads.append(torch.get_num_threads())
+        return super().answer(queries)
+
+
+@pytest.mark.parametrize("torch_threads", [0, 1])
+def test_component_threads_pin_to_one_only_beside_one_team_engines(served, torch_threads):
+    """With server.torch_threads N the component threads run one intra-op thread (a second
+    OpenMP team would slow System 1); by default torch's count, as the engines: pinning them
+    there made the engines' serving threads single-threaded too (engine.compute_threads)."""
+    import torch
+
+    fleet, core = served
+    fleet = dataclasses.replace(fleet, server=dataclasses.replace(fleet.server, torch_threads=torch_threads))
+    before = torch.get_num_threads()
+    torch.set_num_threads(2)  # the process-wide value a thread that sets none takes (conftest: OMP_NUM_THREADS=1)
+    backend = CountingThreads().default("r0", "safety", "safe")
+    got = Collector()
+    svc = ComponentService(fleet, core, got, backends={"vla": backend})
+    try:
+        assert svc.submit(request("r0", "safety", 1)) is None
+        got.wait(1)
+    finally:
+        assert svc.close(5.0)
+        torch.set_num_threads(before)
+    assert backend.threads == [1 if torch_threads else 2]
