@@ -22,7 +22,7 @@ The layout that avoids it, for a process that computes on worker threads:
 - each engine instance's serving thread sets its own thread count first: `use_threads()`; threads
   that compute beside it (component questions) set one thread, so their ops run inline, no team.
   In the default layout the serving threads set the count torch gave the main thread
-  (`default_threads()`), since a thread that sets none takes whatever some thread set last
+  (`serving_threads()`), since a thread that sets none takes whatever some thread set last
   (use_threads says why that matters), and the component threads keep torch's count.
 
 When this applies: fleet.yaml's `server.torch_threads` N >= 1 (the engine worker's
@@ -49,12 +49,13 @@ def single_threaded_caller() -> None:
     use_threads(1)
 
 
-def default_threads() -> int:
-    """The intra-op count torch gives a thread that never set one, as of now (the process-wide
-    value: torch's own default until some thread calls set_num_threads)."""
+def serving_threads(n: int | None) -> int:
+    """The count a serving thread sets for itself (use_threads) in a layout built by build_for(n):
+    n, or with None the count torch gives the caller now (its default, on the main thread that
+    built the model), rather than whatever another thread sets later."""
     import torch
 
-    return torch.get_num_threads()
+    return n or torch.get_num_threads()
 
 
 def use_threads(n: int | None) -> None:

@@ -22,7 +22,7 @@ def _param_value(v: object, in_list: bool = False) -> str:
         return "true" if v else "false"
     if isinstance(v, (list, tuple)):
         return "[" + ",".join(_param_value(x, in_list=True) for x in v) + "]"
-    if isinstance(v, str) and not (_reads_back(v) and not (in_list and any(c in v for c in ",[]{}"))):
+    if isinstance(v, str) and _needs_quotes(v, in_list):
         # rcl parses `-p name:=value` as YAML: free text such as a prompt ("note: red first",
         # "yes", "") would arrive as a mapping, a bool or nothing and kill the node at its
         # declare_parameter. A single-quoted YAML scalar is always the string itself.
@@ -30,14 +30,17 @@ def _param_value(v: object, in_list: bool = False) -> str:
     return str(v)
 
 
-def _reads_back(text: str) -> bool:
-    """Whether YAML reads `text` back as that very string (then it needs no quotes)."""
+def _needs_quotes(text: str, in_list: bool) -> bool:
+    """Whether YAML would not read `text` back as that very string (in a flow list, a comma or
+    bracket would also split or nest it)."""
     import yaml
 
+    if in_list and any(c in text for c in ",[]{}"):
+        return True
     try:
-        return yaml.safe_load(text) == text
+        return yaml.safe_load(text) != text
     except yaml.YAMLError:
-        return False
+        return True
 
 
 @dataclass(frozen=True)

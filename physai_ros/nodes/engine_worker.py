@@ -29,7 +29,7 @@ from physai_ros_interfaces.msg import (ComponentAnswer, ComponentQuery, EngineBa
                                        EngineWorkerStatus)
 from rclpy.node import Node
 
-from physai_ros.engine.compute_threads import build_for, default_threads, use_threads
+from physai_ros.engine.compute_threads import build_for, serving_threads, use_threads
 from physai_ros.protocol.component import BAD_IMAGES, BUSY, ComponentRequest, refusal
 from physai_ros.protocol.topics import (component_request_topic, component_result_topic, request_topic, result_topic,
                                         status_topic)
@@ -82,7 +82,7 @@ class EngineWorkerNode(Node):
             p["preset"], p["checkpoint"], int(p["seed"]), p["device"], log=self.get_logger().info,
             language=bool(p["components"])))
         # The worker thread sets its count itself (as the server's serving threads do).
-        self._serve_threads = self._torch_threads or default_threads()
+        self._serve_threads = serving_threads(self._torch_threads)
         self.core = WorkerCore(engine, p["instance_id"], p["tier"], int(p["max_batch"]), model,
                                float(p["heartbeat_period_s"]))
         self._profile_args = (int(p["profile_reps"]), int(p["profile_views"]), int(p["profile_tokens"]))

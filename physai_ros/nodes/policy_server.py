@@ -26,7 +26,7 @@ from physai_ros_interfaces.srv import RegisterRobot
 from rclpy.node import Node
 from std_msgs.msg import UInt64
 
-from physai_ros.engine.compute_threads import build_for, default_threads
+from physai_ros.engine.compute_threads import build_for, serving_threads
 from physai_ros.monitoring.config import load_monitoring
 from physai_ros.monitoring.diagnostics import ERROR, OK, MetricsTask, level_byte
 from physai_ros.monitoring.metrics import MetricsPublisher
@@ -95,10 +95,9 @@ class PolicyServerNode(Node):
         # faster on cores of its own; engine.compute_threads). 0: as torch sets it up, built here.
         self._torch_threads = self.fleet.server.torch_threads or None
         self.core, profiled, warm_s = build_for(self._torch_threads, lambda: self._build_engines(started))
-        # The serving threads' count, set by each for itself: N, or torch's default for the main
-        # thread that built the model (not whatever another thread, e.g. a component thread at
-        # one, sets later: engine.compute_threads.use_threads).
-        serve_threads = self._torch_threads or default_threads()
+        # The count each serving thread sets for itself (not whatever another thread, e.g. a
+        # component thread at one, sets later: engine.compute_threads.use_threads).
+        serve_threads = serving_threads(self._torch_threads)
         # fleet.yaml factory.apply: plan on the measured profiles and run the plan (docs/factory.md).
         self.factory = apply_factory(self.core, self.fleet, measured=list(profiled))
         if self.factory is not None:

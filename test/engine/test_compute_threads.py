@@ -96,7 +96,7 @@ def test_a_pinned_main_thread_forms_no_team_and_a_fresh_threads_team_ends_with_i
 
 _STICKY = r"""
 import json, threading, torch
-from physai_ros.engine.compute_threads import default_threads, use_threads
+from physai_ros.engine.compute_threads import serving_threads, use_threads
 
 def run(set_count):
     ready, later = threading.Event(), threading.Event()
@@ -116,7 +116,7 @@ def run(set_count):
     bystander.start(); bystander.join()
     return out
 
-print(json.dumps({"default": default_threads(), "torch_set": run(torch.set_num_threads), "use_threads": run(use_threads)}))
+print(json.dumps({"default": serving_threads(None), "torch_set": run(torch.set_num_threads), "use_threads": run(use_threads)}))
 """
 
 
