@@ -50,6 +50,12 @@ class Task:
     def sample(self, rng: np.random.Generator, cfg: SceneConfig) -> Placement:
         raise NotImplementedError
 
+    @classmethod
+    def prompt_variants(cls) -> tuple[str, ...]:
+        """Every instruction the task can be given that changes its goal (the task's own prompt
+        first): what recordings cycle through so a model learns to read it."""
+        return (cls.prompt,)
+
     def success(self, *, tool: np.ndarray, object_pos: np.ndarray, grasped: bool, object_resting: bool,
                 goal: np.ndarray, cfg: SceneConfig) -> bool:
         raise NotImplementedError
@@ -120,6 +126,11 @@ def cube_order(prompt: str) -> tuple[str, ...]:
     return named
 
 
+def order_prompt(first: str, second: str) -> str:
+    """place_in_order's instruction for one order: "place the red cube then the blue cube on the green pad"."""
+    return f"place the {first} then the {second} on the green pad"
+
+
 class PlaceInOrderTask(Task):
     """Two cubes onto one pad in the order the prompt names them: the first on the pad, then the
     second on top of it (the stack makes the order physical). Each step is what a single-object
@@ -127,7 +138,7 @@ class PlaceInOrderTask(Task):
     must come off again). Cube index i is the i-th in the prompt's order (object_names), whatever
     its colour; the renderer colours each by its name."""
     name = "place_in_order"
-    prompt = "place the red cube then the blue cube on the green pad"
+    prompt = order_prompt(*CUBE_NAMES)
     timeout_s = 40.0
     object_names = cube_order(prompt)
     failure_reason = "wrong_order"
@@ -138,6 +149,10 @@ class PlaceInOrderTask(Task):
         if prompt is not None:
             self.object_names = cube_order(prompt)
             self.prompt = prompt
+
+    @classmethod
+    def prompt_variants(cls) -> tuple[str, ...]:
+        return (cls.prompt, order_prompt(*reversed(CUBE_NAMES)))
 
     def sample(self, rng: np.random.Generator, cfg: SceneConfig) -> Placement:
         goal_xy = _sample_on_table(rng, cfg)

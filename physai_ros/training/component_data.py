@@ -107,13 +107,16 @@ def record_component_cell(cell: ComponentCell) -> Dict[str, np.ndarray]:
 
 
 def plan_component_cells(tasks: Dict[str, int], episodes: Dict[str, int], seed_base: int,
-                         base: ComponentCell = ComponentCell()) -> List[ComponentCell]:
+                         base: ComponentCell = ComponentCell(), both_orders: bool = False) -> List[ComponentCell]:
     """tasks: {task: cells}; seeds seed_base + t * 10 000 + c (keep seed_base away from other
-    recordings' and evaluation's seed blocks)."""
+    recordings' and evaluation's seed blocks). both_orders: a task that reads its prompt runs
+    cell c with its c-th instruction in turn (place_in_order: red first, blue first)."""
     out = []
     for t, (task, n) in enumerate(sorted(tasks.items())):
+        variants = make_task(task).prompt_variants() if both_orders else ("",)
         for c in range(n):
-            out.append(dataclasses.replace(base, task=task, seed=seed_base + t * 10_000 + c, episodes=episodes[task]))
+            out.append(dataclasses.replace(base, task=task, seed=seed_base + t * 10_000 + c, episodes=episodes[task],
+                                           prompt=variants[c % len(variants)]))
     return out
 
 
@@ -135,7 +138,7 @@ def record_components(path, cells: Sequence[ComponentCell], workers: int = 2, lo
                               for t in sorted({c.task for c in cells})},
                "events": {k: getattr(cells[0], k) for k in ("intruder_rate_per_min", "intruder_duration_s",
                                                             "drop_prob", "knock_prob", "after_end_s", "fps")},
-               "counts": {f: label_counts(frames, f) for f in ("safety", "monitor", "failure", "planner")}}
+               "counts": {f: label_counts(frames, f) for f in ("safety", "monitor", "failure", "planner", "prompt")}}
     Path(str(path) + ".json").write_text(json.dumps(summary, indent=1))
     log(f"recorded {summary['frames']} component frames of {len(cells)} cells in {summary['seconds']} s")
     return summary
@@ -160,12 +163,14 @@ def main(argv=None) -> int:
     ap.add_argument("--episodes", default="pick_and_place=5,reach=5,place_in_order=3", help="task=episodes per cell,...")
     ap.add_argument("--seed-base", type=int, default=800_000)
     ap.add_argument("--workers", type=int, default=2)
+    ap.add_argument("--both-orders", action="store_true",
+                    help="place_in_order cells alternate red first / blue first (the planner learns to read the order)")
     a = ap.parse_args(argv)
 
     def parse(s):
         return {k: int(v) for k, v in (x.split("=") for x in s.split(",") if x)}
 
-    cells = plan_component_cells(parse(a.cells), parse(a.episodes), a.seed_base)
+    cells = plan_component_cells(parse(a.cells), parse(a.episodes), a.seed_base, both_orders=a.both_orders)
     print(json.dumps(record_components(a.out, cells, a.workers), indent=1))
     return 0
 

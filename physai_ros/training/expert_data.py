@@ -21,6 +21,7 @@ from physai_ros.sim.multi_step import make_expert, subgoal_text
 from physai_ros.sim.narration import SubtaskTracker, narrate
 from physai_ros.sim.render import Renderer
 from physai_ros.sim.robot import ArmConfig
+from physai_ros.sim.tasks import make_task
 from physai_ros.sim.world import SimWorld
 
 
@@ -29,6 +30,7 @@ class RecordConfig:
     task: str = "pick_and_place"
     seed: int = 0
     episodes: int = 4  # consecutive episodes of one cell
+    prompt: str = ""  # the instruction ("": the task's own; place_in_order: sets the cubes' order)
     num_joints: int = 4
     num_views: int = 2
     image_width: int = 224
@@ -64,7 +66,7 @@ class Episode:
 
 def record_cell(cfg: RecordConfig) -> Iterator[Episode]:
     """Yield cfg.episodes consecutive expert episodes of one seeded cell."""
-    world = SimWorld(ArmConfig(num_joints=cfg.num_joints), task=cfg.task, seed=cfg.seed)
+    world = SimWorld(ArmConfig(num_joints=cfg.num_joints), task=make_task(cfg.task, cfg.prompt), seed=cfg.seed)
     renderer = Renderer(world.arm.cfg, num_views=cfg.num_views, width=cfg.image_width, height=cfg.image_height,
                         object_size=world.scene.object_size, goal_radius=world.scene.goal_radius)
     expert = make_expert(world)

@@ -148,6 +148,10 @@ class BatchMaker:
         self.task_prompts: Dict[str, List[int]] = {}
         encoded, self.prompt_list = [], []
         for t in self.by_task:
+            mixed = sorted({data.prompts[int(i)] for i in self.by_task[t]})
+            if len(mixed) > 1:  # one prompt per task: another would silently take the first's
+                raise ValueError(f"task {t!r} has frames recorded with {len(mixed)} prompts {mixed}; "
+                                 f"give each prompt its own task name")
             own = [data.prompts[int(self.by_task[t][0])]]
             for p in own + [p for p in prompts.get(t, []) if p not in own]:
                 self.task_prompts.setdefault(t, []).append(len(self.prompt_list))

@@ -2,6 +2,8 @@
 data for executing a plan), and the per-task weights of the action batches."""
 from __future__ import annotations
 
+import dataclasses
+
 import numpy as np
 import pytest
 
@@ -31,7 +33,8 @@ def test_an_episode_is_cut_where_the_planners_answer_changes(episode):
     steps = split_by_subgoal(episode)
     plan = [s for s in subgoal_sequence("place_in_order") if s != DONE_SUBGOAL]
     assert [s.prompt for s in steps] == plan
-    assert [s.task for s in steps] == ["place_in_order.step1", "place_in_order.step2"]
+    # one task name per prompt and step (train.BatchMaker gives a task's frames one prompt)
+    assert [s.task for s in steps] == ["place_in_order.step1.red", "place_in_order.step2.blue"]
     # every frame kept once, in order; the "done" frames rest with the last step
     assert sum(len(s) for s in steps) == len(episode)
     assert np.array_equal(np.concatenate([np.stack(s.state) for s in steps]), np.stack(episode.state))
@@ -50,10 +53,10 @@ def test_task_weights_set_the_share_of_action_batches(episode, tmp_path):
     assert even.task_probs is None  # no weights: drawn as before weights existed
     # each step keeps its own prompt (a task's frames share one)
     assert {t: ps[0] for t, ps in even.prompts_used.items()} == {s.task: s.prompt for s in steps}
-    tc = TrainConfig(size=TINY, task_weights={"place_in_order.step1": 3.0})
+    tc = TrainConfig(size=TINY, task_weights={"place_in_order.step1.red": 3.0})
     weighted = BatchMaker(data, tc, tok, {}, gen)
     assert dict(zip(weighted.by_task, weighted.task_probs)) == pytest.approx(
-        {"place_in_order.step1": 0.75, "place_in_order.step2": 0.25})
+        {"place_in_order.step1.red": 0.75, "place_in_order.step2.blue": 0.25})
     picks = []
     for _ in range(40):
         _, _, tokens, mask, *_ = weighted.batch(8)
@@ -64,4 +67,29 @@ def test_task_weights_set_the_share_of_action_batches(episode, tmp_path):
     with pytest.raises(ValueError, match="task_weights"):
         BatchMaker(data, TrainConfig(size=TINY, task_weights={"place_in_ordr.step1": 1.0}), tok, {}, gen)
     with pytest.raises(ValueError, match="task_weights"):
-        BatchMaker(data, TrainConfig(size=TINY, task_weights={"place_in_order.step1": 0.0}), tok, {}, gen)
+        BatchMaker(data, TrainConfig(size=TINY, task_weights={"place_in_order.step1.red": 0.0}), tok, {}, gen)
+
+
+def test_both_orders_record_each_cube_first_and_keep_one_prompt_per_task(tmp_path):
+    """--both-orders: cells alternate red first / blue first, so each cube is both the one onto the
+    bare pad and the one onto the stack; the steps' task names keep the four apart. A dataset whose
+    task carries two prompts is refused (it would be trained on the first prompt only)."""
+    from physai_ros.sim.tasks import PlaceInOrderTask
+    from physai_ros.training.subgoal_data import plan_subgoal_cells
+
+    base = RecordConfig(task="place_in_order", episodes=1, image_width=48, image_height=32, fps=10)
+    cells = plan_subgoal_cells(base, 2, 4, both_orders=True)
+    assert [c.prompt for c in cells] == list(PlaceInOrderTask.prompt_variants())
+    assert [c.seed for c in cells] == [4, 5] and plan_subgoal_cells(base, 2, 4)[1].prompt == ""
+    (blue_first,) = record_cell(cells[1])
+    assert blue_first.success and blue_first.prompt == PlaceInOrderTask.prompt_variants()[1]
+    steps = split_by_subgoal(blue_first)
+    assert [(s.task, s.prompt) for s in steps] == [
+        ("place_in_order.step1.blue", "pick up the blue cube and place it on the green pad"),
+        ("place_in_order.step2.red", "pick up the red cube and place it on the green pad")]
+    # the same episode under one task name for both steps: two prompts, refused
+    mixed = [EncodedEpisode.encode(dataclasses.replace(s, task="place_in_order.step")) for s in steps]
+    write_dataset(tmp_path / "m", mixed, fps=10, joint_names=ArmConfig().joint_names)
+    data = load_dataset(tmp_path / "m", image_size=TINY.image_size)
+    with pytest.raises(ValueError, match="2 prompts"):
+        BatchMaker(data, TrainConfig(size=TINY), PromptTokenizer(TOKENIZER, 48), {}, np.random.default_rng(0))
