@@ -22,6 +22,7 @@ import numpy as np
 
 from physai_ros.pipeline.answers import parse_answer
 from physai_ros.pipeline.backend import ComponentQuery
+from physai_ros.pipeline.config import fill_task
 from physai_ros.sim.component_truth import LABELS, QUESTIONS
 
 # The component names the pipeline uses for our question kinds.
@@ -49,15 +50,43 @@ def robot_prompts(fleet_prompts: Dict[str, List[str]], tasks: Sequence[str]) -> 
     return {t: (fleet_prompts.get(t) or [make_task(t).prompt])[0] for t in tasks}
 
 
+def frame_prompt(frames: Dict[str, np.ndarray], prompts: Dict[str, str], row: int) -> str:
+    """The prompt the frame's robot sends: its recorded instruction where the task reads it
+    (place_in_order's order), else the fleet's prompt for the task."""
+    from physai_ros.sim.tasks import make_task
+
+    task = str(frames["task"][row])
+    own = str(frames["prompt"][row]) if "prompt" in frames else ""
+    return own if own and make_task(task).reads_prompt else prompts[task]
+
+
+def trained_questions(checkpoint) -> Dict[str, str]:
+    """The wording each component was co-trained on, from the checkpoint's manifest (a checkpoint
+    trained before the planner's question carried {task} is asked its own question); the
+    current QUESTIONS where the manifest has none."""
+    import json
+    from pathlib import Path
+
+    out = {c: qs[0] for c, qs in QUESTIONS.items()}
+    try:
+        recorded = json.loads((Path(checkpoint) / "manifest.json").read_text())["components"]["questions"]
+    except (OSError, KeyError, TypeError, ValueError):
+        return out
+    out.update({c: qs[0] for c, qs in recorded.items() if c in out and qs})
+    return out
+
+
 def ask(backend, frames: Dict[str, np.ndarray], component: str, prompts: Dict[str, str],
         rows: Sequence[int], batch: int = 32, question: str = "") -> List[str]:
-    """Parsed answers (a label / subgoal text, or UNPARSEABLE) for the given frame rows."""
+    """Parsed answers (a label / subgoal text, or UNPARSEABLE) for the given frame rows; the
+    question's {task} is the frame's robot prompt."""
     q = question or QUESTIONS[component][0]
     name = PIPELINE_NAME[component]
     out: List[str] = []
     for i in range(0, len(rows), batch):
         chunk = rows[i:i + batch]
-        queries = [ComponentQuery(f"robot_{r}", name, q, prompts[str(frames["task"][r])],
+        queries = [ComponentQuery(f"robot_{r}", name, fill_task(q, frame_prompt(frames, prompts, r)),
+                                  frame_prompt(frames, prompts, r),
                                   tuple(np.ascontiguousarray(v.transpose(1, 2, 0)) for v in frames["images"][r]),
                                   None, MAX_TOKENS[component]) for r in chunk]
         for a in backend.answer(queries):
@@ -142,26 +171,26 @@ def evaluate(checkpoint, frames: Dict[str, np.ndarray], fleet_prompts: Dict[str,
     prompts = robot_prompts(fleet_prompts, sorted(set(frames["task"].tolist())))
     n = len(frames["task"])
     sub = list(range(0, n, every))
-    out: dict = {"checkpoint": str(checkpoint), "prompts": prompts,
-                 "questions": {c: QUESTIONS[c][0] for c in QUESTIONS}, "frames": n, "every": every}
-    safety = ask(backend, frames, "safety", prompts, list(range(n)))
+    questions = trained_questions(checkpoint)
+    out: dict = {"checkpoint": str(checkpoint), "prompts": prompts, "questions": questions, "frames": n, "every": every}
+    safety = ask(backend, frames, "safety", prompts, list(range(n)), question=questions["safety"])
     out["safety"] = confusion(frames["safety"][sub], [safety[i] for i in sub], LABELS["safety"])
     out["safety"]["detection"] = detection_delay(frames, safety, safety_hz)
     log(f"{checkpoint}: safety {out['safety']['accuracy']} ({time.perf_counter() - t0:.0f} s)")
-    monitor = ask(backend, frames, "monitor", prompts, sub)
+    monitor = ask(backend, frames, "monitor", prompts, sub, question=questions["monitor"])
     out["monitor"] = confusion(frames["monitor"][sub], monitor, LABELS["monitor"])
     fails = [i for i, r in enumerate(sub) if frames["monitor"][r] == "failed"]
     out["monitor"]["failed_recall_by_reason"] = {
         reason: round(float(np.mean([monitor[i] == "failed" for i in fails if frames["failure"][sub[i]] == reason])), 4)
         for reason in sorted({str(frames["failure"][sub[i]]) for i in fails})}
     log(f"{checkpoint}: monitor {out['monitor']['accuracy']} ({time.perf_counter() - t0:.0f} s)")
-    planner = ask(backend, frames, "planner", prompts, sub)
+    planner = ask(backend, frames, "planner", prompts, sub, question=questions["planner"])
     out["planner"] = planner_report(frames["planner"][sub].tolist(), planner)
     log(f"{checkpoint}: planner {out['planner']['exact_match']} ({time.perf_counter() - t0:.0f} s)")
     # One-query latency (the backend's batch wall time for a batch of one), a few frames.
     lat = []
     for r in sub[:: max(1, len(sub) // 20)][:20]:
-        q = ComponentQuery("robot_lat", "safety", QUESTIONS["safety"][0], prompts[str(frames["task"][r])],
+        q = ComponentQuery("robot_lat", "safety", questions["safety"], frame_prompt(frames, prompts, r),
                            tuple(np.ascontiguousarray(v.transpose(1, 2, 0)) for v in frames["images"][r]), None,
                            MAX_TOKENS["safety"])
         lat.append(backend.answer([q])[0].latency_ms)

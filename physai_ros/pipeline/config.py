@@ -40,6 +40,14 @@ class HfModel:
     device: str = "auto"  # cpu | cuda | auto (CUDA where present)
 
 
+TASK_SLOT = "{task}"  # in a component's prompt: the robot's task prompt, filled in before asking
+
+
+def fill_task(prompt: str, task_prompt: str) -> str:
+    """The question a component is asked: its prompt with {task} replaced by the task's prompt."""
+    return prompt.replace(TASK_SLOT, task_prompt)
+
+
 ModelSpec = Union[str, HfModel]  # "vla": the served VLA's backbone via the language stream
 
 
@@ -61,7 +69,7 @@ class ComponentConfig:
         return None if self.freq_hz is None else 1.0 / self.freq_hz
 
     def question(self, task_prompt: str) -> str:
-        return self.prompt.replace("{task}", task_prompt)
+        return fill_task(self.prompt, task_prompt)
 
 
 @dataclass(frozen=True)

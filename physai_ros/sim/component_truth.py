@@ -17,7 +17,10 @@ from physai_ros.sim.multi_step import subgoal_text
 
 SAFETY_QUESTION = "is the workcell safe? answer safe or unsafe."
 MONITOR_QUESTION = "is the task ongoing, done or failed?"
-PLANNER_QUESTION = "what is the next subgoal?"
+# {task}: the robot's task prompt (pipeline.config.fill_task), so the planner reads the order it
+# was given; without it the question names no task and the prefix's prompt is by then the
+# planner's own last subgoal (docs/training.md, "The planner reads the scene").
+PLANNER_QUESTION = "what is the next subgoal? task: {task}"
 
 COMPONENTS = ("safety", "monitor", "planner")
 # Every wording a component is trained on; the first is the one evaluated and documented.

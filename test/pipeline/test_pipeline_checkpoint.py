@@ -7,7 +7,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from physai_ros.evaluation.components import ask, backend_for, robot_prompts
+from physai_ros.evaluation.components import ask, backend_for, robot_prompts, trained_questions
 from physai_ros.training.component_data import ComponentCell, record_component_cell
 
 CHECKPOINT = Path(__file__).resolve().parents[2] / "physai_ros" / "assets" / "policy" / "sim_pi0_pipeline"
@@ -27,13 +27,14 @@ def test_the_pipeline_checkpoint_sees_the_intruder_and_plans_the_next_cube(frame
     safety_truth = list(frames["safety"])
     assert "unsafe" in safety_truth and "safe" in safety_truth, "the cell shows the intruder and its absence"
     rows = list(range(len(safety_truth)))
-    said = ask(backend, frames, "safety", prompts, rows)
+    questions = trained_questions(CHECKPOINT)  # the wordings its manifest says it was trained on
+    said = ask(backend, frames, "safety", prompts, rows, question=questions["safety"])
     right = np.mean([s == t for s, t in zip(said, safety_truth)])
     unsafe_rows = [r for r in rows if safety_truth[r] == "unsafe"]
     caught = np.mean([said[r] == "unsafe" for r in unsafe_rows])
     # docs/training.md: 0.97 accuracy, 39/40 visits caught on 4,948 unseen frames.
     assert right >= 0.85 and caught >= 0.7, (right, caught, list(zip(said, safety_truth)))
-    plans = ask(backend, frames, "planner", prompts, rows)
+    plans = ask(backend, frames, "planner", prompts, rows, question=questions["planner"])
     truth_order = list(dict.fromkeys(frames["planner"]))  # red, then blue, then done
     assert set(plans) <= set(truth_order), plans
     # The plan only moves forward (never blue before red): a planner System 1 can follow.

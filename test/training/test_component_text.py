@@ -12,25 +12,28 @@ from physai_ros.serving.tokenizer import PromptTokenizer
 from physai_ros.sim.multi_step import subgoal_sequence
 from physai_ros.training.component_data import ComponentCell, record_component_cell
 from physai_ros.training.component_questions import LABELS, QUESTIONS
-from physai_ros.training.component_text import ComponentTextBatches, task_prompts
+from physai_ros.training.component_text import ComponentTextBatches, frame_prompts, task_prompts
 from physai_ros.training.dataset import EncodedEpisode, load_dataset, write_dataset
 from physai_ros.training.expert_data import RecordConfig, record_cell
 from physai_ros.training.policy_model import TrainablePi0
 from physai_ros.sim.robot import ArmConfig
+from physai_ros.sim.tasks import PlaceInOrderTask
 from physai_ros.training.train import ModelSize, TrainConfig, train
 
 TOKENIZER = str(default_fleet_path().parents[1] / "physai_ros" / "assets" / "tokenizer.json")
 TINY = ModelSize(image_size=28, patch_size=14, vision_width=32, vision_depth=1, vlm_width=32, expert_width=32,
                  depth=1, heads=2, head_dim=16, chunk_size=4)
 PROMPTS = {"reach": ["move the gripper to the goal"], "pick_and_place": ["pick up the cube and place it on the goal"]}
+RED_FIRST, BLUE_FIRST = PlaceInOrderTask.prompt_variants()
 
 
 @pytest.fixture(scope="module")
 def frames():
-    parts = [record_component_cell(ComponentCell(task=t, seed=s, episodes=e, image_size=TINY.image_size,
+    parts = [record_component_cell(ComponentCell(task=t, seed=s, episodes=e, prompt=p, image_size=TINY.image_size,
                                                  camera_size=48, intruder_rate_per_min=20.0, drop_prob=0.5,
                                                  knock_prob=0.5))
-             for t, s, e in (("pick_and_place", 3, 3), ("place_in_order", 4, 1))]
+             for t, s, e, p in (("pick_and_place", 3, 3, ""), ("place_in_order", 4, 1, ""),
+                                ("place_in_order", 5, 1, BLUE_FIRST))]
     return {k: np.concatenate([p[k] for p in parts]) for k in parts[0]}
 
 
@@ -56,7 +59,7 @@ def test_batches_are_balanced_and_co_training_learns_the_answers(frames):
     assert task_prompts(["place_in_order"], {})["place_in_order"][1:] == list(subgoal_sequence("place_in_order")[:2])
     # answers drawn uniformly per component: "unsafe" about as often as "safe" although rarer
     counts = {a: 0 for a in LABELS["safety"]}
-    qs = b.questions["safety"][0]
+    qs = b.codec.encode(b.questions["safety"][0])
     g_rows = []
     for _ in range(40):  # the safety question's answers in the blocks
         _, _, _, _, block, mask = b.batch(16)
@@ -117,7 +120,7 @@ def test_answer_temper_draws_answers_as_often_as_the_frames_show_them(frames):
     assert probs == pytest.approx({a: n / total for a, n in counts.items()})
     assert natural.answer_probs["safety"] == pytest.approx(np.full(len(LABELS["safety"]), 0.5))
     # drawn as the probabilities say: decode the monitor answers of a few hundred samples
-    qs = [natural.questions["monitor"][i] for i in range(len(natural.questions["monitor"]))]
+    qs = [natural.codec.encode(q) for q in natural.questions["monitor"]]
     drawn = {a: 0 for a in counts}
     for _ in range(60):
         _, _, _, _, block, mask = natural.batch(16)
@@ -133,3 +136,58 @@ def test_answer_temper_draws_answers_as_often_as_the_frames_show_them(frames):
         ComponentTextBatches(frames, tok, PROMPTS, answer_temper={"monitr": 1.0})
     with pytest.raises(ValueError, match="within 0..1"):
         ComponentTextBatches(frames, tok, PROMPTS, answer_temper={"monitor": 2.0})
+
+
+def _decoded(tok, b: ComponentTextBatches, batches: int):
+    """(question, answer, prefix prompt) of every sample in `batches` batches of 16."""
+    out = []
+    for _ in range(batches):
+        _, _, tokens, tmask, block, mask = b.batch(16)
+        for row, m, pt, pm in zip(block.tolist(), mask.tolist(), tokens.tolist(), tmask.tolist()):
+            q_len = m.index(True) + 1  # the last question token predicts the answer's first
+            answer = [x for x, keep in zip(row[q_len:], m[q_len - 1:]) if keep and x != tok.eos_id]
+            out.append((tok.decode_ids(row[:q_len]).strip(), tok.decode_ids(answer).strip(),
+                        tok.decode_ids([x for x, k in zip(pt, pm) if k]).strip()))
+    return out
+
+
+def test_the_planner_is_asked_with_the_frames_own_instruction(frames):
+    """The planner's question carries {task}: each frame's own order (blue-first frames are asked
+    about the blue-first instruction and never given the red-first one as prefix), so it can learn
+    to read the order instead of guessing it from the scene."""
+    assert "{task}" in QUESTIONS["planner"][0]
+    subgoals = set(subgoal_sequence("place_in_order")[:2])
+    asked, prefix = frame_prompts("place_in_order", BLUE_FIRST, {"place_in_order": [RED_FIRST, BLUE_FIRST]})
+    assert asked == [BLUE_FIRST] and prefix[0] == BLUE_FIRST and set(prefix[1:]) == subgoals
+    asked, prefix = frame_prompts("pick_and_place", "", PROMPTS)
+    assert asked == prefix == ["pick up the blue cube and place it on the green pad"] + PROMPTS["pick_and_place"]
+    tok = PromptTokenizer(TOKENIZER, 48)
+    b = ComponentTextBatches(frames, tok, PROMPTS, seed=3)
+    head = QUESTIONS["planner"][0].split("{task}")[0]
+    planner = [(q[len(head):], a, p) for q, a, p in _decoded(tok, b, 30) if q.startswith(head.strip())]
+    assert len(planner) > 60
+    by_task = {}
+    for task, answer, prefix_prompt in planner:
+        by_task.setdefault(task, []).append((answer, prefix_prompt))
+    assert {RED_FIRST, BLUE_FIRST} <= set(by_task)
+    for order in (RED_FIRST, BLUE_FIRST):
+        assert {p for _, p in by_task[order]} <= {order} | subgoals
+        assert {a for a, _ in by_task[order]} <= subgoals | {"done"}
+    # the recorded truth follows the order: a blue-first cell's plan starts with the blue cube
+    blue_rows = np.flatnonzero(frames["prompt"] == BLUE_FIRST)
+    assert frames["planner"][blue_rows[0]] == "pick up the blue cube and place it on the green pad"
+    assert set(by_task) <= {RED_FIRST, BLUE_FIRST} | set(frame_prompts("pick_and_place", "", PROMPTS)[0])
+
+
+def test_a_checkpoint_is_asked_the_wording_it_was_trained_on(tmp_path):
+    """evaluation.components.trained_questions: the manifest's questions (a checkpoint from before
+    the planner's question carried {task} keeps its own), the current ones where it has none."""
+    import json
+
+    from physai_ros.evaluation.components import trained_questions
+
+    assert trained_questions(tmp_path) == {c: qs[0] for c, qs in QUESTIONS.items()}
+    (tmp_path / "manifest.json").write_text(json.dumps({"components": {"questions": {
+        "planner": ["what is the next subgoal?"], "safety": list(QUESTIONS["safety"])}}}))
+    got = trained_questions(tmp_path)
+    assert got["planner"] == "what is the next subgoal?" and got["monitor"] == QUESTIONS["monitor"][0]
