@@ -96,7 +96,36 @@ def load_backends(fleet: FleetConfig, core: Any, keys: Sequence[str] | None = No
             for b in distinct(out):
                 b.close()
             raise FleetConfigError(f"{where}: cannot serve this component: {e}") from e
+    if VLA_KEY in out:
+        try:
+            check_vla_questions(fleet, routes, out[VLA_KEY])
+        except FleetConfigError:
+            for b in distinct(out):
+                b.close()
+            raise
     return out
+
+
+def check_vla_questions(fleet: FleetConfig, routes: Mapping[tuple[str, str], str], backend: Any) -> None:
+    """Every `model: vla` component's question, {task} filled with its task's prompt, encoded as
+    the backbone will encode it: one it cannot read (too many tokens, ids outside the model's
+    vocabulary) fails at start-up by key, not as an error on every query. A remote backend (an
+    engine worker) is checked with the same tokenizer where it has one."""
+    from physai_ros.pipeline.vla_inputs import QueryError, question_ids
+
+    tokenizer, settings, cfg = (getattr(backend, a, None) for a in ("tokenizer", "settings", "config"))
+    if tokenizer is None or settings is None or cfg is None:
+        return
+    for (name, comp_name), key in sorted(routes.items()):
+        if key != VLA_KEY:
+            continue
+        pipeline = fleet.tasks[name].pipeline
+        comp = next(c for c in pipeline.vlm_components if c.name == comp_name)
+        question = comp.question(pipeline.system1.prompt)
+        try:
+            question_ids(tokenizer, question, cfg.vocab_size, settings.max_question_tokens)
+        except QueryError as e:
+            raise FleetConfigError(f"tasks.{name}.components.{comp_name}.prompt: asked as {question[:120]!r}: {e}")
 
 
 def instance_key(instance_id: str) -> str:

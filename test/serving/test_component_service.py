@@ -12,7 +12,7 @@ from physai_ros.config_fields import FleetConfigError
 from physai_ros.pipeline.scripted import Scripted, ScriptedBackend
 from physai_ros.protocol.component import ComponentRequest
 from physai_ros.serving.client_core import RobotClientCore
-from physai_ros.serving.component_backends import check_component_models, load_backends, plan_routes
+from physai_ros.serving.component_backends import check_component_models, distinct, load_backends, plan_routes
 from physai_ros.serving.component_service import ComponentService, ComponentServiceSettings
 from physai_ros.serving.config import parse_fleet
 from physai_ros.serving.factory import build_core
@@ -429,3 +429,19 @@ def test_component_threads_pin_to_one_only_beside_one_team_engines(served, torch
         assert svc.close(5.0)
         torch.set_num_threads(before)
     assert backend.threads == [1 if torch_threads else 2]
+
+
+def test_a_vla_question_the_backbone_cannot_read_fails_at_start_up_by_key(served):
+    """A component's prompt is checked with {task} filled by its task's prompt, encoded as the
+    backbone encodes it: too many tokens is a start-up error naming the key, not an error on
+    every query once robots run."""
+    _, core = served
+    ok = parse_fleet(fleet_doc())
+    backends = load_backends(ok, core)  # "next step? task: {task}" with the tiny task's prompt fits
+    for b in distinct(backends):
+        b.close()
+    doc = fleet_doc()
+    doc["tasks"]["inspect"]["prompt"] = " ".join(["place the red cube then the blue cube"] * 6)
+    with pytest.raises(FleetConfigError, match=r"tasks\.inspect\.components\.system2\.prompt: asked as "
+                                               r"'next step\? task: place the red.*tokens, at most 64"):
+        load_backends(parse_fleet(doc), core)
