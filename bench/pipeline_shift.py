@@ -104,7 +104,8 @@ def main(argv=None) -> int:
             robots = clone_robots(robot, a.slots, prefix=f"{setting}_{name}")
             res = run_shifts(system1, backend if setting == "pipeline" else None, robots, seeds, shift, setting,
                              clock=clock, slot_hook=lambda slots: worlds.update({s.robot.id: s for s in slots}))
-            results += res
+            # Columns by fleet task: two fleet tasks may run one sim task (place_in_order, each order).
+            results += [dataclasses.replace(r, task=name) for r in res]
             print(f"{name} {setting}: {sum(r.completed for r in res)} completed in {len(res)} shifts "
                   f"({time.perf_counter() - t0:.0f} s)", flush=True)
     doc["wall_s"] = round(time.perf_counter() - t0, 1)
