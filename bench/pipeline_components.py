@@ -55,6 +55,8 @@ def table(docs: dict) -> str:
     row("planner exact match", lambda d: d["planner"]["exact_match"])
     for ans in sorted({a for d in docs.values() if "planner" in d for a in d["planner"]["per_answer"]}):
         row(f"planner '{ans}'", lambda d, ans=ans: "{exact_match} of {frames}".format(**d["planner"]["per_answer"][ans]))
+    for p in sorted({p for d in docs.values() if "planner" in d for p in d["planner"].get("by_prompt", {})}):
+        row(f"planner exact, robot told '{p}'", lambda d, p=p: "{exact_match} of {frames}".format(**d["planner"]["by_prompt"][p]))
     return "\n".join(lines)
 
 

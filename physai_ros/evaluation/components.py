@@ -186,6 +186,14 @@ def evaluate(checkpoint, frames: Dict[str, np.ndarray], fleet_prompts: Dict[str,
     log(f"{checkpoint}: monitor {out['monitor']['accuracy']} ({time.perf_counter() - t0:.0f} s)")
     planner = ask(backend, frames, "planner", prompts, sub, question=questions["planner"])
     out["planner"] = planner_report(frames["planner"][sub].tolist(), planner)
+    # Per instruction of a task that reads it (place_in_order's two orders): does it follow the order?
+    from physai_ros.sim.tasks import make_task
+
+    told = [frame_prompt(frames, prompts, r) if make_task(str(frames["task"][r])).reads_prompt else None for r in sub]
+    out["planner"]["by_prompt"] = {
+        p: planner_report([str(frames["planner"][r]) for r, q in zip(sub, told) if q == p],
+                          [a for a, q in zip(planner, told) if q == p])
+        for p in sorted({q for q in told if q is not None})}
     log(f"{checkpoint}: planner {out['planner']['exact_match']} ({time.perf_counter() - t0:.0f} s)")
     # One-query latency (the backend's batch wall time for a batch of one), a few frames.
     lat = []

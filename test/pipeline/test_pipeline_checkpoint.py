@@ -45,3 +45,17 @@ def test_the_pipeline_checkpoint_sees_the_intruder_and_plans_the_next_cube(frame
     exact = np.mean([p == t for p, t in zip(plans, frames["planner"])])
     assert exact >= 0.6, list(zip(plans, frames["planner"]))
     backend.close()
+
+
+def test_the_evaluation_reports_the_planner_per_instruction(frames):
+    """bench/pipeline_components.py's figures on this cell: every component judged, the planner
+    also per instruction of a task that reads it (here the one order this cell was told)."""
+    from physai_ros.evaluation.components import evaluate
+
+    rep = evaluate(CHECKPOINT, frames, {}, every=3, log=lambda m: None)
+    n = len(range(0, len(frames["task"]), 3))
+    assert rep["questions"] == trained_questions(CHECKPOINT)
+    assert rep["monitor"]["accuracy"] is not None and rep["planner"]["frames"] == n
+    (told,) = rep["planner"]["by_prompt"]
+    assert told == str(frames["prompt"][0]) and rep["planner"]["by_prompt"][told]["frames"] == n
+    assert rep["planner"]["by_prompt"][told]["exact_match"] == rep["planner"]["exact_match"]
