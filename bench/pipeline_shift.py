@@ -54,6 +54,9 @@ def main(argv=None) -> int:
     ap.add_argument("--operator-response-s", type=float, default=20.0)
     ap.add_argument("--system1", choices=("policy", "expert"), default="policy",
                     help="what answers System 1: the served checkpoint, or the scripted expert")
+    ap.add_argument("--components", choices=("model", "truth"), default="model",
+                    help="truth: the components answer from the sim's ground truth (a perfect planner, "
+                         "safety checker and monitor: what System 1 makes of a plan)")
     ap.add_argument("--settings", default="system1,pipeline", help="which of system1,pipeline to run")
     ap.add_argument("--tasks", default="", help="fleet tasks to run (default: every task with a pipeline)")
     ap.add_argument("--slots", type=int, default=2, help="robots served at once (one core, batched)")
@@ -76,8 +79,13 @@ def main(argv=None) -> int:
         cfg = scale_setting(cfg, checkpoint=str(Path(a.checkpoint).resolve()))
     clock = SimClock()
     core = build_policy_server(cfg, clock)
-    backend = VLABackboneBackend.from_core(core, attach=False)
     worlds: dict = {}
+    if a.components == "truth":
+        from physai_ros.evaluation.truth_backend import TruthBackend
+
+        backend = TruthBackend(lambda rid: worlds[rid].runtime.world)
+    else:
+        backend = VLABackboneBackend.from_core(core, attach=False)
     system1 = core if a.system1 == "policy" else ExpertServer(lambda rid: worlds[rid].runtime.world, chunk_size=8)
     shift = ShiftConfig(shift_s=a.shift_s, component_latency_s=a.component_latency_s,
                         operator_response_s=a.operator_response_s)
@@ -94,6 +102,7 @@ def main(argv=None) -> int:
     bases = {k: v for k, v in bases.items() if not wanted or k in wanted}
     seeds = [a.seed_base + i for i in range(a.seeds)]
     doc: dict = {"fleet": a.fleet, "checkpoint": str(cfg.server.model.checkpoint), "system1": a.system1,
+                 "components": a.components,
                  "seeds": seeds,
                  "shift": {**dataclasses.asdict(shift)}, "load_average": {"start": os.getloadavg()}}
     t0 = time.perf_counter()
