@@ -30,7 +30,7 @@ if str(REPO) not in sys.path:
     sys.path.insert(0, str(REPO))
 
 FIGURES = ("completed", "completed_per_min", "episodes", "timeouts", "resets", "resets_not_failed",
-           "operator_resets", "escalations", "held_s", "intruder_s", "moving_with_intruder_s",
+           "reset_reasons", "operator_resets", "escalations", "held_s", "intruder_s", "moving_with_intruder_s",
            "moving_share_with_intruder")
 
 

@@ -69,6 +69,9 @@ class ShiftResult:
     held_s: float  # the pipeline held the robot
     escalations: int
     pipeline: dict = field(default_factory=dict)  # ClientPipeline.status()["pipeline"], components' counts
+    # Why each of the pipeline's resets came, by the sim's ground truth (its failure reason: dropped, knocked,
+    # wrong_order, timeout; "not failed" for a reset of a healthy episode): where a task is lost.
+    reset_reasons: dict = field(default_factory=dict)
 
 
 def system1_only(robot: RobotConfig) -> RobotConfig:
@@ -96,13 +99,17 @@ class ShiftSlot(EpisodeSlot):
         super().start(seed, now)
         self.pipeline = ClientPipeline.for_robot(self.client, request_reset=self._reset)
         self.resets_not_failed = self.operator_resets = 0
+        self.reset_reasons: dict[str, int] = {}
         self.intruder_s = self.moving_with_intruder_s = self.held_s = 0.0
         self.escalated_at: float | None = None
         self.escalations = 0
 
     def _reset(self, reason: str) -> None:
-        if self.runtime.world.progress()[0] != "failed":
+        label, why = self.runtime.world.progress()
+        if label != "failed":
             self.resets_not_failed += 1
+        key = why if label == "failed" else "not failed"
+        self.reset_reasons[key] = self.reset_reasons.get(key, 0) + 1
         self.runtime.request_reset()
 
     def over(self) -> bool:
@@ -158,7 +165,8 @@ class ShiftSlot(EpisodeSlot):
             timeouts=int(rt.timeouts), resets=int(rt.resets_requested), resets_not_failed=self.resets_not_failed,
             operator_resets=self.operator_resets,
             intruder_s=round(self.intruder_s, 3), moving_with_intruder_s=round(self.moving_with_intruder_s, 3),
-            held_s=round(self.held_s, 3), escalations=self.escalations, pipeline=status)
+            held_s=round(self.held_s, 3), escalations=self.escalations, pipeline=status,
+            reset_reasons=dict(self.reset_reasons))
 
 
 class ComponentSide:
@@ -223,6 +231,9 @@ def summarise(results: Sequence[ShiftResult]) -> dict:
         d["shifts"] += 1
         for k in TOTALS:
             d[k] = round(d[k] + getattr(r, k), 3)
+        reasons = d.setdefault("reset_reasons", {})
+        for why, n in r.reset_reasons.items():
+            reasons[why] = reasons.get(why, 0) + n
     for tasks in out.values():
         for d in tasks.values():
             d["completed_per_min"] = round(60.0 * d["completed"] / d["shift_s"], 3) if d["shift_s"] else 0.0

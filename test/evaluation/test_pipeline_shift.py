@@ -66,11 +66,13 @@ def test_a_truthful_monitor_resets_failed_episodes_and_completes_more():
     # System 1 alone waits out a knocked cube's 20 s time limit; the monitor resets it.
     assert b.timeouts >= 1 and b.resets == 0 and b.pipeline == {}
     assert p.resets >= 1 and p.resets_not_failed == 0
+    assert set(p.reset_reasons) <= {"knocked", "timeout"} and sum(p.reset_reasons.values()) >= 1, p.reset_reasons
     assert p.completed > b.completed, (b, p)
     assert p.pipeline["components"]["monitor"]["answered"] > 0
     assert {q.component for q in backend.asked} == {"monitor"}
     totals = summarise(base + pipe)
     assert totals["pipeline"]["pick_and_place"]["completed"] == p.completed
+    assert totals["pipeline"]["pick_and_place"]["reset_reasons"] == p.reset_reasons
     assert totals["system1"]["pick_and_place"]["completed_per_min"] < totals["pipeline"]["pick_and_place"]["completed_per_min"]
 
 
