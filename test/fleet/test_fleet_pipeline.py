@@ -31,7 +31,13 @@ def test_the_shipped_pipeline_fleet_loads_with_both_task_shapes():
     cfg = load_fleet(FLEET)
     comps = {t.name: sorted(c for c in ("system2", "safety", "monitor") if getattr(t.pipeline, c) is not None)
              for t in cfg.tasks.values()}
-    assert comps == {"pick_place_monitored": ["monitor"], "place_in_order": ["monitor", "safety", "system2"]}
+    assert comps == {"pick_place_monitored": ["monitor"], "place_in_order": ["monitor", "safety", "system2"],
+                     "place_in_order_blue_first": ["monitor", "safety", "system2"]}
+    # the blue-first task is place_in_order's pipeline told the other order; the planner reads it
+    blue, red = cfg.tasks["place_in_order_blue_first"], cfg.tasks["place_in_order"]
+    assert blue.prompt != red.prompt and blue.pipeline.system2 == red.pipeline.system2
+    assert "{task}" in red.pipeline.system2.prompt
+    assert [r.task.name for r in cfg.robots].count("place_in_order_blue_first") == 1
     assert all(getattr(t.pipeline, c).model == "vla" for t in cfg.tasks.values()
                for c in ("system2", "safety", "monitor") if getattr(t.pipeline, c) is not None)
     two = cfg.with_num_robots(2)
