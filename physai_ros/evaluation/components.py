@@ -85,10 +85,10 @@ def ask(backend, frames: Dict[str, np.ndarray], component: str, prompts: Dict[st
     out: List[str] = []
     for i in range(0, len(rows), batch):
         chunk = rows[i:i + batch]
-        queries = [ComponentQuery(f"robot_{r}", name, fill_task(q, frame_prompt(frames, prompts, r)),
-                                  frame_prompt(frames, prompts, r),
+        told = [frame_prompt(frames, prompts, r) for r in chunk]
+        queries = [ComponentQuery(f"robot_{r}", name, fill_task(q, p), p,
                                   tuple(np.ascontiguousarray(v.transpose(1, 2, 0)) for v in frames["images"][r]),
-                                  None, MAX_TOKENS[component]) for r in chunk]
+                                  None, MAX_TOKENS[component]) for r, p in zip(chunk, told)]
         for a in backend.answer(queries):
             p = parse_answer(name, a)
             out.append(str(p.value) if hasattr(p, "value") else UNPARSEABLE)
@@ -189,7 +189,8 @@ def evaluate(checkpoint, frames: Dict[str, np.ndarray], fleet_prompts: Dict[str,
     # Per instruction of a task that reads it (place_in_order's two orders): does it follow the order?
     from physai_ros.sim.tasks import make_task
 
-    told = [frame_prompt(frames, prompts, r) if make_task(str(frames["task"][r])).reads_prompt else None for r in sub]
+    reads = {t: make_task(t).reads_prompt for t in prompts}
+    told = [frame_prompt(frames, prompts, r) if reads[str(frames["task"][r])] else None for r in sub]
     out["planner"]["by_prompt"] = {
         p: planner_report([str(frames["planner"][r]) for r, q in zip(sub, told) if q == p],
                           [a for a, q in zip(planner, told) if q == p])

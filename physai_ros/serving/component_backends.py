@@ -120,8 +120,7 @@ def check_vla_questions(fleet: FleetConfig, routes: Mapping[tuple[str, str], str
         if key != VLA_KEY:
             continue
         pipeline = fleet.tasks[name].pipeline
-        comp = next(c for c in pipeline.vlm_components if c.name == comp_name)
-        question = comp.question(pipeline.system1.prompt)
+        question = pipeline.component(comp_name).question(pipeline.system1.prompt)
         try:
             question_ids(tokenizer, question, cfg.vocab_size, settings.max_question_tokens)
         except QueryError as e:

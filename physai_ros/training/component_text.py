@@ -20,7 +20,7 @@ reads it (place_in_order's order), so the answer can follow the instruction, not
 """
 from __future__ import annotations
 
-from typing import Dict, List, Optional, Sequence, Tuple
+from typing import Dict, List, Optional, Tuple
 
 import numpy as np
 import torch
@@ -33,11 +33,6 @@ from physai_ros.sim.multi_step import DONE_SUBGOAL, subgoal_sequence
 from .component_questions import COMPONENTS, QUESTIONS
 from .text_data import TextCodec
 from .text_loss import make_blocks, text_logits, text_loss
-
-
-def task_prompts(tasks: Sequence[str], fleet_prompts: Dict[str, List[str]]) -> Dict[str, List[str]]:
-    """{task: prefix prompts}: its own prompt, fleet.yaml's, and its subgoals when it has several."""
-    return {t: frame_prompts(t, "", fleet_prompts)[1] for t in tasks}
 
 
 def frame_prompts(task: str, instruction: str, fleet_prompts: Dict[str, List[str]]) -> Tuple[List[str], List[str]]:

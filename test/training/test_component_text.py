@@ -12,7 +12,7 @@ from physai_ros.serving.tokenizer import PromptTokenizer
 from physai_ros.sim.multi_step import subgoal_sequence
 from physai_ros.training.component_data import ComponentCell, record_component_cell
 from physai_ros.training.component_questions import LABELS, QUESTIONS
-from physai_ros.training.component_text import ComponentTextBatches, frame_prompts, task_prompts
+from physai_ros.training.component_text import ComponentTextBatches, frame_prompts
 from physai_ros.training.dataset import EncodedEpisode, load_dataset, write_dataset
 from physai_ros.training.expert_data import RecordConfig, record_cell
 from physai_ros.training.policy_model import TrainablePi0
@@ -56,7 +56,7 @@ def test_frames_carry_every_components_ground_truth(frames):
 def test_batches_are_balanced_and_co_training_learns_the_answers(frames):
     tok = PromptTokenizer(TOKENIZER, 48)
     b = ComponentTextBatches(frames, tok, PROMPTS, seed=0)
-    assert task_prompts(["place_in_order"], {})["place_in_order"][1:] == list(subgoal_sequence("place_in_order")[:2])
+    assert frame_prompts("place_in_order", "", {})[1][1:] == list(subgoal_sequence("place_in_order")[:2])
     # answers drawn uniformly per component: "unsafe" about as often as "safe" although rarer
     counts = {a: 0 for a in LABELS["safety"]}
     qs = b.codec.encode(b.questions["safety"][0])
