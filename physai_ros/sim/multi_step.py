@@ -37,8 +37,14 @@ def subgoal_text(snap: WorldSnapshot) -> str:
         return make_task(snap.task).prompt
     if snap.success:
         return DONE_SUBGOAL
-    # snap.object_pos is the held cube, else the task's next one (SimWorld.focus_index).
-    idx = snap.held if snap.held >= 0 else _index_of(snap, snap.object_pos)
+    if snap.held >= 0 and snap.held > snap.next_cube >= 0:
+        # The gripper holds a cube the task only wants later (a policy picked the wrong one): the
+        # planner names the one to move now (the expert, told so, puts the wrong one down first),
+        # it does not tell System 1 to carry on with its mistake. A held cube otherwise is the one
+        # being placed (it stays named until released, even as the pad's test already holds).
+        idx = snap.next_cube
+    else:  # snap.object_pos is the held cube, else the task's next one (SimWorld.focus_index)
+        idx = snap.held if snap.held >= 0 else _index_of(snap, snap.object_pos)
     return pick_and_place_instruction(snap.object_names[idx])
 
 

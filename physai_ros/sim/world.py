@@ -42,6 +42,9 @@ class WorldSnapshot:
     intruder_present: bool = False
     progress: str = ONGOING
     failure: str = ""
+    # The cube the task wants moved next, whatever the gripper holds (-1: built elsewhere). A
+    # policy holding the wrong cube still has this one to do: what a perfect planner names.
+    next_cube: int = -1
 
 
 class SimWorld:
@@ -113,6 +116,10 @@ class SimWorld:
         """The held cube, else the one the task wants moved next."""
         if self.held is not None:
             return self.held
+        return self.next_cube_index()
+
+    def next_cube_index(self) -> int:
+        """The cube the task wants moved next (the held one or not)."""
         return self.task.focus(self.objects, self.goal, self.scene) if len(self.objects) > 1 else 0
 
     @property
@@ -315,4 +322,4 @@ class SimWorld:
             wrench=self._wrench.as_array(), contacts=self._wrench.contacts, success=self.success, done=self.done,
             objects=tuple(p.copy() for p in self.objects), object_names=self.task.object_names,
             held=-1 if self.held is None else self.held, intruder=pose, intruder_present=intruder_present(pose),
-            progress=progress, failure=failure)
+            progress=progress, failure=failure, next_cube=self.next_cube_index())

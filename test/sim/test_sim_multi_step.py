@@ -172,3 +172,17 @@ def test_runtime_and_mirror_planner_follow_the_robots_prompt():
     planner.plan(out.snapshot.positions, st, capture_time=1.0, round_id=0)
     assert planner.mirror.task.object_names == ("blue cube", "red cube")
     np.testing.assert_allclose(planner.mirror.objects[0], st.objects[0], atol=1e-5)
+
+
+def test_holding_the_wrong_cube_the_planner_names_the_right_one_and_the_expert_puts_it_down():
+    w = SimWorld(task="place_in_order", seed=3)
+    w.held = 1  # a policy grasped the blue cube while the red one is not on the pad yet
+    s = w.snapshot()
+    assert s.held == 1 and s.next_cube == 0
+    assert subgoal_text(s) == RED_FIRST  # not "carry on with the blue one"
+    # Holding the first cube, the planner keeps naming it (as before this rule).
+    w.held = 0
+    assert subgoal_text(w.snapshot()) == RED_FIRST
+    # A snapshot built without next_cube (older code) still reads the held cube.
+    import dataclasses
+    assert subgoal_text(dataclasses.replace(s, next_cube=-1)) == BLUE_NEXT
