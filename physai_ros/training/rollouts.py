@@ -56,6 +56,7 @@ class RolloutJob:
     perturb_prob: float = 0.5  # perturbed_expert: share of chunks offset
     gripper_fault_prob: float = 0.15  # perturbed_expert: share of chunks with the gripper inverted
     seed: int = 0  # perturbations' generator
+    prompt: str = ""  # the task's instruction where it reads one (place_in_order's order); "": its own
 
     def __post_init__(self) -> None:
         if self.driver not in DRIVERS:
@@ -140,7 +141,7 @@ class FrameRecorder:
         flags = np.zeros(len(labels), bool)  # next.success: only the last frame can be a success
         flags[-1] = bool(result.success)
         self.episodes.append(EncodedEpisode(
-            task=self.job.task, prompt=make_task(self.job.task).prompt, seed=int(result.seed), success=bool(result.success),
+            task=self.job.task, prompt=make_task(self.job.task, self.job.prompt).prompt, seed=int(result.seed), success=bool(result.success),
             png=rec["png"], state=np.stack(rec["state"]), wrench=np.stack(rec["wrench"]), action=labels[:, 0],
             success_flags=flags, labels=labels, driver=self.job.driver, subtask=rec["subtask"], scene=rec["scene"]))
 

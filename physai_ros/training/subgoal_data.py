@@ -40,21 +40,26 @@ def step_task(task: str, step: int, subgoal: str) -> str:
     return f"{task}.step{step}" + (f".{colour}" if colour else "")
 
 
-def split_by_subgoal(ep: Episode) -> List[Episode]:
-    """The episode's runs of one subgoal as episodes of their own ("done" frames join the last)."""
-    if len(ep.subgoal) != len(ep):
-        raise ValueError(f"episode of {ep.task}: {len(ep.subgoal)} subgoals for {len(ep)} frames")
-    runs: List[tuple[str, int, int]] = []  # (subgoal, start, end)
-    for i, sg in enumerate(ep.subgoal):
+def subgoal_runs(subgoals: Sequence[str]) -> List[tuple[str, int, int]]:
+    """(subgoal, start, end) of each run of one subgoal; "done" frames join the run before."""
+    runs: List[tuple[str, int, int]] = []
+    for i, sg in enumerate(subgoals):
         if sg == DONE_SUBGOAL and runs:
             runs[-1] = (runs[-1][0], runs[-1][1], i + 1)
         elif runs and runs[-1][0] == sg and runs[-1][2] == i:
             runs[-1] = (sg, runs[-1][1], i + 1)
         elif sg != DONE_SUBGOAL:
             runs.append((sg, i, i + 1))
+    return runs
+
+
+def split_by_subgoal(ep: Episode) -> List[Episode]:
+    """The episode's runs of one subgoal as episodes of their own ("done" frames join the last)."""
+    if len(ep.subgoal) != len(ep):
+        raise ValueError(f"episode of {ep.task}: {len(ep.subgoal)} subgoals for {len(ep)} frames")
     out = []
     per_frame = ("images", "state", "wrench", "action", "success_flags", "subtask", "scene", "subgoal")
-    for k, (sg, a, b) in enumerate(runs):
+    for k, (sg, a, b) in enumerate(subgoal_runs(ep.subgoal)):
         cut = {f: getattr(ep, f)[a:b] for f in per_frame}
         # A step of a successful episode reached its subgoal: it is a good demonstration (the
         # loader keeps only successful episodes).
