@@ -3,14 +3,16 @@ place_in_order under a perfect planner, the expert labels every frame, and the e
 per subgoal into the step tasks the demonstrations train (training.subgoal_data).
 
 Demonstrations alone left System 1 unable to carry out the planner's subgoals: under a perfect
-planner it put the wrong cube on the pad first in about a third of its failed attempts and knocked or
-dropped cubes (docs/training.md, "Both orders"). Those are the states its own mistakes lead to,
+planner it put the wrong cube on the pad first, knocked or dropped cubes and ran out of time
+(docs/training.md, "Both orders"). Those are the states its own mistakes lead to,
 which the scripted expert's clean episodes never visit; DAgger (training.rollouts) is how the
 single-object tasks learnt to recover from theirs. Here:
   - System 1's prompt is the planner's ground truth, re-read as the client builds each observation
     (sim.multi_step.subgoal_text: "pick up the red cube and place it on the green pad"); holding the
     wrong cube it is told the right one, and the expert's label puts the wrong one down first;
-  - the driver is the policy (DAgger) or the noisy expert (training.rollouts.PerturbedExpertServer);
+  - the driver is the policy (DAgger) or the noisy expert (training.rollouts.PerturbedExpertServer),
+    on the fleet's robot for the task with its sim events (fleet_pipeline.yaml: intruders, drops,
+    knocks), the instructions taking turns over the seeds (both cube orders);
   - an attempt that can no longer succeed (the wrong cube on the pad first, a cube off the table)
     ends there: the expert has no label that undoes it, and the frames before it are kept;
   - each run of one subgoal becomes an episode of task "<task>.step<k>.<colour>", k the cube's
