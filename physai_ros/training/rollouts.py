@@ -173,15 +173,28 @@ def run_job(job: RolloutJob, fleet_cfg, lock: Optional[LockstepConfig] = None) -
     return recorder.episodes
 
 
-def _run(args) -> List[EncodedEpisode]:
-    job, fleet_path, checkpoint = args
+def fleet_serving(fleet_path, checkpoint=None):
+    """The fleet at fleet_path, serving `checkpoint` instead of its own model when one is given."""
     from physai_ros.evaluation.sweep import scale_setting
     from physai_ros.serving.config import load_fleet
 
     cfg = load_fleet(fleet_path)
     if checkpoint:
         cfg = scale_setting(cfg, checkpoint=str(Path(checkpoint).resolve()), preset=None)
-    return run_job(job, cfg)
+    return cfg
+
+
+def run_in_workers(fn, work: list, workers: int) -> list:
+    """fn over `work`, in `workers` spawned processes when there is more than one item."""
+    if workers > 1 and len(work) > 1:
+        with mp.get_context("spawn").Pool(workers) as pool:
+            return pool.map(fn, work, chunksize=1)
+    return [fn(w) for w in work]
+
+
+def _run(args) -> List[EncodedEpisode]:
+    job, fleet_path, checkpoint = args
+    return run_job(job, fleet_serving(fleet_path, checkpoint))
 
 
 def split_jobs(job: RolloutJob, parts: int) -> List[RolloutJob]:
@@ -196,11 +209,7 @@ def record_rollouts(root, jobs: Sequence[RolloutJob], fleet_path, checkpoint=Non
     t0 = time.perf_counter()
     work = [(j, str(fleet_path), str(checkpoint) if checkpoint else None)
             for job in jobs for j in split_jobs(job, workers)]
-    if workers > 1 and len(work) > 1:
-        with mp.get_context("spawn").Pool(workers) as pool:
-            per_job = pool.map(_run, work, chunksize=1)
-    else:
-        per_job = [_run(w) for w in work]
+    per_job = run_in_workers(_run, work, workers)
     episodes = [ep for eps in per_job for ep in eps]
     if not episodes:
         raise RuntimeError("rollouts recorded no frames")

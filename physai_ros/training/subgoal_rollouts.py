@@ -27,7 +27,6 @@ from __future__ import annotations
 import argparse
 import dataclasses
 import json
-import multiprocessing as mp
 import time
 from pathlib import Path
 from typing import List, Optional, Sequence
@@ -39,7 +38,7 @@ from physai_ros.sim.robot import ArmConfig
 from physai_ros.sim.tasks import make_task
 
 from .dataset import EncodedEpisode, write_dataset
-from .rollouts import FrameRecorder, PerturbedExpertServer, RolloutJob
+from .rollouts import FrameRecorder, PerturbedExpertServer, RolloutJob, fleet_serving, run_in_workers
 from .subgoal_data import step_task, subgoal_runs
 
 PER_FRAME = ("png", "state", "wrench", "action", "success_flags", "labels", "subtask", "scene")
@@ -148,13 +147,7 @@ def run_subgoal_job(job: RolloutJob, fleet_cfg, lock: Optional[LockstepConfig] =
 
 def _run(args) -> List[EncodedEpisode]:
     job, fleet_path, checkpoint = args
-    from physai_ros.evaluation.sweep import scale_setting
-    from physai_ros.serving.config import load_fleet
-
-    cfg = load_fleet(fleet_path)
-    if checkpoint:
-        cfg = scale_setting(cfg, checkpoint=str(Path(checkpoint).resolve()), preset=None)
-    return run_subgoal_job(job, cfg)
+    return run_subgoal_job(job, fleet_serving(fleet_path, checkpoint))
 
 
 def plan_jobs(task: str, episodes: dict, seed_base: int, slots: int = 4) -> List[RolloutJob]:
@@ -175,11 +168,7 @@ def record(root, jobs: Sequence[RolloutJob], fleet_path, checkpoint=None, worker
     """Run the jobs over `workers` processes and write one labelled dataset at root."""
     t0 = time.perf_counter()
     work = [(j, str(fleet_path), str(checkpoint) if checkpoint else None) for j in jobs]
-    if workers > 1 and len(work) > 1:
-        with mp.get_context("spawn").Pool(workers) as pool:
-            per_job = pool.map(_run, work, chunksize=1)
-    else:
-        per_job = [_run(w) for w in work]
+    per_job = run_in_workers(_run, work, workers)
     episodes = [ep for eps in per_job for ep in eps]
     if not episodes:
         raise RuntimeError("subgoal rollouts recorded no frames")
