@@ -23,7 +23,7 @@ import multiprocessing as mp
 import time
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Dict, List, Optional, Sequence
+from typing import Callable, Dict, List, Optional, Sequence
 
 import numpy as np
 
@@ -132,6 +132,10 @@ class FrameRecorder:
         rec["scene"].append(scene)
         rec["labels"].append(expert_label(world, self.job.chunk_size, 1.0 / self.job.action_rate_hz,
                                           self.job.expert_hz))
+        self.on_frame(rec, snap)
+
+    def on_frame(self, rec: dict, snap) -> None:
+        """A subclass's own per-frame record, from the snapshot the frame was recorded from."""
 
     def on_episode(self, result) -> None:
         rec = self.open.pop(result.robot_id, None)
@@ -146,9 +150,14 @@ class FrameRecorder:
             success_flags=flags, labels=labels, driver=self.job.driver, subtask=rec["subtask"], scene=rec["scene"]))
 
 
-def run_job(job: RolloutJob, fleet_cfg, lock: Optional[LockstepConfig] = None) -> List[EncodedEpisode]:
+def run_job(job: RolloutJob, fleet_cfg, lock: Optional[LockstepConfig] = None, *,
+            recorder_cls: type = FrameRecorder, make_slot: type = EpisodeSlot,
+            before_tick: Optional[Callable[[EpisodeSlot, float], None]] = None) -> List[EncodedEpisode]:
     """The job's episodes, recorded. fleet_cfg (serving.config.FleetConfig) gives the robot (its
-    cameras, joints, horizon policy) and, for the policy driver, the server's model."""
+    cameras, joints, horizon policy) and, for the policy driver, the server's model. A job's
+    prompt replaces the robot's instruction (what its client sends and its sim reads). The
+    recorder, the slots (make_slot, as run_episodes takes it) and a hook
+    run on each tick before the recorder's (before_tick) are what training.subgoal_rollouts sets."""
     import torch
 
     from physai_ros.evaluation.servers import build_policy_server
@@ -157,19 +166,26 @@ def run_job(job: RolloutJob, fleet_cfg, lock: Optional[LockstepConfig] = None) -
     torch.set_num_threads(1)
     lock = lock or LockstepConfig(latency_s=job.latency_s)
     robot = task_robot(fleet_cfg, job.task)
+    if job.prompt:
+        robot = dataclasses.replace(robot, task=dataclasses.replace(robot.task, prompt=job.prompt),
+                                    sim={k: v for k, v in robot.sim.items() if k != "prompt"})
     robots = clone_robots(robot, max(1, min(job.slots, len(job.seeds))), prefix=f"{job.driver}_{job.task}")
     clock = SimClock()
-    recorder = FrameRecorder(job, lock.physics_rate_hz)
-    hook = None
+    recorder = recorder_cls(job, lock.physics_rate_hz)
+    by_id: dict = {}
     if job.driver == "policy":
         server = build_policy_server(fleet_cfg, clock)
     else:
-        by_id: dict = {}
         server = PerturbedExpertServer(lambda rid: by_id[rid].runtime.world, job.chunk_size,
                                        max(1, job.chunk_size // 2), job, ArmConfig().gripper_max_width)
-        hook = lambda slots: by_id.update({s.robot.id: s for s in slots})  # noqa: E731
-    run_episodes(server, robots, job.seeds, lock, f"{job.driver} {job.task}", clock=clock, slot_hook=hook,
-                 on_episode=recorder.on_episode, on_tick=recorder.on_tick)
+    def both(slot: EpisodeSlot, now: float) -> None:
+        before_tick(slot, now)
+        recorder.on_tick(slot, now)
+
+    on_tick = recorder.on_tick if before_tick is None else both
+    run_episodes(server, robots, job.seeds, lock, f"{job.driver} {job.task}", clock=clock,
+                 slot_hook=lambda slots: by_id.update({s.robot.id: s for s in slots}),
+                 on_episode=recorder.on_episode, on_tick=on_tick, make_slot=make_slot)
     return recorder.episodes
 
 

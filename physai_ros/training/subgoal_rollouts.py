@@ -31,14 +31,14 @@ import time
 from pathlib import Path
 from typing import List, Optional, Sequence
 
-from physai_ros.evaluation.lockstep import EpisodeSlot, LockstepConfig, SimClock, clone_robots, run_episodes
+from physai_ros.evaluation.lockstep import EpisodeSlot, LockstepConfig
 from physai_ros.sim.events import WRONG_ORDER
 from physai_ros.sim.multi_step import subgoal_text
 from physai_ros.sim.robot import ArmConfig
 from physai_ros.sim.tasks import make_task
 
 from .dataset import EncodedEpisode, write_dataset
-from .rollouts import FrameRecorder, PerturbedExpertServer, RolloutJob, fleet_serving, run_in_workers
+from .rollouts import FrameRecorder, RolloutJob, fleet_serving, run_in_workers, run_job
 from .subgoal_data import step_task, subgoal_runs
 
 PER_FRAME = ("png", "state", "wrench", "action", "success_flags", "labels", "subtask", "scene")
@@ -75,16 +75,11 @@ class SubgoalRecorder(FrameRecorder):
     """FrameRecorder with each frame's subgoal; an episode is handed back cut per subgoal."""
 
     def on_tick(self, slot: EpisodeSlot, now: float) -> None:
-        world = slot.runtime.world
-        if lost(world):
-            return
-        before = self.open.get(slot.robot.id)
-        n = len(before["png"]) if before is not None and before["episode"] == slot.episode_id else 0
-        super().on_tick(slot, now)
-        rec = self.open[slot.robot.id]
-        rec.setdefault("subgoal", [])
-        if len(rec["png"]) > n:
-            rec["subgoal"].append(subgoal_text(world.snapshot()))
+        if not lost(slot.runtime.world):
+            super().on_tick(slot, now)
+
+    def on_frame(self, rec: dict, snap) -> None:
+        rec.setdefault("subgoal", []).append(subgoal_text(snap))
 
     def on_episode(self, result) -> None:
         rec = self.open.get(result.robot_id)
@@ -111,38 +106,12 @@ def split_encoded(ep: EncodedEpisode, subgoals: Sequence[str], prompt: str = "")
 
 
 def run_subgoal_job(job: RolloutJob, fleet_cfg, lock: Optional[LockstepConfig] = None) -> List[EncodedEpisode]:
-    """The job's episodes under the truth planner, recorded and cut per subgoal. fleet_cfg gives
-    the robot that runs job.task (its cameras, joints, horizon policy) and the served model."""
-    import torch
-
-    from physai_ros.evaluation.servers import build_policy_server
-    from physai_ros.evaluation.sweep import task_robot
-
-    torch.set_num_threads(1)
+    """The job's episodes under the truth planner, recorded and cut per subgoal (training.rollouts'
+    run_job with this module's recorder, slots and planner)."""
     lock = lock or LockstepConfig(latency_s=job.latency_s)
-    robot = task_robot(fleet_cfg, job.task)
-    if job.prompt:  # the instruction the robot sends and its sim reads (the cubes' order)
-        robot = dataclasses.replace(robot, task=dataclasses.replace(robot.task, prompt=job.prompt),
-                                    sim={k: v for k, v in robot.sim.items() if k != "prompt"})
-    robots = clone_robots(robot, max(1, min(job.slots, len(job.seeds))), prefix=f"{job.driver}_{job.task}")
-    clock = SimClock()
-    recorder = SubgoalRecorder(job, lock.physics_rate_hz)
     planner = TruthPlanner(round(lock.physics_rate_hz / lock.client_rate_hz))
-    by_id: dict = {}
-    if job.driver == "policy":
-        server = build_policy_server(fleet_cfg, clock)
-    else:
-        server = PerturbedExpertServer(lambda rid: by_id[rid].runtime.world, job.chunk_size,
-                                       max(1, job.chunk_size // 2), job, ArmConfig().gripper_max_width)
-
-    def on_tick(slot: EpisodeSlot, now: float) -> None:
-        planner.on_tick(slot, now)
-        recorder.on_tick(slot, now)
-
-    run_episodes(server, robots, job.seeds, lock, f"{job.driver} {job.task}", clock=clock,
-                 slot_hook=lambda slots: by_id.update({s.robot.id: s for s in slots}),
-                 on_episode=recorder.on_episode, on_tick=on_tick, make_slot=SubgoalSlot)
-    return recorder.episodes
+    return run_job(job, fleet_cfg, lock, recorder_cls=SubgoalRecorder, make_slot=SubgoalSlot,
+                   before_tick=planner.on_tick)
 
 
 def _run(args) -> List[EncodedEpisode]:
