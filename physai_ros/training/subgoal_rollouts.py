@@ -27,6 +27,7 @@ from __future__ import annotations
 import argparse
 import dataclasses
 import json
+import sys
 import time
 from pathlib import Path
 from typing import List, Optional, Sequence
@@ -183,7 +184,12 @@ def main(argv=None) -> int:
     jobs = plan_jobs(a.task, episodes, a.seed_base, a.slots)
     if not jobs:
         ap.error("--episodes: nothing to record")
-    print(json.dumps(record(a.out, jobs, a.fleet, a.checkpoint or None, a.workers)), flush=True)
+    try:
+        summary = record(a.out, jobs, a.fleet, a.checkpoint or None, a.workers)
+    except KeyboardInterrupt:  # Ctrl-C reaches the workers too; the dataset is written only at the end
+        print(f"interrupted: nothing written to {a.out}", file=sys.stderr, flush=True)
+        return 130
+    print(json.dumps(summary), flush=True)
     return 0
 
 
