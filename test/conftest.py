@@ -20,3 +20,7 @@ if "PHYSAI_ROS_AUTO_KEYSTORE" not in os.environ:
     _keys_dir = tempfile.mkdtemp(prefix="physai_keys_")
     atexit.register(shutil.rmtree, _keys_dir, True)
     os.environ["PHYSAI_ROS_AUTO_KEYSTORE"] = os.path.join(_keys_dir, "keystore")
+
+# Marks the environment every child inherits; a process that outlives the session fails it.
+from process_sweep import (no_process_outlives_the_session, pytest_runtest_teardown,  # noqa: E402,F401
+                           pytest_sessionfinish)

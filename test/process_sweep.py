@@ -1,0 +1,125 @@
+"""No process outlives the test session that started it.
+
+The session marks its environment (PHYSAI_TEST_SESSION=<token>); every process a test starts
+inherits the mark, whether it is a direct child, a child's child, or an orphan adopted by init
+after its parent died. After each test the sweep notes which marked processes appeared, so a
+survivor can be traced to the test that left it; at the end of the session (also after -x or a
+failure in a fixture) any marked process still alive is killed, and the session fails naming it
+and the test after which it was first seen.
+
+A pytest plugin: test/conftest.py takes its hooks and fixture; `pytest -p process_sweep` loads it
+into any session (its own test does so).
+"""
+from __future__ import annotations
+
+import os
+import signal
+import time
+import uuid
+
+import pytest
+
+MARKER = "PHYSAI_TEST_SESSION"
+
+
+def mark_session() -> str:
+    """Marks this process's environment (children inherit it); returns the token."""
+    token = os.environ.get(MARKER)
+    if not token or not token.startswith(f"{os.getpid()}-"):  # a suite run by a test gets its own
+        token = f"{os.getpid()}-{uuid.uuid4().hex[:12]}"
+        os.environ[MARKER] = token
+    return token
+
+
+def _cmdline(pid: int) -> str:
+    try:
+        with open(f"/proc/{pid}/cmdline", "rb") as f:
+            return f.read().replace(b"\0", b" ").decode(errors="replace").strip()[:300]
+    except OSError:
+        return "?"
+
+
+def marked_processes(token: str) -> dict[int, str]:
+    """pid -> command line of every live process carrying this session's mark (not this one)."""
+    wanted = f"{MARKER}={token}".encode()
+    own = os.getpid()
+    found = {}
+    try:
+        entries = os.listdir("/proc")
+    except OSError:  # no procfs: nothing to sweep on this platform
+        return found
+    for name in entries:
+        if not name.isdigit() or int(name) == own:
+            continue
+        try:
+            with open(f"/proc/{name}/environ", "rb") as f:
+                env = f.read()
+        except OSError:  # gone, or another user's
+            continue
+        if wanted in env.split(b"\0"):  # a zombie's environ is empty: it is not counted
+            found[int(name)] = _cmdline(int(name))
+    return found
+
+
+class ProcessSweep:
+    def __init__(self) -> None:
+        self.token = mark_session()
+        self.first_seen: dict[int, str] = {}  # pid -> the test at whose end it was first seen
+
+    def seen_at(self, nodeid: str) -> None:
+        for pid in marked_processes(self.token):
+            self.first_seen.setdefault(pid, nodeid)
+
+    def survivors(self, grace_s: float = 10.0) -> dict[int, str]:
+        """Marked processes still alive after grace_s (time for processes being stopped to exit)."""
+        end = time.monotonic() + grace_s
+        alive = marked_processes(self.token)
+        while alive and time.monotonic() < end:
+            time.sleep(0.2)
+            alive = marked_processes(self.token)
+        return alive
+
+    def kill(self, pids) -> None:
+        for pid in pids:
+            try:
+                os.kill(pid, signal.SIGKILL)
+            except OSError:
+                pass
+
+    def report(self, alive: dict[int, str]) -> str:
+        lines = [f"{len(alive)} process(es) started by this test session outlived it (killed now):"]
+        for pid, cmd in sorted(alive.items()):
+            lines.append(f"  pid {pid}, first seen after {self.first_seen.get(pid, 'the last test')}: {cmd}")
+        return "\n".join(lines)
+
+
+_SWEEP = ProcessSweep()
+
+
+@pytest.hookimpl(hookwrapper=True)
+def pytest_runtest_teardown(item):
+    # Before the teardown: what setup and the call started is alive now, and the last test's
+    # teardown is where the session fixture below fails.
+    _SWEEP.seen_at(item.nodeid)
+    yield
+
+
+@pytest.fixture(scope="session", autouse=True)
+def no_process_outlives_the_session():
+    """Torn down last (after every module's fixtures): a process a test started that is still
+    alive then is killed, and this teardown fails naming it."""
+    yield
+    alive = _SWEEP.survivors()
+    if alive:
+        _SWEEP.kill(alive)
+        pytest.fail(_SWEEP.report(alive), pytrace=False)
+
+
+def pytest_sessionfinish(session):
+    """The safety net for a session that ended without that teardown (Ctrl-C): kill what is left."""
+    alive = _SWEEP.survivors(grace_s=2.0)
+    if alive:
+        _SWEEP.kill(alive)
+        print("\n" + _SWEEP.report(alive), flush=True)
+        if session.exitstatus == 0:
+            session.exitstatus = 1
