@@ -1,4 +1,5 @@
-"""What every ROS test rig needs: an in-test node spun on its own thread, and a bounded wait.
+"""What every ROS test rig needs: an in-test node spun on its own thread, and a bounded wait
+whose deadline stretches with the machine's measured slowdown (test/machine_load.py).
 
 test/ is on sys.path (pytest puts the directory of test/conftest.py there), so any test folder
 can `from ros_rig import SpunNode, wait_for`.
@@ -14,24 +15,21 @@ import rclpy
 from rclpy.context import Context
 from rclpy.executors import SingleThreadedExecutor
 
+from machine_load import Deadline
+
 
 class SpunNode:
     """An rclpy node whose callbacks run on a daemon thread (SingleThreadedExecutor), so a test
     can block in waits while messages keep arriving.
 
-    own_context=True gives the node its own rclpy Context, shut down by close(): nothing is
-    shared with the other nodes of the pytest process. Otherwise it uses the default context
-    (initialised if needed), which stays up for the next test."""
+    The node has its own rclpy Context, shut down by close(): nothing is shared with the other
+    nodes of the pytest process. (A shared default context, once shut down by one failing test,
+    cannot be initialised again in the process, and every later test errored with "Context.init()
+    must only be called once".)"""
 
-    def __init__(self, name: str, own_context: bool = False, spin_timeout_s: float = 0.05):
-        if own_context:
-            self.context = Context()
-            rclpy.init(context=self.context)
-        else:
-            if not rclpy.ok():
-                rclpy.init()
-            self.context = None
-        self._own_context = own_context
+    def __init__(self, name: str, spin_timeout_s: float = 0.05):
+        self.context = Context()
+        rclpy.init(context=self.context)
         self.node = rclpy.create_node(name, context=self.context)
         self.executor = SingleThreadedExecutor(context=self.context)
         self.executor.add_node(self.node)
@@ -57,29 +55,33 @@ class SpunNode:
             self.executor.shutdown(timeout_sec=1.0)
             self.node.destroy_node()
         finally:
-            if self._own_context:
-                rclpy.try_shutdown(context=self.context)
+            rclpy.try_shutdown(context=self.context)
 
 
 def wait_for(pred, timeout: float, what: str, detail=None, *, lock=None, check=None, poll_s: float = 0.05):
     """Polls pred() until it returns something truthy, and returns that.
 
+    timeout: what the step needs on an idle machine, with margin; the wait stretches it by the
+    machine's measured slowdown (machine_load.Deadline), so a busy machine gets longer.
+
     lock: held around pred() (and detail()) when the predicate reads state that callbacks write.
     check: called between polls; it raises to end the wait early (a process that must live died).
     detail: called on time-out; its text goes into the AssertionError after the first line."""
     guard = lock if lock is not None else contextlib.nullcontext()
-    end = time.monotonic() + timeout
-    while time.monotonic() < end:
+    deadline = Deadline(timeout)
+    while True:
         with guard:
             got = pred()
         if got:
             return got
+        if deadline.expired():
+            break
         if check is not None:
             check()
         time.sleep(poll_s)
     with guard:
         extra = "" if detail is None else f"\n{detail()}"
-    raise AssertionError(f"timed out after {timeout} s waiting for {what}{extra}")
+    raise AssertionError(f"timed out after {deadline.describe()} waiting for {what}{extra}")
 
 
 def log_of(log_dir, name: str) -> str:

@@ -9,11 +9,12 @@ from physai_ros.engine.streaming import StreamingEngine
 
 from streaming_helpers import one_torch_thread  # noqa: F401 (autouse)
 from streaming_helpers import build, robot_input
+from machine_load import Deadline
 
 def wait_for(cond, timeout=60.0):
-    end = time.monotonic() + timeout
+    deadline = Deadline(timeout)
     while not cond():
-        if time.monotonic() > end:
+        if deadline.expired():
             return False
         time.sleep(0.01)
     return True

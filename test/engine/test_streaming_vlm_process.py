@@ -12,11 +12,12 @@ from physai_ros.engine.streaming_vlm import SharedKVDoubleBuffer
 
 from streaming_helpers import one_torch_thread  # noqa: F401 (autouse)
 from streaming_helpers import CFG, robot_input
+from machine_load import Deadline
 
 
 def _wait(cond, timeout=60.0):
-    end = time.monotonic() + timeout
-    while time.monotonic() < end:
+    deadline = Deadline(timeout)
+    while not deadline.expired():
         if cond():
             return True
         time.sleep(0.02)

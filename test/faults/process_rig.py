@@ -16,6 +16,7 @@ from physai_ros.fleet.processes import ProcessGroup, ProcessSpec
 from physai_ros.ros.qos import reliable_qos
 
 from ros_rig import SpunNode, wait_for
+from machine_load import Deadline
 
 # Process start-up (imports, DDS discovery, engine build) on a loaded 2-core machine.
 STARTUP_S = 120
@@ -37,7 +38,7 @@ class ProcessRig:
         self.lock = threading.RLock()  # predicates of wait() may call helpers that lock too
         self.diag: dict[str, dict[str, str]] = {}  # status name -> latest values
         self.diag_status: dict[str, tuple[int, str]] = {}  # status name -> latest (level, message)
-        self._spun = SpunNode(node_name, own_context=True)
+        self._spun = SpunNode(node_name)
         self.node = self._spun.node
         self.node.create_subscription(DiagnosticArray, "/diagnostics", self._on_diag, reliable_qos(50))
 
@@ -113,8 +114,8 @@ class ProcessRig:
         if client is None:
             client = self._register_client = self.node.create_client(RegisterRobot,
                                                                      "/policy_server/register_robot")
-        end = time.monotonic() + timeout
-        while time.monotonic() < end:
+        deadline = Deadline(timeout)
+        while not deadline.expired():
             if not client.service_is_ready():
                 self.assert_alive("waiting for the registration service")
                 time.sleep(0.1)
@@ -122,7 +123,7 @@ class ProcessRig:
             if sign:
                 self.keys(req.robot_id).request(req)
             fut = client.call_async(req)
-            resend = min(end, time.monotonic() + 5.0)
+            resend = time.monotonic() + min(deadline.remaining(), 5.0)
             while not fut.done() and time.monotonic() < resend:
                 self.assert_alive("during a registration call")
                 time.sleep(0.02)
@@ -130,7 +131,7 @@ class ProcessRig:
                 resp = fut.result()
                 return self.keys(req.robot_id).response(resp) if sign else resp
             client.remove_pending_request(fut)
-        raise AssertionError(f"registration got no answer in {timeout} s\n{self.logs()}")
+        raise AssertionError(f"registration got no answer in {deadline.describe()}\n{self.logs()}")
 
     def signed_observation(self, msg):
         """An Observation tagged with its robot's session (register it first)."""

@@ -26,6 +26,7 @@ from physai_ros.serving.config import load_fleet
 
 import netns
 from netns_probe import ProbeLog
+from machine_load import Deadline
 
 pytestmark = [pytest.mark.ros, pytest.mark.slow,
               pytest.mark.skipif(netns.unavailable_reason() is not None,
@@ -83,8 +84,8 @@ class Rig:
                       "--obs", ns, "--diag"], self.logs, name="probe_robot_host")
 
     def wait(self, pred, timeout: float, what: str):
-        end = time.monotonic() + timeout
-        while time.monotonic() < end:
+        deadline = Deadline(timeout)
+        while not deadline.expired():
             got = pred()
             if got:
                 return got
@@ -92,7 +93,7 @@ class Rig:
                 raise AssertionError(f"process died while waiting for {what}: {self.link.dead()}\n"
                                      f"{self.link.logs()}")
             time.sleep(0.05)
-        raise AssertionError(f"timed out after {timeout} s waiting for {what}\n{self.link.logs()}")
+        raise AssertionError(f"timed out after {deadline.describe()} waiting for {what}\n{self.link.logs()}")
 
     def served(self, rid: str, since: float = 0.0) -> list[dict]:
         """OK answers from the server seen on the robot host."""

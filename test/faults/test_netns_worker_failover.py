@@ -26,6 +26,7 @@ from physai_ros.protocol.chunk import HOLD_ENGINE_INSTANCE
 
 import netns
 from netns_probe import ProbeLog
+from machine_load import Deadline
 
 pytestmark = [pytest.mark.ros, pytest.mark.slow,
               pytest.mark.skipif(netns.unavailable_reason() is not None,
@@ -84,8 +85,8 @@ class Rig:
                       "--fleet", fleet, "--period", "0.05"], self.logs, name="probe")
 
     def wait(self, pred, timeout: float, what: str, allow_dead=("worker_gpu_a",)):
-        end = time.monotonic() + timeout
-        while time.monotonic() < end:
+        deadline = Deadline(timeout)
+        while not deadline.expired():
             got = pred()
             if got:
                 return got
@@ -93,7 +94,7 @@ class Rig:
             if dead:
                 raise AssertionError(f"process died while waiting for {what}: {dead}\n{self.link.logs()}")
             time.sleep(0.05)
-        raise AssertionError(f"timed out after {timeout} s waiting for {what}\n{self.link.logs()}")
+        raise AssertionError(f"timed out after {deadline.describe()} waiting for {what}\n{self.link.logs()}")
 
     def served_by(self, iid: str, since: float = 0.0) -> list[dict]:
         return self.probe.chunks(since, status=OK, engine=iid)

@@ -19,6 +19,7 @@ from physai_ros.serving.registry import CAPACITY
 from physai_ros.serving.runner import ServingRunner
 
 from fault_fleet import fleet_doc, obs
+from machine_load import Deadline
 
 
 def _core(monkeypatch=None, fault="", robots=("r0", "r1", "r2"), **server):
@@ -183,14 +184,14 @@ def test_runner_notices_a_dead_thread_and_the_standby_serves(monkeypatch):
     runner = ServingRunner(core, on_chunks, lambda *a: None, errors.append).start()
     try:
         core.submit(obs("r0", 2))
-        end = time.monotonic() + 60
-        while time.monotonic() < end:
+        deadline = Deadline(60)
+        while not deadline.expired():
             with lock:
                 if got:
                     break
             time.sleep(0.01)
         core.submit(obs("r0", 4))
-        while time.monotonic() < end:
+        while not deadline.expired():
             with lock:
                 if len(got) >= 2:
                     break

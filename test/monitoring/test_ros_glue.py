@@ -10,10 +10,12 @@ import time
 import pytest
 import rclpy
 from diagnostic_msgs.msg import DiagnosticArray, DiagnosticStatus
+from rclpy.context import Context
 from rclpy.executors import SingleThreadedExecutor
 from std_msgs.msg import Float64
 
 from diag_child import BATCH, BURST, FINAL
+from machine_load import Deadline
 
 pytestmark = [pytest.mark.ros]
 TIMEOUT_S = 90  # process start, imports and discovery on a loaded 2-core machine
@@ -21,16 +23,17 @@ TIMEOUT_S = 90  # process start, imports and discovery on a loaded 2-core machin
 
 class Listener:
     def __init__(self):
-        if not rclpy.ok():
-            rclpy.init()
-        self.node = rclpy.create_node("monitoring_test_listener")
+        # Its own context: nothing shared with (or shut down by) another test of the process.
+        self.context = Context()
+        rclpy.init(context=self.context)
+        self.node = rclpy.create_node("monitoring_test_listener", context=self.context)
         self.lock = threading.Lock()
         self.arrays: list[DiagnosticArray] = []
         self.values: dict[str, list[float]] = {"/robot_0/metrics/burst": [], "/fleet/metrics/robots": []}
         self.node.create_subscription(DiagnosticArray, "/diagnostics", self._diag, 50)
         for topic in self.values:
             self.node.create_subscription(Float64, topic, lambda m, t=topic: self._val(t, m), 1000)
-        self.executor = SingleThreadedExecutor()
+        self.executor = SingleThreadedExecutor(context=self.context)
         self.executor.add_node(self.node)
         self._stop = False
         self.thread = threading.Thread(target=self._spin, daemon=True)
@@ -61,6 +64,7 @@ class Listener:
         self.thread.join(timeout=2)
         self.executor.shutdown()
         self.node.destroy_node()
+        rclpy.try_shutdown(context=self.context)
 
 
 def _values(st: DiagnosticStatus) -> dict:
@@ -76,8 +80,8 @@ def child_and_listener(tmp_path_factory):
                              "--ros-args", "-r", "__ns:=/robot_7"],
                             stdout=log, stderr=subprocess.STDOUT, env=dict(os.environ))
     try:
-        end = time.monotonic() + TIMEOUT_S
-        while time.monotonic() < end and proc.poll() is None:
+        deadline = Deadline(TIMEOUT_S)
+        while not deadline.expired() and proc.poll() is None:
             st = listener.latest("robot_7/diag_child: metric topics")
             with listener.lock:
                 got_final = FINAL in listener.values["/robot_0/metrics/burst"]

@@ -10,6 +10,8 @@ from rclpy.executors import SingleThreadedExecutor
 
 from physai_ros.fleet.processes import ProcessGroup
 
+from machine_load import Deadline
+
 
 class RosHarness:
     def __init__(self, name: str):
@@ -25,11 +27,12 @@ class RosHarness:
             self.executor.spin_once(timeout_sec=0.01)
 
     def spin_until(self, predicate, timeout: float, every=None, period: float = 0.2) -> bool:
-        """Spin until predicate() holds or timeout passes; calls every() each period (e.g. to
-        re-publish while discovery completes)."""
-        end = time.monotonic() + timeout
+        """Spin until predicate() holds or the deadline passes; calls every() each period (e.g. to
+        re-publish while discovery completes). timeout is for an idle machine: it stretches with
+        the measured slowdown (machine_load.Deadline)."""
+        deadline = Deadline(timeout)
         next_call = 0.0
-        while time.monotonic() < end:
+        while not deadline.expired():
             if every is not None and time.monotonic() >= next_call:
                 every()
                 next_call = time.monotonic() + period

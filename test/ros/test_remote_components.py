@@ -46,7 +46,7 @@ def test_not_alive_and_unanswered_questions_get_their_reasons_and_forged_answers
     ks = Keystore.init(tmp_path / "keys")
     ks.add(Identity("worker", "gpu_t"))
     auth = ServerAuth(ks, Identity("server", "policy_server"))
-    spun = SpunNode("remote_components_test", own_context=True)
+    spun = SpunNode("remote_components_test")
     try:
         live = Liveness(False)
         backend = RemoteComponentBackend(spun.node, "gpu_t", auth=auth, timeout_s=0.5, engine=live)

@@ -8,6 +8,8 @@ import pytest
 
 from physai_ros.fleet.processes import ProcessGroup, ProcessSpec
 
+from machine_load import Deadline
+
 HERE = Path(__file__).parent
 
 
@@ -39,8 +41,8 @@ def test_exited_children_are_reported_with_their_logs(tmp_path):
 def _wait_for_line(path: Path, text: str, timeout: float = 30.0) -> bool:
     import time
 
-    end = time.monotonic() + timeout
-    while time.monotonic() < end:
+    deadline = Deadline(timeout)
+    while not deadline.expired():
         if path.exists() and text in path.read_text():
             return True
         time.sleep(0.05)

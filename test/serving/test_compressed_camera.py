@@ -2,13 +2,13 @@
 robot_client node (in this process), decoded once into the Image its Observation carries."""
 import copy
 import threading
-import time
 
 import cv2
 import numpy as np
 import pytest
 import rclpy
 import yaml
+from rclpy.context import Context
 from rclpy.executors import SingleThreadedExecutor
 from rclpy.parameter import Parameter
 from sensor_msgs.msg import CompressedImage, Image
@@ -16,6 +16,8 @@ from sensor_msgs.msg import CompressedImage, Image
 from physai_ros.ros.codecs.observation import compressed_image_data, image_msg
 from physai_ros.ros.qos import sensor_data_qos
 from physai_ros.serving.config import FleetConfigError, default_fleet_path, parse_fleet
+
+from ros_rig import wait_for
 
 TOPIC = "camera_0/image_raw/compressed"
 
@@ -70,13 +72,13 @@ def test_robot_client_subscribes_and_decodes_a_real_compressed_publisher(tmp_pat
 
     path = tmp_path / "fleet.yaml"
     path.write_text(yaml.safe_dump(_fleet_doc()))
-    if not rclpy.ok():
-        rclpy.init()
-    client = RobotClientNode(namespace="/cc_robot", parameter_overrides=[
+    context = Context()  # its own: nothing shared with (or shut down by) another test
+    rclpy.init(context=context)
+    client = RobotClientNode(namespace="/cc_robot", context=context, parameter_overrides=[
         Parameter("fleet_file", value=str(path)), Parameter("robot_id", value="cc_robot")])
-    cam = rclpy.create_node("compressed_camera", namespace="/cc_robot")
+    cam = rclpy.create_node("compressed_camera", namespace="/cc_robot", context=context)
     pub = cam.create_publisher(CompressedImage, TOPIC, sensor_data_qos())
-    ex = SingleThreadedExecutor()
+    ex = SingleThreadedExecutor(context=context)
     ex.add_node(client)
     ex.add_node(cam)
     stop = threading.Event()
@@ -85,13 +87,10 @@ def test_robot_client_subscribes_and_decodes_a_real_compressed_publisher(tmp_pat
     spin.start()
 
     def publish_until(pred, msg, what, timeout=30.0):
-        end = time.monotonic() + timeout
-        while time.monotonic() < end:
+        def published():  # discovery may lose the first ones: publish again on every poll
             pub.publish(msg)
-            if pred():
-                return
-            time.sleep(0.05)
-        raise AssertionError(f"timed out waiting for {what}")
+            return pred()
+        wait_for(published, timeout, what)
 
     try:
         img = np.random.default_rng(1).integers(0, 256, (48, 64, 3), np.uint8)
@@ -115,3 +114,4 @@ def test_robot_client_subscribes_and_decodes_a_real_compressed_publisher(tmp_pat
         ex.shutdown()
         client.destroy_node()
         cam.destroy_node()
+        rclpy.try_shutdown(context=context)

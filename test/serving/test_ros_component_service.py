@@ -4,7 +4,6 @@ preset's own backbone (`model: vla`) answers a registered robot's ComponentQuery
 counted on /diagnostics, and never take the server down. The codec is checked first, in process."""
 import array
 import threading
-import time
 from collections import defaultdict
 
 import numpy as np
@@ -14,6 +13,7 @@ from physai_ros.fleet import plan as fleet_plan
 from physai_ros.protocol.component import COMPONENT_ANSWER_TOPIC, COMPONENT_QUERY_TOPIC, ComponentAnswerData
 
 from component_helpers import IMAGE_HW, PROMPT, fleet_doc, images, request
+from machine_load import Deadline
 from serving_ros_harness import StatusWatcher, running_fleet
 
 STARTUP_S = 120  # process start, torch import, tiny engine build on a loaded 2-core machine
@@ -133,8 +133,8 @@ class ComponentRig(StatusWatcher):
         from physai_ros.ros.codecs.registration import registration_to_request
         from physai_ros.serving.client_core import RobotClientCore
 
-        end = time.monotonic() + STARTUP_S
-        while time.monotonic() < end:
+        deadline = Deadline(STARTUP_S)
+        while not deadline.expired():
             if not self.register_client.wait_for_service(timeout_sec=1.0):
                 continue
             req = self.keys[robot_id].request(
