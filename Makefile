@@ -16,7 +16,7 @@ PKG_STAMP := $(VENV)/.package-installed
 IFACE_STAMP := $(VENV)/.interfaces-built
 INTERFACE_SOURCES := $(wildcard msg/*.msg srv/*.srv) interfaces/CMakeLists.txt interfaces/package.xml
 
-.PHONY: setup demo demo-pipeline test bench clean distclean lerobot-reference colcon-tools
+.PHONY: setup demo demo-pipeline test test-stress bench clean distclean lerobot-reference colcon-tools
 
 setup: $(DEPS_STAMP) $(IFACE_STAMP) $(PKG_STAMP)
 
@@ -72,6 +72,15 @@ demo-pipeline: setup
 
 test: setup $(LEROBOT_STAMP) $(LEROBOT06_STAMP) colcon-tools
 	$(PY) scripts/run_tests.py $(PYTEST_ARGS)
+
+# The suite beside STRESS_PER_CORE busy processes per core (default 2, at STRESS_NICE niceness,
+# default 0: they compete as another user's jobs would). Run it before submitting a change to a
+# test that starts real processes; the burners stop with the run.
+STRESS_PER_CORE ?= 2
+STRESS_NICE ?= 0
+test-stress: setup $(LEROBOT_STAMP) $(LEROBOT06_STAMP) colcon-tools
+	$(PY) scripts/run_under_load.py --per-core $(STRESS_PER_CORE) --nice $(STRESS_NICE) -- \
+		$(PY) scripts/run_tests.py $(PYTEST_ARGS)
 
 clean:
 	rm -rf build .pytest_cache
