@@ -22,7 +22,8 @@ def main(argv: list[str]) -> int:
     print(f"run_tests: ROS_DOMAIN_ID={os.environ['ROS_DOMAIN_ID']} "
           f"ROS_AUTOMATIC_DISCOVERY_RANGE={os.environ['ROS_AUTOMATIC_DISCOVERY_RANGE']} "
           f"TRITON_INTERPRET={os.environ['TRITON_INTERPRET']}", flush=True)
-    return int(pytest.main(["test", *argv]))
+    # pytest.ini's testpaths (test/) when no path is given; PYTEST_ARGS may name test files.
+    return int(pytest.main(list(argv)))
 
 
 if __name__ == "__main__":

@@ -209,7 +209,7 @@ def main(argv: list[str] | None = None) -> int:
 
     from physai_ros.fleet.report import (contact_sheet, format_serving, format_summary, rebase_series, run_frames,
                                          serving_summary, summary_doc, task_completion_line)
-    from physai_ros.fleet.startup import StartupRelay, server_answers
+    from physai_ros.fleet.startup import StartupRelay, robots_not_streaming, server_answers
     from physai_ros.monitoring.pipeline_report import (fleet_totals, format_pipeline, format_totals,
                                                        pipeline_fields, with_pipeline_lines)
     from physai_ros.monitoring.text_report import (NO_LANGUAGE, format_language, language_doc, questions,
@@ -277,6 +277,24 @@ def main(argv: list[str] | None = None) -> int:
             started = time.monotonic()
             if capture is not None:
                 capture.t0 = time.time()  # tasks' arrival_s count from when the server serves
+        else:
+            # Scripted robots: the duration counts from when every robot's arm and controller
+            # are heard from (imports and discovery of ~3 processes per robot come first).
+            ready_by = time.monotonic() + SERVER_START_TIMEOUT_S
+            while not stop and time.monotonic() < ready_by and not group.exited() and robots_not_streaming(monitor):
+                executor.spin_once(timeout_sec=0.2)
+            waiting, dead = robots_not_streaming(monitor), group.exited()
+            if dead or stop or waiting:
+                for name, rc in dead:
+                    print(f"physai-fleet: {name} exited with {rc} before its robots streamed:\n"
+                          f"{group.log_tail(name)}", file=sys.stderr, flush=True)
+                if not dead and not stop:
+                    print(f"physai-fleet: {', '.join(waiting)} did not stream within {SERVER_START_TIMEOUT_S:.0f} s "
+                          f"(logs in {args.log_dir})", file=sys.stderr, flush=True)
+                return 130 if stop and not dead else 1
+            print(f"physai-fleet: robots streaming after {time.monotonic() - started:.1f} s; running "
+                  f"{args.duration:g} s from now", flush=True)
+            started = time.monotonic()
         while not stop and time.monotonic() - started < args.duration:
             executor.spin_once(timeout_sec=0.05)
             dead = group.exited()
@@ -286,9 +304,9 @@ def main(argv: list[str] | None = None) -> int:
                 exit_code = 1
                 break
         elapsed = time.monotonic() - started
-        # The monitor's series count from its start, before the server-up wait; elapsed counts
-        # from server-up. Their difference is the warm-up: the report's t = 0 is server-up.
-        warmup_s = None if args.scripted else max(0.0, monitor.clock() - elapsed)
+        # The monitor's series count from its start, before the server-up (or robots-streaming)
+        # wait; elapsed counts from then. Their difference is the warm-up: the report's t = 0.
+        warmup_s = max(0.0, monitor.clock() - elapsed)
         cpu = {name: round(sec / elapsed, 3) for name, sec in group.cpu_seconds().items()}
         summaries = monitor.summaries()
         print(format_summary(summaries, elapsed), flush=True)
@@ -305,7 +323,7 @@ def main(argv: list[str] | None = None) -> int:
         for line in (format_serving(serving) + format_pipeline(serving) + format_totals(pipelines)
                      + format_language(monitor.text_logs, asked, elapsed, off_reason=off)):
             print(line, flush=True)
-        origin = warmup_s or 0.0
+        origin = warmup_s
         frames = run_frames(monitor.frames, origin)
         if any(cells for _, cells in frames):
             import cv2
@@ -323,8 +341,7 @@ def main(argv: list[str] | None = None) -> int:
             exit_code = 1
         extra = {"interrupted": stop, "cpu_fraction": cpu, "series": monitor.series(),
                  "language": language_doc(monitor.text_logs, asked)}
-        if warmup_s is not None:
-            extra.update(warmup_s=round(warmup_s, 1), series=rebase_series(extra["series"], warmup_s))
+        extra.update(warmup_s=round(warmup_s, 1), series=rebase_series(extra["series"], warmup_s))
         if serving:
             extra["robots"] = serving  # the base summary plus the serving fields, per robot
         if pipelines["components"]:

@@ -141,3 +141,14 @@ def server_answers(monitor, client_status: dict[str, dict]) -> bool:
     --duration 40 run ended before any robot registered, and its summary said "0 rounds,
     client unregistered" while the client logs showed them served after it)."""
     return monitor.count_services(REGISTER_SERVICE) > 0 and clients_answered(client_status)
+
+
+def robots_not_streaming(monitor) -> list[str]:
+    """Robots the monitor has not yet heard from both ends of: the simulated arm (joint_states)
+    and its trajectory controller (execution_info). A --scripted run's --duration counts from
+    when this is empty: on a busy machine the processes' imports alone took 10 s of a 12 s run,
+    whose summary then had no controller rates at all."""
+    from physai_ros.protocol.topics import EXECUTION_INFO_TOPIC, JOINT_STATES_TOPIC
+
+    return [ns for ns, counters in monitor.rates.items()
+            if not all(t in counters and counters[t].count for t in (JOINT_STATES_TOPIC, EXECUTION_INFO_TOPIC))]

@@ -34,6 +34,11 @@ from physai_ros.sim.runtime import TaskStatus
 from physai_ros.sim.trace_capture import FleetTraceCapture
 
 
+# The publisher-side rates the robots' nodes report in their FrequencyStatus diagnostics: the sim
+# robot's sensors and the trajectory controller's commands.
+PUBLISHED_STREAMS = ("wrench", "joint_states", "camera", "joint_trajectory")
+
+
 class FleetMonitor(Node):
     def __init__(self, robots: dict[str, int], snapshot_period_s: float = 5.0, probe_all: bool = False,
                  capture: FleetTraceCapture | None = None):
@@ -62,7 +67,9 @@ class FleetMonitor(Node):
         self.t0 = now_sec(self)
         for ns, views in robots.items():
             self.rates[ns] = {}
-            self.published[ns] = {}
+            # Every stream a robot's nodes report is in the summary: one with no report in the
+            # window reads 0 Hz (it was missing, and readers of the JSON met a KeyError).
+            self.published[ns] = {stream: PublishedRate() for stream in PUBLISHED_STREAMS}
             self.frames[ns] = []
             self._newest[ns] = [None] * views
             sd, rel = qos.sensor_data_qos(), qos.reliable_qos()

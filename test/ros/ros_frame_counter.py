@@ -16,6 +16,7 @@ from physai_ros.ros.qos import sensor_data_qos
 
 def main() -> None:
     topic, seconds = sys.argv[1], float(sys.argv[2])
+    first_frame_s = float(sys.argv[3]) if len(sys.argv) > 3 else 30.0  # the test scales it to the machine
     rclpy.init()
     node = rclpy.create_node("frame_counter")
     stats = {"count": 0, "shape": None, "first": None, "last": None, "bytes_ok": True}
@@ -31,7 +32,7 @@ def main() -> None:
     node.create_subscription(Image, topic, cb, sensor_data_qos())
     ex = SingleThreadedExecutor()
     ex.add_node(node)
-    end = time.monotonic() + seconds + 30.0  # wait up to 30 s for the first frame, then count `seconds`
+    end = time.monotonic() + seconds + first_frame_s  # wait for the first frame, then count `seconds`
     while time.monotonic() < end:
         ex.spin_once(timeout_sec=0.05)
         if stats["first"] is not None:

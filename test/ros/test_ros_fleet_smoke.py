@@ -5,6 +5,7 @@ import os
 import signal
 import subprocess
 import sys
+import threading
 import time
 
 import cv2
@@ -13,6 +14,9 @@ import pytest
 from physai_ros.fleet.cli import build_fleet, fleet_env, parse_args
 from physai_ros.fleet.processes import ProcessSpec
 from physai_ros.monitoring.robot_health import TIMING_REASONS
+
+from machine_load import scaled
+from ros_rig import wait_for
 
 pytestmark = [pytest.mark.ros, pytest.mark.slow]
 
@@ -43,10 +47,12 @@ def test_big_fleets_get_the_wide_discovery_profile(monkeypatch):
 
 def test_fleet_demo_runs_and_reports(tmp_path):
     sheet, summary, dash = tmp_path / "sheet.png", tmp_path / "summary.json", tmp_path / "report.png"
-    cmd = [sys.executable, "-m", "physai_ros.fleet", "--scripted", "--robots", "2", "--duration", "12", "--views", "2",
-           "--contact-sheet", str(sheet), "--summary-json", str(summary), "--log-dir", str(tmp_path / "logs"),
-           "--control-rate", "240", "--report", str(dash)]
-    out = subprocess.run(cmd, capture_output=True, timeout=150, env=dict(os.environ))
+    # 12 s of running on an idle machine (counted from when both robots stream), longer on a busy one.
+    duration = scaled(12.0)
+    cmd = [sys.executable, "-m", "physai_ros.fleet", "--scripted", "--robots", "2", "--duration", f"{duration:.0f}",
+           "--views", "2", "--contact-sheet", str(sheet), "--summary-json", str(summary),
+           "--log-dir", str(tmp_path / "logs"), "--control-rate", "240", "--report", str(dash)]
+    out = subprocess.run(cmd, capture_output=True, timeout=duration + scaled(150.0), env=dict(os.environ))
     text = out.stdout.decode(errors="replace") + out.stderr.decode(errors="replace")
     assert out.returncode == 0, text[-4000:]
     assert "robot_0 [pick_and_place]" in text and "robot_1 [reach]" in text
@@ -93,9 +99,23 @@ def test_fleet_stops_cleanly_on_a_signal(tmp_path):
         assert first.startswith(f"physai-fleet: ROS_DOMAIN_ID={os.environ['ROS_DOMAIN_ID']} "), first
         second = proc.stdout.readline().decode()
         assert "started 3 processes" in second, second
-        time.sleep(6.0)
+        # The run's clock starts when the robot streams; stop it a little into the run. The output
+        # is read on a thread, so a silent process cannot block the wait.
+        lines = []
+
+        def read():
+            for line in iter(proc.stdout.readline, b""):
+                lines.append(line)
+        reader = threading.Thread(target=read, daemon=True)
+        reader.start()
+        wait_for(lambda: any(b"robots streaming after" in ln for ln in lines) or proc.poll() is not None,
+                 120.0, "the robot streaming", lambda: b"".join(lines).decode(errors="replace"))
+        assert proc.poll() is None, b"".join(lines).decode(errors="replace")
+        time.sleep(2.0)
         proc.send_signal(signal.SIGTERM)
-        rest = proc.communicate(timeout=60)[0].decode(errors="replace")
+        proc.wait(timeout=scaled(60.0))
+        reader.join(timeout=10)
+        rest = b"".join(lines).decode(errors="replace")
     finally:
         if proc.poll() is None:
             proc.kill()
