@@ -28,16 +28,20 @@ IID = "test_worker"
 def env(tmp_path_factory, tiny):
     log_dir = tmp_path_factory.mktemp("worker_logs")
     spec = worker_spec(IID)
-    proc = start_process(spec, str(log_dir))
+    # The worker starts inside the try: a failure before it (the in-test node once failed to
+    # start here) must not leave it running after the session.
     spun = SpunNode("remote_engine_test")
+    procs = []
     try:
+        proc = start_process(spec, str(log_dir))
+        procs.append(proc)
         proxy = RemoteEngine(spun.node, IID, tiny, auth=server_auth(workers=[IID]))
         wait_for(lambda: proxy.alive, STARTUP_S, "the worker to be alive",
                  lambda: f"{proxy.why_not_alive()}\n{log_of(log_dir, spec.name)}")
         yield proxy, proc, spun, (lambda: log_of(log_dir, spec.name))
     finally:
         spun.close()
-        stop_processes([proc])
+        stop_processes(procs)
 
 
 def test_worker_advertises_its_measured_profile(env):
