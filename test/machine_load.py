@@ -6,12 +6,12 @@ host shared with other runs. Fixed windows either fail there or are so long they
 waits take a base deadline (what the step needs on an idle 2-core machine, with margin) and
 stretch it by slowdown(), measured when the wait starts and again when it runs out.
 
-slowdown() is the larger of two measurements, never below 1:
-- the share of a CPU a busy thread of this process gets: wall time over the thread's own CPU time
-  for a ~20 ms spin (1 on an idle machine, ~3 with two busy processes per core on top of the
-  suite). It sees load at the moment of the call;
-- the 1-minute load average per core, which sees load that the short spin may fall between.
-Capped at MAX_SLOWDOWN so that a test that really hangs still ends within a bounded time.
+slowdown() is the larger of two measurements of the run queue per core, never below 1:
+- now: the runnable tasks the kernel counts (/proc/loadavg's 4th field), sampled over ~50 ms;
+- the 1-minute load average, which sees load that falls between those samples.
+Both count other processes, not this one's threads waiting for the GIL: a wall-over-CPU spin in
+a test process whose executor threads are busy read 6 on a machine whose run queue was 4 per
+core. Capped at MAX_SLOWDOWN so that a test that really hangs still ends within a bounded time.
 """
 from __future__ import annotations
 
@@ -20,19 +20,24 @@ import threading
 import time
 
 MAX_SLOWDOWN = 6.0
-_SPIN_CPU_S = 0.02
+_SAMPLES, _SAMPLE_GAP_S = 5, 0.01
 _CACHE_S = 2.0
 _lock = threading.Lock()
 _cached: tuple[float, float] | None = None  # (monotonic time measured, value)
 
 
-def _spin_ratio() -> float:
-    wall0, cpu0 = time.monotonic(), time.thread_time()
-    x = 0
-    while time.thread_time() - cpu0 < _SPIN_CPU_S:
-        x += 1
-    cpu = time.thread_time() - cpu0
-    return (time.monotonic() - wall0) / max(cpu, 1e-6)
+def _runnable_per_core() -> float:
+    """Runnable tasks per core now (less this sampling thread), averaged over a few samples."""
+    samples = []
+    for _ in range(_SAMPLES):
+        try:
+            with open("/proc/loadavg") as f:
+                running = int(f.read().split()[3].split("/")[0])
+        except (OSError, ValueError, IndexError):  # no procfs: the load average alone
+            return 0.0
+        samples.append(max(0, running - 1))
+        time.sleep(_SAMPLE_GAP_S)
+    return sum(samples) / len(samples) / (os.cpu_count() or 1)
 
 
 def _load_per_core() -> float:
@@ -49,7 +54,7 @@ def slowdown() -> float:
         now = time.monotonic()
         if _cached is not None and now - _cached[0] < _CACHE_S:
             return _cached[1]
-        value = min(MAX_SLOWDOWN, max(1.0, _spin_ratio(), _load_per_core()))
+        value = min(MAX_SLOWDOWN, max(1.0, _runnable_per_core(), _load_per_core()))
         _cached = (time.monotonic(), value)
         return value
 
