@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import os
 import signal
+import sys
 import time
 import uuid
 
@@ -39,17 +40,32 @@ def _cmdline(pid: int) -> str:
         return "?"
 
 
+def _own_helpers() -> set[int]:
+    """multiprocessing's resource tracker and forkserver of this process: they live until it
+    exits (they read a pipe from it) and clean up after it, so they are not survivors."""
+    pids = set()
+    rt = sys.modules.get("multiprocessing.resource_tracker")
+    if rt is not None and getattr(rt._resource_tracker, "_pid", None):
+        pids.add(rt._resource_tracker._pid)
+    fs = sys.modules.get("multiprocessing.forkserver")
+    if fs is not None and getattr(fs._forkserver, "_forkserver_pid", None):
+        pids.add(fs._forkserver._forkserver_pid)
+    return pids
+
+
 def marked_processes(token: str) -> dict[int, str]:
-    """pid -> command line of every live process carrying this session's mark (not this one)."""
+    """pid -> command line of every live process carrying this session's mark (not this one nor
+    its multiprocessing helpers)."""
     wanted = f"{MARKER}={token}".encode()
     own = os.getpid()
+    helpers = _own_helpers()
     found = {}
     try:
         entries = os.listdir("/proc")
     except OSError:  # no procfs: nothing to sweep on this platform
         return found
     for name in entries:
-        if not name.isdigit() or int(name) == own:
+        if not name.isdigit() or int(name) == own or int(name) in helpers:
             continue
         try:
             with open(f"/proc/{name}/environ", "rb") as f:

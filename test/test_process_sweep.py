@@ -71,3 +71,16 @@ def test_only_this_sessions_processes_are_marked():
         for p in (mine, stranger):
             p.kill()
             p.wait()
+
+
+def test_this_processs_multiprocessing_helpers_are_not_survivors():
+    """The resource tracker lives until pytest exits (then it cleans up shared memory after it)."""
+    from multiprocessing import resource_tracker, shared_memory
+
+    shm = shared_memory.SharedMemory(create=True, size=64)
+    try:
+        tracker = resource_tracker._resource_tracker._pid
+        assert tracker and tracker not in process_sweep.marked_processes(os.environ[process_sweep.MARKER])
+    finally:
+        shm.close()
+        shm.unlink()
