@@ -9,7 +9,8 @@ keystore it names.
     insecure: false         # true: no authentication at all, reported loudly by every node
 
 `auto` is the throwaway keystore of a one-host fleet (the demo, the tests): a private directory
-of this user (XDG_RUNTIME_DIR, else /tmp/physai_ros-<uid>, mode 0700 and owned by us, checked),
+of this user (XDG_RUNTIME_DIR, else XDG_STATE_HOME or ~/.local/state; mode 0700 and owned by us,
+checked; never a fixed name under the shared /tmp, which another local user could create first),
 created on first use by whichever node starts first, with identities added as nodes ask for
 them. It cannot span hosts: a robot on another machine would have its own, and be refused.
 """
@@ -54,14 +55,21 @@ def auto_keystore_dir() -> Path:
         return Path(env)
     runtime = os.environ.get("XDG_RUNTIME_DIR")
     if runtime and Path(runtime).is_dir():
-        base = Path(runtime) / "physai_ros"
-    else:
-        base = Path(f"/tmp/physai_ros-{os.getuid()}")
-    return base / "keystore"
+        return Path(runtime) / "physai_ros" / "keystore"
+    # No runtime folder (a service, cron, an ssh session without a login manager): the user's
+    # state folder. The earlier /tmp/physai_ros-<uid> could be created first by any local user,
+    # and this user's nodes then refused it and could not start at all.
+    state = os.environ.get("XDG_STATE_HOME") or str(Path.home() / ".local" / "state")
+    return Path(state) / "physai_ros" / "keystore"
 
 
 def _private_dir(path: Path) -> None:
-    path.mkdir(mode=0o700, parents=True, exist_ok=True)
+    try:
+        path.mkdir(mode=0o700, parents=True, exist_ok=True)
+    except OSError as exc:
+        raise KeystoreError(f"{path}: cannot create the auto keystore's folder ({exc.strerror}); set "
+                            f"XDG_RUNTIME_DIR or {ENV_AUTO_DIR} to a folder of this user's, or name a keystore "
+                            "made with `physai-fleet keys init` in fleet.yaml's security.keystore") from exc
     st = path.stat()
     if st.st_uid != os.getuid() or stat.S_IMODE(st.st_mode) & 0o077:
         raise KeystoreError(f"{path}: the auto keystore's folder must be ours and private (mode 700); "
