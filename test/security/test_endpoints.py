@@ -9,8 +9,9 @@ import random
 
 import pytest
 
-from physai_ros.security.endpoints import (BATCH_REQUEST, BATCH_RESULT, CHUNK, HOLD, OBSERVATION, SEGMENT, WRENCH,
-                                           ControllerAuth, RobotAuth, ServerAuth, WorkerAuth)
+from physai_ros.security.endpoints import (BATCH_REQUEST, BATCH_RESULT, CHUNK, HOLD, MAX_SESSIONS, OBSERVATION,
+                                           SEGMENT, SUPERSEDED_GRACE_S, WRENCH, ControllerAuth, RobotAuth,
+                                           ServerAuth, WorkerAuth)
 from physai_ros.security.handshake import AuthError
 from physai_ros.security.keystore import Identity, Keystore
 from physai_ros.security.wire import unpack_auth, unpack_grant, unpack_proof
@@ -87,18 +88,49 @@ def test_registration_signed_by_another_robot_or_revoked_is_refused(ks):
     refused(lambda: server.register("robot_0", d("reg"), robot0.proof(d("reg"))), "revoked")
 
 
+class Clock:
+    def __init__(self):
+        self.t = 100.0
+
+    def __call__(self):
+        return self.t
+
+
 def test_rollover_accepts_in_flight_messages_under_the_previous_key(ks):
-    server = ServerAuth(ks, SERVER)
+    """A client's topics are not ordered with each other: a wrench sample (or observation) tagged
+    under the old key may arrive after an observation under the new one. It is accepted for
+    SUPERSEDED_GRACE_S after the new key was first used, refused after."""
+    clock = Clock()
+    server = ServerAuth(ks, SERVER, clock=clock)
     robot = registered(ks, server)
     in_flight = robot.tag_observation(d("a"))
+    late_wrench = robot.tag_session(WRENCH, d("late wrench"))
     late = robot.tag_observation(d("late"))
     grant, key = server.register("robot_0", d("reg"), robot.proof(d("reg")))
     server.start_session("robot_0", key)  # the server switched, the client has not seen the grant
     server.check_observation("robot_0", d("a"), in_flight)
     robot.on_grant(grant)
     server.check_observation("robot_0", d("b"), robot.tag_observation(d("b")))
-    # Once the new key is used, the old one is done: a late old-key message is refused.
+    clock.t += SUPERSEDED_GRACE_S / 2
+    server.check_session("robot_0", WRENCH, d("late wrench"), late_wrench)
+    refused(lambda: server.check_session("robot_0", WRENCH, d("late wrench"), late_wrench), "replayed")
+    server.check_observation("robot_0", d("c"), robot.tag_observation(d("c")))
+    # Past the grace after the new key's first use, the old one is done.
+    clock.t += SUPERSEDED_GRACE_S
+    server.check_observation("robot_0", d("d"), robot.tag_observation(d("d")))
     refused(lambda: server.check_observation("robot_0", d("late"), late), "bad_mac")
+
+
+def test_unanswered_grants_never_push_out_the_key_in_use(ks):
+    """A rogue registration service answering first (or requests timing out) means the server
+    grants sessions the client never sees; however many, the one it uses stays valid."""
+    server = ServerAuth(ks, SERVER)
+    robot = registered(ks, server)
+    server.check_observation("robot_0", d("o0"), robot.tag_observation(d("o0")))
+    for k in range(3 * MAX_SESSIONS):
+        _, key = server.register("robot_0", d(f"reg{k}"), robot.proof(d(f"reg{k}")))
+        server.start_session("robot_0", key)
+        server.check_observation("robot_0", d(f"o{k + 1}"), robot.tag_observation(d(f"o{k + 1}")))
 
 
 def test_grants_the_client_handles_late_or_never_do_not_cost_it_a_message(ks):
