@@ -157,7 +157,8 @@ class PolicyServerNode(Node):
                     grant, key = self.auth.register(reg.robot_id, digest(request, skip=("auth_proof",)),
                                                     request.auth_proof)
                 except AuthError as e:
-                    return self._refuse_registration(reg.robot_id, f"unauthenticated_{e.reason}", str(e), response)
+                    return self._refuse_registration(reg.robot_id, f"unauthenticated_{e.reason}", str(e), response,
+                                                     request)
                 session = (grant, key)
             res = self.core.register(reg)
             if self.streaming is not None:
@@ -165,11 +166,13 @@ class PolicyServerNode(Node):
         except Exception as e:  # a malformed request must not take the service down
             result_to_response(RegistrationResult(False, f"bad_registration: {e}", self.core.instance_id), response)
             self.registration_refusals.add(str(request.robot_id), "bad_registration", str(e), time.time())
-            return response
+            return self._sign_refusal(request, response)
         result_to_response(res, response)
         if res.accepted and session is not None:
             self.auth.start_session(reg.robot_id, session[1])
             response.auth_grant = session[0]
+        elif not res.accepted:
+            self._sign_refusal(request, response)
         self._publish_chunks(self.core.take_notices())  # a restarted robot's dropped round
         if res.accepted:
             self._ensure_topics(reg.robot_id, reg.robot_namespace)
@@ -180,11 +183,18 @@ class PolicyServerNode(Node):
                                       throttle_duration_sec=1.0)
         return response
 
-    def _refuse_registration(self, robot_id: str, reason: str, detail: str, response):
+    def _refuse_registration(self, robot_id: str, reason: str, detail: str, response, request):
         result_to_response(RegistrationResult(False, f"{reason}: {detail}", self.core.instance_id), response)
         self.registration_refusals.add(str(robot_id)[:64], reason, detail, time.time())
         self.get_logger().warning(f"refused registration of {str(robot_id)[:64]!r}: {reason}: {detail}",
                                   throttle_duration_sec=1.0)
+        return self._sign_refusal(request, response)
+
+    def _sign_refusal(self, request, response):
+        """A refusal carries the server's signature over the proof it answers: a robot acts only on
+        its own fleet server's refusals (a second register_robot service's are nobody's)."""
+        if self.auth is not None:
+            response.auth_grant = list(self.auth.sign_refusal(request.auth_proof, response.reason))
         return response
 
     def _ensure_topics(self, robot_id: str, namespace: str) -> None:
@@ -251,7 +261,8 @@ class PolicyServerNode(Node):
 
     def _refuse_input(self, owner: str, reason: str, detail: str) -> None:
         self.input_refusals.add(owner, reason, detail, time.time())
-        self.get_logger().warning(f"refused observation ({reason}): {detail}", throttle_duration_sec=1.0)
+        self.get_logger().warning(f"refused observation on {owner!r}'s topic ({reason}): {detail}",
+                                  throttle_duration_sec=1.0)
 
     def _publish(self, chunk) -> None:
         with self._pub_lock:

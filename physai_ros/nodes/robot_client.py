@@ -265,11 +265,12 @@ class RobotClientNode(Node):
         if self.auth is not None:
             request.auth_proof = self.auth.proof(digest(request, skip=("auth_proof",)))
         fut = self.register_client.call_async(request)
-        fut.add_done_callback(self._on_register_done)
+        proof = bytes(request.auth_proof)
+        fut.add_done_callback(lambda f: self._on_register_done(f, proof))
         self._register_future = fut
         self._register_sent_at = time.monotonic()
 
-    def _on_register_done(self, fut) -> None:
+    def _on_register_done(self, fut, proof: bytes) -> None:
         try:
             resp = fut.result()
         except Exception:
@@ -279,6 +280,13 @@ class RobotClientNode(Node):
             return
         before = self.core.server_instance
         result = result_from_response(resp)
+        if not result.accepted and self.auth is not None:
+            try:
+                self.auth.check_refusal(proof, resp.reason, resp.auth_grant)
+            except AuthError as e:  # not our server's word: nothing changes here, ask again later
+                self.auth_refusals.refused("registration refusal", e)
+                self.core.on_register_unanswered()
+                return
         if result.accepted and self.auth is not None:
             try:
                 self.auth.on_grant(resp.auth_grant)

@@ -1,11 +1,12 @@
 """Each process's side of fleet authentication, as plain logic over content digests and the
 auth fields of physai_ros.security.wire (the ROS glue computes the digests: ros/message_digest).
 
-  ServerAuth      policy server: grants sessions at registration, checks observations and
-                  component queries (HMAC with the robot's session key), signs chunks, segments,
-                  texts, component answers and batch requests (Ed25519)
+  ServerAuth      policy server: grants sessions at registration (and signs its refusals),
+                  checks observations and component queries (HMAC with the robot's session key),
+                  signs chunks, segments, texts, component answers and batch requests (Ed25519)
   RobotAuth       robot client: proves its identity, tags observations and component queries,
-                  signs its hold chunks, checks the server's chunks and component answers
+                  signs its hold chunks, checks the server's chunks, component answers and
+                  registration refusals
   ControllerAuth  trajectory controller: executes only what the server (chunks, segments) or its
                   own robot client (hold chunks) signed; needs public keys only
   WorkerAuth      engine worker: checks the server's batch requests, signs results and status
@@ -15,6 +16,7 @@ nanoseconds, forced to increase), so a replayed or reordered-old message is refu
 """
 from __future__ import annotations
 
+import hashlib
 import threading
 import time
 from dataclasses import dataclass, field
@@ -35,6 +37,9 @@ BATCH_REQUEST, BATCH_RESULT, WORKER_STATUS = b"batch_request", b"batch_result", 
 # A factory plan's VLM components on an engine worker (issue 24): the server signs the questions it
 # forwards, the worker signs its answers (domains of their own: never valid as the robot's).
 WORKER_COMPONENT_QUERY, WORKER_COMPONENT_ANSWER = b"worker_component_query", b"worker_component_answer"
+# A registration refusal: the server signs it bound to the proof it answers, so that a refusal
+# from anyone else (a second register_robot service answering first) changes nothing at the robot.
+REGISTRATION_REFUSAL = b"registration_refusal"
 MAX_SESSIONS = 8  # sessions of one robot valid at once (granted, not yet superseded by use)
 # How long a session stays valid after a newer one of the robot's was first used. A client's
 # topics are not ordered with each other: at a key rollover its observation under the new key can
@@ -113,6 +118,13 @@ class _Session:
         self.replay.accept(domain, auth.counter)
 
 
+def refusal_digest(proof_blob, reason: str) -> bytes:
+    """What a signed registration refusal covers: the proof it answers (as sent, whatever it
+    holds: a malformed one is refused too) and the reason given."""
+    proof = bytes(proof_blob)
+    return hashlib.sha256(len(proof).to_bytes(4, "big") + proof + reason.encode("utf-8", "replace")).digest()
+
+
 def _robot(robot_id: str) -> Identity:
     try:
         return Identity("robot", robot_id)
@@ -140,6 +152,9 @@ class ServerAuth:
         called (only once the serving core accepted the registration)."""
         grant, key = self.granter.grant(unpack_proof(proof_blob), digest, _robot(robot_id))
         return pack_grant(grant), key
+
+    def sign_refusal(self, proof_blob, reason: str) -> bytes:
+        return self.signer.sign(REGISTRATION_REFUSAL, refusal_digest(proof_blob, reason))
 
     def start_session(self, robot_id: str, key: bytes) -> None:
         with self._lock:
@@ -224,6 +239,10 @@ class RobotAuth:
 
     def check_chunk(self, digest: bytes, blob) -> None:
         self.server.check(CHUNK, digest, blob)
+
+    def check_refusal(self, proof_blob, reason: str, blob) -> None:
+        """A registration refusal is the server's answer to the proof we sent, or it is nobody's."""
+        self.server.check(REGISTRATION_REFUSAL, refusal_digest(proof_blob, reason), blob)
 
     def tag_component_query(self, digest: bytes) -> bytes:
         return self.tag_session(COMPONENT_QUERY, digest)

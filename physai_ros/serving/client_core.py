@@ -200,6 +200,12 @@ class RobotClientCore:
     def on_register_failed(self) -> None:
         self._want_register = True
 
+    def on_register_unanswered(self) -> None:
+        """An answer that was nobody's (a refusal our server did not sign): the state stays as it
+        is and the next registration goes at the regular period, not at once (a rogue service
+        answering first would otherwise draw a registration per tick)."""
+        self._want_register = False
+
     # ---- replies ----------------------------------------------------------------------------
 
     def on_chunk(self, chunk: ActionChunkData, now: float) -> str:

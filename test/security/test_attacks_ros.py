@@ -13,6 +13,7 @@ from __future__ import annotations
 import array
 import copy
 import json
+import os
 import subprocess
 import sys
 import time
@@ -27,10 +28,12 @@ from fault_fleet import fleet_doc  # noqa: E402
 from process_rig import STARTUP_S, ProcessRig, server_spec  # noqa: E402
 
 from physai_ros.fleet.plan import robot_specs  # noqa: E402
+from physai_ros.fleet.processes import stop_processes  # noqa: E402
 from physai_ros.security.keystore import Identity, Keystore  # noqa: E402
 from physai_ros.serving.config import load_fleet  # noqa: E402
 
 pytestmark = [pytest.mark.ros, pytest.mark.slow]
+HERE = Path(__file__).resolve().parent
 ROGUE_TARGET = 2.5  # rad: a position no real chunk of this fleet commands
 
 
@@ -248,6 +251,50 @@ def test_registrations_with_a_wrong_missing_or_revoked_key_are_refused(fleet):
     assert not any(c.round_id == 12 for _, c in rig.other_chunks)
     again = rig.register(_registration(rig, "other"))
     assert not again.accepted and again.reason.startswith("unauthenticated_revoked"), again.reason
+
+
+def test_a_rogue_registration_service_answering_first_changes_nothing(fleet):
+    """A second /policy_server/register_robot receives every robot's registration too and answers
+    "refused" at once: unsigned, or signed by a key that is not the fleet server's. The victim's
+    client counts those answers and acts on none: it stays running, keeps its session (the grants
+    it never saw do not push out the key it uses) and none of its observations is refused."""
+    from physai_ros.fleet.processes import ProcessSpec
+    from physai_ros.security.endpoints import MAX_SESSIONS
+
+    rig = fleet
+    rogue_keys = Keystore.init(rig.dir / "rogue_registrar_keys")
+
+    def refused_answers() -> dict:
+        got = client_status(rig).get("auth_refused", {})
+        return {k: int(got.get(k, 0)) for k in ("missing", "bad_signature")}
+
+    def bad_macs() -> int:
+        return int(diag_named(rig, "policy_server: victim", "").get("refused.unauthenticated_bad_mac", 0))
+
+    rig.wait(lambda: client_status(rig).get("state") == "running", 60, "the victim running")
+    with rig.lock:
+        first_status = len(rig.status)
+    refused0, macs0, served0 = refused_answers(), bad_macs(), len(served(rig))
+    rogue = rig.start(ProcessSpec("rogue_registrar", "rogue_registrar", "", {"keys": str(rogue_keys.root)},
+                                  env={"PYTHONPATH": os.pathsep.join([str(HERE), os.environ.get("PYTHONPATH", "")])}))
+    rig.killed.add("rogue_registrar")  # its end, below, is on purpose
+    def rogue_answers() -> int:
+        path = rig.procs.log_path("rogue_registrar")
+        return path.read_text().count("(victim)") if path.exists() else 0
+
+    try:
+        # Keep-alives go every 2 s: more of them than the server keeps unanswered grants.
+        rig.wait(lambda: rogue_answers() >= MAX_SESSIONS + 4, 90, "the rogue answering the victim's keep-alives")
+    finally:
+        stop_processes([rogue.popen])  # SIGTERM: a SIGKILLed DDS participant can leave a shared-memory lock
+    rig.wait(lambda: len(served(rig)) >= served0 + 5, 60, "the victim still served")
+    with rig.lock:
+        states = [json.loads(m.data)["state"] for _, m in rig.status[first_status:]]
+    assert states and set(states) == {"running"}, sorted(set(states))
+    assert bad_macs() == macs0, "an observation of the victim was refused: its session was dropped"
+    # The rogue won some races (both kinds of answer) and each such answer was counted, not obeyed.
+    got = refused_answers()
+    assert got["missing"] > refused0["missing"] and got["bad_signature"] > refused0["bad_signature"], (refused0, got)
 
 
 def test_insecure_is_said_loudly(fleet, tmp_path):

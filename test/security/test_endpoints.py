@@ -234,3 +234,23 @@ def test_fuzzed_proofs_and_grants_do_not_parse_into_anything(ks):
     bad = bytearray(grant)
     bad[20] ^= 1
     refused(lambda: robot.on_grant(bytes(bad)), "bad_signature")
+
+
+def test_only_the_fleet_servers_refusal_of_our_own_proof_counts(ks):
+    """A second register_robot service answering "refused" first (it receives every robot's
+    request too) must not change the robot's state: refusals are signed over the proof they answer."""
+    server = ServerAuth(ks, SERVER)
+    robot = RobotAuth(ks, "robot_0", SERVER)
+    proof = robot.proof(d("reg"))
+    reason = "fleet_full: 4 robots served"
+    signed = server.sign_refusal(proof, reason)
+    robot.check_refusal(proof, reason, signed)
+    refused(lambda: robot.check_refusal(proof, reason, signed), "replayed")
+    refused(lambda: robot.check_refusal(proof, reason, b""), "missing")  # unsigned, as a rogue sends it
+    again = server.sign_refusal(proof, reason)
+    refused(lambda: robot.check_refusal(proof, "another reason", again), "bad_signature")
+    other_proof = robot.proof(d("reg 2"))
+    refused(lambda: robot.check_refusal(other_proof, reason, server.sign_refusal(proof, reason)), "bad_signature")
+    worker = WorkerAuth(ks, "worker_0", SERVER)  # signed, but not by the server
+    refused(lambda: robot.check_refusal(proof, reason, worker.signer.sign(b"registration_refusal", d("x"))),
+            "bad_signature")

@@ -206,3 +206,43 @@ def test_forged_wrench_samples_never_reach_the_action_expert(stream_fleet):
     with w.lock:
         read = {m.header.stamp.sec * 10**9 + m.header.stamp.nanosec for _, m, _ in w.segments["robot_0"]}
     assert not read & forged_stamps, "a segment was computed from a forged wrench sample"
+
+
+def test_a_streaming_robot_keeps_its_session_through_key_rollovers(stream_fleet):
+    """Every keep-alive (2 s) grants the robot a new session key. Its wrench samples and its
+    observations travel on different topics, so some tagged under the old key arrive after the
+    first one under the new key: the server must refuse none of them (it refused 7-9 per 8 s of
+    a streaming robot's own traffic as unauthenticated_bad_mac). 15 rollovers, segments all along."""
+    from diagnostic_msgs.msg import DiagnosticArray
+
+    from physai_ros.ros.qos import reliable_qos
+
+    cfg, fleet, w = stream_fleet
+    w.wait(lambda: _streaming(w, "robot_0") and len(w.segments["robot_0"]) >= 5, STARTUP_S, "robot_0 streaming")
+    counts = {}
+
+    def on_diag(arr):
+        for st in arr.status:
+            if st.name.endswith("policy_server: robot_0"):
+                with w.lock:
+                    counts.clear()
+                    counts.update({kv.key: kv.value for kv in st.values if kv.key.startswith("refused")})
+                    counts["seen"] = True
+
+    w.node.create_subscription(DiagnosticArray, "/diagnostics", on_diag, reliable_qos(50))
+    w.wait(lambda: counts.get("seen"), 20, "the server's status of robot_0")
+
+    def unauthenticated():
+        return {k: int(v) for k, v in counts.items() if k.startswith("refused.unauthenticated")}
+
+    with w.lock:
+        before = unauthenticated()
+        registrations0 = int(w.status["robot_0"]["registrations"])
+        n0 = len(w.segments["robot_0"])
+    w.wait(lambda: int(w.status["robot_0"]["registrations"]) >= registrations0 + 15, 60,
+           "15 re-registrations (key rollovers) of robot_0")
+    time.sleep(2.0)  # the server's next status (1 Hz) counts what arrived up to the last rollover
+    with w.lock:
+        after = unauthenticated()
+        assert after == before, f"robot_0's own traffic refused across rollovers: {before} -> {after}"
+        assert len(w.segments["robot_0"]) >= n0 + 15 and _streaming(w, "robot_0")
