@@ -179,6 +179,26 @@ def _abandon_teardown(exit_code) -> None:
     os._exit(exit_code())
 
 
+def wait_for_start(executor, group, stopped, ready, what: str, timed_out, poll=lambda: None) -> int | None:
+    """Spins the monitor until ready(); None then. Otherwise (a process died, a stop was asked,
+    SERVER_START_TIMEOUT_S passed) says why and returns the exit code: no summary of a fleet
+    that never ran."""
+    ready_by = time.monotonic() + SERVER_START_TIMEOUT_S
+    while not stopped() and time.monotonic() < ready_by and not group.exited() and not ready():
+        executor.spin_once(timeout_sec=0.2)
+        poll()
+    poll()
+    dead = group.exited()
+    if not dead and not stopped() and ready():
+        return None
+    for name, rc in dead:
+        print(f"physai-fleet: {name} exited with {rc} before {what}:\n{group.log_tail(name)}",
+              file=sys.stderr, flush=True)
+    if not dead and not stopped():
+        print(f"physai-fleet: {timed_out()}", file=sys.stderr, flush=True)
+    return 130 if stopped() and not dead else 1
+
+
 def main(argv: list[str] | None = None) -> int:
     argv = sys.argv[1:] if argv is None else argv
     if argv[:1] == ["keys"]:
@@ -254,24 +274,14 @@ def main(argv: list[str] | None = None) -> int:
             # counts from when it serves, so a slow start does not eat the demo.
             # count_services counts servers only: the graph's service list also names a service
             # that only has clients, so the robot clients made it look ready at once.
-            ready_by = time.monotonic() + SERVER_START_TIMEOUT_S
             relay = StartupRelay(group.log_path("policy_server"), STARTUP_PREFIX,
                                  lambda line: print(f"physai-fleet: {line}", flush=True))
-            while not stop and time.monotonic() < ready_by and not group.exited() \
-                    and not server_answers(monitor, client_status):
-                executor.spin_once(timeout_sec=0.2)
-                relay.poll()
-            relay.poll()
-            dead = group.exited()
-            if dead or stop or not server_answers(monitor, client_status):
-                # No summary of a fleet that never ran: say why and stop.
-                for name, rc in dead:
-                    print(f"physai-fleet: {name} exited with {rc} before the policy server served:\n"
-                          f"{group.log_tail(name)}", file=sys.stderr, flush=True)
-                if not dead and not stop:
-                    print(f"physai-fleet: the policy server did not serve within {SERVER_START_TIMEOUT_S:.0f} s "
-                          f"(log: {group.log_path('policy_server')})", file=sys.stderr, flush=True)
-                return 130 if stop and not dead else 1
+            failed = wait_for_start(
+                executor, group, lambda: stop, lambda: server_answers(monitor, client_status),
+                "the policy server served", lambda: f"the policy server did not serve within "
+                f"{SERVER_START_TIMEOUT_S:.0f} s (log: {group.log_path('policy_server')})", relay.poll)
+            if failed is not None:
+                return failed
             print(f"physai-fleet: policy server up after {time.monotonic() - started:.1f} s; running "
                   f"{args.duration:g} s from now", flush=True)
             started = time.monotonic()
@@ -280,18 +290,12 @@ def main(argv: list[str] | None = None) -> int:
         else:
             # Scripted robots: the duration counts from when every robot's arm and controller
             # are heard from (imports and discovery of ~3 processes per robot come first).
-            ready_by = time.monotonic() + SERVER_START_TIMEOUT_S
-            while not stop and time.monotonic() < ready_by and not group.exited() and robots_not_streaming(monitor):
-                executor.spin_once(timeout_sec=0.2)
-            waiting, dead = robots_not_streaming(monitor), group.exited()
-            if dead or stop or waiting:
-                for name, rc in dead:
-                    print(f"physai-fleet: {name} exited with {rc} before its robots streamed:\n"
-                          f"{group.log_tail(name)}", file=sys.stderr, flush=True)
-                if not dead and not stop:
-                    print(f"physai-fleet: {', '.join(waiting)} did not stream within {SERVER_START_TIMEOUT_S:.0f} s "
-                          f"(logs in {args.log_dir})", file=sys.stderr, flush=True)
-                return 130 if stop and not dead else 1
+            failed = wait_for_start(
+                executor, group, lambda: stop, lambda: not robots_not_streaming(monitor), "its robots streamed",
+                lambda: f"{', '.join(robots_not_streaming(monitor))} did not stream within "
+                f"{SERVER_START_TIMEOUT_S:.0f} s (logs in {args.log_dir})")
+            if failed is not None:
+                return failed
             print(f"physai-fleet: robots streaming after {time.monotonic() - started:.1f} s; running "
                   f"{args.duration:g} s from now", flush=True)
             started = time.monotonic()
