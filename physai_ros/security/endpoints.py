@@ -43,9 +43,9 @@ REGISTRATION_REFUSAL = b"registration_refusal"
 MAX_SESSIONS = 8  # sessions of one robot valid at once (granted, not yet superseded by use)
 # How long a session stays valid after a newer one of the robot's was first used. A client's
 # topics are not ordered with each other: at a key rollover its observation under the new key can
-# arrive before a wrench sample or observation it tagged under the old one just before; refusing
-# those cost a streaming robot 7-9 observations per 8 s (`unauthenticated_bad_mac`). The old key
-# stays the client's own secret, and each session keeps its own replay guard.
+# arrive before a wrench sample or observation it tagged under the old one just before, which
+# was refused `unauthenticated_bad_mac`. The old key stays the client's own secret, and each
+# session keeps its own replay guard.
 SUPERSEDED_GRACE_S = 10.0
 SESSION_MAC_DOMAIN = b"session"  # SessionMac's own domain, under the per-message ones above
 SIGNATURE_DOMAIN = b"physai/1"
