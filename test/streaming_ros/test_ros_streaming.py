@@ -225,12 +225,13 @@ def test_a_streaming_robot_keeps_its_session_through_key_rollovers(stream_fleet)
         for st in arr.status:
             if st.name.endswith("policy_server: robot_0"):
                 with w.lock:
+                    updates = counts.get("updates", 0)
                     counts.clear()
                     counts.update({kv.key: kv.value for kv in st.values if kv.key.startswith("refused")})
-                    counts["seen"] = True
+                    counts["updates"] = updates + 1
 
     w.node.create_subscription(DiagnosticArray, "/diagnostics", on_diag, reliable_qos(50))
-    w.wait(lambda: counts.get("seen"), 20, "the server's status of robot_0")
+    w.wait(lambda: counts.get("updates"), 20, "the server's status of robot_0")
 
     def unauthenticated():
         return {k: int(v) for k, v in counts.items() if k.startswith("refused.unauthenticated")}
@@ -241,7 +242,10 @@ def test_a_streaming_robot_keeps_its_session_through_key_rollovers(stream_fleet)
         n0 = len(w.segments["robot_0"])
     w.wait(lambda: int(w.status["robot_0"]["registrations"]) >= registrations0 + 15, 60,
            "15 re-registrations (key rollovers) of robot_0")
-    time.sleep(2.0)  # the server's next status (1 Hz) counts what arrived up to the last rollover
+    with w.lock:
+        updates = counts["updates"]
+    # Two more statuses (1 Hz): the newest counts what arrived up to the last rollover.
+    w.wait(lambda: counts["updates"] >= updates + 2, 10, "the server's next statuses of robot_0")
     with w.lock:
         after = unauthenticated()
         assert after == before, f"robot_0's own traffic refused across rollovers: {before} -> {after}"
