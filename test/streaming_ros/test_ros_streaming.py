@@ -60,6 +60,28 @@ def stream_fleet(tmp_path_factory):
         yield env
 
 
+def _watch_server_refusals(w, robot_id: str) -> dict:
+    """The server's refusal counters of robot_id from its newest /diagnostics status, written
+    under w.lock; "updates" counts the statuses seen."""
+    from diagnostic_msgs.msg import DiagnosticArray
+
+    from physai_ros.ros.qos import reliable_qos
+
+    counts = {"updates": 0}
+
+    def on_diag(arr):
+        for st in arr.status:
+            if st.name.endswith(f"policy_server: {robot_id}"):
+                with w.lock:
+                    n = counts["updates"]
+                    counts.clear()
+                    counts.update({kv.key: kv.value for kv in st.values if kv.key.startswith("refused")})
+                    counts["updates"] = n + 1
+
+    w.node.create_subscription(DiagnosticArray, "/diagnostics", on_diag, reliable_qos(50))
+    return counts
+
+
 def _streaming(w, ns):
     return w.status.get(ns, {}).get("mode") == "streaming"
 
@@ -170,22 +192,13 @@ def test_forged_wrench_samples_never_reach_the_action_expert(stream_fleet):
     from no session, or in another robot's name) is refused and counted by the server; no
     segment was computed from them (a segment's stamp is the capture time of the wrench sample
     its tick read, and the forged samples carry stamps no real sample has)."""
-    from diagnostic_msgs.msg import DiagnosticArray
     from physai_ros_interfaces.msg import WrenchSample
 
-    from physai_ros.ros.qos import reliable_qos, sensor_data_qos
+    from physai_ros.ros.qos import sensor_data_qos
 
     cfg, fleet, w = stream_fleet
     w.wait(lambda: _streaming(w, "robot_0") and len(w.segments["robot_0"]) >= 5, STARTUP_S, "robot_0 streaming")
-    refused = {}
-
-    def on_diag(arr):
-        for st in arr.status:
-            if st.name.endswith("policy_server: robot_0"):
-                with w.lock:
-                    refused.update({kv.key: kv.value for kv in st.values if kv.key.startswith("refused")})
-
-    w.node.create_subscription(DiagnosticArray, "/diagnostics", on_diag, reliable_qos(50))
+    refused = _watch_server_refusals(w, "robot_0")
     pub = w.node.create_publisher(WrenchSample, "/robot_0/stream_wrench", sensor_data_qos(10))
     w.wait(lambda: pub.get_subscription_count() > 0, 20, "the server's wrench subscription")
     forged_stamps = set()
@@ -213,25 +226,10 @@ def test_a_streaming_robot_keeps_its_session_through_key_rollovers(stream_fleet)
     observations travel on different topics, so some tagged under the old key arrive after the
     first one under the new key: the server must refuse none of them (it refused 7-9 per 8 s of
     a streaming robot's own traffic as unauthenticated_bad_mac). 15 rollovers, segments all along."""
-    from diagnostic_msgs.msg import DiagnosticArray
-
-    from physai_ros.ros.qos import reliable_qos
-
     cfg, fleet, w = stream_fleet
     w.wait(lambda: _streaming(w, "robot_0") and len(w.segments["robot_0"]) >= 5, STARTUP_S, "robot_0 streaming")
-    counts = {}
-
-    def on_diag(arr):
-        for st in arr.status:
-            if st.name.endswith("policy_server: robot_0"):
-                with w.lock:
-                    updates = counts.get("updates", 0)
-                    counts.clear()
-                    counts.update({kv.key: kv.value for kv in st.values if kv.key.startswith("refused")})
-                    counts["updates"] = updates + 1
-
-    w.node.create_subscription(DiagnosticArray, "/diagnostics", on_diag, reliable_qos(50))
-    w.wait(lambda: counts.get("updates"), 20, "the server's status of robot_0")
+    counts = _watch_server_refusals(w, "robot_0")
+    w.wait(lambda: counts["updates"], 20, "the server's status of robot_0")
 
     def unauthenticated():
         return {k: int(v) for k, v in counts.items() if k.startswith("refused.unauthenticated")}
