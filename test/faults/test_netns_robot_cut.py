@@ -26,7 +26,7 @@ from physai_ros.serving.config import load_fleet
 
 import netns
 from netns_probe import ProbeLog
-from machine_load import Deadline
+from ros_rig import wait_for
 
 pytestmark = [pytest.mark.ros, pytest.mark.slow,
               pytest.mark.skipif(netns.unavailable_reason() is not None,
@@ -84,16 +84,11 @@ class Rig:
                       "--obs", ns, "--diag"], self.logs, name="probe_robot_host")
 
     def wait(self, pred, timeout: float, what: str):
-        deadline = Deadline(timeout)
-        while not deadline.expired():
-            got = pred()
-            if got:
-                return got
+        def alive():
             if self.link.dead():
                 raise AssertionError(f"process died while waiting for {what}: {self.link.dead()}\n"
                                      f"{self.link.logs()}")
-            time.sleep(0.05)
-        raise AssertionError(f"timed out after {deadline.describe()} waiting for {what}\n{self.link.logs()}")
+        return wait_for(pred, timeout, what, self.link.logs, check=alive)
 
     def served(self, rid: str, since: float = 0.0) -> list[dict]:
         """OK answers from the server seen on the robot host."""

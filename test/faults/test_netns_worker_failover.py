@@ -26,7 +26,7 @@ from physai_ros.protocol.chunk import HOLD_ENGINE_INSTANCE
 
 import netns
 from netns_probe import ProbeLog
-from machine_load import Deadline
+from ros_rig import wait_for
 
 pytestmark = [pytest.mark.ros, pytest.mark.slow,
               pytest.mark.skipif(netns.unavailable_reason() is not None,
@@ -85,16 +85,11 @@ class Rig:
                       "--fleet", fleet, "--period", "0.05"], self.logs, name="probe")
 
     def wait(self, pred, timeout: float, what: str, allow_dead=("worker_gpu_a",)):
-        deadline = Deadline(timeout)
-        while not deadline.expired():
-            got = pred()
-            if got:
-                return got
+        def alive():
             dead = [d for d in self.link.dead() if d[0] not in allow_dead]
             if dead:
                 raise AssertionError(f"process died while waiting for {what}: {dead}\n{self.link.logs()}")
-            time.sleep(0.05)
-        raise AssertionError(f"timed out after {deadline.describe()} waiting for {what}\n{self.link.logs()}")
+        return wait_for(pred, timeout, what, self.link.logs, check=alive)
 
     def served_by(self, iid: str, since: float = 0.0) -> list[dict]:
         return self.probe.chunks(since, status=OK, engine=iid)

@@ -278,6 +278,7 @@ def test_a_rogue_registration_service_answering_first_changes_nothing(fleet):
     rogue = rig.start(ProcessSpec("rogue_registrar", "rogue_registrar", "", {"keys": str(rogue_keys.root)},
                                   env={"PYTHONPATH": os.pathsep.join([str(HERE), os.environ.get("PYTHONPATH", "")])}))
     rig.killed.add("rogue_registrar")  # its end, below, is on purpose
+
     def rogue_answers() -> int:
         path = rig.procs.log_path("rogue_registrar")
         return path.read_text().count("(victim)") if path.exists() else 0
