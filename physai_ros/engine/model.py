@@ -170,9 +170,11 @@ class PlainPi0:
 
     def embed_suffix(self, state, x_t, t):
         cfg, w = self.cfg, self.w
-        state_emb = lin(state.to(x_t.dtype), w, "state_proj")[:, None]
+        # The Euler sum runs in fp32 (denoise); the layers take the weights' dtype (bf16 models).
+        wd = w["action_in.weight"].dtype
+        state_emb = lin(state.to(wd), w, "state_proj")[:, None]
         temb = sincos_time_embedding(t, cfg.expert.width, cfg.min_period, cfg.max_period).to(t.dtype)
-        a = lin(x_t, w, "action_in")
+        a = lin(x_t.to(wd), w, "action_in")
         at = torch.cat([a, temb[:, None].expand_as(a).to(a.dtype)], dim=2)
         at = lin(F.silu(lin(at, w, "action_time_in")), w, "action_time_out")
         return torch.cat([state_emb, at], dim=1)

@@ -37,7 +37,7 @@ def ada_rms_norm(x: torch.Tensor, cond: torch.Tensor, dense_w: torch.Tensor, den
 
 def time_condition(w, cfg, t: torch.Tensor) -> torch.Tensor:
     """cond [B, expert width] for flow times t [B] (fp32)."""
-    temb = sincos_time_embedding(t, cfg.expert.width, cfg.min_period, cfg.max_period).to(t.dtype)
+    temb = sincos_time_embedding(t, cfg.expert.width, cfg.min_period, cfg.max_period).to(w["time_in.weight"].dtype)
     return F.silu(lin(F.silu(lin(temb, w, "time_in")), w, "time_out"))
 
 
@@ -55,7 +55,7 @@ class PlainPi05(PlainPi0):
         no_grad, so guidance (real-time chunking) can differentiate through it."""
         cfg, w, spec = self.cfg, self.w, self.cfg.expert
         eps = cfg.rms_eps
-        x = lin(x_t, w, "action_in")
+        x = lin(x_t.to(w["action_in.weight"].dtype), w, "action_in")  # fp32 Euler sum, bf16 layers
         cond = time_condition(w, cfg, t).to(x.dtype)
         b, c, _ = x.shape
         allowed = torch.cat([cache.pad[:, None, :].expand(b, c, -1),
