@@ -68,8 +68,8 @@ def build_engine(args):
             return Pi0Engine.from_lerobot_checkpoint(path, device=args.device, dtype=dtype, language=True)
     over = dict(policy="pi05", time_schedule="multiply", rope_style="multiply") if args.policy == "pi05" else {}
     cfg = Pi0Config.preset(args.preset, **over)
-    with torch.device("cpu"):
-        weights = random_weights(cfg, seed=0)
+    # Drawn where they run: a full pi0 takes a minute to draw on the CPU, a second on a GPU.
+    weights = random_weights(cfg, seed=0, dtype=dtype, device=args.device)
     with torch.device(args.device):
         return Pi0Engine(cfg, weights, device=args.device, dtype=dtype, language=True)
 

@@ -103,14 +103,16 @@ def param_shapes(cfg: Pi0Config) -> Dict[str, Tuple[int, ...]]:
     return s
 
 
-def random_weights(cfg: Pi0Config, seed: int = 0, dtype: torch.dtype = torch.float32) -> Weights:
+def random_weights(cfg: Pi0Config, seed: int = 0, dtype: torch.dtype = torch.float32, device="cpu") -> Weights:
     """Random weights with activations of a sane scale (for tests and benchmarks).
 
     Norm weights and biases are random too (not LeRobot's zeros/ones), so that every folding
-    rewrite of the fast path is exercised by the equivalence tests.
+    rewrite of the fast path is exercised by the equivalence tests. device: where they are drawn
+    (a full pi0 is 3.5 G numbers: drawn on the GPU it takes a second instead of a minute on the
+    CPU; another device's generator draws other numbers for the same seed).
     """
     cfg.validate()
-    gen = torch.Generator().manual_seed(seed)
+    gen = torch.Generator(device).manual_seed(seed)
     out: Weights = {}
     for name, shape in param_shapes(cfg).items():
         if len(shape) == 1 or name == "vision.pos":
@@ -120,7 +122,7 @@ def random_weights(cfg: Pi0Config, seed: int = 0, dtype: torch.dtype = torch.flo
         else:
             fan_in = math.prod(shape[1:])
             std = 1.0 / math.sqrt(fan_in)
-        out[name] = (torch.randn(shape, generator=gen) * std).to(dtype)
+        out[name] = (torch.randn(shape, generator=gen, device=device) * std).to(dtype)
     return out
 
 
