@@ -87,7 +87,7 @@ class StreamingExpert:
         emb = torch.cat([ang, ang], dim=-1)
         self._cos = emb.cos().to(model.dtype).to(model.device)
         self._sin = emb.sin().to(model.dtype).to(model.device)
-        self._grid_times = torch.tensor(cfg.step_times(), dtype=torch.float32)
+        self._grid_times = torch.tensor(cfg.step_times(), dtype=torch.float32, device=model.device)
         if model.backend != "torch":
             tick = "plain"  # the fused tick is torch ops only
         self.tick = tick

@@ -91,7 +91,8 @@ class FusedTick:
             wq, wk = w[: h * hd], w[h * hd:(h + kv) * hd]
             # GEMM columns [q | k | v | rot(q) | rot(k) | 0]: RoPE is then one mul + one addcmul
             # over [q | k | v] with cos = 1, sin = 0 on the v columns.
-            w_ext = torch.cat([w, _rotate_rows(wq, h, hd), _rotate_rows(wk, kv, hd), torch.zeros(kv * hd, w.shape[1])])
+            w_ext = torch.cat([w, _rotate_rows(wq, h, hd), _rotate_rows(wk, kv, hd),
+                               torch.zeros(kv * hd, w.shape[1], device=w.device)])
             f = layer.w_gate_up.shape[0] // 2
             self.layers.append((w_ext.t().to(dt).contiguous(), layer.w_o.t().to(dt).contiguous(),
                                 layer.w_gate_up.t().to(dt).contiguous(), layer.w_down.t().to(dt).contiguous(), f))
