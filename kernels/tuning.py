@@ -55,11 +55,29 @@ def select(op: str, x: torch.Tensor, m: int, k: int, n: int,
     if hit is not None:
         return hit
     cands = candidates(arch, op, m, k, n)
-    if not autotune_enabled() or torch.cuda.is_current_stream_capturing():
-        return cands[0]
-    best, _ = pick_fastest(cands, _time_on_gpu(run))
+    if torch.cuda.is_current_stream_capturing():
+        return cands[0]  # nothing may launch untimed here; the warm-up before capture chose
+    if autotune_enabled():
+        best, _ = pick_fastest(cands, _time_on_gpu(run))
+    else:
+        best = first_that_runs(cands, run)
     _chosen[key] = best
     return best
+
+
+def first_that_runs(configs: Iterable[TileConfig], run: Callable[[TileConfig], None]) -> TileConfig:
+    """The first config whose launch succeeds, in table order. A table entry sized for bf16
+    tiles can ask for more shared memory than the GPU has in fp32 (seen on an H200: 237568
+    bytes against 232448); the next candidate then serves instead of the call failing."""
+    errors = []
+    for cfg in configs:
+        try:
+            run(cfg)
+        except Exception as exc:  # too much shared memory, registers: not a candidate here
+            errors.append(f"{cfg}: {type(exc).__name__}: {exc}")
+            continue
+        return cfg
+    raise RuntimeError("no tile config could run:\n" + "\n".join(errors))
 
 
 def chosen() -> Dict[Tuple, TileConfig]:
