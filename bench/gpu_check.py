@@ -6,11 +6,14 @@ alone; whatever a step wrote before it stopped is kept.
 
     python3 bench/gpu_check.py --commit <sha>           # on the GPU machine; results in bench/results/gpu
     python3 bench/gpu_check.py --cpu-dry-run --out /tmp/x  # every step at tiny size on the CPU (make test)
+    python3 bench/gpu_check.py --steps engine_timing --box engine_timing=120 \
+        --step-args "engine_timing=--policies pi05 --runs 20"   # a rerun of what a first run left out
 
 Steps, in order: correctness (CUDA paths against the CPU fp32 reference, tiny size), engine_timing
 (full-size pi0 / pi0.5, bf16, per mode and case, p50/p99), streaming (two CUDA streams, 30 Hz VLM
 and 480 Hz action expert, missed ticks), language (bench/language_stream.py at full size), serving
-(ServingCore, raw frames in, chunks out, one and four robots). Writes gpu_check_<stamp>.json (every
+(ServingCore, raw frames in, chunks out, one and four robots), profile (one eager chunk under
+torch.profiler: GPU kernel time against wall time, launches, host syncs). Writes gpu_check_<stamp>.json (every
 figure, stamped with GPU, driver, torch, triton, commit) and gpu_check_<stamp>.md (the short table),
 and prints the table last.
 """
@@ -21,6 +24,7 @@ import datetime
 import json
 import os
 import platform
+import shlex
 import subprocess
 import sys
 import time
@@ -39,6 +43,7 @@ STEPS = (
     ("streaming", 90, ["--seconds", "30"], ["--seconds", "2"]),
     ("language", 70, [], []),
     ("serving", 50, ["--runs", "30", "--warmup", "3"], ["--runs", "3", "--warmup", "1"]),
+    ("profile", 45, [], []),
 )
 
 
@@ -105,7 +110,13 @@ def main(argv=None) -> int:
     ap.add_argument("--steps", default=",".join(s[0] for s in STEPS))
     ap.add_argument("--commit", default="", help="the commit checked (the GPU machine's copy has no .git)")
     ap.add_argument("--budget-s", type=float, default=470, help="all steps together; later steps get what is left")
+    ap.add_argument("--box", action="append", default=[], metavar="STEP=S", help="another time box for a step")
+    ap.add_argument("--step-args", action="append", default=[], metavar="STEP=ARGS",
+                    help="more arguments for a step (a rerun of what a first run left out), e.g. "
+                         "'engine_timing=--policies pi05 --runs 20'")
     args = ap.parse_args(argv)
+    boxes = {k: float(v) for k, v in (b.split("=", 1) for b in args.box)}
+    more = {k: shlex.split(v) for k, v in (a.split("=", 1) for a in args.step_args)}
     wanted = [s for s in args.steps.split(",") if s]
     unknown = sorted(set(wanted) - {s[0] for s in STEPS})
     if unknown:
@@ -123,8 +134,9 @@ def main(argv=None) -> int:
         if left < 10:
             report["steps"][step] = {"status": "not run: the budget was spent", "seconds": 0, "result": {}}
             continue
-        report["steps"][step] = run_step(step, min(box, left) if not args.cpu_dry_run else 900,
-                                         dry_extra if args.cpu_dry_run else gpu_extra, args, out_dir)
+        box = boxes.get(step, box)
+        extra = (dry_extra if args.cpu_dry_run else gpu_extra) + more.get(step, [])
+        report["steps"][step] = run_step(step, min(box, left) if not args.cpu_dry_run else 900, extra, args, out_dir)
         (out_dir / f"{name}.json").write_text(json.dumps(report, indent=1, default=str))
     report["stamp"]["load_avg_end"] = list(os.getloadavg())
     (out_dir / f"{name}.json").write_text(json.dumps(report, indent=1, default=str))

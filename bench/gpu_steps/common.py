@@ -124,8 +124,9 @@ def free(device) -> None:
         torch.cuda.empty_cache()
 
 
-def guarded(results: dict, key: str, fn: Callable[[], object]) -> None:
-    """results[key] = fn(), or the error that stopped it: one case failing keeps the others."""
+def guarded(results: dict, key: str, fn: Callable[[], object], save: Optional[Callable[[], None]] = None) -> None:
+    """results[key] = fn(), or the error that stopped it: one case failing keeps the others.
+    save: called after the case (a step stopped at its time box keeps what it wrote)."""
     t0 = time.perf_counter()
     try:
         results[key] = fn()
@@ -134,6 +135,8 @@ def guarded(results: dict, key: str, fn: Callable[[], object]) -> None:
                         "where": traceback.format_exc(limit=-3).strip().splitlines()[-3:]}
     print(f"[{key}] {time.perf_counter() - t0:.1f} s: {json.dumps(results[key], default=str)[:300]}",
           file=sys.stderr, flush=True)
+    if save is not None:
+        save()
 
 
 def write(path: str, result: dict) -> None:

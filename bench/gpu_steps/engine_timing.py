@@ -91,15 +91,19 @@ def time_mode(args, cfg, policy: str, mode: str, res: dict) -> dict:
 
 
 def main(argv=None) -> int:
-    args = parse_args("gpu_check step 2: full-size engine timing", argv)
+    def extra(ap):
+        ap.add_argument("--policies", default="pi0,pi05")
+        ap.add_argument("--modes", default=",".join(MODES))
+
+    args = parse_args("gpu_check step 2: full-size engine timing", argv, extra)
     res: dict = {"device": args.device, "size": args.size, "dtype": "bf16 on CUDA, fp32 on the CPU",
                  "measure": "wall ms of Pi0Engine.infer, host inputs to host chunk; prompt 48 tokens, chunk "
                             "50, 10 steps", "kernels_autotune": os.environ["PHYSAI_KERNELS_AUTOTUNE"]}
     guarded(res, "roofline", lambda: roofline(args.device))
     write(args.json_out, res)
-    for policy in ("pi0", "pi05"):
+    for policy in args.policies.split(","):
         cfg = config(args.size, policy)
-        for mode in MODES:
+        for mode in args.modes.split(","):
             if policy == "pi05" and MODES[mode].get("cuda_graphs"):
                 res[f"{policy}/{mode}"] = {"skipped": "Pi0Engine builds no CUDA graphs for pi0.5 yet"}
                 continue
