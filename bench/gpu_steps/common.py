@@ -32,6 +32,7 @@ def _source_tree_kernels() -> None:
                                                   submodule_search_locations=[str(ROOT / "kernels")])
     module = importlib.util.module_from_spec(spec)
     sys.modules["physai_ros.kernels"] = module
+    physai_ros.kernels = module
     spec.loader.exec_module(module)
 
 

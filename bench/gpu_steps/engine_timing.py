@@ -85,7 +85,7 @@ def time_mode(args, cfg, policy: str, mode: str, res: dict) -> dict:
     if torch.device(args.device).type == "cuda":
         built["max_memory_gb"] = round(torch.cuda.max_memory_allocated() / 2**30, 2)
         torch.cuda.reset_peak_memory_stats()
-    del eng
+    eng = None  # free the weights before the next mode builds its own
     free(args.device)
     return built
 

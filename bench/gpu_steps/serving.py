@@ -55,7 +55,7 @@ def run(args, core, robots: int) -> dict:
         if not res.accepted:
             raise RuntimeError(f"{rid}: registration refused: {res.reason}")
     rng = np.random.default_rng(robots)
-    latency, errors, batches = [], [], []
+    latency, errors = [], []
     rounds = args.runs + args.warmup
     for k in range(rounds):
         sent, got = {}, {}

@@ -49,10 +49,12 @@ class TimeWeights:
 
     @staticmethod
     def from_weights(weights: Weights, width: int) -> "TimeWeights":
-        w_in = weights["action_time_in.weight"].double()
+        # Host tables (time_bias embeds the tick's distinct times on the CPU), wherever the
+        # weights were given: on a GPU, a device copy here met the CPU time embedding.
+        w_in = weights["action_time_in.weight"].double().cpu()
         w_a = w_in[:, :width]
-        return TimeWeights(const=(w_a @ weights["action_in.bias"].double()).clone(),
-                           w_t=w_in[:, width:].clone(), b_in=weights["action_time_in.bias"].double().clone())
+        return TimeWeights(const=(w_a @ weights["action_in.bias"].double().cpu()).clone(),
+                           w_t=w_in[:, width:].clone(), b_in=weights["action_time_in.bias"].double().cpu().clone())
 
 
 @dataclass
@@ -87,7 +89,7 @@ class StreamingExpert:
         emb = torch.cat([ang, ang], dim=-1)
         self._cos = emb.cos().to(model.dtype).to(model.device)
         self._sin = emb.sin().to(model.dtype).to(model.device)
-        self._grid_times = torch.tensor(cfg.step_times(), dtype=torch.float32, device=model.device)
+        self._grid_times = torch.tensor(cfg.step_times(), dtype=torch.float32)  # read on the host (time_bias)
         if model.backend != "torch":
             tick = "plain"  # the fused tick is torch ops only
         self.tick = tick

@@ -208,7 +208,9 @@ class FusedTick:
         s = self.ctx + c
         mean = self.mean_col
         eps = self.eps_row
-        act = torch.nn.functional.silu(torch.addmm(t_bias, x.view(b * c, a), self.act_w_t))
+        # x is the fp32 Euler state; the layers run in the model dtype (bf16 on a GPU)
+        wd = self.act_w_t.dtype
+        act = torch.nn.functional.silu(torch.addmm(t_bias.to(wd), x.view(b * c, a).to(wd), self.act_w_t))
         act = torch.addmm(self.act_out_b, act, self.act_out_w_t)  # [B*C, E]
         st = torch.addmm(self.state_b, state, self.state_w_t)  # [B, E]
         if b == 1:
