@@ -66,3 +66,20 @@ def test_pick_fastest_skips_failing_configs():
     assert best == c and set(times) == {a, c}
     with pytest.raises(RuntimeError, match="no tile config"):
         tuning.pick_fastest([b], measure)
+
+
+def test_without_autotuning_the_first_config_that_launches_serves():
+    """A table entry sized for bf16 can need more shared memory than the GPU has in fp32 (an H200
+    refused 237568 bytes, limit 232448): the next candidate serves instead of the call failing."""
+    big, small = TileConfig(128, 128, 64), TileConfig(32, 32, 32)
+    tried = []
+
+    def run(cfg):
+        tried.append(cfg)
+        if cfg is big:
+            raise RuntimeError("out of resource: shared memory, Required: 237568, Hardware limit: 232448")
+
+    assert tuning.first_that_runs([big, small], run) is small
+    assert tried == [big, small]
+    with pytest.raises(RuntimeError, match="no tile config could run"):
+        tuning.first_that_runs([big], run)
