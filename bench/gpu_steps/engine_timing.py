@@ -4,8 +4,8 @@ with 2 views; wall time of Pi0Engine.infer (inputs from the host, chunk back on 
 server calls it), p50/p99 after warm-up. Beside it, the roofline of the GPU found (bench/
 roofline.py) and realtime-vla's RTX 4090 figure. Triton runs with the tile table
 (PHYSAI_KERNELS_AUTOTUNE=0 unless set): timing candidates per shape would take the step's minutes.
-The graphs pad every batch to the config's 3 view slots and 256 prompt tokens (cuda_graphs.py), so
-their 1- and 2-view figures carry 3 views' work."""
+The graphs are captured per (batch bucket, views, prompt-token bucket) (cuda_graphs.py); before
+2026-11-28's second run they padded every batch to 3 views and 256 tokens."""
 from __future__ import annotations
 
 import os

@@ -1,13 +1,13 @@
 """CUDA graph capture of the fast path (realtime-vla section 3.1), one prefix graph and one
-denoise graph per batch size, with static device buffers and pinned host staging buffers.
+denoise graph per graph shape, with static device buffers and pinned host staging buffers.
 
-Only constructed when torch.cuda.is_available(); nothing on the CPU machines here can run it, so
-its timings are not measured (docs/engine.md). What the CPU can check is tested: inputs padded to
-the static shapes (max views, max prompt tokens) give the same result as dynamic padding.
-
-Shapes are static per graph: every batch is padded to config.max_views view slots and
-config.max_tokens prompt tokens (masked, so results do not change), and batch sizes are padded
-up to the next captured size with copies of robot 0 (their outputs are dropped).
+Only constructed when torch.cuda.is_available(). A shape is (batch bucket, views, prompt-token
+bucket): a batch is padded up to the next captured batch size with copies of robot 0 (their
+outputs are dropped), to its own largest view count and to the smallest token bucket that holds
+its longest prompt (masked, so results do not change). Padding every batch to max_views and
+max_tokens instead cost a 1-view, 48-token robot the work of 3 views and 256 tokens (an H200 run
+replayed 43 ms for every view count at batch 1: bench/results/gpu). What the CPU can check is
+tested: the static shapes give the same chunks as dynamic padding.
 """
 from __future__ import annotations
 
@@ -21,6 +21,7 @@ from .fast import FastPi0
 from .types import Pi0Config
 
 BATCH_SIZES = (1, 2, 4, 8, 16, 32)
+TOKEN_BUCKETS = (64, 128, 256)  # prompt lengths captured (LeRobot pads pi0's prompts to 48)
 
 
 def bucket(n: int) -> int:
@@ -49,25 +50,26 @@ class GraphCache:
         if not torch.cuda.is_available():
             raise RuntimeError("CUDA graphs need a CUDA device")
         self.model, self.cfg, self.device, self.dtype = model, config, device, dtype
-        self.graphs: Dict[int, _Captured] = {}
+        self.graphs: Dict[Tuple[int, int, int], _Captured] = {}  # (batch bucket, views, tokens)
         self.pool = torch.cuda.graph_pool_handle()
         self._keep = []  # prefix caches whose buffers the denoise graphs read
 
-    def _shapes(self, b: int) -> Dict[str, Tuple[Tuple[int, ...], torch.dtype]]:
+    def _shapes(self, key: Tuple[int, int, int]) -> Dict[str, Tuple[Tuple[int, ...], torch.dtype]]:
         c = self.cfg
         s = c.vision.image_size
+        b, views, tokens = key
         return {
-            "images": ((b, c.max_views, 3, s, s), self.dtype),
-            "image_masks": ((b, c.max_views), torch.bool),
-            "tokens": ((b, c.max_tokens), torch.int64),
-            "token_mask": ((b, c.max_tokens), torch.bool),
+            "images": ((b, views, 3, s, s), self.dtype),
+            "image_masks": ((b, views), torch.bool),
+            "tokens": ((b, tokens), torch.int64),
+            "token_mask": ((b, tokens), torch.bool),
             "state": ((b, c.max_state_dim), torch.float32),
             "noise": ((b, c.chunk_size, c.max_action_dim), torch.float32),
         }
 
-    def _capture(self, b: int) -> _Captured:
-        host = {k: torch.zeros(shape, dtype=dt).pin_memory() for k, (shape, dt) in self._shapes(b).items()}
-        dev = {k: torch.zeros(shape, dtype=dt, device=self.device) for k, (shape, dt) in self._shapes(b).items()}
+    def _capture(self, key: Tuple[int, int, int]) -> _Captured:
+        host = {k: torch.zeros(shape, dtype=dt).pin_memory() for k, (shape, dt) in self._shapes(key).items()}
+        dev = {k: torch.zeros(shape, dtype=dt, device=self.device) for k, (shape, dt) in self._shapes(key).items()}
         dev["image_masks"][:, 0] = True  # a valid dummy observation for warm-up and capture
         dev["token_mask"][:, 0] = True
         m = self.model
@@ -100,13 +102,13 @@ class GraphCache:
         )
 
     def run(self, batch: Batch) -> Tuple[torch.Tensor, torch.Tensor, float]:
-        """batch: collated on the CPU at the static view/token sizes. Returns CPU (actions,
-        updates) for the batch's robots and the prefix time in ms (CUDA events)."""
+        """batch: collated on the CPU at its static shape (static_collate_kwargs). Returns CPU
+        (actions, updates) for the batch's robots and the prefix time in ms (CUDA events)."""
         n = batch.size
-        b = bucket(n)
-        if b not in self.graphs:
-            self.graphs[b] = self._capture(b)
-        g = self.graphs[b]
+        key = (bucket(n), int(batch.images.shape[1]), int(batch.tokens.shape[1]))
+        if key not in self.graphs:
+            self.graphs[key] = self._capture(key)
+        g = self.graphs[key]
         for k, h in g.host_in.items():
             src = getattr(batch, k)
             h[:n].copy_(src)
@@ -125,6 +127,17 @@ class GraphCache:
         return g.host_actions[:n].clone(), g.host_updates[:, :n].clone(), t_prefix
 
 
-def static_collate_kwargs(config: Pi0Config) -> dict:
-    """collate() arguments that produce the graphs' static shapes."""
-    return {"num_views": config.max_views, "num_tokens": config.max_tokens}
+def token_bucket(n: int, max_tokens: int) -> int:
+    """The smallest captured prompt length that holds n tokens (max_tokens beyond the buckets)."""
+    for t in TOKEN_BUCKETS:
+        if n <= t <= max_tokens:
+            return t
+    return max_tokens
+
+
+def static_collate_kwargs(config: Pi0Config, batch) -> dict:
+    """collate() arguments giving this batch its graph shape: its own largest view count and
+    its longest prompt rounded up to a token bucket."""
+    views = max(int(x.images.shape[0]) for x in batch)
+    tokens = token_bucket(max(int(x.tokens.shape[0]) for x in batch), config.max_tokens)
+    return {"num_views": views, "num_tokens": tokens}

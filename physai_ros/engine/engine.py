@@ -152,7 +152,7 @@ class Pi0Engine:
 
             # Stays on the CPU: GraphCache stages it through pinned buffers.
             return collate(batch, self.config, "cpu", self.dtype, generator=self._gen,
-                           **static_collate_kwargs(self.config))
+                           **static_collate_kwargs(self.config, batch))
         return collate(batch, self.config, self.device, self.dtype, generator=self._gen)
 
     # ------------------------------------------------------------------ inference

@@ -101,19 +101,27 @@ def test_time_embedding_matches_lerobot_formula():
     torch.testing.assert_close(emb, torch.cat([arg.sin(), arg.cos()], 1))
 
 
-def test_static_shapes_used_by_cuda_graphs_do_not_change_results():
-    """The CPU-testable part of the CUDA graph path: padding every batch to max views / max
-    tokens (static shapes) and the batch up to its bucket gives the same chunks."""
-    from physai_ros.engine.cuda_graphs import bucket, static_collate_kwargs
+@pytest.mark.parametrize("views,prompts,shape", [
+    ((1, 2, 1), (4, 9, 2), (2, 64)),  # two views at most, prompts within the first token bucket
+    ((1, 1, 1), (4, 70, 2), (1, 128)),  # one view; a 70-token prompt takes the 128 bucket
+    ((3, 1, 2), (4, 9, 2), (3, 64)),
+])
+def test_static_shapes_used_by_cuda_graphs_do_not_change_results(views, prompts, shape):
+    """The CPU-testable part of the CUDA graph path: padding a batch to its graph shape (its own
+    view count, its prompts' token bucket) and up to its batch bucket gives the same chunks."""
+    from physai_ros.engine.cuda_graphs import bucket, static_collate_kwargs, token_bucket
 
-    cfg, _, fast = _pair("tiny", seed=9)
+    cfg_long = Pi0Config.preset("tiny", max_tokens=256)
+    fast = FastPi0(cfg_long, random_weights(cfg_long, 9))
     gen = torch.Generator().manual_seed(10)
-    inputs = [make_input(cfg, 1, 4, gen), make_input(cfg, 2, 9, gen), make_input(cfg, 1, 2, gen)]
-    dyn = collate(inputs, cfg, "cpu", torch.float32)
+    inputs = [make_input(cfg_long, v, n, gen) for v, n in zip(views, prompts)]
+    dyn = collate(inputs, cfg_long, "cpu", torch.float32)
     padded = inputs + [inputs[0]] * (bucket(len(inputs)) - len(inputs))
-    static = collate(padded, cfg, "cpu", torch.float32, **static_collate_kwargs(cfg))
-    assert static.images.shape[1] == cfg.max_views and static.tokens.shape[1] == cfg.max_tokens
-    assert static.size == 4
+    kw = static_collate_kwargs(cfg_long, inputs)
+    assert (kw["num_views"], kw["num_tokens"]) == shape
+    static = collate(padded, cfg_long, "cpu", torch.float32, **kw)
+    assert static.size == 4 and tuple(static.tokens.shape[1:]) == (shape[1],)
+    assert token_bucket(48, 64) == 64 and token_bucket(70, 100) == 100  # never past max_tokens
     a_dyn, _ = fast.denoise(fast.prefix(dyn.images, dyn.image_masks, dyn.tokens, dyn.token_mask), dyn.state, dyn.noise)
     a_st, _ = fast.denoise(fast.prefix(static.images, static.image_masks, static.tokens, static.token_mask),
                            static.state, static.noise)

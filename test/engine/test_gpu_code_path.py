@@ -47,7 +47,7 @@ def test_every_engine_mode_keeps_its_tensors_on_the_device(policy, mode):
     # The static shapes of the CUDA-graph path, as far as it goes without CUDA.
     from physai_ros.engine.cuda_graphs import static_collate_kwargs
 
-    b = collate(batch, cfg, "meta", torch.bfloat16, **static_collate_kwargs(cfg))
+    b = collate(batch, cfg, "meta", torch.bfloat16, **static_collate_kwargs(cfg, batch))
     actions, _ = eng.model.denoise(eng.model.prefix(b.images, b.image_masks, b.tokens, b.token_mask), b.state, b.noise)
     assert actions.device.type == "meta"
     if mode.get("language") or not mode.get("fast"):
