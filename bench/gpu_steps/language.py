@@ -1,7 +1,8 @@
 """The language stream on the device (bench/language_stream.py, OxyGen's three modes side by
 side) at full pi0 size in bf16: isolated vs shared prefill vs continuous batching, one and four
-robots, 16-token texts. The actions run eagerly here: Pi0Engine refuses CUDA graphs while
-the language stream keeps the frame's prefix cache (engine.infer_frame), which this step records."""
+robots, 16-token texts, actions eager (the bench's engine); then, tiny, the language stream on
+an engine with CUDA graphs against the same eager (the replay hands the text a copy of its prefix
+rows: engine.infer_frame)."""
 from __future__ import annotations
 
 import json
@@ -16,19 +17,35 @@ sys.path.insert(0, str(ROOT / "bench"))
 
 
 def graphs_with_language(args) -> dict:
-    from physai_ros.engine import Pi0Engine
-    from common import inputs
+    """The language stream on an engine with CUDA graphs: the replay hands back a copy of the
+    robots' prefix rows; three greedy decode steps from it against the same from an eager engine
+    with the same weights (tiny, bf16), and the chunks of both."""
+    from physai_ros.engine import Pi0Engine, random_weights
+    from physai_ros.engine.language import SamplingParams
+    from common import inputs, rel_err
 
     if torch.device(args.device).type != "cuda":
         return {"skipped": "CUDA graphs need a CUDA device"}
     cfg = config("tiny")
-    eng = Pi0Engine(cfg, device=args.device, cuda_graphs=True, language=True)
-    eng.keep_prefix = True
-    try:
-        eng.infer(inputs(cfg, 1, 2))
-    except ValueError as exc:
-        return {"supported": False, "why": str(exc)}
-    return {"supported": True, "prefix_kept": eng.take_prefix() is not None}
+    w = random_weights(cfg, seed=12)
+    batch = inputs(cfg, 2, 2, seed=13)
+    logits, chunks = {}, {}
+    for graphs in (False, True):
+        eng = Pi0Engine(cfg, {k: v.clone() for k, v in w.items()}, device=args.device, dtype=torch.bfloat16,
+                        cuda_graphs=graphs, language=True)
+        outs, cache, b = eng.infer_frame(batch, keep_prefix=True)
+        dec = eng.language_decoder()
+        reqs = [dec.start(cache, r, int(b.tokens[r][b.token_mask[r]][-1]), SamplingParams(max_tokens=3), str(r))
+                for r in range(2)]
+        steps = []
+        for _ in range(3):
+            lg = dec.next_logits(reqs)
+            steps.append(lg.float().cpu())
+            for r, row in zip(reqs, lg):
+                r.tokens.append(int(torch.argmax(row)))
+        logits[graphs], chunks[graphs] = torch.stack(steps), torch.stack([o.actions for o in outs])
+    err_l, err_c = rel_err(logits[True], logits[False]), rel_err(chunks[True], chunks[False])
+    return {"logits_rel_err": err_l, "chunks_rel_err": err_c, "tol": 6e-2, "ok": bool(err_l <= 6e-2 and err_c <= 6e-2)}
 
 
 def main(argv=None) -> int:

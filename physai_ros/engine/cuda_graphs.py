@@ -12,13 +12,13 @@ tested: the static shapes give the same chunks as dynamic padding.
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Dict, Tuple
+from typing import Dict, Optional, Tuple
 
 import torch
 
 from .batching import Batch
 from .fast import FastPi0
-from .types import Pi0Config
+from .types import Pi0Config, PrefixCache
 
 BATCH_SIZES = (1, 2, 4, 8, 16, 32)
 TOKEN_BUCKETS = (64, 128, 256)  # prompt lengths captured (LeRobot pads pi0's prompts to 48)
@@ -43,6 +43,7 @@ class _Captured:
     host_updates: torch.Tensor
     prefix_done: "torch.cuda.Event"
     start: "torch.cuda.Event"
+    cache: PrefixCache  # the prefix graph's output buffers (the denoise graph reads them)
 
 
 class GraphCache:
@@ -99,13 +100,18 @@ class GraphCache:
             host_actions=torch.empty(actions.shape, dtype=actions.dtype).pin_memory(),
             host_updates=torch.empty(updates.shape, dtype=updates.dtype).pin_memory(),
             prefix_done=torch.cuda.Event(enable_timing=True), start=torch.cuda.Event(enable_timing=True),
+            cache=cache,
         )
 
-    def run(self, batch: Batch) -> Tuple[torch.Tensor, torch.Tensor, float]:
+    def run(self, batch: Batch, keep_prefix: bool = False
+            ) -> Tuple[torch.Tensor, torch.Tensor, float, Optional[PrefixCache]]:
         """batch: collated on the CPU at its static shape (static_collate_kwargs). Returns CPU
-        (actions, updates) for the batch's robots and the prefix time in ms (CUDA events)."""
+        (actions, updates) for the batch's robots, the prefix time in ms (CUDA events) and, with
+        keep_prefix, a copy of the robots' rows of the prefix cache (the language stream starts
+        its texts from it; the graph's own buffers are overwritten by the next replay)."""
         n = batch.size
-        key = (bucket(n), int(batch.images.shape[1]), int(batch.tokens.shape[1]))
+        b = bucket(n)
+        key = (b, int(batch.images.shape[1]), int(batch.tokens.shape[1]))
         if key not in self.graphs:
             self.graphs[key] = self._capture(key)
         g = self.graphs[key]
@@ -120,11 +126,16 @@ class GraphCache:
         g.prefix_graph.replay()
         g.prefix_done.record(stream)
         g.denoise_graph.replay()
+        kept = None
+        if keep_prefix:  # device-to-device, queued behind the replay on the same stream
+            c = g.cache
+            kept = PrefixCache(keys=[k[:n].clone() for k in c.keys], values=[v[:n].clone() for v in c.values],
+                               pad=c.pad[:n].clone(), next_pos=c.next_pos[:n].clone())
         g.host_actions.copy_(g.actions, non_blocking=True)
         g.host_updates.copy_(g.updates, non_blocking=True)
         stream.synchronize()
         t_prefix = g.start.elapsed_time(g.prefix_done)
-        return g.host_actions[:n].clone(), g.host_updates[:, :n].clone(), t_prefix
+        return g.host_actions[:n].clone(), g.host_updates[:, :n].clone(), t_prefix, kept
 
 
 def token_bucket(n: int, max_tokens: int) -> int:

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import inspect
 import time
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, fields
 from typing import Callable, Dict, List, Optional, Tuple
 
 import torch
@@ -211,14 +211,13 @@ class Pi0Engine:
         guides = [getattr(inp, "rtc", None) for inp in batch] if isinstance(batch, (list, tuple)) else []
         guided = any(g is not None for g in guides)
         graphs = self._graphs is not None and not guided
-        if graphs and keep_prefix:
-            raise ValueError("the language stream needs the prefix cache, which a CUDA-graph replay keeps "
-                             "inside its static buffers: serve it without cuda_graphs")
         b = self._collate(batch, for_graphs=graphs)
         t0 = time.perf_counter()
         cache = None
         if graphs:
-            actions, updates, t_prefix = self._graphs.run(b)
+            actions, updates, t_prefix, cache = self._graphs.run(b, keep_prefix=keep_prefix)
+            if keep_prefix:  # the language stream reads the robots' rows beside the copied cache
+                b = Batch(*(getattr(b, f.name)[:len(batch)].to(self.device) for f in fields(Batch)))
         else:
             cache = self.model.prefix(b.images, b.image_masks, b.tokens, b.token_mask)
             if self.device.type == "cuda":
