@@ -59,7 +59,7 @@ class Pi0Engine:
         fast: bool = True,
         backend: str = "torch",
         seed: int = 0,
-        cuda_graphs: bool = False,
+        cuda_graphs=False,  # True, False or "auto" (where built: fast pi0 on CUDA)
         language: bool = False,
     ):
         config.validate()
@@ -88,6 +88,8 @@ class Pi0Engine:
         else:
             self.model = (PlainPi05 if pi05 else PlainPi0)(config, weights)
         self._graphs = None
+        if cuda_graphs == "auto":  # where they are built: the fast pi0 path on a CUDA device
+            cuda_graphs = fast and not pi05 and self.device.type == "cuda" and torch.cuda.is_available()
         if cuda_graphs:
             if pi05:
                 raise ValueError("cuda_graphs: not built for pi0.5 yet (its capture was never run on a GPU here)")
@@ -101,7 +103,7 @@ class Pi0Engine:
     def from_lerobot_checkpoint(cls, path, device="cpu", dtype=torch.float32, fast: bool = True,
                                 backend: str = "torch", progress: Optional[Callable[[str], None]] = None,
                                 head_dim: Optional[int] = None, vision_heads: int = 16,
-                                cuda_graphs: bool = False, language: bool = False,
+                                cuda_graphs=False, language: bool = False,
                                 **config_overrides) -> "Pi0Engine":
         """Load a LeRobot PI0 checkpoint directory (see weights.load_lerobot_checkpoint for
         head_dim / vision_heads and the config overrides such as time_schedule)."""

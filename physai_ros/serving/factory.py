@@ -31,8 +31,12 @@ def build_engine_slots(cfg: FleetConfig, remote_engine: RemoteEngineFactory | No
     from physai_ros.engine.engine import Pi0Engine
     from physai_ros.engine.types import Pi0Config
 
+    import torch
+
     srv = cfg.server
     language = language_enabled(cfg)  # engines keep the VLM's LM head (engine/language.py)
+    arith = dict(dtype=getattr(torch, srv.torch_dtype),
+                 cuda_graphs={"on": True, "off": False}.get(srv.cuda_graphs, "auto"))
     slots = []
     # The checkpoint's family (LeRobot <= 0.3, >= 0.4, ours) picks the engine's time schedule
     # and RoPE formula: the numbers its own code produces (engine.checkpoint_format).
@@ -41,11 +45,11 @@ def build_engine_slots(cfg: FleetConfig, remote_engine: RemoteEngineFactory | No
     for i in range(srv.engine_instances + srv.standby_instances):
         if srv.model.preset is not None:
             engine = Pi0Engine(Pi0Config.preset(srv.model.preset), device=srv.device,
-                               seed=srv.model.seed, language=language)
+                               seed=srv.model.seed, language=language, **arith)
         else:
             # The loader reads the checkpoint's LeRobot family and runs its float32 variant.
             engine = Pi0Engine.from_lerobot_checkpoint(checkpoint_dir(cfg), device=srv.device, language=language,
-                                                       **srv.model.load_args())
+                                                       **arith, **srv.model.load_args())
         slots.append(EngineSlot(f"engine_{i}", engine, srv.max_batch, default_profile(srv.max_batch),
                                 standby=i >= srv.engine_instances))
     if srv.remote_engines:

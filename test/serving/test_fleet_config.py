@@ -2,6 +2,7 @@
 import copy
 
 import pytest
+import torch
 import yaml
 
 from physai_ros.serving.config import (FleetConfigError, default_fleet_path, load_fleet,
@@ -51,6 +52,27 @@ def test_profile_settings_and_default(doc):
     assert load_fleet().server.profile.reps >= 1
     p = parse_fleet(_mut(doc, lambda d: d["server"].update(profile={"reps": 1, "max_batch": 2, "tokens": 8})))
     assert (p.server.profile.reps, p.server.profile.max_batch, p.server.profile.tokens) == (1, 2, 8)
+
+
+def test_engine_arithmetic_follows_the_device_and_names_mistakes(doc):
+    """server.dtype / server.cuda_graphs: float32 eager on the CPU, bf16 with CUDA graphs on a GPU
+    unless told otherwise; YAML's on/off booleans are accepted; a typo or graphs without CUDA is
+    refused by key."""
+    from physai_ros.serving.factory import build_core
+
+    cpu = parse_fleet(doc).server
+    assert (cpu.torch_dtype, cpu.cuda_graphs) == ("float32", "auto")
+    gpu = parse_fleet(_mut(doc, lambda d: d["server"].update(device="cuda"))).server
+    assert gpu.torch_dtype == "bfloat16"
+    pinned = parse_fleet(_mut(doc, lambda d: d["server"].update(device="cuda", dtype="float32", cuda_graphs=False)))
+    assert (pinned.server.torch_dtype, pinned.server.cuda_graphs) == ("float32", "off")
+    bf16 = build_core(parse_fleet(_mut(doc, lambda d: d["server"].update(dtype="bfloat16", profile=False))))
+    engine = bf16.engines["engine_0"].engine
+    assert engine.dtype == torch.bfloat16 and engine._graphs is None  # auto: no graphs without CUDA
+    with pytest.raises(FleetConfigError, match=r"^server\.dtype: expected one of \['auto', 'float32', 'bfloat16'\], got 'bf16'"):
+        parse_fleet(_mut(doc, lambda d: d["server"].update(dtype="bf16")))
+    with pytest.raises(FleetConfigError, match=r"^server\.cuda_graphs: on needs server\.device cuda"):
+        parse_fleet(yaml.safe_load(yaml.safe_dump(doc).replace("server:\n", "server:\n  cuda_graphs: on\n", 1)))
 
 
 def test_with_num_robots_clones_last_entry_with_fresh_ids():
