@@ -394,8 +394,10 @@ def build_streaming_service(fleet: FleetConfig, publish: Callable[[TrajectorySeg
     if sc.vlm == "process" and srv.device != "cpu":
         raise FleetConfigError(f"server.streaming.vlm: process runs on the CPU only (server.device is {srv.device!r}; "
                                "a CUDA KV cache would need IPC handles): use vlm: thread")
+    import torch
+
     engine, expert = StreamingExpert.build(mcfg, weights, force=force, device=srv.device, seed=srv.model.seed,
-                                           tick=sc.tick)
+                                           tick=sc.tick, dtype=getattr(torch, srv.torch_dtype))
     if sc.force == "none":
         expert.force = None
     core = StreamingCore(engine, expert, StreamingConfig(
