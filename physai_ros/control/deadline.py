@@ -15,6 +15,15 @@ on time in between) escalate to STOPPED: the robot holds, sends nothing, discard
 only :meth:`DeadlineMonitor.operator_reset` leaves that state. An on-time chunk resets the
 count.
 
+Start-up (``startup_grace_s``): the first rounds of a fresh server are slow (first calls per
+batch shape, CUDA graph capture, a latency profile still running, a busy host), and three
+robots of the demo were stopped for good by them within 8 s of serving. So until the robot's
+first on-time chunk, and for at most ``startup_grace_s`` after its first request, a miss runs
+the fallback (the robot holds or resends: it never moves on a late plan it should not) and is
+counted (``startup_misses``, ``total_misses``) but not toward escalation. Once a chunk has come
+on time, or the grace has passed without one (a server that never answers in time is broken,
+not warming up), every miss counts.
+
 The monitor only decides; it returns plain-data :class:`DeadlineAction` lists that the
 robot_client node carries out (stop the controller's buffer, send an observation, raise a
 diagnostic).
@@ -73,6 +82,7 @@ class DeadlineConfig:
     slo_s: float
     fallback: Fallback = Fallback.STOP_AND_RESEND
     max_consecutive_misses: int = 3
+    startup_grace_s: float = 0.0  # fleet.yaml tasks: slo_startup_grace_s, default 60 (see above)
 
     def __post_init__(self):
         if not (isinstance(self.slo_s, (int, float)) and math.isfinite(self.slo_s)
@@ -87,13 +97,17 @@ class DeadlineConfig:
         m = self.max_consecutive_misses
         if isinstance(m, bool) or not isinstance(m, int) or m < 1:
             raise ValueError(f"max_consecutive_misses must be an integer >= 1, got {m!r}")
+        g = self.startup_grace_s
+        if isinstance(g, bool) or not isinstance(g, (int, float)) or not math.isfinite(g) or g < 0:
+            raise ValueError(f"startup_grace_s must be a number of seconds >= 0, got {g!r}")
 
     @classmethod
     def from_task(cls, task: Any) -> "DeadlineConfig":
         """From a fleet.yaml task (physai_ros.serving.config.TaskConfig, already validated
         there): ``slo_ms``, ``fallback``, ``max_consecutive_slo_violation``."""
         return cls(slo_s=float(task.slo_ms) / 1000.0, fallback=Fallback(task.fallback),
-                   max_consecutive_misses=int(task.max_consecutive_slo_violation))
+                   max_consecutive_misses=int(task.max_consecutive_slo_violation),
+                   startup_grace_s=float(getattr(task, "slo_startup_grace_s", 0.0)))
 
 
 class DeadlineMonitor:
@@ -102,6 +116,7 @@ class DeadlineMonitor:
         self.state = DeadlineState.NOMINAL
         self.consecutive_misses = 0
         self.total_misses = 0
+        self.startup_misses = 0  # misses in the start-up grace: reported, not escalated
         self.late_chunks = 0
         self.discarded_chunks = 0
         self.stops = 0
@@ -109,6 +124,8 @@ class DeadlineMonitor:
         self._captured_at = 0.0
         self._deadline = math.inf
         self._abandoned: dict[int, float] = {}  # round -> capture time, insertion-ordered
+        self._warm = False  # a chunk has come on time
+        self._first_request_at: float | None = None
 
     @property
     def awaited_round(self) -> int | None:
@@ -125,6 +142,8 @@ class DeadlineMonitor:
         self._round = int(round_id)
         self._captured_at = float(capture_time)
         self._deadline = self._captured_at + self.config.slo_s
+        if self._first_request_at is None:
+            self._first_request_at = self._captured_at
 
     def _give_up(self, round_id: int, captured_at: float) -> None:
         self._abandoned[round_id] = captured_at
@@ -137,13 +156,22 @@ class DeadlineMonitor:
             return []
         return self._miss(now)
 
+    def in_startup_grace(self, now: float) -> bool:
+        """No on-time chunk yet and still within startup_grace_s of the first request."""
+        return (not self._warm and self._first_request_at is not None
+                and now - self._first_request_at < self.config.startup_grace_s)
+
     def _miss(self, now: float) -> list[DeadlineAction]:
         rnd = self._round
-        self.consecutive_misses += 1
         self.total_misses += 1
-        n = self.consecutive_misses
         waited = now - self._captured_at
-        if n >= self.config.max_consecutive_misses:
+        startup = self.in_startup_grace(now)
+        if startup:
+            self.startup_misses += 1
+        else:
+            self.consecutive_misses += 1
+        n = self.consecutive_misses
+        if not startup and n >= self.config.max_consecutive_misses:
             self.state = DeadlineState.STOPPED
             self.stops += 1
             self._give_up(rnd, self._captured_at)
@@ -154,6 +182,8 @@ class DeadlineMonitor:
                                    f"SLO {self.config.slo_s:.3f} s); operator reset required")]
         self.state = DeadlineState.DEGRADED
         detail = f"round {rnd} waited {waited:.3f} s > SLO {self.config.slo_s:.3f} s"
+        if startup:
+            detail += f" (start-up: not counted toward escalation for {self.config.startup_grace_s:g} s)"
         fb = self.config.fallback
         if fb is Fallback.STOP_AND_RESEND:
             self._give_up(rnd, self._captured_at)
@@ -176,6 +206,7 @@ class DeadlineMonitor:
             latency = now - self._captured_at
             if latency <= self.config.slo_s:
                 self._round, self._deadline = None, math.inf
+                self._warm = True
                 self.consecutive_misses = 0
                 self.state = DeadlineState.NOMINAL
                 return ChunkVerdict(True, False, "on_time", latency)

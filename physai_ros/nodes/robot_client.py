@@ -313,7 +313,7 @@ class RobotClientNode(Node):
             "robot_id": self.robot.id, "state": self.core.state.value,
             "server_instance": self.core.server_instance, "round_id": self.core.round_id,
             "sent": ledger.sent, "chunks_ok": c.chunks_ok, "refused": c.refused, "errors": c.errors,
-            "slo_misses": c.slo_misses, "fallbacks": dict(c.fallbacks),
+            "slo_misses": c.slo_misses, "slo_startup_misses": c.slo_startup_misses, "fallbacks": dict(c.fallbacks),
             "registrations": c.registrations, "server_restarts": c.server_restarts,
             "latency_ms_p50": float(np.percentile(lat, 50)) if lat.size else None,
             "latency_ms_p99": float(np.percentile(lat, 99)) if lat.size else None,

@@ -66,6 +66,7 @@ class ClientCounters:
     refused: int = 0
     errors: int = 0
     slo_misses: int = 0
+    slo_startup_misses: int = 0  # of slo_misses, those in the start-up grace (not escalated)
     fallbacks: dict[str, int] = field(default_factory=dict)
     registrations: int = 0
     server_restarts: int = 0
@@ -296,6 +297,7 @@ class RobotClientCore:
                 self.escalations.append(a.detail)
             self.counters.fallbacks[a.kind.value] = self.counters.fallbacks.get(a.kind.value, 0) + 1
         self.counters.slo_misses = self.deadline.total_misses
+        self.counters.slo_startup_misses = self.deadline.startup_misses
         if self.deadline.state is DeadlineState.STOPPED:
             self.state = ClientState.STOPPED
         return resend and self.state == ClientState.RUNNING

@@ -48,7 +48,10 @@ class TaskConfig:
     max_consecutive_slo_violation: int
     on_max_violation: str
     trigger_margin_s: float
-    mode: str = "chunked"  # "streaming": TrajectorySegments from the server's streams
+    mode: str = "chunked"
+    # Misses before the robot's first on-time chunk, within this long of its first request, run
+    # the fallback but do not count toward max_consecutive_slo_violation (control/deadline.py).
+    slo_startup_grace_s: float = 60.0  # "streaming": TrajectorySegments from the server's streams
     segment_rate_hz: float = 60.0  # streaming: TrajectorySegment messages per second (at most)
     # How consecutive chunks join: off (replace) | crossfade | rtc (serving.chunk_merge, docs/rtc.md).
     chunk_merge: ChunkMergeConfig = ChunkMergeConfig()
@@ -184,7 +187,7 @@ def _parse_task(name: str, d: Any) -> TaskConfig:
     d = mapping(d, path)
     no_unknown(d, {"prompt", "action_rate_hz", "horizon_policy", "slo_ms", "fallback",
                     "max_consecutive_slo_violation", "on_max_violation", "trigger_margin_s", "mode",
-                    "segment_rate_hz", "chunk_merge", "language", *PIPELINE_KEYS}, path)
+                    "segment_rate_hz", "chunk_merge", "language", "slo_startup_grace_s", *PIPELINE_KEYS}, path)
     hp, hparams = _parse_horizon(required(d, "horizon_policy", path), join_key(path, "horizon_policy"))
     mode = string(d.get("mode", "chunked"), join_key(path, "mode"), TASK_MODES)
     # System 1's prompt, SLO, fallback and violation policy: at task level, or (a task with a
@@ -227,6 +230,8 @@ def _parse_task(name: str, d: Any) -> TaskConfig:
         trigger_margin_s=number(d.get("trigger_margin_s", 0.02), join_key(path, "trigger_margin_s"),
                               allow_zero=True),
         mode=mode,
+        slo_startup_grace_s=number(d.get("slo_startup_grace_s", 60.0), join_key(path, "slo_startup_grace_s"),
+                                   allow_zero=True),
         segment_rate_hz=number(d.get("segment_rate_hz", 60.0), join_key(path, "segment_rate_hz")),
         chunk_merge=parse_chunk_merge(d.get("chunk_merge"), join_key(path, "chunk_merge")),
         language=parse_task_language(d.get("language"), join_key(path, "language")),

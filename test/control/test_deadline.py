@@ -150,3 +150,49 @@ def test_config_from_the_shipped_fleet_yaml():
         cfg = DeadlineConfig.from_task(robot.task)
         assert cfg.slo_s == pytest.approx(robot.task.slo_ms / 1000.0)
         assert cfg.fallback.value == robot.task.fallback
+
+
+@pytest.mark.parametrize("fb", [f.value for f in Fallback])
+def test_slow_first_rounds_do_not_stop_the_robot_for_good(fb):
+    """A fresh server's first rounds are slow: within the start-up grace, before any on-time
+    chunk, misses run the fallback and are counted but never escalate; the first on-time chunk
+    ends the grace and from then on three misses in a row stop the robot as before."""
+    m = DeadlineMonitor(DeadlineConfig(slo_s=0.5, fallback=Fallback(fb), max_consecutive_misses=3,
+                                       startup_grace_s=30.0))
+    t, rnd = 0.0, 0
+    for _ in range(10):  # ten slow rounds in the first 5 s
+        if m.awaited_round is None:
+            rnd += 1
+            m.on_request(rnd, t)
+        t += 0.5
+        acts = m.check(t)
+        assert ActionKind.ESCALATE not in kinds(acts)
+        assert ActionKind.HOLD in kinds(acts) or ActionKind.CONTINUE in kinds(acts)
+    assert m.startup_misses == 10 and m.total_misses == 10 and m.consecutive_misses == 0
+    assert "start-up" in acts[0].detail and m.may_send()
+    rnd += 1
+    m.on_request(rnd, t)
+    assert m.on_chunk(rnd, t + 0.1).reason == "on_time"  # warm now
+    escalated = False
+    for _ in range(3):
+        if m.awaited_round is None:
+            rnd += 1
+            m.on_request(rnd, t)
+        t += 0.5
+        escalated = escalated or ActionKind.ESCALATE in kinds(m.check(t))
+    assert escalated and m.state is DeadlineState.STOPPED and m.startup_misses == 10
+
+
+def test_a_server_never_on_time_escalates_once_the_grace_has_passed():
+    m = DeadlineMonitor(DeadlineConfig(slo_s=1.0, fallback=Fallback.HOLD, max_consecutive_misses=3,
+                                       startup_grace_s=5.0))
+    m.on_request(1, 0.0)
+    t, escalated_at = 0.0, None
+    while escalated_at is None and t < 20:
+        t += 1.0
+        if ActionKind.ESCALATE in kinds(m.check(t)):
+            escalated_at = t
+    # Misses at 1..4 s are start-up misses; from 5 s on they count: the third at 7 s stops it.
+    assert escalated_at == 7.0 and m.startup_misses == 4
+    with pytest.raises(ValueError, match="startup_grace_s"):
+        DeadlineConfig(0.1, "hold", 3, -1.0)

@@ -10,9 +10,11 @@ from physai_ros.serving.client_core import ClientState, RobotClientCore
 from serving_helpers import make_image
 
 
-def client(fleet, fallback=None, max_miss=None, slo_ms=None, robot=0):
+def client(fleet, fallback=None, max_miss=None, slo_ms=None, robot=0, startup_grace_s=None):
     r = fleet.robots[robot]
     task = r.task
+    if startup_grace_s is not None:
+        task = dataclasses.replace(task, slo_startup_grace_s=startup_grace_s)
     if fallback:
         task = dataclasses.replace(task, fallback=fallback)
     if max_miss:
@@ -117,7 +119,7 @@ def test_use_last_plan_continues_without_hold(fleet):
 
 
 def test_consecutive_misses_escalate_to_stopped_until_operator_resumes(fleet):
-    c = client(fleet, fallback="stop_and_resend", slo_ms=100, max_miss=2)
+    c = client(fleet, fallback="stop_and_resend", slo_ms=100, max_miss=2, startup_grace_s=0)
     register(c)
     c.tick(10.0)
     assert c.tick(10.11).observation is None  # miss 1; the resend waits for a fresh frame
@@ -132,6 +134,27 @@ def test_consecutive_misses_escalate_to_stopped_until_operator_resumes(fleet):
     for v in range(c.robot.num_views):
         c.on_image(v, make_image(), 11.05)
     assert c.state == ClientState.RUNNING and c.tick(11.1).observation is not None
+
+
+def test_slow_first_rounds_hold_the_robot_without_stopping_it(fleet):
+    """The fleet's default start-up grace: misses before the first on-time chunk hold the robot
+    and are counted apart, and the first on-time chunk lets it run."""
+    c = client(fleet, fallback="stop_and_resend", slo_ms=100, max_miss=2)
+    assert c.deadline.config.startup_grace_s == fleet.robots[0].task.slo_startup_grace_s > 0
+    register(c)
+    c.tick(10.0)
+    t = 10.0
+    for k in range(5):  # five slow rounds: each missed, resent on a fresh frame, never stopped
+        t += 0.11
+        c.tick(t)
+        for v in range(c.robot.num_views):
+            c.on_image(v, make_image(), t + 0.005)
+        o = c.tick(t + 0.01).observation
+        assert o is not None and c.state == ClientState.RUNNING, k
+        t += 0.01
+    assert c.counters.slo_misses == 5 and c.counters.slo_startup_misses == 5
+    c.on_chunk(ok_chunk(c, o.round_id, o.stamp), t + 0.05)
+    assert c.state == ClientState.RUNNING and c.deadline.consecutive_misses == 0
 
 
 def test_on_time_chunk_resets_the_miss_count(fleet):
