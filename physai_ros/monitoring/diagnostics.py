@@ -371,15 +371,18 @@ class MetricsTask(DiagnosticTask):
     nested mappings are flattened ("refused.stale_round"). The level is the worst breach; the
     message lists the breaches, or is `ok_message` (a string, or a callable giving one, e.g.
     "executing"/"idle") when there are none. A source that raises, a graded key holding a
-    non-number, or a value of another type gives ERROR.
+    non-number, or a value of another type gives ERROR; so does `fault()` returning a message (a
+    state the numbers cannot show, e.g. a robot stopped by its SLO escalation), which leads it.
     """
 
     def __init__(self, name: str, source: Callable[[], Mapping],
-                 thresholds: Thresholds | None = None, ok_message: str | Callable[[], str] = "OK"):
+                 thresholds: Thresholds | None = None, ok_message: str | Callable[[], str] = "OK",
+                 fault: Callable[[], str | None] | None = None):
         super().__init__(name)
         self.source = source
         self.thresholds = thresholds or Thresholds()
         self.ok_message = ok_message
+        self.fault = fault
 
     def run(self, stat):
         values = _flatten(self.source())
@@ -394,6 +397,10 @@ class MetricsTask(DiagnosticTask):
         if bad:
             level = ERROR
             problems.append(f"not numeric: {', '.join(sorted(bad))}")
+        fault = self.fault() if self.fault is not None else None
+        if fault:
+            level = ERROR
+            problems.insert(0, fault)
         ok = self.ok_message() if callable(self.ok_message) else self.ok_message
         stat.summary(level_byte(level), "; ".join(problems) if problems else ok)
         for key, value in values.items():

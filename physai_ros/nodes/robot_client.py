@@ -339,7 +339,7 @@ class RobotClientNode(Node):
         self.updater = Updater(self, period=mon.diagnostics_period_s)
         self.updater.setHardwareID(self.robot.id)
         self.updater.add(MetricsTask("client", self._client_metrics, mon.thresholds,
-                                     ok_message=lambda: self.core.state.value))
+                                     ok_message=lambda: self.core.state.value, fault=self.core.fault))
         self.updater.add("security", security_diagnostics(self.security, lambda: dict(self.auth_refusals.counts)))
 
     def _client_metrics(self) -> dict:

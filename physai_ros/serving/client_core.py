@@ -120,6 +120,7 @@ class RobotClientCore:
         self._last_register_at = -math.inf
         self._want_register = True
         self.escalations: list[str] = []
+        self._refused: str | None = None  # the last registration's refusal, until one is accepted
         # A task pipeline (serving.client_pipeline) sets these; without one they stay as they are.
         self.prompt: str | None = None  # System 1's prompt for the next observations; None: the task's
         self.pipeline_hold = ""  # while set (the reason), no System 1 round starts
@@ -180,7 +181,9 @@ class RobotClientCore:
             # refusal once, not once per retry.
             if not self.escalations or self.escalations[-1] != msg:
                 self.escalations.append(msg)
+            self._refused = msg
             return
+        self._refused = None
         self.counters.registrations += 1
         # A restarted client continues above the rounds the server (and so the controller) has
         # seen from this robot; a live one is at or above them already.
@@ -241,6 +244,18 @@ class RobotClientCore:
         self.counters.latencies_s.append(lat)
         del self.counters.latencies_s[:-5000]
         return match
+
+    def fault(self) -> str | None:
+        """What an operator must act on, or None; the client's diagnostic is an ERROR with it.
+        A robot stopped by its SLO escalation holds and sends nothing until operator_resume, and
+        one whose registration was refused (capacity, a refused identity) is not served: rate
+        warnings alone hid both."""
+        if self.state == ClientState.STOPPED:
+            last = self.escalations[-1] if self.escalations else "escalated"
+            return f"stopped ({last}); operator_resume required"
+        if self.state == ClientState.UNREGISTERED and self._refused:
+            return self._refused
+        return None
 
     def resume(self) -> None:
         """Operator acknowledgement after an escalation."""

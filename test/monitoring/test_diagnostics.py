@@ -210,6 +210,19 @@ def test_metrics_task_shows_strings_bools_and_nested_counts():
                            "refused.bad_time": "0", "latency_ms_p99": "90"}
 
 
+def test_metrics_task_fault_is_an_error_that_leads_the_message():
+    """A state the numbers cannot show (a robot stopped by its SLO escalation) is an ERROR
+    whatever the numbers say, and clears when the fault does."""
+    fault = ["stopped (3 consecutive SLO misses); operator_resume required"]
+    task = MetricsTask("client", lambda: {"latency_ms_p99": 90.0}, Thresholds.from_config(CONFIG),
+                       ok_message="running", fault=lambda: fault[0])
+    st = task.run(DiagnosticStatusWrapper())
+    assert (st.level, st.message) == (ERROR, fault[0])
+    fault[0] = None
+    st = task.run(DiagnosticStatusWrapper())
+    assert (st.level, st.message) == (OK, "running")
+
+
 def test_metrics_task_whose_source_raises_is_an_error_status():
     def source():
         raise KeyError("engine_0")

@@ -129,8 +129,10 @@ def test_consecutive_misses_escalate_to_stopped_until_operator_resumes(fleet):
     out = c.tick(10.25)  # miss 2 -> stopped
     assert c.state == ClientState.STOPPED and out.hold is not None and out.observation is None
     assert c.escalations and "operator" in c.escalations[-1]
+    assert c.fault().startswith("stopped (2 consecutive SLO misses")  # the client's ERROR diagnostic
     assert c.tick(11.0).observation is None
     c.resume()
+    assert c.fault() is None
     for v in range(c.robot.num_views):
         c.on_image(v, make_image(), 11.05)
     assert c.state == ClientState.RUNNING and c.tick(11.1).observation is not None
@@ -229,3 +231,12 @@ def test_hold_chunks_work_with_the_real_trajectory_buffer(fleet):
         c.on_image(v, make_image(), 10.33)
     o2 = c.tick(10.34).observation
     assert buf.insert(_buffer_chunk(c, o2.round_id, o2.stamp, np.ones(5), 8, 0.1), 10.4).accepted
+
+
+def test_a_refused_registration_is_a_fault_until_one_is_accepted(fleet):
+    c = client(fleet)
+    assert c.fault() is None
+    c.on_registered(RegistrationResult(False, "capacity: 2 robots registered", "A"))
+    assert c.fault() == "registration refused: capacity: 2 robots registered"
+    register(c)
+    assert c.fault() is None and c.state == ClientState.RUNNING
