@@ -28,7 +28,10 @@ def _fleet_doc():
     doc["robots"][1]["cameras"] = ["camera_0/image_raw"]  # one view here, two on robot_0
     doc["tasks"]["deadline_test"] = dict(doc["tasks"]["reach_goal"], prompt="touch the goal",
                                          slo_ms=1, fallback="stop_and_resend",
-                                         max_consecutive_slo_violation=2)
+                                         max_consecutive_slo_violation=2,
+                                         # no chunk is ever on time here: without this the
+                                         # start-up grace (60 s) would hold the escalation back
+                                         slo_startup_grace_s=0)
     doc["robots"].append(dict(doc["robots"][1], id="robot_2", task="deadline_test",
                               sim={"task": "reach", "num_joints": 4, "seed": 2}))
     for t in ("pick_place", "reach_goal"):
