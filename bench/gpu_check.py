@@ -37,13 +37,17 @@ sys.path.insert(0, str(STEPS_DIR))
 from report import markdown  # noqa: E402  (bench/gpu_steps/report.py)
 
 # (step, time box in s on the GPU, extra arguments on the GPU, extra arguments in the dry run)
+# Sized from the first H200 runs (bench/results/gpu): correctness needed ~200 s at 75 and 150 s
+# boxes (each CUDA case 3-10 s), eager timing ~13 s a case at 50 runs (now 20), streaming
+# ~10 s to build, language 34 s, serving 12 s, the profile 23 s.
 STEPS = (
-    ("correctness", 75, [], []),
-    ("engine_timing", 185, ["--runs", "50", "--warmup", "3"], ["--runs", "2", "--warmup", "1"]),
-    ("streaming", 90, ["--seconds", "30"], ["--seconds", "2"]),
-    ("language", 70, [], []),
-    ("serving", 50, ["--runs", "30", "--warmup", "3"], ["--runs", "3", "--warmup", "1"]),
-    ("chunk_profile", 45, [], []),
+    ("correctness", 140, [], []),
+    ("engine_timing", 140, ["--runs", "50", "--eager-runs", "20", "--warmup", "3"],
+     ["--runs", "2", "--warmup", "1"]),
+    ("streaming", 75, ["--seconds", "25"], ["--seconds", "2"]),
+    ("language", 45, [], []),
+    ("serving", 35, ["--runs", "30", "--warmup", "3"], ["--runs", "3", "--warmup", "1"]),
+    ("chunk_profile", 35, [], []),
 )
 
 
