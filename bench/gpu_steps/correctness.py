@@ -27,8 +27,6 @@ def _modes(device, policy):
     modes = {"plain": dict(fast=False), "fast": dict(fast=True), "fast+graphs": dict(fast=True, cuda_graphs=True),
              "triton": dict(fast=True, backend="triton"),
              "triton+graphs": dict(fast=True, backend="triton", cuda_graphs=True)}
-    if policy == "pi05":  # Pi0Engine builds no graphs for pi0.5 yet
-        modes = {k: v for k, v in modes.items() if not v.get("cuda_graphs")}
     return {k: v for k, v in modes.items() if cuda or not v.get("cuda_graphs")}
 
 

@@ -13,7 +13,7 @@ from .language_config import LanguageServerConfig, parse_server_language
 SCHEDULERS = ("fifo", "autellix", "wait_ratio")
 DEVICES = ("cpu", "cuda")
 DTYPES = ("auto", "float32", "bfloat16")  # auto: bfloat16 on cuda, float32 on cpu
-CUDA_GRAPHS = ("auto", "on", "off")  # auto: on where Pi0Engine builds them (pi0 on cuda)
+CUDA_GRAPHS = ("auto", "on", "off")  # auto: on for pi0 on cuda (pi0.5's: on request, unverified)
 STREAM_FORCE = ("checkpoint", "random", "none")
 STREAM_WHEN_FULL = ("chunked", "refuse")
 
