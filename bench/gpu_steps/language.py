@@ -11,7 +11,7 @@ from pathlib import Path
 
 import torch
 
-from common import ROOT, config, guarded, parse_args, write
+from common import ROOT, config, guarded, inputs, parse_args, rel_err, write
 
 sys.path.insert(0, str(ROOT / "bench"))
 
@@ -22,7 +22,6 @@ def graphs_with_language(args) -> dict:
     with the same weights (tiny, bf16), and the chunks of both."""
     from physai_ros.engine import Pi0Engine, random_weights
     from physai_ros.engine.language import SamplingParams
-    from common import inputs, rel_err
 
     if torch.device(args.device).type != "cuda":
         return {"skipped": "CUDA graphs need a CUDA device"}

@@ -40,7 +40,7 @@ def count_aten_ops(fn: Callable[[], object]) -> AtenOps:
 _VIEW_OPS = frozenset({
     "view", "_unsafe_view", "unsqueeze", "squeeze", "t", "transpose", "permute", "expand", "slice", "select",
     "as_strided", "alias", "_reshape_alias", "split", "split_with_sizes", "unbind", "chunk", "narrow", "detach",
-    "lift_fresh", "reshape", "expand_as", "view_as", "unflatten", "flatten", "diagonal", "_to_copy_noop",
+    "lift_fresh", "reshape", "expand_as", "view_as", "unflatten", "flatten", "diagonal",
 })
 # Ops whose result the host must read: on a GPU each one waits for the device to finish.
 _SYNC_OPS = frozenset({"_local_scalar_dense", "nonzero", "is_nonzero", "equal", "masked_select", "_unique2",

@@ -48,10 +48,10 @@ class TaskConfig:
     max_consecutive_slo_violation: int
     on_max_violation: str
     trigger_margin_s: float
-    mode: str = "chunked"
+    mode: str = "chunked"  # "streaming": TrajectorySegments from the server's streams
     # Misses before the robot's first on-time chunk, within this long of its first request, run
     # the fallback but do not count toward max_consecutive_slo_violation (control/deadline.py).
-    slo_startup_grace_s: float = 60.0  # "streaming": TrajectorySegments from the server's streams
+    slo_startup_grace_s: float = 60.0
     segment_rate_hz: float = 60.0  # streaming: TrajectorySegment messages per second (at most)
     # How consecutive chunks join: off (replace) | crossfade | rtc (serving.chunk_merge, docs/rtc.md).
     chunk_merge: ChunkMergeConfig = ChunkMergeConfig()

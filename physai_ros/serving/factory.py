@@ -28,15 +28,14 @@ RemoteEngineFactory = Callable[[RemoteEngineConfig, Any], Any]
 def build_engine_slots(cfg: FleetConfig, remote_engine: RemoteEngineFactory | None = None) -> list[EngineSlot]:
     """Local engines (engine_<i>), then one proxy per server.remote_engines entry, made by
     `remote_engine` (the serving layer stays free of ROS: the node supplies the transport)."""
+    import torch
+
     from physai_ros.engine.engine import Pi0Engine
     from physai_ros.engine.types import Pi0Config
 
-    import torch
-
     srv = cfg.server
     language = language_enabled(cfg)  # engines keep the VLM's LM head (engine/language.py)
-    arith = dict(dtype=getattr(torch, srv.torch_dtype),
-                 cuda_graphs={"on": True, "off": False}.get(srv.cuda_graphs, "auto"))
+    arith = dict(dtype=getattr(torch, srv.torch_dtype), cuda_graphs=srv.engine_cuda_graphs)
     slots = []
     # The checkpoint's family (LeRobot <= 0.3, >= 0.4, ours) picks the engine's time schedule
     # and RoPE formula: the numbers its own code produces (engine.checkpoint_format).

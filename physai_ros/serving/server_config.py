@@ -104,13 +104,6 @@ class ServerConfig:
     # chunk in 43 ms with graphs against ~200 ms eager: bench/results/gpu).
     dtype: str = "auto"
     cuda_graphs: str = "auto"
-
-    @property
-    def torch_dtype(self) -> str:
-        """'float32' or 'bfloat16' once 'auto' is resolved against the device."""
-        if self.dtype != "auto":
-            return self.dtype
-        return "bfloat16" if self.device == "cuda" else "float32"
     streaming: StreamingServerConfig = field(default_factory=StreamingServerConfig)
     # Admission and hot standby (ROSA section 3.4.4; physai_ros.serving.core.ServingCore).
     max_robots: int | None = None  # robots registered at once; None: no limit
@@ -134,6 +127,18 @@ class ServerConfig:
     language: LanguageServerConfig | None = None
     # The pipeline components' queue (serving.component_service): order, batch, bound.
     components: "ComponentServerConfig" = field(default_factory=lambda: ComponentServerConfig())
+
+    @property
+    def torch_dtype(self) -> str:
+        """'float32' or 'bfloat16' once 'auto' is resolved against the device."""
+        if self.dtype != "auto":
+            return self.dtype
+        return "bfloat16" if self.device == "cuda" else "float32"
+
+    @property
+    def engine_cuda_graphs(self) -> bool | str:
+        """Pi0Engine's cuda_graphs argument: True, False, or "auto" (it decides where they are on)."""
+        return {"on": True, "off": False}.get(self.cuda_graphs, "auto")
 
 
 def _parse_model(d: Any, path: str) -> ModelConfig:

@@ -66,6 +66,7 @@ def test_engine_arithmetic_follows_the_device_and_names_mistakes(doc):
     assert gpu.torch_dtype == "bfloat16"
     pinned = parse_fleet(_mut(doc, lambda d: d["server"].update(device="cuda", dtype="float32", cuda_graphs=False)))
     assert (pinned.server.torch_dtype, pinned.server.cuda_graphs) == ("float32", "off")
+    assert (pinned.server.engine_cuda_graphs, gpu.engine_cuda_graphs) == (False, "auto")
     bf16 = build_core(parse_fleet(_mut(doc, lambda d: d["server"].update(dtype="bfloat16", profile=False))))
     engine = bf16.engines["engine_0"].engine
     assert engine.dtype == torch.bfloat16 and engine._graphs is None  # auto: no graphs without CUDA
