@@ -131,26 +131,31 @@ def main(argv=None) -> int:
     tag = report["stamp"]["date_utc"].replace(" ", "_").replace(":", "").replace("-", "")
     name = f"gpu_check_{'dryrun_' if args.cpu_dry_run else ''}{tag}"
     end = time.monotonic() + args.budget_s
-    for step, box, gpu_extra, dry_extra in STEPS:
-        if step not in wanted:
-            continue
-        left = end - time.monotonic()
-        if left < 10:
-            report["steps"][step] = {"status": "not run: the budget was spent", "seconds": 0, "result": {}}
-            continue
-        extra = (dry_extra if args.cpu_dry_run else gpu_extra) + more.get(step, [])
-        # The dry run is not held to the GPU's minutes (a busy CI machine); --box still applies.
-        box = boxes.get(step, 900 if args.cpu_dry_run else box)
-        if not args.cpu_dry_run:
-            box = min(box, left)
-        report["steps"][step] = run_step(step, box, extra, args, out_dir)
-        (out_dir / f"{name}.json").write_text(json.dumps(report, indent=1, default=str))
+    interrupted = False
+    try:
+        for step, box, gpu_extra, dry_extra in STEPS:
+            if step not in wanted:
+                continue
+            left = end - time.monotonic()
+            if left < 10:
+                report["steps"][step] = {"status": "not run: the budget was spent", "seconds": 0, "result": {}}
+                continue
+            extra = (dry_extra if args.cpu_dry_run else gpu_extra) + more.get(step, [])
+            # The dry run is not held to the GPU's minutes (a busy CI machine); --box still applies.
+            box = boxes.get(step, 900 if args.cpu_dry_run else box)
+            if not args.cpu_dry_run:
+                box = min(box, left)
+            report["steps"][step] = run_step(step, box, extra, args, out_dir)
+            (out_dir / f"{name}.json").write_text(json.dumps(report, indent=1, default=str))
+    except KeyboardInterrupt:  # Ctrl-C: the step's process is gone (subprocess.run killed it);
+        interrupted = True     # what the finished steps measured is still written out below
+        print("gpu_check: interrupted; writing what the finished steps measured", file=sys.stderr, flush=True)
     report["stamp"]["load_avg_end"] = list(os.getloadavg())
     (out_dir / f"{name}.json").write_text(json.dumps(report, indent=1, default=str))
     table = markdown(report)
     (out_dir / f"{name}.md").write_text(table)
     print(table)
-    return 0
+    return 130 if interrupted else 0
 
 
 if __name__ == "__main__":
