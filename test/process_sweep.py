@@ -81,10 +81,24 @@ class ProcessSweep:
     def __init__(self) -> None:
         self.token = mark_session()
         self.first_seen: dict[int, str] = {}  # pid -> the test at whose end it was first seen
+        self.test_ends: list[tuple[float, str]] = []  # (boot-clock seconds, nodeid) per test end
 
     def seen_at(self, nodeid: str) -> None:
+        self.test_ends.append((time.clock_gettime(time.CLOCK_BOOTTIME), nodeid))
         for pid in marked_processes(self.token):
             self.first_seen.setdefault(pid, nodeid)
+
+    def started_during(self, pid: int) -> str:
+        """The test that was running when pid started, from its start time. For a process the
+        scan after its test missed: one caught mid-exec reads an empty environ, and a busy host
+        makes that window wide enough to hit."""
+        try:
+            with open(f"/proc/{pid}/stat") as f:
+                ticks = int(f.read().rsplit(") ", 1)[1].split()[19])
+        except (OSError, IndexError, ValueError):
+            return "the last test"
+        started = ticks / os.sysconf("SC_CLK_TCK")
+        return next((nodeid for end, nodeid in self.test_ends if end >= started), "the last test")
 
     def survivors(self, grace_s: float = 10.0) -> dict[int, str]:
         """Marked processes still alive after grace_s (time for processes being stopped to exit)."""
@@ -105,7 +119,7 @@ class ProcessSweep:
     def report(self, alive: dict[int, str]) -> str:
         lines = [f"{len(alive)} process(es) started by this test session outlived it (killed now):"]
         for pid, cmd in sorted(alive.items()):
-            lines.append(f"  pid {pid}, first seen after {self.first_seen.get(pid, 'the last test')}: {cmd}")
+            lines.append(f"  pid {pid}, first seen after {self.first_seen.get(pid) or self.started_during(pid)}: {cmd}")
         return "\n".join(lines)
 
 

@@ -4,6 +4,7 @@ import os
 import subprocess
 import sys
 import textwrap
+import time
 from pathlib import Path
 
 import process_sweep
@@ -84,3 +85,22 @@ def test_this_processs_multiprocessing_helpers_are_not_survivors():
     finally:
         shm.close()
         shm.unlink()
+
+
+def test_a_survivor_the_scan_missed_is_traced_by_its_start_time():
+    """A process caught mid-exec reads an empty environ, so the scan after its test can miss it;
+    its start time still names the test that was running."""
+    sweep = process_sweep.ProcessSweep.__new__(process_sweep.ProcessSweep)
+    sweep.first_seen, sweep.test_ends = {}, []
+    sweep.token = "no-such-session"  # the scan finds nothing, as when it missed the process
+    sweep.seen_at("test_before")
+    time.sleep(0.05)  # clock ticks are 10 ms: the start must fall after the first test's end
+    late = subprocess.Popen(["sleep", "60"])
+    try:
+        sweep.seen_at("test_that_started_it")
+        sweep.seen_at("test_after")
+        assert late.pid not in sweep.first_seen
+        assert f"pid {late.pid}, first seen after test_that_started_it: sleep 60" in sweep.report({late.pid: "sleep 60"})
+    finally:
+        late.kill()
+        late.wait()
