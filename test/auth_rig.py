@@ -62,3 +62,14 @@ def server_auth(fleet=None, workers=()) -> ServerAuth:
     """The server's endpoint, for a test that plays the policy server (e.g. to a RemoteEngine)."""
     sec, ks = _keystore(fleet, [Identity("worker", w) for w in workers])
     return ServerAuth(ks, sec.server, sec.max_skew_s)
+
+
+def sign_as_operator(fleet, request, command: str, name: str = "operator"):
+    """`request` (an OperatorCommand or AskRobot request) named and signed by operator `name` of
+    the fleet's keystore, as `physai-fleet operator` does (the identity is made if missing)."""
+    from physai_ros.security.operator_commands import OperatorSigner
+
+    _, ks = _keystore(fleet, [Identity("operator", name)])
+    request.operator_name = name
+    request.auth = OperatorSigner(ks, name).sign(command, digest(request))
+    return request

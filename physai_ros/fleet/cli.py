@@ -205,6 +205,10 @@ def main(argv: list[str] | None = None) -> int:
         from physai_ros.fleet.keys_cli import main as keys_main
 
         return keys_main(argv[1:])
+    if argv[:1] == ["operator"]:
+        from physai_ros.fleet.operator_cli import main as operator_main
+
+        return operator_main(argv[1:])
     if argv[:1] == ["plan"]:
         from physai_ros.fleet.plan_cli import main as plan_main
 

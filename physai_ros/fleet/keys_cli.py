@@ -1,7 +1,7 @@
 """physai-fleet keys: create and manage a fleet keystore (physai_ros.security.keystore).
 
     physai-fleet keys init DIR [--server NAME]
-    physai-fleet keys add-robot DIR NAME        (add-worker DIR NAME)
+    physai-fleet keys add-robot DIR NAME        (add-worker DIR NAME, add-operator DIR NAME)
     physai-fleet keys revoke DIR KIND/NAME
     physai-fleet keys list DIR
 """
@@ -19,7 +19,7 @@ def parse_args(argv):
     p = sub.add_parser("init", help="create a keystore with the server's identity")
     p.add_argument("dir")
     p.add_argument("--server", default="policy_server", help="the server identity's name")
-    for kind in ("robot", "worker"):
+    for kind in ("robot", "worker", "operator"):
         p = sub.add_parser(f"add-{kind}", help=f"add a {kind} identity")
         p.add_argument("dir")
         p.add_argument("name", nargs="+")

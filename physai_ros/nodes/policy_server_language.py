@@ -5,8 +5,11 @@ physai_ros.serving.language_stream, mounted by policy_server when fleet.yaml tur
            arrive, the whole text so far in every update, done = true last; signed by the
            server (domain "text") like its chunks
   service  /policy_server/ask_robot   (AskRobot): an operator's question for the robot's next
-           frame; refused at once with the reason (unknown robot, empty, too long, bad
-           characters, rate, busy, max_tokens), counted per robot
+           frame, signed by an operator identity of the fleet's keystore
+           (security/operator_commands.py; `physai-fleet operator ask ROBOT QUESTION`); refused
+           at once with the reason (unauthenticated, unknown robot, empty, too long, bad
+           characters, rate, busy, max_tokens), counted per robot; rates and waiting questions
+           are per operator
 /diagnostics: "policy_server: language" (tokens/s, texts active, K/V memory, frame rate held vs
 f_min per instance); per robot, its status carries text_tokens_per_s, text_active, text_kv_bytes;
 /<robot>/metrics/text_tokens_per_s and /fleet/metrics/text_tokens_per_s for rqt_plot.
@@ -25,6 +28,8 @@ from physai_ros.ros.codecs.text import answer_to_response, query_from_request, t
 from physai_ros.ros.message_digest import digest
 from physai_ros.ros.qos import reliable_qos
 from physai_ros.security.endpoints import TEXT
+from physai_ros.security.handshake import AuthError
+from physai_ros.security.operator_commands import OperatorCheck
 
 
 class PolicyServerLanguage:
@@ -33,6 +38,8 @@ class PolicyServerLanguage:
         self._pubs: dict[str, object] = {}  # robot_id -> text publisher
         self._lock = threading.Lock()
         self.published = 0
+        auth = getattr(node, "auth", None)
+        self.operators = OperatorCheck(auth.keystore, node.security.max_skew_s) if auth is not None else None
         for r in fleet.robots:  # known robots: topics now, so discovery is done before text flows
             self.ensure_topics(r.id, r.namespace)
         node.create_service(AskRobot, ASK_SERVICE, self._on_ask)
@@ -74,11 +81,22 @@ class PolicyServerLanguage:
     def _on_ask(self, request, response):
         try:
             q = query_from_request(request)
+            if self.operators is not None:
+                try:
+                    self.operators.check(q.requester, "ask", q.robot_id, digest(request), request.auth)
+                except AuthError as e:  # counted with the robot it names, as every refusal is
+                    refused = self.stream.refuse(q, f"unauthenticated_{e.reason}", e.detail,
+                                                 registered=self.core.registration(q.robot_id) is not None)
+                    return self._answer(request, refused, response)
             answer = self.stream.ask(q, registered=self.core.registration(q.robot_id) is not None)
         except Exception as e:  # a malformed request is refused, never raised into the executor
             answer = QueryAnswer(False, f"invalid: {type(e).__name__}: {e}")
+        return self._answer(request, answer, response)
+
+    def _answer(self, request, answer: QueryAnswer, response):
         if not answer.accepted:
-            self.node.get_logger().warning(f"refused question for {str(request.robot_id)[:64]!r}: {answer.reason}",
+            self.node.get_logger().warning(f"refused question for {str(request.robot_id)[:64]!r} from "
+                                           f"{str(request.operator_name)[:64]!r}: {answer.reason}",
                                            throttle_duration_sec=1.0)
         return answer_to_response(answer, response)
 

@@ -4,7 +4,9 @@ ROS I/O only; the logic is physai_ros.serving.client_core.RobotClientCore.
   sub  camera topics (Image, or CompressedImage with camera_format: compressed; best effort), wrench (WrenchStamped, best effort),
        joint_states (JointState, best effort: matches reliable publishers too),
        execution_info (ExecutionInfo), action_chunk (ActionChunk, reliable),
-       observation_refresh (std_msgs/UInt64), operator_resume (std_msgs/Empty)
+       observation_refresh (std_msgs/UInt64)
+  srv  operator_command (OperatorCommand): an operator's signed resume / acknowledge
+       (nodes/robot_client_operator.py; `physai-fleet operator resume ROBOT`)
   pub  observation (Observation, reliable) -> policy_server
        action_chunk (ActionChunk, reliable): hold chunks for SLO fallbacks
        client_status (std_msgs/String JSON, 1 Hz): counters, state, latency percentiles
@@ -17,8 +19,8 @@ good sample stays the one sent, so one bad force reading does not cost a round.
   call /policy_server/register_robot (RegisterRobot), async, again after a server restart
 A task with a pipeline (fleet.yaml `components:` ..., docs/pipelines.md) adds its ROS I/O from
 nodes/robot_client_pipeline.py (component_query/component_answer, pipeline_event,
-acknowledge_escalation, reset_episode, the "pipeline" diagnostic); operator_resume then clears
-the pipeline's escalation too.
+reset_episode, the "pipeline" diagnostic); an operator's resume then clears the pipeline's
+escalation too.
 Parameters: fleet_file, robot_id (selects the robot entry in fleet.yaml), tick_rate_hz.
 """
 from __future__ import annotations
@@ -33,7 +35,7 @@ from physai_ros_interfaces.srv import RegisterRobot
 from rclpy.duration import Duration
 from rclpy.node import Node
 from sensor_msgs.msg import CompressedImage, Image, JointState
-from std_msgs.msg import Empty, String, UInt64
+from std_msgs.msg import String, UInt64
 
 from physai_ros.control.hold import hold_chunk
 from physai_ros.monitoring.client_view import ClientView
@@ -42,7 +44,7 @@ from physai_ros.monitoring.diagnostics import MetricsTask
 from physai_ros.monitoring.metrics import MetricsPublisher
 from physai_ros.protocol.chunk import is_hold_chunk
 from physai_ros.protocol.topics import (ACTION_CHUNK_TOPIC, CLIENT_STATUS_TOPIC, EXECUTION_INFO_TOPIC,
-                                        OBSERVATION_TOPIC, OPERATOR_RESUME_TOPIC, REFRESH_TOPIC,
+                                        OBSERVATION_TOPIC, REFRESH_TOPIC,
                                         REGISTER_SERVICE, STREAM_WRENCH_TOPIC)
 from physai_ros.ros.codecs.chunk import chunk_from_msg, chunk_to_msg
 from physai_ros.ros.codecs.execution_info import execution_state_from_msg
@@ -62,6 +64,7 @@ from physai_ros.serving.client_core import RobotClientCore
 from physai_ros.serving.config import load_fleet
 from physai_ros.serving.streaming_client import StreamingClient
 
+from .robot_client_operator import OperatorIO
 from .robot_client_pipeline import PipelineIO
 
 # Longest wait for a RegisterRobot reply before the request is dropped and sent again.
@@ -99,7 +102,6 @@ class RobotClientNode(Node):
         self.create_subscription(ExecutionInfo, EXECUTION_INFO_TOPIC, self._on_exec, sensor_data_qos(10))
         self.create_subscription(ActionChunk, ACTION_CHUNK_TOPIC, self._on_chunk, reliable_qos(50))
         self.create_subscription(UInt64, REFRESH_TOPIC, self._on_refresh, reliable_qos())
-        self.create_subscription(Empty, OPERATOR_RESUME_TOPIC, self._on_operator_resume, reliable_qos())
         self.obs_pub = self.create_publisher(Observation, OBSERVATION_TOPIC, reliable_qos())
         self.hold_pub = self.create_publisher(ActionChunk, ACTION_CHUNK_TOPIC, reliable_qos())
         self.status_pub = self.create_publisher(String, CLIENT_STATUS_TOPIC, reliable_qos())
@@ -114,6 +116,7 @@ class RobotClientNode(Node):
         self._setup_monitoring(fleet_file)
         # Issue 23: None unless the robot's task has a pipeline.
         self.pipeline = PipelineIO.for_node(self)
+        self.operator = OperatorIO(self)
         self.get_logger().info(f"robot client {self.robot.id}: task {self.robot.task.name}, "
                                f"{self.robot.num_views} view(s), SLO {self.robot.task.slo_ms} ms, "
                                f"fallback {self.robot.task.fallback}")
@@ -200,12 +203,6 @@ class RobotClientNode(Node):
             lat = self.core.counters.latencies_s[-1]
             self.view.on_served(lat, time.monotonic())
             self.metrics.set(self.robot.id, "latency_ms", lat * 1e3)
-
-    def _on_operator_resume(self, _msg: Empty) -> None:
-        if self.pipeline is not None:
-            self.pipeline.acknowledge("operator_resume")
-        else:
-            self.core.resume()
 
     def _on_refresh(self, msg: UInt64) -> None:
         obs = self.core.refresh(int(msg.data), now_sec(self))
@@ -328,6 +325,7 @@ class RobotClientNode(Node):
             "routes": dict(self.core.routes),
             **(self.streaming.status() if self.streaming is not None else {}),
             **(self.pipeline.status() if self.pipeline is not None else {}),
+            **self.operator.status(),
         }
 
     # ---- monitoring -----------------------------------------------------------------------

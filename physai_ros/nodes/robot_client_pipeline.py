@@ -8,8 +8,8 @@ serving.client_pipeline.ClientPipeline, attached to a RobotClientNode whose task
   pub  pipeline_event (PipelineEvent, reliable, transient local, depth 100): one message per pipeline
        decision; a subscriber that joins late (physai-fleet's monitor while discovery is still
        going on, an operator's tool) asking for transient local gets the newest 100
-  srv  acknowledge_escalation (AcknowledgeEscalation): clears the latched escalation (the
-       pipeline's and the client's own System 1 stop)
+  (an operator's signed acknowledge or resume, nodes/robot_client_operator.py, clears the latched
+       escalation: the pipeline's and the client's own System 1 stop)
   call reset_episode (ResetEpisode, the sim_robot's): a monitor's "failed" -> the sim's next episode
 /diagnostics: "<ns>/robot_client: pipeline", ERROR with the escalation's reason while latched
 (published at once when it latches or clears), WARN while held, OK otherwise.
@@ -19,13 +19,12 @@ Parameter pipeline_tick_hz (default 50): how often the controller is stepped.
 from __future__ import annotations
 
 from physai_ros_interfaces.msg import ComponentAnswer, ComponentQuery, PipelineEvent
-from physai_ros_interfaces.srv import AcknowledgeEscalation, ResetEpisode
+from physai_ros_interfaces.srv import ResetEpisode
 
 from physai_ros.monitoring.diagnostics import ERROR, OK, WARN, level_byte
 from physai_ros.pipeline.backend import ComponentQuery as BackendQuery
 from physai_ros.protocol.component import COMPONENT_ANSWER_TOPIC, COMPONENT_QUERY_TOPIC, ComponentRequest
-from physai_ros.protocol.topics import (ACKNOWLEDGE_ESCALATION_SERVICE, PIPELINE_EVENT_TOPIC,
-                                        RESET_EPISODE_SERVICE)
+from physai_ros.protocol.topics import PIPELINE_EVENT_TOPIC, RESET_EPISODE_SERVICE
 from physai_ros.ros.codecs._arrays import safe_time
 from physai_ros.ros.codecs.component import answer_from_msg, backend_answer, query_to_msg
 from physai_ros.ros.codecs.observation import image_msg
@@ -60,7 +59,6 @@ class PipelineIO:
         self.query_pub = node.create_publisher(ComponentQuery, COMPONENT_QUERY_TOPIC, reliable_qos(10))
         self.event_pub = node.create_publisher(PipelineEvent, PIPELINE_EVENT_TOPIC, latched_qos(100))
         node.create_subscription(ComponentAnswer, COMPONENT_ANSWER_TOPIC, self._on_answer, reliable_qos(50))
-        node.create_service(AcknowledgeEscalation, ACKNOWLEDGE_ESCALATION_SERVICE, self._on_acknowledge)
         self.reset_client = node.create_client(ResetEpisode, RESET_EPISODE_SERVICE)
         self.foreign_answers = 0
         self.answers_refused = 0  # auth on: not signed by the server
@@ -108,10 +106,6 @@ class PipelineIO:
             self.log.warning(f"escalation acknowledged{f' ({note})' if note else ''}: {ack.cleared}")
         self.publish(ack.output)
         return ack.accepted, ack.reason, ack.cleared
-
-    def _on_acknowledge(self, request, response):
-        response.accepted, response.reason, response.cleared = self.acknowledge(str(request.operator_note))
-        return response
 
     def request_reset(self, reason: str) -> None:
         """A monitor's "failed": the sim robot's next episode (asynchronous; a robot without the

@@ -30,12 +30,15 @@ class RobotTextData:
 
 @dataclass(frozen=True)
 class TextQuery:
-    """A question for a robot's next frame. max_tokens 0: the task's budget."""
+    """A question for a robot's next frame. max_tokens 0: the task's budget. requester: the
+    operator who signed it ("" on an insecure fleet): rates and waiting questions are per
+    requester, so one cannot use up another's."""
 
     robot_id: str
     question: str
     max_tokens: int = 0
     source: str = SOURCE_OPERATOR
+    requester: str = ""
 
 
 @dataclass(frozen=True)

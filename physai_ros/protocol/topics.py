@@ -23,12 +23,11 @@ TASK_STATUS_TOPIC = "task_status"
 OBSERVATION_TOPIC = "observation"  # robot_client -> policy_server
 REFRESH_TOPIC = "observation_refresh"  # policy_server -> robot_client: resend this round fresh
 CLIENT_STATUS_TOPIC = "client_status"  # robot_client counters (JSON), 1 Hz
-OPERATOR_RESUME_TOPIC = "operator_resume"  # std_msgs/Empty: leave the STOPPED state
+OPERATOR_COMMAND_SERVICE = "operator_command"  # robot_client: signed resume / acknowledge (OperatorCommand)
 STREAM_WRENCH_TOPIC = "stream_wrench"  # robot_client -> policy_server, streaming mode
 REGISTER_SERVICE = "/policy_server/register_robot"
 # Task pipelines (issue 23; ComponentQuery/ComponentAnswer are protocol.component's topics).
 PIPELINE_EVENT_TOPIC = "pipeline_event"  # robot_client: one PipelineEvent per pipeline decision
-ACKNOWLEDGE_ESCALATION_SERVICE = "acknowledge_escalation"  # robot_client: clear a latched escalation
 RESET_EPISODE_SERVICE = "reset_episode"  # sim_robot: end the episode now (a monitor's "failed")
 
 # ---- monitoring ---------------------------------------------------------------------------

@@ -212,6 +212,7 @@ class ServerAuth:
 class RobotAuth:
     def __init__(self, keystore: Keystore, robot_id: str, server: Identity):
         ident = Identity("robot", robot_id)
+        self.keystore = keystore
         self._requester = Requester(ident, keystore.private_key(ident), keystore.public_key(server))
         self.signer = PeerSigner(keystore, ident)
         self.server = PeerVerifier(keystore, server)

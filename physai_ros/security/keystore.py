@@ -6,7 +6,8 @@ SROS2's keystore is (one folder per identity), with strict file permissions.
     ROOT/enclaves/<kind>/<name>/key.pem its private key (PEM, mode 0600, folder 0700)
     ROOT/revoked.json                   [{"kind", "name", "at", "fingerprint"}]: refused from then on
 
-kinds: server, robot, worker. A node is given ROOT and its own kind/name; it reads its private key
+kinds: server, robot, worker, operator (a person's key: signs operator commands, see
+operator_commands.py). A node is given ROOT and its own kind/name; it reads its private key
 and the public keys of the peers it must check. Revocation marks the identity in revoked.json and
 deletes its private key; checkers re-read revoked.json when it changes (`Keystore.is_revoked`), so
 a revoked robot is refused at its next message without restarting the server.
@@ -29,7 +30,7 @@ from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey,
 
 from physai_ros.errors import UserInputError
 
-KINDS = ("server", "robot", "worker")
+KINDS = ("server", "robot", "worker", "operator")
 FORMAT = "physai-keystore/1"
 # Names become file names: keep them to what a ROS robot id may hold anyway.
 _NAME = re.compile(r"^[A-Za-z][A-Za-z0-9_]{0,63}$")

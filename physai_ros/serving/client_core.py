@@ -247,12 +247,12 @@ class RobotClientCore:
 
     def fault(self) -> str | None:
         """What an operator must act on, or None; the client's diagnostic is an ERROR with it.
-        A robot stopped by its SLO escalation holds and sends nothing until operator_resume, and
+        A robot stopped by its SLO escalation holds and sends nothing until an operator resumes it, and
         one whose registration was refused (capacity, a refused identity) is not served: rate
         warnings alone hid both."""
         if self.state == ClientState.STOPPED:
             last = self.escalations[-1] if self.escalations else "escalated"
-            return f"stopped ({last}); operator_resume required"
+            return f"stopped ({last}); operator resume required (physai-fleet operator resume {self.robot.id})"
         if self.state == ClientState.UNREGISTERED and self._refused:
             return self._refused
         return None

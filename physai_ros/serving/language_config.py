@@ -38,9 +38,9 @@ class LanguageServerConfig:
     max_requests_per_robot: int = 2
     max_question_chars: int = 200
     max_question_tokens: int = 32
-    queries_per_s: float = 1.0    # operator questions per robot: sustained rate ...
+    queries_per_s: float = 1.0    # questions per robot and operator: sustained rate ...
     query_burst: int = 3          # ... and burst
-    max_pending_per_robot: int = 2  # questions waiting for the robot's next frame
+    max_pending_per_robot: int = 2  # questions of one operator waiting for the robot's next frame
 
     @property
     def kv_budget_bytes(self) -> int:

@@ -31,6 +31,7 @@ from physai_ros.protocol.text import REASON_REFUSED, SOURCE_TASK, QueryAnswer, R
 from .language_config import LanguageServerConfig, TaskLanguageConfig
 from .text_queries import PendingQuestion, QueryGate
 
+UNKNOWN_ROBOT_KEY = "(not served here)"  # refusals of questions for robots this server does not serve
 WINDOW_S = 10.0  # tokens/s and frame rates are measured over this window
 
 
@@ -144,15 +145,26 @@ class LanguageStream:
         now = self.clock() if now is None else now
         with self._lock:
             if not registered:
-                self.gate.refused.setdefault(q.robot_id[:64], Counter())["unknown_robot"] += 1
-                return QueryAnswer(False, f"unknown_robot: {q.robot_id[:64]!r} is not served here")
+                return self._refuse(q, False, "unknown_robot", f"{q.robot_id[:64]!r} is not served here")
             pending = self._pending.setdefault(q.robot_id, deque())
             checked = self.gate.check(q, pending, now)
             if isinstance(checked, tuple):
                 return QueryAnswer(False, f"{checked[0]}: {checked[1]}")
             rid = next(self._ids)
-            pending.append(PendingQuestion(rid, q.question.strip(), checked, q.max_tokens, q.source))
+            pending.append(PendingQuestion(rid, q.question.strip(), checked, q.max_tokens, q.source, q.requester))
             return QueryAnswer(True, "", rid)
+
+    def refuse(self, q: TextQuery, reason: str, detail: str, registered: bool) -> QueryAnswer:
+        """A question refused before the gate (an unauthenticated one): counted like the rest."""
+        with self._lock:
+            return self._refuse(q, registered, reason, detail)
+
+    def _refuse(self, q: TextQuery, registered: bool, reason: str, detail: str) -> QueryAnswer:
+        # Under the lock. Counted with the robot it names when that robot is served here, else
+        # under one key: a stream of made-up robot names must not grow the counters without end.
+        key = q.robot_id[:64] if registered else UNKNOWN_ROBOT_KEY
+        self.gate.refused.setdefault(key, Counter())[reason] += 1
+        return QueryAnswer(False, f"{reason}: {detail}")
 
     def _due(self, fr: FrameRobot) -> PendingQuestion | None:
         """Under the lock: the question this robot's row starts this frame, if any (operators'

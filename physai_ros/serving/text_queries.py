@@ -1,6 +1,7 @@
 """Operator questions to a robot's policy, checked before they reach a frame (issue 22): the
-robot must be served, the text short, printable and of a bounded token count, the robot's rate
-of questions bounded (a token bucket) and its waiting questions few. A refused question gets its
+robot must be served, the text short, printable and of a bounded token count, each requester's
+rate of questions to a robot bounded (a token bucket) and its waiting questions few: a requester
+(the operator who signed the question) flooding a robot spends only its own bucket and places. A refused question gets its
 reason back at once and is counted per robot and reason; it never touches another robot's text.
 """
 from __future__ import annotations
@@ -24,6 +25,7 @@ class PendingQuestion:
     tokens: list[int]
     max_tokens: int  # 0: the task's
     source: str = SOURCE_OPERATOR
+    requester: str = ""
 
 
 @dataclass
@@ -37,7 +39,7 @@ class QueryGate:
     cfg: LanguageServerConfig
     encode: Callable[[str], list[int]]
     refused: dict[str, Counter] = field(default_factory=dict)
-    _buckets: dict[str, _Bucket] = field(default_factory=dict)
+    _buckets: dict[tuple[str, str], _Bucket] = field(default_factory=dict)  # per (robot, requester)
 
     def check(self, q: TextQuery, pending: deque, now: float) -> tuple[str, str] | list[int]:
         """The question's token ids, or (reason, detail) when refused (counted)."""
@@ -61,18 +63,19 @@ class QueryGate:
         ids = self.encode(text)
         if len(ids) > c.max_question_tokens:
             return "too_long", f"{len(ids)} tokens, at most {c.max_question_tokens}"
-        if len(pending) >= c.max_pending_per_robot:
-            return "busy", f"{len(pending)} question(s) already wait for this robot's next frame"
-        # Last: only a question that would be taken spends the robot's rate.
-        if not self._take(q.robot_id, now):
+        waiting = sum(1 for p in pending if p.requester == q.requester)
+        if waiting >= c.max_pending_per_robot:
+            return "busy", f"{waiting} question(s) of {q.requester or 'yours'} already wait for this robot's next frame"
+        # Last: only a question that would be taken spends the requester's rate.
+        if not self._take((q.robot_id, q.requester), now):
             return "rate", f"more than {c.queries_per_s:g} question(s)/s (burst {c.query_burst})"
         return ids
 
-    def _take(self, robot_id: str, now: float) -> bool:
+    def _take(self, key: tuple[str, str], now: float) -> bool:
         c = self.cfg
-        b = self._buckets.get(robot_id)
+        b = self._buckets.get(key)
         if b is None:
-            b = self._buckets[robot_id] = _Bucket(float(c.query_burst), now)
+            b = self._buckets[key] = _Bucket(float(c.query_burst), now)
         b.level = min(float(c.query_burst), b.level + (now - b.at) * c.queries_per_s)
         b.at = now
         if b.level < 1.0:
@@ -81,4 +84,5 @@ class QueryGate:
         return True
 
     def forget(self, robot_id: str) -> None:
-        self._buckets.pop(robot_id, None)
+        for key in [k for k in self._buckets if k[0] == robot_id]:
+            del self._buckets[key]

@@ -213,7 +213,7 @@ def test_metrics_task_shows_strings_bools_and_nested_counts():
 def test_metrics_task_fault_is_an_error_that_leads_the_message():
     """A state the numbers cannot show (a robot stopped by its SLO escalation) is an ERROR
     whatever the numbers say, and clears when the fault does."""
-    fault = ["stopped (3 consecutive SLO misses); operator_resume required"]
+    fault = ["stopped (3 consecutive SLO misses); operator resume required (physai-fleet operator resume robot_0)"]
     task = MetricsTask("client", lambda: {"latency_ms_p99": 90.0}, Thresholds.from_config(CONFIG),
                        ok_message="running", fault=lambda: fault[0])
     st = task.run(DiagnosticStatusWrapper())

@@ -4,7 +4,8 @@ server (registration with the fleet's real keys, and the component service: it c
 query's session tag and answers scripted texts signed with the server's key). Checked: the sim's
 reset_episode service, a monitor's "failed" -> the sim's next episode and a retry event, a safety
 "unsafe" -> a hold event (and hold chunk) within the safety SLO plus one control period, and an
-escalation that latches (ERROR diagnostic, escalated event) and clears through the service."""
+escalation that latches (ERROR diagnostic, escalated event), is not cleared by an unsigned
+acknowledge, and clears through an operator's signed one."""
 import collections
 import json
 import os
@@ -15,7 +16,7 @@ import pytest
 import yaml
 from diagnostic_msgs.msg import DiagnosticArray
 from physai_ros_interfaces.msg import ActionChunk, ComponentAnswer, ComponentQuery, PipelineEvent
-from physai_ros_interfaces.srv import AcknowledgeEscalation, RegisterRobot, ResetEpisode
+from physai_ros_interfaces.srv import OperatorCommand, RegisterRobot, ResetEpisode
 from std_msgs.msg import String
 
 from physai_ros.fleet import plan as fleet_plan
@@ -26,7 +27,7 @@ from physai_ros.ros.qos import latched_qos, reliable_qos
 from physai_ros.security.endpoints import COMPONENT_ANSWER
 from physai_ros.serving.config import default_fleet_path, load_fleet
 from physai_ros.sim.runtime import TaskStatus
-from auth_rig import server_auth
+from auth_rig import server_auth, sign_as_operator
 from ros_test_helpers import fail_with_logs
 
 pytestmark = [pytest.mark.ros, pytest.mark.slow]
@@ -86,7 +87,8 @@ class StandInServer:
         node.create_subscription(String, f"{self.ns}/client_status",
                                  lambda m: setattr(self, "client_status", json.loads(m.data)), reliable_qos())
         node.create_subscription(DiagnosticArray, "/diagnostics", self._diag, reliable_qos(50))
-        self.ack = node.create_client(AcknowledgeEscalation, f"{self.ns}/acknowledge_escalation")
+        self.fleet = fleet
+        self.ack = node.create_client(OperatorCommand, f"{self.ns}/operator_command")
         self.reset = node.create_client(ResetEpisode, f"{self.ns}/reset_episode")
 
     def _register(self, req, resp):
@@ -205,11 +207,18 @@ def test_pipeline_resets_holds_and_escalates_over_ros(ros, procs, tmp_path):
     assert sum(srv.queries.values()) == asked  # latched: nothing is asked
     assert srv.diag.get("level") == 2  # still latched
 
-    ack = srv.call(ros, srv.ack, AcknowledgeEscalation.Request(operator_note="cleared by the test"))
+    def acknowledge(note="", sign=True):
+        req = OperatorCommand.Request(robot_id=rid, command="acknowledge", note=note)
+        return srv.call(ros, srv.ack, sign_as_operator(srv.fleet, req, "acknowledge") if sign else req)
+
+    unsigned = acknowledge(sign=False)  # from any node on the domain: refused, nothing cleared
+    assert not unsigned.accepted and unsigned.reason.startswith("unauthenticated_missing"), unsigned.reason
+    assert srv.diag.get("level") == 2
+    ack = acknowledge("cleared by the test")
     assert ack.accepted and ack.cleared == esc.reason
     if not ros.spin_until(lambda: srv.diag.get("level") != 2 and ("acknowledged", "operator") in srv.kinds(n), 20.0):
         fail_with_logs(procs, f"the escalation did not clear: {srv.diag} {srv.kinds(n)}")
-    again = srv.call(ros, srv.ack, AcknowledgeEscalation.Request())
+    again = acknowledge()
     assert not again.accepted and again.reason == "not_escalated"
     # Asking resumes after the acknowledgement.
     if not ros.spin_until(lambda: sum(srv.queries.values()) > asked, 20.0):

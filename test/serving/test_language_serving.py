@@ -226,3 +226,18 @@ def test_a_frame_without_text_work_frees_the_instance_with_its_chunks(fleet):
     # A question starts on the robot's first frame, then every 3 rounds (each a 1-token text):
     # the frames between are skipped, their rounds still counted.
     assert [r for r, _ in asked] == [1, 4, 7] and all(h for _, h in asked)
+
+
+def test_one_operator_s_flood_leaves_another_s_questions_alone(fleet):
+    """Rates and waiting places are per requester (the operator who signed the question)."""
+    core = _core(_fleet(fleet, LanguageServerConfig(queries_per_s=0.1, query_burst=1, max_pending_per_robot=1),
+                        every_rounds=0), "ops")
+    lang = core.language
+    flood = [lang.ask(TextQuery("robot_1", f"q{i}?", requester="mallory"), True, now=0.0) for i in range(20)]
+    assert flood[0].accepted and all(not a.accepted for a in flood[1:])
+    assert lang.ask(TextQuery("robot_1", "status?", requester="alice"), True, now=0.0).accepted
+    # Questions for robots this server does not serve are counted under one key, whatever their names.
+    for i in range(50):
+        lang.ask(TextQuery(f"ghost_{i}", "hi", requester="mallory"), False, now=0.0)
+    assert lang.gate.refused["(not served here)"]["unknown_robot"] == 50
+    assert not any(k.startswith("ghost") for k in lang.gate.refused)

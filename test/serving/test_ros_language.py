@@ -9,8 +9,9 @@ import yaml
 from physai_ros.fleet import plan as fleet_plan
 from physai_ros.protocol.chunk import HOLD_ENGINE_INSTANCE
 from physai_ros.protocol.text import ASK_SERVICE
-from physai_ros.serving.config import default_fleet_path
+from physai_ros.serving.config import default_fleet_path, fleet_dir
 
+from auth_rig import sign_as_operator
 from serving_ros_harness import Watcher, running_fleet
 
 pytestmark = [pytest.mark.ros, pytest.mark.slow]
@@ -33,7 +34,7 @@ def _fleet_doc():
 
 
 class TextWatcher(Watcher):
-    def __init__(self, robots):
+    def __init__(self, cfg, robots):
         from diagnostic_msgs.msg import DiagnosticArray
         from physai_ros_interfaces.msg import RobotText
         from physai_ros_interfaces.srv import AskRobot
@@ -41,6 +42,7 @@ class TextWatcher(Watcher):
         from physai_ros.ros.qos import reliable_qos
 
         super().__init__(robots)
+        self.cfg = cfg
         self.texts = defaultdict(list)  # ns -> [RobotText]
         self.diag = {}
         for ns in robots:
@@ -59,10 +61,14 @@ class TextWatcher(Watcher):
             for s in m.status:
                 self.diag[s.name] = {kv.key: kv.value for kv in s.values}
 
-    def ask(self, robot_id, question, max_tokens=0, timeout=30.0):
+    def ask(self, robot_id, question, max_tokens=0, operator="operator"):
+        """Signed by `operator` of the fleet's keystore, as `physai-fleet operator ask` does."""
+        req = self.AskRobot.Request(robot_id=robot_id, question=question, max_tokens=max_tokens)
+        return self.call(sign_as_operator(self.cfg, req, "ask", operator))
+
+    def call(self, req, timeout=30.0):
         import threading
 
-        req = self.AskRobot.Request(robot_id=robot_id, question=question, max_tokens=max_tokens)
         done = threading.Event()
         fut = self.ask_client.call_async(req)
         fut.add_done_callback(lambda _: done.set())
@@ -73,7 +79,7 @@ class TextWatcher(Watcher):
 @pytest.fixture(scope="module")
 def fleet_env(tmp_path_factory):
     with running_fleet(tmp_path_factory.mktemp("lang"), _fleet_doc(),
-                       lambda cfg: TextWatcher([r.namespace for r in cfg.robots]),
+                       lambda cfg: TextWatcher(cfg, [r.namespace for r in cfg.robots]),
                        lambda cfg: fleet_plan.fleet_plan(cfg, controller=True)) as env:
         yield env
 
@@ -125,6 +131,29 @@ def test_operator_questions_are_answered_or_refused_with_reasons(fleet_env):
     flood = [w.ask("robot_1", f"question {i}?") for i in range(6)]
     refused = [f.reason.split(":")[0] for f in flood if not f.accepted]
     assert refused and set(refused) <= {"rate", "busy"}
+    # Only operators of the fleet may ask: unsigned, signed by a key the fleet does not know, or
+    # replayed, a question is refused; one operator's flood leaves another operator's rate alone.
+    from physai_ros_interfaces.srv import AskRobot
+
+    from physai_ros.security.keystore import Identity, Keystore
+    from physai_ros.security.operator_commands import OperatorSigner
+    from physai_ros.ros.message_digest import digest
+
+    stranger_keys = Keystore.init(fleet_dir(cfg) / "stranger_keys")
+    stranger_keys.add(Identity("operator", "mallory"))
+    forged = AskRobot.Request(robot_id="robot_1", question="stop now.", operator_name="mallory")
+    forged.auth = OperatorSigner(stranger_keys, "mallory").sign("ask", digest(forged))
+    captured = sign_as_operator(cfg, AskRobot.Request(robot_id="robot_1", question="status?"), "ask")
+    auth_cases = {"unauthenticated_missing": w.call(AskRobot.Request(robot_id="robot_1", question="stop now.",
+                                                                     operator_name="operator")),
+                  "unauthenticated_unknown_identity": w.call(forged),
+                  "first": w.call(captured), "unauthenticated_replayed": w.call(captured)}
+    for reason, res in auth_cases.items():
+        if reason != "first":
+            assert not res.accepted and res.reason.startswith(reason), (reason, res.reason)
+    refused += [r.reason.split(":")[0] for r in auth_cases.values() if not r.accepted]
+    other = w.ask("robot_1", "and you?", operator="operator_b")
+    assert other.accepted, other.reason
     with w.lock:
         before = {ns: len(w.chunks[ns]) for ns in ("robot_0", "robot_1")}
     w.wait(lambda: all(len(w.chunks[ns]) >= before[ns] + 3 for ns in before), 60, "chunks keep flowing")

@@ -168,6 +168,75 @@ def test_slo_miss_triggers_fallback_then_escalates_to_stopped(fleet_env):
         assert len(w.obs["robot_2"]) == sent, "a stopped robot sends nothing"
 
 
+def test_only_an_operator_s_signed_resume_releases_a_stopped_robot(fleet_env):
+    """A stopped robot stays stopped for anything but an operator's signed resume for it: an
+    Empty on the old operator_resume topic, an unsigned command, one signed by a key the fleet
+    does not know, one signed for another robot, a replayed one. `physai-fleet operator resume`
+    releases it."""
+    import os
+    import subprocess
+    import sys
+    import threading
+
+    from physai_ros_interfaces.srv import OperatorCommand
+    from std_msgs.msg import Empty
+
+    from physai_ros.ros.message_digest import digest
+    from physai_ros.ros.qos import reliable_qos
+    from physai_ros.security.keystore import Identity, Keystore
+    from physai_ros.security.operator_commands import OperatorSigner
+    from physai_ros.serving.config import fleet_dir
+
+    from auth_rig import sign_as_operator
+
+    cfg, fleet, w = fleet_env
+    w.wait(lambda: w.status.get("robot_2", {}).get("state") == "stopped", STARTUP_S, "robot_2 (1 ms SLO) stopped")
+    client = w.node.create_client(OperatorCommand, "/robot_2/operator_command")
+    assert client.wait_for_service(timeout_sec=STARTUP_S)
+
+    def call(req):
+        done = threading.Event()
+        fut = client.call_async(req)
+        fut.add_done_callback(lambda _: done.set())
+        assert done.wait(30), "no answer from /robot_2/operator_command"
+        return fut.result()
+
+    def resume(robot="robot_2"):
+        return OperatorCommand.Request(robot_id=robot, command="resume", note="attack", operator_name="operator")
+
+    with w.lock:
+        sent = len(w.obs["robot_2"])
+    old_topic = w.node.create_publisher(Empty, "/robot_2/operator_resume", reliable_qos())
+    for _ in range(3):
+        old_topic.publish(Empty())
+    stranger = Keystore.init(fleet_dir(cfg) / "stranger_operator_keys")
+    stranger.add(Identity("operator", "operator"))  # the fleet's operator name, another key
+    forged = resume()
+    forged.auth = OperatorSigner(stranger, "operator").sign("resume", digest(forged))
+    for_robot_1 = sign_as_operator(cfg, resume("robot_1"), "resume")  # (makes the fleet's operator identity)
+    refusals = {"unauthenticated_missing": call(resume()), "unauthenticated_bad_signature": call(forged),
+                "wrong_robot": call(for_robot_1)}
+    for reason, res in refusals.items():
+        assert not res.accepted and res.reason.startswith(reason), (reason, res.reason)
+    time.sleep(1.5)  # nothing may happen: the robot sends nothing and stays stopped
+    with w.lock:
+        assert len(w.obs["robot_2"]) == sent and w.status["robot_2"]["state"] == "stopped"
+
+    out = subprocess.run([sys.executable, "-m", "physai_ros.fleet", "operator", "resume", "robot_2",
+                          "--fleet", cfg.source, "--note", "cell checked"],
+                         capture_output=True, text=True, timeout=120, env=dict(os.environ))
+    assert out.returncode == 0 and "robot_2: resume accepted, cleared:" in out.stdout, out.stdout + out.stderr
+    w.wait(lambda: len(w.obs["robot_2"]) > sent, 60, "robot_2 sending again after the operator's resume")
+    # A captured resume is good once (accepted, or not_stopped if the robot runs): replayed, refused.
+    captured = sign_as_operator(cfg, resume(), "resume")
+    first, again = call(captured), call(captured)
+    assert first.accepted or first.reason.startswith("not_stopped"), first.reason
+    assert not again.accepted and again.reason.startswith("unauthenticated_replayed"), again.reason
+    w.wait(lambda: w.status["robot_2"].get("operator_refused", {}).get("unauthenticated_replayed") == 1
+           and w.status["robot_2"].get("operator_accepted", {}).get("resume", 0) >= 1, 10,
+           "the client's status counting the operator commands")
+
+
 def test_server_restart_robots_reregister_and_resume(fleet_env):
     cfg, fleet, w = fleet_env
     w.wait(lambda: len(_ok(w.chunks["robot_0"])) >= 1, STARTUP_S, "robot_0 served")

@@ -28,7 +28,8 @@ def text_from_msg(msg: RobotText) -> RobotTextData:
 
 
 def query_from_request(req) -> TextQuery:
-    return TextQuery(robot_id=str(req.robot_id), question=str(req.question), max_tokens=int(req.max_tokens))
+    return TextQuery(robot_id=str(req.robot_id), question=str(req.question), max_tokens=int(req.max_tokens),
+                     requester=str(req.operator_name)[:64])
 
 
 def answer_to_response(a: QueryAnswer, response):
