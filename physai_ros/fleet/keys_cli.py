@@ -56,6 +56,7 @@ def main(argv=None) -> int:
         else:
             ks = Keystore(a.dir)
             ks.check()
+            print(f"fleet id {ks.fleet_id or '(none: made before fleet ids)'}")
             for ident in ks.identities():
                 state = "REVOKED" if ks.is_revoked(ident) else "active"
                 print(f"{str(ident):40s} {fingerprint(ks.public_key(ident))}  {state}")

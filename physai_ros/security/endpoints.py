@@ -48,7 +48,6 @@ MAX_SESSIONS = 8  # sessions of one robot valid at once (granted, not yet supers
 # session keeps its own replay guard.
 SUPERSEDED_GRACE_S = 10.0
 SESSION_MAC_DOMAIN = b"session"  # SessionMac's own domain, under the per-message ones above
-SIGNATURE_DOMAIN = b"physai/1"
 
 
 def signed_content(domain: bytes, counter: int, digest: bytes) -> bytes:
@@ -71,7 +70,7 @@ class MonotonicCounter:
 
 class PeerSigner:
     def __init__(self, keystore: Keystore, ident: Identity):
-        self._signer = Signer(keystore.private_key(ident), SIGNATURE_DOMAIN)
+        self._signer = Signer(keystore.private_key(ident), keystore.signature_domain)
         self._counter = MonotonicCounter()
 
     def sign(self, domain: bytes, digest: bytes) -> bytes:
@@ -96,7 +95,7 @@ class PeerVerifier:
             raise AuthError("revoked", f"{self.ident} is revoked")
         if self._verifier is None:
             try:
-                self._verifier = Verifier(self.keystore.public_key(self.ident), SIGNATURE_DOMAIN)
+                self._verifier = Verifier(self.keystore.public_key(self.ident), self.keystore.signature_domain)
             except KeystoreError as e:
                 raise AuthError("unknown_identity", str(e)) from None
         self._verifier.check(signed_content(domain, auth.counter, digest), auth.tag)

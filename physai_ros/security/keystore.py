@@ -1,7 +1,7 @@
 """A fleet keystore: one Ed25519 identity per server, robot and engine worker, laid out the way
 SROS2's keystore is (one folder per identity), with strict file permissions.
 
-    ROOT/keystore.json                  format version, creation time
+    ROOT/keystore.json                  format version, creation time, fleet id (random)
     ROOT/public/<kind>/<name>.pub       every identity's public key (PEM): the fleet's trust list
     ROOT/enclaves/<kind>/<name>/key.pem its private key (PEM, mode 0600, folder 0700)
     ROOT/revoked.json                   [{"kind", "name", "at", "fingerprint"}]: refused from then on
@@ -11,6 +11,12 @@ operator_commands.py). A node is given ROOT and its own kind/name; it reads its 
 and the public keys of the peers it must check. Revocation marks the identity in revoked.json and
 deletes its private key; checkers re-read revoked.json when it changes (`Keystore.is_revoked`), so
 a revoked robot is refused at its next message without restarting the server.
+
+Every Ed25519 signature made or checked with a keystore is bound to its fleet: the keystore's
+random fleet id and the ROS domain the process runs in (`signature_domain`). Two fleets that share
+a keystore (the `auto` one of a user on one host, a keystore copied to two cells) run in different
+ROS domains, or their topics would mix; a chunk signed in one is refused in the other
+(`bad_signature`) instead of moving the other fleet's robot of the same name.
 """
 from __future__ import annotations
 
@@ -19,6 +25,7 @@ import hashlib
 import json
 import os
 import re
+import secrets
 import stat
 import time
 from dataclasses import dataclass
@@ -69,11 +76,19 @@ def _write_private(path: Path, data: bytes) -> None:
         f.write(data)
 
 
+def ros_domain() -> str:
+    """The ROS domain this process joins (ROS_DOMAIN_ID; ROS's default 0 when unset)."""
+    return os.environ.get("ROS_DOMAIN_ID", "").strip() or "0"
+
+
 class Keystore:
-    def __init__(self, root) -> None:
+    def __init__(self, root, domain: Optional[str] = None) -> None:
+        """`domain`: the ROS domain signatures are bound to (default: this process's)."""
         self.root = Path(root)
+        self.domain = ros_domain() if domain is None else str(domain)
         self._revoked_mtime: Optional[float] = None
         self._revoked: Dict[str, dict] = {}
+        self._fleet_id: Optional[str] = None
 
     # ---- creation -------------------------------------------------------------------------
     @classmethod
@@ -83,7 +98,8 @@ class Keystore:
             raise KeystoreError(f"{root}: a keystore already exists")
         root.mkdir(parents=True, exist_ok=True)
         os.chmod(root, 0o700)
-        (root / "keystore.json").write_text(json.dumps({"format": FORMAT, "created": time.time()}, indent=2))
+        (root / "keystore.json").write_text(json.dumps({"format": FORMAT, "created": time.time(),
+                                                        "fleet_id": secrets.token_hex(8)}, indent=2))
         (root / "revoked.json").write_text("[]\n")
         ks = cls(root)
         ks.add(Identity("server", server_name))
@@ -120,6 +136,20 @@ class Keystore:
             priv.unlink()
 
     # ---- reading --------------------------------------------------------------------------
+    @property
+    def fleet_id(self) -> str:
+        """keystore.json's fleet id ("" for a keystore made before fleet ids: then only the ROS
+        domain binds its signatures)."""
+        if self._fleet_id is None:
+            self.check()
+            self._fleet_id = str(json.loads((self.root / "keystore.json").read_text()).get("fleet_id", ""))
+        return self._fleet_id
+
+    @property
+    def signature_domain(self) -> bytes:
+        """What every Ed25519 signature of this fleet is made under (message_auth.Signer's domain)."""
+        return b"physai/1\0fleet=" + self.fleet_id.encode() + b"\0ros_domain=" + self.domain.encode()
+
     def public_path(self, ident: Identity) -> Path:
         return self.root / "public" / ident.kind / f"{ident.name}.pub"
 

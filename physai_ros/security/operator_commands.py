@@ -20,7 +20,7 @@ import threading
 import time
 from typing import Callable, Dict
 
-from .endpoints import SIGNATURE_DOMAIN, PeerSigner, signed_content
+from .endpoints import PeerSigner, signed_content
 from .handshake import AuthError
 from .keystore import Identity, Keystore, KeystoreError
 from .message_auth import ReplayGuard, Verifier
@@ -68,7 +68,7 @@ class OperatorCheck:
         verifier = self._verifiers.get(ident.name)
         if verifier is None:
             try:
-                verifier = Verifier(self.keystore.public_key(ident), SIGNATURE_DOMAIN)
+                verifier = Verifier(self.keystore.public_key(ident), self.keystore.signature_domain)
             except KeystoreError as e:
                 raise AuthError("unknown_identity", str(e)) from None
         verifier.check(signed_content(DOMAINS[command], auth.counter, digest), auth.tag)

@@ -15,7 +15,8 @@ def test_keys_commands_build_and_revoke_a_keystore(tmp_path, capsys):
     capsys.readouterr()
     assert main(["keys", "list", ks_dir]) == 0
     listing = capsys.readouterr().out.splitlines()
-    assert len(listing) == 4 and "REVOKED" in next(x for x in listing if "robot/robot_2" in x)
+    assert listing[0] == f"fleet id {Keystore(ks_dir).fleet_id}" and len(Keystore(ks_dir).fleet_id) == 16
+    assert len(listing) == 5 and "REVOKED" in next(x for x in listing if "robot/robot_2" in x)
     assert Keystore(ks_dir).is_revoked(Identity("robot", "robot_2"))
 
 

@@ -118,6 +118,13 @@ def test_rogue_and_replayed_chunks_never_reach_the_arm(fleet):
     foreign = rogue()  # signed by a server key that is not the fleet's
     foreign.auth = ServerAuth(Keystore.init(rig.dir / "rogue_keys"), rig.fleet.security.server).sign(
         CHUNK, digest(foreign))
+    # Another fleet on these very keys (the auto keystore of one user on one host, a keystore
+    # copied to a second cell) signs chunks for its own robot of this name in its own ROS domain:
+    # relayed here, they must not move the victim.
+    other_fleet = rogue()
+    other_domain = str(int(os.environ.get("ROS_DOMAIN_ID", "0")) + 1)
+    other_fleet.auth = ServerAuth(Keystore(rig.keystore.root, domain=other_domain),
+                                  rig.fleet.security.server).sign(CHUNK, digest(other_fleet))
     borrowed = rogue()  # the real chunk's valid signature on the rogue content
     borrowed.auth = real.auth
     replayed = copy.deepcopy(real)  # the real chunk, again
@@ -136,21 +143,22 @@ def test_rogue_and_replayed_chunks_never_reach_the_arm(fleet):
     with rig.lock:
         rejected0 = latest(rig.info).chunks_rejected
     client0 = dict(client_refused())
-    for m in (unsigned, foreign, borrowed, replayed):
+    for m in (unsigned, foreign, other_fleet, borrowed, replayed):
         pub.publish(m)
-    rig.wait(lambda: latest(rig.info).chunks_rejected >= rejected0 + 4, 20,
-             f"the controller refusing 4 chunks (info {latest(rig.info)})")
+    rig.wait(lambda: latest(rig.info).chunks_rejected >= rejected0 + 5, 20,
+             f"the controller refusing 5 chunks (info {latest(rig.info)})")
     ctl = rig.wait(lambda: (s := diag_named(rig, ": security", "trajectory_controller"))
                    and {"refused.missing", "refused.bad_signature", "refused.replayed"} <= set(s) and s, 20,
                    "the controller's security status counting the refusals")
-    assert sum(int(v) for k, v in ctl.items() if k.startswith("refused.")) >= 4, ctl
+    assert sum(int(v) for k, v in ctl.items() if k.startswith("refused.")) >= 5, ctl
     # The client refuses them too (its ledger would otherwise take a forged answer for a round):
-    # the foreign and borrowed signatures and the replay, by reasons an unsigned probe never has.
+    # the foreign, other fleet's and borrowed signatures and the replay, by reasons an unsigned
+    # probe never has.
     def client_new() -> int:
         now = client_refused()
         return sum(n - client0.get(k, 0) for k, n in now.items() if k != "missing")
 
-    rig.wait(lambda: client_new() >= 3, 20, f"the client refusing them ({client0} -> {client_refused()})")
+    rig.wait(lambda: client_new() >= 4, 20, f"the client refusing them ({client0} -> {client_refused()})")
     # The victim keeps being served, and no command ever carried the rogue target.
     rig.wait(lambda: latest(rig.info).chunks_accepted >= accepted0 + 3, 60, "the victim still executing chunks")
     with rig.lock:

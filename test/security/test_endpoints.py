@@ -5,6 +5,7 @@ fields under truncated, oversized and garbled input (one counted refusal, never 
 from __future__ import annotations
 
 import hashlib
+import json
 import random
 
 import pytest
@@ -172,6 +173,29 @@ def test_controller_executes_only_what_the_server_or_its_robot_signed(ks):
     # A rogue key that is not the fleet's server's:
     rogue = Keystore.init(ks.root.parent / "rogue")
     refused(lambda: ctl.check_chunk(d("x"), ServerAuth(rogue, SERVER).sign(CHUNK, d("x"))), "bad_signature")
+
+
+def test_a_chunk_signed_for_another_fleet_on_the_same_keys_is_refused(ks, tmp_path):
+    """Two fleets sharing one keystore (the auto one of a user on one host, a keystore copied to
+    two cells) run in different ROS domains: each one's chunks, segments and holds are refused by
+    the other's controller. A keystore copied as is keeps its fleet id; the domain tells them
+    apart. A copy made with `keys init` per cell has its own id as well."""
+    import shutil
+
+    here = ControllerAuth(Keystore(ks.root, domain="7"), "robot_0", SERVER)
+    elsewhere = Keystore(ks.root, domain="8")
+    refused(lambda: here.check_chunk(d("c"), ServerAuth(elsewhere, SERVER).sign(CHUNK, d("c"))), "bad_signature")
+    refused(lambda: here.check_segment(d("s"), ServerAuth(elsewhere, SERVER).sign(SEGMENT, d("s"))), "bad_signature")
+    refused(lambda: here.check_hold(d("h"), RobotAuth(elsewhere, "robot_0", SERVER).signer.sign(HOLD, d("h"))),
+            "bad_signature")
+    here.check_chunk(d("c"), ServerAuth(Keystore(ks.root, domain="7"), SERVER).sign(CHUNK, d("c")))
+    # Same keys, same domain, another fleet id (keystore.json edited as a second cell's would be).
+    other = tmp_path / "copy"
+    shutil.copytree(ks.root, other)
+    meta = json.loads((other / "keystore.json").read_text())
+    (other / "keystore.json").write_text(json.dumps(dict(meta, fleet_id="another_cell")))
+    refused(lambda: here.check_chunk(d("c2"), ServerAuth(Keystore(other, domain="7"), SERVER).sign(CHUNK, d("c2"))),
+            "bad_signature")
 
 
 def test_worker_batches_both_ways(ks):
