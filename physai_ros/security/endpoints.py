@@ -124,9 +124,10 @@ def refusal_digest(proof_blob, reason: str) -> bytes:
     return hashlib.sha256(len(proof).to_bytes(4, "big") + proof + reason.encode("utf-8", "replace")).digest()
 
 
-def _robot(robot_id: str) -> Identity:
+def named_identity(kind: str, name: str) -> Identity:
+    """The identity a message names, or AuthError("bad_identity") for a name that cannot be one."""
     try:
-        return Identity("robot", robot_id)
+        return Identity(kind, name)
     except KeystoreError as e:
         raise AuthError("bad_identity", str(e)) from None
 
@@ -149,7 +150,7 @@ class ServerAuth:
     def register(self, robot_id: str, digest: bytes, proof_blob) -> tuple[bytes, bytes]:
         """(grant to answer with, session key); the session starts when `start_session` is
         called (only once the serving core accepted the registration)."""
-        grant, key = self.granter.grant(unpack_proof(proof_blob), digest, _robot(robot_id))
+        grant, key = self.granter.grant(unpack_proof(proof_blob), digest, named_identity("robot", robot_id))
         return pack_grant(grant), key
 
     def sign_refusal(self, proof_blob, reason: str) -> bytes:
@@ -177,7 +178,7 @@ class ServerAuth:
 
     def check_session(self, robot_id: str, domain: bytes, digest: bytes, blob) -> None:
         """A message `robot_id` tagged with its session key (an observation, a wrench sample)."""
-        if self.keystore.is_revoked(_robot(robot_id)):
+        if self.keystore.is_revoked(named_identity("robot", robot_id)):
             self.end_session(robot_id)
             raise AuthError("revoked", f"robot/{robot_id} is revoked")
         with self._lock:

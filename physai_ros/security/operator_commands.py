@@ -20,7 +20,7 @@ import threading
 import time
 from typing import Callable, Dict
 
-from .endpoints import PeerSigner, signed_content
+from .endpoints import PeerSigner, named_identity, signed_content
 from .handshake import AuthError
 from .keystore import Identity, Keystore, KeystoreError
 from .message_auth import ReplayGuard, Verifier
@@ -29,13 +29,6 @@ from .wire import unpack_auth
 COMMANDS = ("resume", "acknowledge", "ask")
 DOMAINS = {c: b"operator_" + c.encode() for c in COMMANDS}
 DEFAULT_OPERATOR = "operator"  # the identity `physai-fleet operator` uses unless told --as NAME
-
-
-def operator_identity(name: str) -> Identity:
-    try:
-        return Identity("operator", name)
-    except KeystoreError as e:
-        raise AuthError("bad_identity", str(e)) from None
 
 
 class OperatorSigner:
@@ -62,7 +55,7 @@ class OperatorCheck:
         if command not in DOMAINS:
             raise AuthError("malformed", f"unknown command {command[:32]!r}")
         auth = unpack_auth(blob, "sig")  # first: an unsigned request is "missing", whatever it names
-        ident = operator_identity(operator)
+        ident = named_identity("operator", operator)
         if self.keystore.is_revoked(ident):
             raise AuthError("revoked", f"{ident} is revoked")
         verifier = self._verifiers.get(ident.name)
