@@ -15,6 +15,7 @@ NODES = {
     "robot_client": "physai_ros.nodes.robot_client:main",
     "policy_server": "physai_ros.nodes.policy_server:main",
     "engine_worker": "physai_ros.nodes.engine_worker:main",
+    "diagnostics_aggregator": "physai_ros.nodes.diagnostics_aggregator:main",
 }
 
 setup(

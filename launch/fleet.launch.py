@@ -5,7 +5,10 @@ sim_robot (simulated robots only), robot_client and trajectory_controller.
 
 Launch arguments: fleet_file (default: config/fleet.yaml in the package's share directory, found
 through the ament index: physai_ros.install_paths), num_robots (0: the robots listed; N: the first
-N, the last entry cloned as robot_<k> beyond the list), duration (seconds; 0: until Ctrl-C).
+N, the last entry cloned as robot_<k> beyond the list), duration (seconds; 0: until Ctrl-C),
+diagnostics_aggregator (true: start physai_ros's /diagnostics -> /diagnostics_agg aggregator,
+which rqt_robot_monitor reads; false where ROS's C++ diagnostic_aggregator runs instead, with
+config/diagnostics_analyzers.yaml).
 The process plan is physai_ros.fleet.plan, the same one `physai-fleet` runs; the server is
 told how many robots were started (its num_robots parameter).
 """
@@ -14,7 +17,7 @@ from launch.actions import DeclareLaunchArgument, GroupAction, OpaqueFunction, S
 from launch.substitutions import LaunchConfiguration
 from launch_ros.actions import Node, PushROSNamespace
 
-from physai_ros.fleet.plan import robot_specs, server_spec
+from physai_ros.fleet.plan import aggregator_spec, robot_specs, server_spec
 from physai_ros.install_paths import default_fleet_file
 from physai_ros.serving.config import load_fleet
 
@@ -40,6 +43,8 @@ def _setup(context, *args, **kwargs):
         group = [PushROSNamespace(robot.namespace)]
         group += [_node(spec, spec.executable) for spec in robot_specs(cfg, robot)]
         actions.append(GroupAction(actions=group))
+    if LaunchConfiguration("diagnostics_aggregator").perform(context).lower() in ("true", "1", "yes"):
+        actions.append(_node(aggregator_spec(), "diagnostics_aggregator"))
     if duration > 0:
         actions.append(TimerAction(period=duration, actions=[Shutdown(reason="duration elapsed")]))
     return actions
@@ -54,5 +59,8 @@ def generate_launch_description():
                                           "(cloning the last entry beyond the list)"),
         DeclareLaunchArgument("duration", default_value="0",
                               description="seconds until shutdown; 0 runs until Ctrl-C"),
+        DeclareLaunchArgument("diagnostics_aggregator", default_value="true",
+                              description="start physai_ros's /diagnostics_agg aggregator (for rqt_robot_monitor); "
+                                          "false where ROS's C++ diagnostic_aggregator runs"),
         OpaqueFunction(function=_setup),
     ])

@@ -95,7 +95,7 @@ def groups(actions):
 
 def main(argv: list[str]) -> int:
     declared, actions = build(load_launch_file(Path(argv[0])))
-    [server] = [a for a in actions if type(a).__name__ == "Node"]
+    [server] = [a for a in actions if type(a).__name__ == "Node" and a.kwargs["name"] == "policy_server"]
     print(json.dumps({"declared": declared, "server": server.kwargs["parameters"][0],
                       "groups": sorted(groups(actions))}))
     return 0

@@ -134,17 +134,18 @@ def _fleet_config(path, robots=None, checkpoint=None):
 
 
 def build_fleet(args: argparse.Namespace) -> list[ProcessSpec]:
-    if args.scripted:
-        return [spec for k in range(args.robots) for spec in scripted_robot_specs(k, args)]
-    from physai_ros.fleet.plan import fleet_plan
+    """The fleet's processes, and the diagnostics aggregator rqt_robot_monitor needs (last)."""
+    from physai_ros.fleet.plan import aggregator_spec, fleet_plan
 
+    if args.scripted:
+        return [spec for k in range(args.robots) for spec in scripted_robot_specs(k, args)] + [aggregator_spec()]
     cfg = _fleet_config(args.fleet, args.robots, args.checkpoint)
     specs = fleet_plan(cfg)
     if args.checkpoint:
         # The server reads the fleet file itself; this parameter carries the replacement.
         specs = [dataclasses.replace(s, params={**s.params, "checkpoint": cfg.server.model.checkpoint})
                  if s.name == "policy_server" else s for s in specs]
-    return specs
+    return specs + [aggregator_spec()]
 
 
 def monitored_robots(args: argparse.Namespace) -> dict[str, int]:

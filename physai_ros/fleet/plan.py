@@ -32,6 +32,12 @@ def server_spec(cfg: FleetConfig) -> ProcessSpec:
                                           executable="policy_server"))
 
 
+def aggregator_spec() -> ProcessSpec:
+    """/diagnostics -> /diagnostics_agg, the tree rqt_robot_monitor reads (nodes/diagnostics_aggregator)."""
+    return ProcessSpec("diagnostics_aggregator", "physai_ros.nodes.diagnostics_aggregator", "", {},
+                       executable="diagnostics_aggregator")
+
+
 def robot_specs(cfg: FleetConfig, robot: RobotConfig, controller: bool = True) -> list[ProcessSpec]:
     ns = robot.namespace
     specs = []

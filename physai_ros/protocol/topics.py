@@ -31,7 +31,9 @@ PIPELINE_EVENT_TOPIC = "pipeline_event"  # robot_client: one PipelineEvent per p
 RESET_EPISODE_SERVICE = "reset_episode"  # sim_robot: end the episode now (a monitor's "failed")
 
 # ---- monitoring ---------------------------------------------------------------------------
-DIAGNOSTICS_TOPIC = "/diagnostics"  # absolute: rqt_robot_monitor and the aggregator listen there
+DIAGNOSTICS_TOPIC = "/diagnostics"  # absolute: every node's statuses; the aggregator listens there
+DIAGNOSTICS_AGG_TOPIC = "/diagnostics_agg"  # the aggregated tree: what rqt_robot_monitor reads
+DIAGNOSTICS_TOPLEVEL_TOPIC = "/diagnostics_toplevel_state"  # the tree's worst level (DiagnosticStatus)
 
 # ---- engine workers (the contract between a worker and its proxy in the server) -----------
 WORKER_NAMESPACE = "/engine_workers"

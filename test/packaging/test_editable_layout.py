@@ -13,7 +13,7 @@ from launch_stand_ins import build, load_launch_file
 
 REPO = Path(__file__).resolve().parents[2]
 PREFIX = Path(sys.prefix)
-EXECUTABLES = ["engine_worker", "physai-fleet", "policy_server", "robot_client", "sim_robot",
+EXECUTABLES = ["diagnostics_aggregator", "engine_worker", "physai-fleet", "policy_server", "robot_client", "sim_robot",
                "trajectory_controller"]
 
 
@@ -34,7 +34,7 @@ def test_launch_defaults_from_the_venv_share_resolve_and_load(monkeypatch):
     launch_file = Path(get_package_share_directory("physai_ros")) / "launch" / "fleet.launch.py"
     declared, actions = build(load_launch_file(launch_file))
     assert Path(declared["fleet_file"]) == REPO / "config" / "fleet.yaml"
-    [server] = [a for a in actions if type(a).__name__ == "Node"]
+    [server] = [a for a in actions if type(a).__name__ == "Node" and a.kwargs["name"] == "policy_server"]
     assert server.kwargs["parameters"][0] == {"fleet_file": str(REPO / "config" / "fleet.yaml"), "num_robots": 4}
 
 

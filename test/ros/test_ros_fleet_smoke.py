@@ -25,7 +25,8 @@ def test_fleet_is_a_list_of_process_specs():
     specs = build_fleet(parse_args(["--scripted", "--robots", "3", "--tasks", "reach"]))
     assert [s.name for s in specs[:3]] == ["robot_0/sim_robot", "robot_0/trajectory_controller",
                                            "robot_0/scripted_planner"]
-    assert len(specs) == 9 and {s.namespace for s in specs} == {"robot_0", "robot_1", "robot_2"}
+    assert len(specs) == 10 and {s.namespace for s in specs[:9]} == {"robot_0", "robot_1", "robot_2"}
+    assert specs[-1].name == "diagnostics_aggregator"  # what rqt_robot_monitor reads
     argv = ProcessSpec("x", "m", "robot_1", {"flag": True, "names": ["a", "b"], "rate": 2.5}).argv("py")
     assert argv == ["py", "-m", "m", "--ros-args", "-r", "__ns:=/robot_1", "-p", "flag:=true", "-p",
                     "names:=[a,b]", "-p", "rate:=2.5"]

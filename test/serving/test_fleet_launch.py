@@ -18,16 +18,28 @@ def launch_module():
     return load_launch_file(LAUNCH_FILE)
 
 
-def test_declares_the_three_launch_arguments(launch_module):
+def test_declares_the_launch_arguments(launch_module):
     declared, _ = _build(launch_module)
-    assert declared == {"fleet_file": str(default_fleet_path()), "num_robots": "0", "duration": "0"}
+    assert declared == {"fleet_file": str(default_fleet_path()), "num_robots": "0", "duration": "0",
+                        "diagnostics_aggregator": "true"}
+
+
+def _top_nodes(actions) -> dict:
+    return {a.kwargs["name"]: a for a in actions if type(a).__name__ == "Node"}
+
+
+def test_the_diagnostics_aggregator_starts_unless_told_not_to(launch_module):
+    _, actions = _build(launch_module)
+    agg = _top_nodes(actions)["diagnostics_aggregator"].kwargs
+    assert (agg["package"], agg["executable"]) == ("physai_ros", "diagnostics_aggregator")
+    _, actions = _build(launch_module, diagnostics_aggregator="false")
+    assert sorted(_top_nodes(actions)) == ["policy_server"]
 
 
 def test_default_fleet_server_and_one_namespaced_group_per_robot(launch_module):
     _, actions = _build(launch_module)
-    servers = [a for a in actions if type(a).__name__ == "Node"]
-    assert len(servers) == 1
-    srv = servers[0].kwargs
+    assert sorted(_top_nodes(actions)) == ["diagnostics_aggregator", "policy_server"]
+    srv = _top_nodes(actions)["policy_server"].kwargs
     assert (srv["package"], srv["executable"], srv["name"]) == ("physai_ros", "policy_server", "policy_server")
     assert srv["parameters"] == [{"fleet_file": str(default_fleet_path().resolve()), "num_robots": 4}]
     groups = _groups(actions)
@@ -51,13 +63,13 @@ def test_num_robots_and_duration_arguments(launch_module):
     [timer] = [a for a in actions if type(a).__name__ == "TimerAction"]
     assert timer.kwargs["period"] == 12.5
     assert type(timer.kwargs["actions"][0]).__name__ == "Shutdown"
-    [server] = [a for a in actions if type(a).__name__ == "Node"]
+    server = _top_nodes(actions)["policy_server"]
     # The server is told which robots were started: it expects robot_4 and robot_5 (clones of
     # the last entry) and reports no robot that was never launched.
     assert server.kwargs["parameters"][0]["num_robots"] == 6
     _, actions = _build(launch_module, num_robots="2")
     assert sorted(_groups(actions)) == ["robot_0", "robot_1"]
-    [server] = [a for a in actions if type(a).__name__ == "Node"]
+    server = _top_nodes(actions)["policy_server"]
     assert server.kwargs["parameters"][0]["num_robots"] == 2
 
 
@@ -87,7 +99,7 @@ def test_sros2_enclaves_are_passed_only_when_asked(launch_module, tmp_path):
     p = tmp_path / "fleet.yaml"
     p.write_text(yaml.safe_dump(doc))
     _, actions = _build(launch_module, fleet_file=str(p))
-    [server] = [a for a in actions if type(a).__name__ == "Node"]
+    server = _top_nodes(actions)["policy_server"]
     assert server.kwargs["ros_arguments"] == ["--enclave", "/physai_ros/policy_server"]
     nodes = _groups(actions)["robot_1"]
     assert nodes["trajectory_controller"]["ros_arguments"] == ["--enclave", "/physai_ros/robot_1/trajectory_controller"]
