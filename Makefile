@@ -34,7 +34,7 @@ $(IFACE_STAMP): $(INTERFACE_SOURCES) scripts/build_interfaces.py $(DEPS_STAMP)
 
 # The editable install plus the layout a colcon install has (ament index marker, share/physai_ros
 # linked to this checkout, lib/physai_ros executables), so ROS tools find the package in the venv.
-$(PKG_STAMP): setup.py setup.cfg scripts/install_ament_layout.py $(DEPS_STAMP)
+$(PKG_STAMP): setup.py setup.cfg scripts/install_ament_layout.py $(wildcard launch/* config/*) $(DEPS_STAMP)
 	$(PY) -m pip install -q -c constraints.txt --no-deps --no-build-isolation -e .
 	$(PY) scripts/install_ament_layout.py > /dev/null
 	touch $@

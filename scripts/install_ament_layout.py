@@ -2,7 +2,7 @@
 install has, so ROS tools find physai_ros from the venv (AMENT_PREFIX_PATH=<venv>):
 
   <prefix>/share/ament_index/resource_index/packages/physai_ros   the ament index marker
-  <prefix>/share/physai_ros/{package.xml,launch,config}           links into this checkout
+  <prefix>/share/physai_ros/package.xml, {launch,config}/<file>    links into this checkout
   <prefix>/lib/physai_ros/<executable>                            links to the console scripts
 
 The links point into the checkout (like `colcon build --symlink-install`), so edits to the launch
@@ -41,8 +41,25 @@ def install(prefix: Path = Path(sys.prefix)) -> list[Path]:
     share = prefix / "share" / PACKAGE
     share.mkdir(parents=True, exist_ok=True)
     for name in SHARED:
-        _link(share / name, ROOT / name)
-        made.append(share / name)
+        target = ROOT / name
+        if target.is_dir():
+            # A folder of links to the files, not a link to the folder: `ros2 launch` finds launch
+            # files with os.walk, which does not enter a linked folder ("file 'fleet.launch.py'
+            # was not found in the share directory"). A file added later needs a new `make setup`.
+            folder = share / name
+            if folder.is_symlink():
+                folder.unlink()
+            folder.mkdir(exist_ok=True)
+            for stale in folder.iterdir():
+                if stale.is_symlink() and not stale.exists():
+                    stale.unlink()
+            for f in sorted(target.iterdir()):
+                if f.is_file():
+                    _link(folder / f.name, f)
+                    made.append(folder / f.name)
+        else:
+            _link(share / name, target)
+            made.append(share / name)
     lib = prefix / "lib" / PACKAGE
     lib.mkdir(parents=True, exist_ok=True)
     for exe in _console_scripts():

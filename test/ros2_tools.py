@@ -1,0 +1,60 @@
+"""The real ROS 2 command-line and GUI tools for tests (ros2 launch, ros2 topic, rqt): a ROS
+distribution's (`ros2` on PATH, its setup file sourced), else the folder PHYSAI_ROS2_TOOLS names,
+else ../shared/ros2_tools beside the repository (the tools built unmodified from the official
+sources for machines whose ROS 2 comes from PyPI: its README). Neither: the test fails, saying
+what to install. The venv's prefix leads AMENT_PREFIX_PATH so the tools find physai_ros there.
+"""
+from __future__ import annotations
+
+import os
+import shutil
+import sys
+from dataclasses import dataclass
+from pathlib import Path
+
+import pytest
+
+REPO = Path(__file__).resolve().parents[1]
+MISSING = ("the real ROS 2 tools are needed (ros2 launch, ros2 topic, rqt): source a ROS 2 distribution "
+           "(ros-<distro>-ros-base, ros-<distro>-rqt-robot-monitor), or set PHYSAI_ROS2_TOOLS to a folder "
+           "laid out as ../shared/ros2_tools (prefix/bin/ros2, prefix/lib/python3.11/site-packages)")
+
+
+@dataclass(frozen=True)
+class Ros2Tools:
+    where: str
+    prefix: Path | None  # the tools' ament prefix (None: a sourced distribution)
+    env: dict
+
+    def ros2(self, *args: str) -> list[str]:
+        if self.prefix is None:
+            return ["ros2", *args]
+        # The folder's scripts say `#!/usr/bin/env python3`: run them with the venv's python.
+        return [sys.executable, str(self.prefix / "bin" / "ros2"), *args]
+
+    def script(self, name: str) -> list[str]:
+        return [sys.executable, str(self.prefix / "bin" / name)] if self.prefix is not None else [name]
+
+
+def _folder_env(prefix: Path) -> dict:
+    env = dict(os.environ)
+    site = prefix / "lib" / f"python{sys.version_info.major}.{sys.version_info.minor}" / "site-packages"
+    env["PYTHONPATH"] = os.pathsep.join(p for p in (str(site), env.get("PYTHONPATH", "")) if p)
+    env["AMENT_PREFIX_PATH"] = os.pathsep.join(p for p in (sys.prefix, str(prefix), env.get("AMENT_PREFIX_PATH", ""))
+                                               if p)
+    env["PATH"] = os.pathsep.join([str(Path(sys.executable).parent), str(prefix / "bin"), env.get("PATH", "")])
+    return env
+
+
+def find_tools() -> Ros2Tools:
+    folders = [Path(os.environ["PHYSAI_ROS2_TOOLS"])] if os.environ.get("PHYSAI_ROS2_TOOLS") else []
+    folders.append(REPO.parent / "shared" / "ros2_tools")
+    for folder in folders:
+        prefix = folder / "prefix"
+        if (prefix / "bin" / "ros2").is_file():
+            return Ros2Tools(str(folder), prefix, _folder_env(prefix))
+    if shutil.which("ros2"):
+        env = dict(os.environ)
+        env["AMENT_PREFIX_PATH"] = os.pathsep.join(p for p in (sys.prefix, env.get("AMENT_PREFIX_PATH", "")) if p)
+        return Ros2Tools(shutil.which("ros2"), None, env)
+    pytest.fail(MISSING, pytrace=False)
