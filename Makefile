@@ -16,7 +16,7 @@ PKG_STAMP := $(VENV)/.package-installed
 IFACE_STAMP := $(VENV)/.interfaces-built
 INTERFACE_SOURCES := $(wildcard msg/*.msg srv/*.srv) interfaces/CMakeLists.txt interfaces/package.xml
 
-.PHONY: setup demo demo-pipeline test test-stress bench clean distclean lerobot-reference colcon-tools
+.PHONY: setup demo demo-pipeline test test-stress bench clean distclean lerobot-reference colcon-tools rqt-tools
 
 setup: $(DEPS_STAMP) $(IFACE_STAMP) $(PKG_STAMP)
 
@@ -46,6 +46,14 @@ colcon-tools:
 		DEBIAN_FRONTEND=noninteractive apt-get install -y -qq colcon python3-colcon-ros > /dev/null; } || \
 		{ echo "make: the colcon install test needs Debian's colcon: sudo apt-get install colcon python3-colcon-ros" >&2; exit 1; }
 
+# rqt's widgets (rqt_robot_monitor, rqt_plot) need Qt, which is not on PyPI for them: Debian's PyQt5
+# (with QtSvg, for matplotlib's Qt backend) and Xvfb for a display (test/ros/test_ros2_launch.py).
+rqt-tools:
+	@{ [ -d /usr/lib/python3/dist-packages/PyQt5 ] && [ -f /usr/lib/python3/dist-packages/PyQt5/QtSvg.abi3.so ] && \
+		command -v Xvfb > /dev/null; } || { [ "$$(id -u)" = 0 ] && apt-get update -qq && \
+		DEBIAN_FRONTEND=noninteractive apt-get install -y -qq python3-pyqt5 python3-pyqt5.qtsvg xvfb > /dev/null; } || \
+		{ echo "make: the rqt tests need Debian's Qt and Xvfb: sudo apt-get install python3-pyqt5 python3-pyqt5.qtsvg xvfb" >&2; exit 1; }
+
 # The LeRobot reference (lerobot 0.3.2) lives in its own venv so its pins never touch ours;
 # the engine's equivalence tests run it live (docs/lerobot_reference.md).
 $(LEROBOT_STAMP): scripts/lerobot_reference/requirements.txt scripts/lerobot_reference/setup_venv.sh constraints.txt
@@ -70,7 +78,7 @@ demo-pipeline: setup
 		--summary-json out/demo_pipeline_summary.json --contact-sheet out/demo_pipeline_contact_sheet.png \
 		--log-dir out/fleet_pipeline_logs
 
-test: setup $(LEROBOT_STAMP) $(LEROBOT06_STAMP) colcon-tools
+test: setup $(LEROBOT_STAMP) $(LEROBOT06_STAMP) colcon-tools rqt-tools
 	$(PY) scripts/run_tests.py $(PYTEST_ARGS)
 
 # The suite beside STRESS_PER_CORE busy processes per core (default 2, at STRESS_NICE niceness,

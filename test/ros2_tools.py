@@ -9,6 +9,7 @@ from __future__ import annotations
 import os
 import shutil
 import sys
+import tempfile
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -43,7 +44,24 @@ def _folder_env(prefix: Path) -> dict:
     env["AMENT_PREFIX_PATH"] = os.pathsep.join(p for p in (sys.prefix, str(prefix), env.get("AMENT_PREFIX_PATH", ""))
                                                if p)
     env["PATH"] = os.pathsep.join([str(Path(sys.executable).parent), str(prefix / "bin"), env.get("PATH", "")])
+    qt = _debian_pyqt5()
+    if qt is not None:
+        env["PYTHONPATH"] += os.pathsep + str(qt)
     return env
+
+
+def _debian_pyqt5() -> Path | None:
+    """A folder holding only Debian's PyQt5 (python3-pyqt5: Qt is not on PyPI for rqt's
+    python_qt_binding), so the rest of dist-packages cannot shadow the venv's packages."""
+    pyqt = Path("/usr/lib/python3/dist-packages/PyQt5")
+    if not pyqt.is_dir():
+        return None
+    folder = Path(tempfile.gettempdir()) / f"physai_ros2_tools_qt_{os.getuid()}"
+    folder.mkdir(exist_ok=True)
+    link = folder / "PyQt5"
+    if not link.is_symlink():
+        link.symlink_to(pyqt)
+    return folder
 
 
 def find_tools() -> Ros2Tools:

@@ -1,13 +1,16 @@
 """`ros2 launch physai_ros fleet.launch.py` with the real launch, launch_ros and ros2cli
 (test/ros2_tools.py finds them), against the installed package (the venv's ament layout): a
 fleet file of one robot launched with num_robots:=2, both robots served and their controllers
-executing chunks, `ros2 topic echo` of an action topic and of the aggregated diagnostics, then a
-terminal's Ctrl-C (SIGINT to the whole process group): every node finishes cleanly, launch exits
+executing chunks, `ros2 topic echo` of an action topic and of the aggregated diagnostics, the
+rqt_robot_monitor and rqt_plot widgets under Xvfb (rqt_probe.py: the tree lists every node of the
+fleet, the plots have data; screenshots kept with the test's files), then a terminal's Ctrl-C (SIGINT to the whole process group): every node finishes cleanly, launch exits
 0, no robot was stopped by an escalation, nothing is left running."""
 from __future__ import annotations
 
+import contextlib
 import json
 import os
+import shutil
 import signal
 import subprocess
 import sys
@@ -43,6 +46,41 @@ def _echo(tools, topic: str, msg_type: str) -> str:
     return out.stdout
 
 
+@contextlib.contextmanager
+def xvfb():
+    """A virtual X display (Debian's xvfb): yields its DISPLAY value."""
+    n = next(n for n in range(90, 200) if not Path(f"/tmp/.X11-unix/X{n}").exists()
+             and not Path(f"/tmp/.X{n}-lock").exists())
+    if not shutil.which("Xvfb"):
+        pytest.fail("rqt needs a display: install Debian's xvfb (and python3-pyqt5): make rqt-tools", pytrace=False)
+    server = subprocess.Popen(["Xvfb", f":{n}", "-screen", "0", "1280x1024x24", "-nolisten", "tcp"],
+                              stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    try:
+        deadline = time.monotonic() + 30
+        while not Path(f"/tmp/.X11-unix/X{n}").exists():
+            assert server.poll() is None and time.monotonic() < deadline, "Xvfb did not start"
+            time.sleep(0.1)
+        yield f":{n}"
+    finally:
+        server.terminate()
+        server.wait(timeout=10)
+
+
+def _rqt(tools, out_dir: Path) -> dict:
+    expect = [f"/{r}/{node}" for r in ROBOTS for node in ("sim_robot", "robot_client", "trajectory_controller")]
+    expect += [f"/{r}/robot_client/client" for r in ROBOTS] + ["/policy_server"]
+    cmd = [sys.executable, str(Path(__file__).with_name("rqt_probe.py")), "--out", str(out_dir), "--seconds", "90"]
+    cmd += [a for name in expect for a in ("--expect", name)]
+    cmd += ["--plot", "/robot_0/metrics/latency_ms/data", "--plot", "/fleet/metrics/queue_depth/data"]
+    with xvfb() as display:
+        out = subprocess.run(cmd, env={**tools.env, "DISPLAY": display}, capture_output=True, text=True, timeout=150)
+    probe = out_dir / "probe.json"
+    assert probe.exists(), out.stdout[-3000:] + out.stderr[-3000:]
+    seen = json.loads(probe.read_text())
+    assert out.returncode == 0, f"rqt did not show the fleet: {seen}\n{out.stderr[-2000:]}"
+    return seen
+
+
 def test_ros2_launch_serves_the_fleet_and_ctrl_c_stops_every_node_cleanly(ros, tmp_path):
     from physai_ros_interfaces.msg import ExecutionInfo
     from std_msgs.msg import String
@@ -75,6 +113,9 @@ def test_ros2_launch_serves_the_fleet_and_ctrl_c_stops_every_node_cleanly(ros, t
         assert "robot_id: robot_1" in _echo(tools, "/robot_1/action_chunk", "physai_ros_interfaces/msg/ActionChunk")
         diag = _echo(tools, DIAGNOSTICS_AGG_TOPIC, "diagnostic_msgs/msg/DiagnosticArray")
         assert "name: /robot_1/robot_client/client" in diag and "name: /policy_server" in diag, diag[-2000:]
+        seen = _rqt(tools, tmp_path / "rqt")
+        assert seen["tree"]["/robot_0/robot_client/client"][0] == "client"  # a row per level, by name
+        assert all(n >= 10 for n in seen["curves"].values()), seen["curves"]
     finally:
         if launch.poll() is None:
             os.killpg(launch.pid, signal.SIGINT)  # what Ctrl-C in the launching terminal does
