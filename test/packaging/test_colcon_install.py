@@ -89,7 +89,7 @@ def test_defaults_resolve_through_the_ament_index(install, tmp_path):
 
 def test_installed_launch_file_defaults(install, tmp_path):
     share = install / "physai_ros" / "share" / "physai_ros"
-    out = _sourced(install, [VENV_PYTHON, str(REPO / "test" / "launch_stand_ins.py"),
+    out = _sourced(install, [VENV_PYTHON, str(REPO / "test" / "launch_description.py"),
                              str(share / "launch" / "fleet.launch.py")], tmp_path)
     assert out.returncode == 0, out.stderr
     doc = json.loads(out.stdout)

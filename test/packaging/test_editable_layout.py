@@ -9,7 +9,7 @@ from pathlib import Path
 
 from ament_index_python.packages import get_package_share_directory
 
-from launch_stand_ins import build, load_launch_file
+from launch_description import evaluate, load_launch_file
 
 REPO = Path(__file__).resolve().parents[2]
 PREFIX = Path(sys.prefix)
@@ -32,10 +32,10 @@ def test_venv_has_the_ament_layout(monkeypatch):
 def test_launch_defaults_from_the_venv_share_resolve_and_load(monkeypatch):
     monkeypatch.setenv("AMENT_PREFIX_PATH", str(PREFIX))
     launch_file = Path(get_package_share_directory("physai_ros")) / "launch" / "fleet.launch.py"
-    declared, actions = build(load_launch_file(launch_file))
-    assert Path(declared["fleet_file"]) == REPO / "config" / "fleet.yaml"
-    [server] = [a for a in actions if type(a).__name__ == "Node" and a.kwargs["name"] == "policy_server"]
-    assert server.kwargs["parameters"][0] == {"fleet_file": str(REPO / "config" / "fleet.yaml"), "num_robots": 4}
+    ev = evaluate(load_launch_file(launch_file))
+    assert Path(ev.declared["fleet_file"]) == REPO / "config" / "fleet.yaml"
+    assert ev.node("", "policy_server").parameters == {"fleet_file": str(REPO / "config" / "fleet.yaml"),
+                                                       "num_robots": 4}
 
 
 def test_installed_executable_resolves_defaults_from_another_directory(tmp_path):
