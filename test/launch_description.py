@@ -20,11 +20,10 @@ REPO = Path(__file__).resolve().parents[1]
 def use_real_launch() -> None:
     """Make the real launch packages importable: already (a sourced distribution), or from
     PHYSAI_ROS2_TOOLS or ../shared/ros2_tools (their site-packages first on sys.path)."""
-    try:
-        import launch_ros  # noqa: F401
+    import importlib.util as util
+
+    if util.find_spec("launch_ros") is not None:
         return
-    except ImportError:
-        pass
     folders = [Path(os.environ["PHYSAI_ROS2_TOOLS"])] if os.environ.get("PHYSAI_ROS2_TOOLS") else []
     folders.append(REPO.parent / "shared" / "ros2_tools")
     version = f"python{sys.version_info.major}.{sys.version_info.minor}"
