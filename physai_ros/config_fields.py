@@ -43,6 +43,12 @@ def integer(v: Any, path: str, lo: int = 0) -> int:
     return v
 
 
+def boolean(v: Any, path: str) -> bool:
+    if not isinstance(v, bool):
+        raise FleetConfigError(f"{path}: expected true or false, got {v!r}")
+    return v
+
+
 def number(v: Any, path: str, allow_zero: bool = False) -> float:
     ok = isinstance(v, (int, float)) and not isinstance(v, bool) and math.isfinite(v)
     if not ok or v < 0 or (v == 0 and not allow_zero):

@@ -181,22 +181,40 @@ def profile_local_engines(core: ServingCore, cfg: FleetConfig,
     """Measure each local instance's latency-vs-batch profile (server.profile) and give it to
     the scheduler through the slot, replacing the flat default: the batching cap (saturation
     point) and wait-ratio placement then use this machine's real numbers. Doubles as the
-    warm-up. Remote instances measure their own (engine_worker). Returns seconds per instance.
+    warm-up. Remote instances measure their own (engine_worker). A measurement this machine made
+    before for the same model and settings is reused (serving/profile_cache.py) after one warm-up
+    call. Returns seconds per instance.
     """
     import time
 
     import torch
 
-    from physai_ros.workers.profiling import measure_profile
+    from physai_ros.serving import profile_cache
+    from physai_ros.workers.profiling import measure_profile, synthetic_inputs
 
     p = cfg.server.profile
     if p is None:
         return {}
     took = {}
+    tokens = p.tokens or core.action_runner.tokenizer.max_len
     for slot in core.engines.values():
         if slot.remote:
             continue  # remote: advertised by its worker
         t0 = time.perf_counter()
+        key = profile_cache.profile_key(
+            model=cfg.server.model, checkpoint=cfg.server.model.checkpoint, engine_config=slot.engine.config,
+            device=cfg.server.device, dtype=cfg.server.torch_dtype, threads=torch.get_num_threads(),
+            measurement=(slot.instance_id, p, min(p.max_batch, slot.max_batch), tokens)) if p.cache else None
+        cached = profile_cache.load(key) if key else None
+        if cached is not None:
+            slot.profile, path = cached
+            with torch.inference_mode():  # the warm-up the measurement would have been
+                slot.engine.infer(synthetic_inputs(slot.engine.config, 1, p.views, tokens))
+            took[slot.instance_id] = time.perf_counter() - t0
+            if progress is not None:
+                progress(f"{slot.instance_id}: latency profile from {path} (measured on this machine "
+                         f"before; delete it to measure again), warm-up call {took[slot.instance_id]:.1f} s")
+            continue
 
         def on_batch(b: int, n: int, left_s: float, iid: str = slot.instance_id) -> None:
             if progress is not None:
@@ -206,6 +224,8 @@ def profile_local_engines(core: ServingCore, cfg: FleetConfig,
         with torch.inference_mode():
             slot.profile = measure_profile(
                 slot.engine.infer, slot.engine.config, min(p.max_batch, slot.max_batch), reps=p.reps,
-                views=p.views, tokens=p.tokens or core.action_runner.tokenizer.max_len, on_batch=on_batch)
+                views=p.views, tokens=tokens, on_batch=on_batch)
         took[slot.instance_id] = time.perf_counter() - t0
+        if key:
+            profile_cache.store(key, slot.profile, took[slot.instance_id])
     return took

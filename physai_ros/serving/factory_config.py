@@ -26,7 +26,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Mapping
 
-from physai_ros.config_fields import FleetConfigError, integer, mapping, no_unknown, number, required, string
+from physai_ros.config_fields import FleetConfigError, boolean, integer, mapping, no_unknown, number, required, string
 from physai_ros.scheduler.factory.types import (COMPONENTS, ComponentSpec, FactoryProblem, ModelProfile,
                                                 ServerPool, TaskClass)
 
@@ -83,14 +83,8 @@ def parse_factory(d: Any, task_names: set[str]) -> FactoryConfig | None:
         value_weights=per_task("value_weights", lambda v, path: number(v, path)),
         min_action_throughput=per_task("min_action_throughput", lambda v, path: number(v, path, allow_zero=True)),
         slo_quantile=quantile,
-        apply=_boolean(d.get("apply", False), f"{p}.apply"),
+        apply=boolean(d.get("apply", False), f"{p}.apply"),
     )
-
-
-def _boolean(v: Any, path: str) -> bool:
-    if not isinstance(v, bool):
-        raise FleetConfigError(f"{path}: expected true or false, got {v!r}")
-    return v
 
 
 def load_profiles(path: Path) -> dict[tuple[str, str], ModelProfile]:

@@ -7,7 +7,7 @@ from typing import Any, Mapping
 
 from physai_ros.protocol.chunk import HOLD_ENGINE_INSTANCE
 
-from .config_fields import FleetConfigError, integer, join_key, mapping, no_unknown, number, required, string
+from .config_fields import FleetConfigError, boolean, integer, join_key, mapping, no_unknown, number, required, string
 from .language_config import LanguageServerConfig, parse_server_language
 
 SCHEDULERS = ("fifo", "autellix", "wait_ratio")
@@ -62,6 +62,7 @@ class ProfileConfig:
     max_batch: int = 4       # measure batch sizes 1..min(this, server.max_batch)
     views: int = 2           # camera views of the synthetic inputs
     tokens: int | None = None  # prompt tokens; None: the model's max_token_len
+    cache: bool = True       # reuse this machine's earlier measurement (serving/profile_cache.py)
 
 
 @dataclass(frozen=True)
@@ -250,7 +251,7 @@ def _parse_profile(v: Any, path: str) -> ProfileConfig | None:
     if v is True:
         return ProfileConfig()
     d = mapping(v, path)
-    no_unknown(d, {"reps", "max_batch", "views", "tokens"}, path)
+    no_unknown(d, {"reps", "max_batch", "views", "tokens", "cache"}, path)
     dflt = ProfileConfig()
     tokens = d.get("tokens")
     return ProfileConfig(
@@ -258,6 +259,7 @@ def _parse_profile(v: Any, path: str) -> ProfileConfig | None:
         max_batch=integer(d.get("max_batch", dflt.max_batch), join_key(path, "max_batch"), 1),
         views=integer(d.get("views", dflt.views), join_key(path, "views"), 1),
         tokens=None if tokens is None else integer(tokens, join_key(path, "tokens"), 1),
+        cache=boolean(d.get("cache", dflt.cache), join_key(path, "cache")),
     )
 
 

@@ -19,7 +19,7 @@ class CountingEngine:
 
 def test_start_up_profile_replaces_the_flat_default_and_sets_the_batch_cap(fleet):
     server = dataclasses.replace(fleet.server, engine_instances=2, max_batch=8,
-                                 profile=ProfileConfig(reps=1, max_batch=3, views=1, tokens=8))
+                                 profile=ProfileConfig(reps=1, max_batch=3, views=1, tokens=8, cache=False))
     cfg = dataclasses.replace(fleet, server=server)
     core = build_core(cfg, instance_id="prof")
     for slot in core.engines.values():
@@ -47,3 +47,31 @@ def test_profile_false_keeps_the_flat_default(fleet):
     core = build_core(cfg, instance_id="noprof")
     assert profile_local_engines(core, cfg) == {}
     assert core.engines["engine_0"].profile == default_profile(cfg.server.max_batch)
+
+
+def test_a_later_start_takes_this_machine_s_measurement_after_one_warm_up_call(fleet, tmp_path, monkeypatch):
+    """The profile is kept in the cache folder keyed by machine, model and measurement: the same
+    settings reuse it (one warm-up call at batch 1), other settings or `cache: false` measure."""
+    import json
+
+    monkeypatch.setenv("PHYSAI_ROS_PROFILE_CACHE", str(tmp_path / "profiles"))
+
+    def started(profile: ProfileConfig):
+        cfg = dataclasses.replace(fleet, server=dataclasses.replace(fleet.server, max_batch=8, profile=profile))
+        core = build_core(cfg, instance_id="cached")
+        slot = core.engines["engine_0"]
+        slot.engine = CountingEngine(slot.engine)
+        profile_local_engines(core, cfg)
+        return slot
+
+    settings = ProfileConfig(reps=1, max_batch=3, views=1, tokens=8)
+    first = started(settings)
+    assert first.engine.calls == [1, 1, 2, 2, 3, 3]
+    [entry] = list((tmp_path / "profiles").glob("*.json"))
+    assert json.loads(entry.read_text())["profile"] == [list(p) for p in first.profile.to_pairs()]
+    again = started(settings)
+    assert again.engine.calls == [1] and again.profile == first.profile
+    assert started(dataclasses.replace(settings, max_batch=2)).engine.calls == [1, 1, 2, 2]  # another key
+    assert started(dataclasses.replace(settings, cache=False)).engine.calls == [1, 1, 2, 2, 3, 3]
+    entry.write_text("{not json")  # a damaged entry is measured again
+    assert started(settings).engine.calls == [1, 1, 2, 2, 3, 3]
