@@ -22,7 +22,8 @@ from hypothesis import strategies as st
 
 sys.path.insert(0, str(Path(__file__).parent))
 
-from fuzz_rig import CTL_JOINTS, JOINTS, Rig, image, now_s, observation, registration, stamp  # noqa: E402
+from fuzz_rig import (CTL_JOINTS, JOINTS, MAX_AGE_S, Rig, image, now_s, observation, registration,  # noqa: E402
+                      stamp)
 
 from physai_ros.fleet.processes import ProcessSpec  # noqa: E402
 
@@ -151,7 +152,7 @@ def bad_observation(draw, last_round: int):
         return kind, lambda rnd: _with(build(rnd), horizon_policy="static",
                                        horizon_params=array.array("f", [bad])), "non_finite", True
     if kind == "stale":
-        old = draw(st.floats(2.5, 1e6))
+        old = draw(st.floats(MAX_AGE_S + 0.5, 1e6))
         return kind, lambda rnd: observation("fuzz", rnd, now_s() - old), "stale_timestamp", True
     if kind == "zero_stamp":
         return kind, lambda rnd: observation("fuzz", rnd, 0.0), "stale_timestamp", True
