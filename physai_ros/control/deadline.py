@@ -16,13 +16,14 @@ only :meth:`DeadlineMonitor.operator_reset` leaves that state. An on-time chunk 
 count.
 
 Start-up (``startup_grace_s``): the first rounds of a fresh server are slow (first calls per
-batch shape, CUDA graph capture, a latency profile still running, a busy host), and three
-robots of the demo were stopped for good by them within 8 s of serving. So until the robot's
-first on-time chunk, and for at most ``startup_grace_s`` after its first request, a miss runs
-the fallback (the robot holds or resends: it never moves on a late plan it should not) and is
-counted (``startup_misses``, ``total_misses``) but not toward escalation. Once a chunk has come
-on time, or the grace has passed without one (a server that never answers in time is broken,
-not warming up), every miss counts.
+batch shape, CUDA graph capture, a latency profile still running, every robot joining at once,
+the first texts, a busy host), and three robots of the demo were stopped for good by them within
+8 s of serving. So for ``startup_grace_s`` after the robot's first request (sent once the server
+serves it), a miss runs the fallback (the robot holds or resends: it never moves on a late plan
+it should not) and is counted (``startup_misses``, ``total_misses``) but not toward escalation;
+from then on every miss counts. The window is fixed: an on-time chunk inside it does not end it
+(it did at first, and the demo's robot_2 was then stopped by the slow rounds right after its one
+lucky answer), and a server that is never on time escalates once it has passed.
 
 The monitor only decides; it returns plain-data :class:`DeadlineAction` lists that the
 robot_client node carries out (stop the controller's buffer, send an observation, raise a
@@ -124,7 +125,6 @@ class DeadlineMonitor:
         self._captured_at = 0.0
         self._deadline = math.inf
         self._abandoned: dict[int, float] = {}  # round -> capture time, insertion-ordered
-        self._warm = False  # a chunk has come on time
         self._first_request_at: float | None = None
 
     @property
@@ -157,9 +157,8 @@ class DeadlineMonitor:
         return self._miss(now)
 
     def in_startup_grace(self, now: float) -> bool:
-        """No on-time chunk yet and still within startup_grace_s of the first request."""
-        return (not self._warm and self._first_request_at is not None
-                and now - self._first_request_at < self.config.startup_grace_s)
+        """Within startup_grace_s of the first request."""
+        return self._first_request_at is not None and now - self._first_request_at < self.config.startup_grace_s
 
     def _miss(self, now: float) -> list[DeadlineAction]:
         rnd = self._round
@@ -206,7 +205,6 @@ class DeadlineMonitor:
             latency = now - self._captured_at
             if latency <= self.config.slo_s:
                 self._round, self._deadline = None, math.inf
-                self._warm = True
                 self.consecutive_misses = 0
                 self.state = DeadlineState.NOMINAL
                 return ChunkVerdict(True, False, "on_time", latency)

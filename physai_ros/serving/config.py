@@ -49,8 +49,8 @@ class TaskConfig:
     on_max_violation: str
     trigger_margin_s: float
     mode: str = "chunked"  # "streaming": TrajectorySegments from the server's streams
-    # Misses before the robot's first on-time chunk, within this long of its first request, run
-    # the fallback but do not count toward max_consecutive_slo_violation (control/deadline.py).
+    # Misses within this long of the robot's first request run the fallback but do not count
+    # toward max_consecutive_slo_violation (control/deadline.py).
     slo_startup_grace_s: float = 60.0
     segment_rate_hz: float = 60.0  # streaming: TrajectorySegment messages per second (at most)
     # How consecutive chunks join: off (replace) | crossfade | rtc (serving.chunk_merge, docs/rtc.md).
