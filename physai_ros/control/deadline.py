@@ -22,8 +22,8 @@ the first texts, a busy host), and three robots of the demo were stopped for goo
 serves it), a miss runs the fallback (the robot holds or resends: it never moves on a late plan
 it should not) and is counted (``startup_misses``, ``total_misses``) but not toward escalation;
 from then on every miss counts. The window is fixed: an on-time chunk inside it does not end it
-(it did at first, and the demo's robot_2 was then stopped by the slow rounds right after its one
-lucky answer), and a server that is never on time escalates once it has passed.
+(it did at first, and the demo's robot_2 was stopped 11 s after it registered: its first
+answers were on time, then three slow rounds came in a row), and a server that is never on time escalates once it has passed.
 
 The monitor only decides; it returns plain-data :class:`DeadlineAction` lists that the
 robot_client node carries out (stop the controller's buffer, send an observation, raise a
