@@ -8,8 +8,10 @@ from __future__ import annotations
 
 import os
 import random
+import shutil
 import sys
 import time
+from pathlib import Path
 
 import pytest
 
@@ -23,7 +25,21 @@ def main(argv: list[str]) -> int:
           f"ROS_AUTOMATIC_DISCOVERY_RANGE={os.environ['ROS_AUTOMATIC_DISCOVERY_RANGE']} "
           f"TRITON_INTERPRET={os.environ['TRITON_INTERPRET']}", flush=True)
     # pytest.ini's testpaths (test/) when no path is given; PYTEST_ARGS may name test files.
-    return int(pytest.main(list(argv)))
+    code = int(pytest.main(list(argv)))
+    print(f"run_tests: {ros2_tools_note()}", flush=True)
+    return code
+
+
+def ros2_tools_note() -> str:
+    """Where the real ros2 launch / topic / rqt came from (test/ros2_tools.py looks the same way):
+    said last, because without them those tests are skipped, not passed."""
+    folder = Path(os.environ.get("PHYSAI_ROS2_TOOLS") or Path(__file__).resolve().parents[2] / "shared" / "ros2_tools")
+    if (folder / "prefix" / "bin" / "ros2").is_file():
+        return f"real ROS 2 tools (ros2 launch, ros2 topic, rqt) from {folder}"
+    if shutil.which("ros2"):
+        return f"real ROS 2 tools from {shutil.which('ros2')}"
+    return ("real ROS 2 tools NOT FOUND (no ros2 on PATH, no ../shared/ros2_tools, no PHYSAI_ROS2_TOOLS): "
+            "the ros2 launch / rqt / launch-file tests were SKIPPED")
 
 
 if __name__ == "__main__":

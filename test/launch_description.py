@@ -17,6 +17,10 @@ from pathlib import Path
 REPO = Path(__file__).resolve().parents[1]
 
 
+class LaunchToolsMissing(ImportError):
+    """No real launch/launch_ros on this machine (tests skip with this reason; the script exits 77)."""
+
+
 def use_real_launch() -> None:
     """Make the real launch packages importable: already (a sourced distribution), or from
     PHYSAI_ROS2_TOOLS or ../shared/ros2_tools (their site-packages first on sys.path)."""
@@ -32,8 +36,9 @@ def use_real_launch() -> None:
         if (site / "launch_ros").is_dir():
             sys.path.insert(0, str(site))
             return
-    raise ImportError("the real launch and launch_ros are needed: source a ROS 2 distribution, or set "
-                      "PHYSAI_ROS2_TOOLS to a folder laid out as ../shared/ros2_tools")
+    raise LaunchToolsMissing("NOT RUN: the real launch and launch_ros are needed: source a ROS 2 distribution, "
+                             "or set PHYSAI_ROS2_TOOLS to a folder laid out as ../shared/ros2_tools")
+
 
 
 @dataclass
@@ -118,7 +123,12 @@ def evaluate(mod, **args) -> Evaluated:
 
 
 def main(argv: list[str]) -> int:
-    ev = evaluate(load_launch_file(Path(argv[0])))
+    try:
+        mod = load_launch_file(Path(argv[0]))
+    except LaunchToolsMissing as e:
+        print(e, file=sys.stderr)
+        return 77
+    ev = evaluate(mod)
     server = next(n for n in ev.nodes if n.name == "policy_server")
     print(json.dumps({"declared": ev.declared, "server": server.parameters, "groups": sorted(ev.groups())}))
     return 0

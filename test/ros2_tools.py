@@ -1,8 +1,10 @@
 """The real ROS 2 command-line and GUI tools for tests (ros2 launch, ros2 topic, rqt): a ROS
 distribution's (`ros2` on PATH, its setup file sourced), else the folder PHYSAI_ROS2_TOOLS names,
 else ../shared/ros2_tools beside the repository (the tools built unmodified from the official
-sources for machines whose ROS 2 comes from PyPI: its README). Neither: the test fails, saying
-what to install. The venv's prefix leads AMENT_PREFIX_PATH so the tools find physai_ros there.
+sources for machines whose ROS 2 comes from PyPI: its README). Neither: the test is SKIPPED,
+saying what to install, and `make test` ends with a line saying the tools were not found (a
+checkout without ../shared, such as a clone elsewhere, cannot get them from any registry). The
+venv's prefix leads AMENT_PREFIX_PATH so the tools find physai_ros there.
 """
 from __future__ import annotations
 
@@ -75,4 +77,4 @@ def find_tools() -> Ros2Tools:
         env = dict(os.environ)
         env["AMENT_PREFIX_PATH"] = os.pathsep.join(p for p in (sys.prefix, env.get("AMENT_PREFIX_PATH", "")) if p)
         return Ros2Tools(shutil.which("ros2"), None, env)
-    pytest.fail(MISSING, pytrace=False)
+    pytest.skip(f"NOT RUN: {MISSING}")

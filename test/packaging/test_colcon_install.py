@@ -91,6 +91,8 @@ def test_installed_launch_file_defaults(install, tmp_path):
     share = install / "physai_ros" / "share" / "physai_ros"
     out = _sourced(install, [VENV_PYTHON, str(REPO / "test" / "launch_description.py"),
                              str(share / "launch" / "fleet.launch.py")], tmp_path)
+    if out.returncode == 77:  # no real launch/launch_ros on this machine (launch_description.py)
+        pytest.skip(out.stderr.strip())
     assert out.returncode == 0, out.stderr
     doc = json.loads(out.stdout)
     assert doc["declared"]["fleet_file"] == str(share / "config" / "fleet.yaml")

@@ -7,9 +7,10 @@ import subprocess
 import sys
 from pathlib import Path
 
+import pytest
 from ament_index_python.packages import get_package_share_directory
 
-from launch_description import evaluate, load_launch_file
+from launch_description import LaunchToolsMissing, evaluate, load_launch_file
 
 REPO = Path(__file__).resolve().parents[2]
 PREFIX = Path(sys.prefix)
@@ -32,7 +33,11 @@ def test_venv_has_the_ament_layout(monkeypatch):
 def test_launch_defaults_from_the_venv_share_resolve_and_load(monkeypatch):
     monkeypatch.setenv("AMENT_PREFIX_PATH", str(PREFIX))
     launch_file = Path(get_package_share_directory("physai_ros")) / "launch" / "fleet.launch.py"
-    ev = evaluate(load_launch_file(launch_file))
+    try:
+        mod = load_launch_file(launch_file)
+    except LaunchToolsMissing as e:
+        pytest.skip(str(e))
+    ev = evaluate(mod)
     assert Path(ev.declared["fleet_file"]) == REPO / "config" / "fleet.yaml"
     assert ev.node("", "policy_server").parameters == {"fleet_file": str(REPO / "config" / "fleet.yaml"),
                                                        "num_robots": 4}
