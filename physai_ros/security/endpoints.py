@@ -20,7 +20,7 @@ import hashlib
 import threading
 import time
 from dataclasses import dataclass, field
-from typing import Dict, Optional
+from typing import Callable, Dict, Hashable, Optional
 
 from .handshake import AuthError, Granter, Requester
 from .keystore import Identity, Keystore, KeystoreError
@@ -80,16 +80,20 @@ class PeerSigner:
 
 class PeerVerifier:
     """Checks what one identity signed: not revoked (re-read at every message), a valid Ed25519
-    signature, and a counter newer than the last accepted on that domain. The public key is read
-    when first needed, so a peer whose key is added after this process started is still known."""
+    signature, and a counter newer than the last accepted on its stream (the domain, unless the
+    caller names a finer one). The public key is read when first needed, so a peer whose key is
+    added after this process started is still known."""
 
     def __init__(self, keystore: Keystore, ident: Identity):
         self.keystore, self.ident = keystore, ident
         self._verifier: Optional[Verifier] = None
-        self._replay = ReplayGuard()  # per domain
+        self._replay = ReplayGuard()  # per stream
         self._lock = threading.Lock()
 
-    def check(self, domain: bytes, digest: bytes, blob) -> None:
+    def check(self, domain: bytes, digest: bytes, blob, stream: Hashable = None,
+              fresh: Optional[Callable[[int], None]] = None) -> None:
+        """`fresh(counter)`: a further check of the signed counter (raises AuthError), run after
+        the signature and before the replay guard."""
         auth = unpack_auth(blob, "sig")
         if self.keystore.is_revoked(self.ident):
             raise AuthError("revoked", f"{self.ident} is revoked")
@@ -99,9 +103,13 @@ class PeerVerifier:
             except KeystoreError as e:
                 raise AuthError("unknown_identity", str(e)) from None
         self._verifier.check(signed_content(domain, auth.counter, digest), auth.tag)
-        with self._lock:  # after the signature: a forged counter must not advance the guard
-            self._replay.check(domain, auth.counter)
-            self._replay.accept(domain, auth.counter)
+        # After the signature: a forged counter must neither be judged nor advance the guard.
+        if fresh is not None:
+            fresh(auth.counter)
+        stream = domain if stream is None else stream
+        with self._lock:
+            self._replay.check(stream, auth.counter)
+            self._replay.accept(stream, auth.counter)
 
 
 @dataclass
