@@ -94,8 +94,7 @@ def run(args, fleet, robot) -> int:
             return _ask(node, executor, robot, args, signer, deadline)
         from physai_ros_interfaces.srv import OperatorCommand
 
-        ns = "/" + robot.namespace.strip("/") if robot.namespace.strip("/") else ""
-        service = robot_topic(ns, OPERATOR_COMMAND_SERVICE)
+        service = robot_topic(robot.namespace, OPERATOR_COMMAND_SERVICE)
         client = node.create_client(OperatorCommand, service)
         req = OperatorCommand.Request(robot_id=robot.id, command=args.command, note=args.note,
                                       operator_name=args.operator)
@@ -125,8 +124,7 @@ def _ask(node, executor, robot, args, signer, deadline: float) -> int:
     from physai_ros.ros.qos import reliable_qos
 
     texts: list = []
-    ns = "/" + robot.namespace.strip("/") if robot.namespace.strip("/") else ""
-    node.create_subscription(RobotText, robot_topic(ns, TEXT_TOPIC), texts.append, reliable_qos(depth=50))
+    node.create_subscription(RobotText, robot_topic(robot.namespace, TEXT_TOPIC), texts.append, reliable_qos(depth=50))
     client = node.create_client(AskRobot, ASK_SERVICE)
     req = AskRobot.Request(robot_id=robot.id, question=args.question, max_tokens=args.max_tokens,
                            operator_name=args.operator)

@@ -85,8 +85,9 @@ class DiagnosticsAggregator:
         return [leaves.get(p) or Status("/" + "/".join(p), levels[p], PARENT_MESSAGES[levels[p]])
                 for p in sorted(levels)]
 
-    def top_level(self, now: float | None = None) -> Status:
-        """What /diagnostics_toplevel_state carries: the worst of the tree's top levels."""
-        tops = [s.level for s in self.aggregate(now) if s.name.count("/") == 1]
-        level = group_level(tops)
-        return Status("toplevel_state", level, PARENT_MESSAGES[level])
+
+
+def top_level(tree: list[Status]) -> Status:
+    """What /diagnostics_toplevel_state carries: the worst of an aggregated tree's top levels."""
+    level = group_level([s.level for s in tree if s.name.count("/") == 1])
+    return Status("toplevel_state", level, PARENT_MESSAGES[level])

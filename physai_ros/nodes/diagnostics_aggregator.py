@@ -16,7 +16,7 @@ from __future__ import annotations
 from diagnostic_msgs.msg import DiagnosticArray, DiagnosticStatus, KeyValue
 from rclpy.node import Node
 
-from physai_ros.monitoring.aggregation import DiagnosticsAggregator, Status
+from physai_ros.monitoring.aggregation import DiagnosticsAggregator, Status, top_level
 from physai_ros.monitoring.diagnostics import level_byte
 from physai_ros.monitoring.status_text import level_int
 from physai_ros.protocol.topics import DIAGNOSTICS_AGG_TOPIC, DIAGNOSTICS_TOPIC, DIAGNOSTICS_TOPLEVEL_TOPIC
@@ -46,11 +46,11 @@ class DiagnosticsAggregatorNode(Node):
                                       tuple((kv.key, kv.value) for kv in st.values)) for st in arr.status)
 
     def _publish(self) -> None:
-        now = self.aggregator.clock()
-        msg = DiagnosticArray(status=[_to_msg(s) for s in self.aggregator.aggregate(now)])
+        tree = self.aggregator.aggregate()
+        msg = DiagnosticArray(status=[_to_msg(s) for s in tree])
         msg.header.stamp = self.get_clock().now().to_msg()
         self.agg_pub.publish(msg)
-        self.top_pub.publish(_to_msg(self.aggregator.top_level(now)))
+        self.top_pub.publish(_to_msg(top_level(tree)))
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -78,8 +78,7 @@ def load(key: str, now: float | None = None) -> tuple[LatencyProfile, Path] | No
 def store(key: str, profile: LatencyProfile, took_s: float) -> Path | None:
     """Written atomically; a cache folder that cannot be written costs only the next start's time."""
     path = cache_dir() / f"{key}.json"
-    doc = {"measured_at": time.time(), "took_s": took_s,
-           "profile": [[b, t] for b, t in zip(profile.batch_sizes, profile.latencies_s)]}
+    doc = {"measured_at": time.time(), "took_s": took_s, "profile": profile.to_pairs()}
     try:
         path.parent.mkdir(parents=True, exist_ok=True)
         tmp = path.with_suffix(f".tmp{os.getpid()}")

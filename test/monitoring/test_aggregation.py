@@ -1,6 +1,6 @@
 """/diagnostics as the tree rqt_robot_monitor builds: every level has a status, parents carry
 the worst child, silent statuses go stale, and every publication is the whole tree."""
-from physai_ros.monitoring.aggregation import DiagnosticsAggregator, Status, tree_path
+from physai_ros.monitoring.aggregation import DiagnosticsAggregator, Status, top_level, tree_path
 from physai_ros.monitoring.diagnostics import ERROR, OK, STALE, WARN
 
 
@@ -38,7 +38,7 @@ def test_every_level_has_a_status_with_the_worst_child():
     leaf = tree["/robot_0/robot_client/client"]
     assert (leaf.level, leaf.message, leaf.hardware_id, leaf.values) == (
         ERROR, "stopped (3 consecutive SLO misses)", "robot_0", (("state", "stopped"),))
-    assert agg.top_level(now=1.0).level == ERROR
+    assert top_level(agg.aggregate(now=1.0)).level == ERROR
 
 
 def test_a_silent_node_goes_stale_and_its_group_says_so():
