@@ -8,7 +8,6 @@ from __future__ import annotations
 
 import os
 import random
-import shutil
 import sys
 import time
 from pathlib import Path
@@ -31,15 +30,16 @@ def main(argv: list[str]) -> int:
 
 
 def ros2_tools_note() -> str:
-    """Where the real ros2 launch / topic / rqt came from (test/ros2_tools.py looks the same way):
+    """Where the real ros2 launch / topic / rqt came from (test/ros2_tools.py, as the tests look):
     said last, because without them those tests are skipped, not passed."""
-    folder = Path(os.environ.get("PHYSAI_ROS2_TOOLS") or Path(__file__).resolve().parents[2] / "shared" / "ros2_tools")
-    if (folder / "prefix" / "bin" / "ros2").is_file():
-        return f"real ROS 2 tools (ros2 launch, ros2 topic, rqt) from {folder}"
-    if shutil.which("ros2"):
-        return f"real ROS 2 tools from {shutil.which('ros2')}"
-    return ("real ROS 2 tools NOT FOUND (no ros2 on PATH, no ../shared/ros2_tools, no PHYSAI_ROS2_TOOLS): "
-            "the ros2 launch / rqt / launch-file tests were SKIPPED")
+    sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "test"))
+    from ros2_tools import locate
+
+    tools = locate()
+    if tools is None:
+        return ("real ROS 2 tools NOT FOUND (no ros2 on PATH, no ../shared/ros2_tools, no PHYSAI_ROS2_TOOLS): "
+                "the ros2 launch / rqt / launch-file tests were SKIPPED")
+    return f"real ROS 2 tools (ros2 launch, ros2 topic, rqt) from {tools.where}"
 
 
 if __name__ == "__main__":

@@ -9,12 +9,9 @@ from __future__ import annotations
 
 import importlib.util
 import json
-import os
 import sys
 from dataclasses import dataclass, field
 from pathlib import Path
-
-REPO = Path(__file__).resolve().parents[1]
 
 
 class LaunchToolsMissing(ImportError):
@@ -22,23 +19,20 @@ class LaunchToolsMissing(ImportError):
 
 
 def use_real_launch() -> None:
-    """Make the real launch packages importable: already (a sourced distribution), or from
-    PHYSAI_ROS2_TOOLS or ../shared/ros2_tools (their site-packages first on sys.path)."""
+    """Make the real launch packages importable: already (a sourced distribution), or from the
+    tools folder test/ros2_tools.py finds (its site-packages first on sys.path)."""
     import importlib.util as util
+
+    from ros2_tools import site_packages, tools_prefix
 
     if util.find_spec("launch_ros") is not None:
         return
-    folders = [Path(os.environ["PHYSAI_ROS2_TOOLS"])] if os.environ.get("PHYSAI_ROS2_TOOLS") else []
-    folders.append(REPO.parent / "shared" / "ros2_tools")
-    version = f"python{sys.version_info.major}.{sys.version_info.minor}"
-    for folder in folders:
-        site = folder / "prefix" / "lib" / version / "site-packages"
-        if (site / "launch_ros").is_dir():
-            sys.path.insert(0, str(site))
-            return
+    prefix = tools_prefix()
+    if prefix is not None and (site_packages(prefix) / "launch_ros").is_dir():
+        sys.path.insert(0, str(site_packages(prefix)))
+        return
     raise LaunchToolsMissing("NOT RUN: the real launch and launch_ros are needed: source a ROS 2 distribution, "
                              "or set PHYSAI_ROS2_TOOLS to a folder laid out as ../shared/ros2_tools")
-
 
 
 @dataclass

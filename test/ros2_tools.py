@@ -39,9 +39,21 @@ class Ros2Tools:
         return [sys.executable, str(self.prefix / "bin" / name)] if self.prefix is not None else [name]
 
 
+def site_packages(prefix: Path) -> Path:
+    return prefix / "lib" / f"python{sys.version_info.major}.{sys.version_info.minor}" / "site-packages"
+
+
+def tools_prefix() -> Path | None:
+    """The tools folder's ament prefix: PHYSAI_ROS2_TOOLS's, else ../shared/ros2_tools's; None
+    when neither has the tools."""
+    folders = [Path(os.environ["PHYSAI_ROS2_TOOLS"])] if os.environ.get("PHYSAI_ROS2_TOOLS") else []
+    folders.append(REPO.parent / "shared" / "ros2_tools")
+    return next((f / "prefix" for f in folders if (f / "prefix" / "bin" / "ros2").is_file()), None)
+
+
 def _folder_env(prefix: Path) -> dict:
     env = dict(os.environ)
-    site = prefix / "lib" / f"python{sys.version_info.major}.{sys.version_info.minor}" / "site-packages"
+    site = site_packages(prefix)
     env["PYTHONPATH"] = os.pathsep.join(p for p in (str(site), env.get("PYTHONPATH", "")) if p)
     env["AMENT_PREFIX_PATH"] = os.pathsep.join(p for p in (sys.prefix, str(prefix), env.get("AMENT_PREFIX_PATH", ""))
                                                if p)
@@ -66,15 +78,20 @@ def _debian_pyqt5() -> Path | None:
     return folder
 
 
-def find_tools() -> Ros2Tools:
-    folders = [Path(os.environ["PHYSAI_ROS2_TOOLS"])] if os.environ.get("PHYSAI_ROS2_TOOLS") else []
-    folders.append(REPO.parent / "shared" / "ros2_tools")
-    for folder in folders:
-        prefix = folder / "prefix"
-        if (prefix / "bin" / "ros2").is_file():
-            return Ros2Tools(str(folder), prefix, _folder_env(prefix))
+def locate() -> Ros2Tools | None:
+    """The tools, from the folder (tools_prefix) or a sourced distribution; None without either."""
+    prefix = tools_prefix()
+    if prefix is not None:
+        return Ros2Tools(str(prefix.parent), prefix, _folder_env(prefix))
     if shutil.which("ros2"):
         env = dict(os.environ)
         env["AMENT_PREFIX_PATH"] = os.pathsep.join(p for p in (sys.prefix, env.get("AMENT_PREFIX_PATH", "")) if p)
         return Ros2Tools(shutil.which("ros2"), None, env)
-    pytest.skip(f"NOT RUN: {MISSING}")
+    return None
+
+
+def find_tools() -> Ros2Tools:
+    tools = locate()
+    if tools is None:
+        pytest.skip(f"NOT RUN: {MISSING}")
+    return tools
