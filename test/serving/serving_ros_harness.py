@@ -90,6 +90,14 @@ class StatusWatcher:
     def wait(self, pred, timeout, what):
         return wait_for(pred, timeout, what, self.detail, lock=self.lock)
 
+    def call(self, client, request, timeout: float = 30.0):
+        """A service call answered through this node's spin thread (the test thread waits)."""
+        done = threading.Event()
+        fut = client.call_async(request)
+        fut.add_done_callback(lambda _: done.set())
+        assert done.wait(timeout), f"no answer from {client.service_name} within {timeout:g} s"
+        return fut.result()
+
     def close(self):
         self.spun.close()
 

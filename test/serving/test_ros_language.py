@@ -64,16 +64,10 @@ class TextWatcher(Watcher):
     def ask(self, robot_id, question, max_tokens=0, operator="operator"):
         """Signed by `operator` of the fleet's keystore, as `physai-fleet operator ask` does."""
         req = self.AskRobot.Request(robot_id=robot_id, question=question, max_tokens=max_tokens)
-        return self.call(sign_as_operator(self.cfg, req, "ask", operator))
+        return self.ask_call(sign_as_operator(self.cfg, req, "ask", operator))
 
-    def call(self, req, timeout=30.0):
-        import threading
-
-        done = threading.Event()
-        fut = self.ask_client.call_async(req)
-        fut.add_done_callback(lambda _: done.set())
-        assert done.wait(timeout), f"no answer from {ASK_SERVICE}"
-        return fut.result()
+    def ask_call(self, req):
+        return self.call(self.ask_client, req)
 
 
 @pytest.fixture(scope="module")
@@ -144,10 +138,10 @@ def test_operator_questions_are_answered_or_refused_with_reasons(fleet_env):
     forged = AskRobot.Request(robot_id="robot_1", question="stop now.", operator_name="mallory")
     forged.auth = OperatorSigner(stranger_keys, "mallory").sign("ask", digest(forged))
     captured = sign_as_operator(cfg, AskRobot.Request(robot_id="robot_1", question="status?"), "ask")
-    auth_cases = {"unauthenticated_missing": w.call(AskRobot.Request(robot_id="robot_1", question="stop now.",
-                                                                     operator_name="operator")),
-                  "unauthenticated_unknown_identity": w.call(forged),
-                  "first": w.call(captured), "unauthenticated_replayed": w.call(captured)}
+    unsigned = AskRobot.Request(robot_id="robot_1", question="stop now.", operator_name="operator")
+    auth_cases = {"unauthenticated_missing": w.ask_call(unsigned),
+                  "unauthenticated_unknown_identity": w.ask_call(forged),
+                  "first": w.ask_call(captured), "unauthenticated_replayed": w.ask_call(captured)}
     for reason, res in auth_cases.items():
         if reason != "first":
             assert not res.accepted and res.reason.startswith(reason), (reason, res.reason)

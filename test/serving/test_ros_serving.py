@@ -176,7 +176,6 @@ def test_only_an_operator_s_signed_resume_releases_a_stopped_robot(fleet_env):
     import os
     import subprocess
     import sys
-    import threading
 
     from physai_ros_interfaces.srv import OperatorCommand
     from std_msgs.msg import Empty
@@ -195,11 +194,7 @@ def test_only_an_operator_s_signed_resume_releases_a_stopped_robot(fleet_env):
     assert client.wait_for_service(timeout_sec=STARTUP_S)
 
     def call(req):
-        done = threading.Event()
-        fut = client.call_async(req)
-        fut.add_done_callback(lambda _: done.set())
-        assert done.wait(30), "no answer from /robot_2/operator_command"
-        return fut.result()
+        return w.call(client, req)
 
     def resume(robot="robot_2"):
         return OperatorCommand.Request(robot_id=robot, command="resume", note="attack", operator_name="operator")
