@@ -31,14 +31,16 @@ def main(argv: list[str]) -> int:
 
 def ros2_tools_note() -> str:
     """Where the real ros2 launch / topic / rqt came from (test/ros2_tools.py, as the tests look):
-    said last, because without them those tests are skipped, not passed."""
+    said last: without them those tests fail, or are skipped where PHYSAI_ROS2_TOOLS=skip asks."""
     sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "test"))
-    from ros2_tools import locate
+    from ros2_tools import locate, skipped_by_request
 
     tools = locate()
+    if skipped_by_request():
+        return "real ROS 2 tools NOT USED (PHYSAI_ROS2_TOOLS=skip): the ros2 launch / rqt / launch-file tests were SKIPPED"
     if tools is None:
         return ("real ROS 2 tools NOT FOUND (no ros2 on PATH, no ../shared/ros2_tools, no PHYSAI_ROS2_TOOLS): "
-                "the ros2 launch / rqt / launch-file tests were SKIPPED")
+                "the ros2 launch / rqt / launch-file tests FAILED")
     return f"real ROS 2 tools (ros2 launch, ros2 topic, rqt) from {tools.where}"
 
 

@@ -15,7 +15,7 @@ from pathlib import Path
 
 
 class LaunchToolsMissing(ImportError):
-    """No real launch/launch_ros on this machine (tests skip with this reason; the script exits 77)."""
+    """No real launch/launch_ros on this machine (tests stop with ros2_tools.tools_missing; the script exits 77)."""
 
 
 def use_real_launch() -> None:
@@ -31,7 +31,7 @@ def use_real_launch() -> None:
     if prefix is not None and (site_packages(prefix) / "launch_ros").is_dir():
         sys.path.insert(0, str(site_packages(prefix)))
         return
-    raise LaunchToolsMissing("NOT RUN: the real launch and launch_ros are needed: source a ROS 2 distribution, "
+    raise LaunchToolsMissing("the real launch and launch_ros are needed: source a ROS 2 distribution, "
                              "or set PHYSAI_ROS2_TOOLS to a folder laid out as ../shared/ros2_tools")
 
 

@@ -1,10 +1,11 @@
 """The real ROS 2 command-line and GUI tools for tests (ros2 launch, ros2 topic, rqt): a ROS
 distribution's (`ros2` on PATH, its setup file sourced), else the folder PHYSAI_ROS2_TOOLS names,
 else ../shared/ros2_tools beside the repository (the tools built unmodified from the official
-sources for machines whose ROS 2 comes from PyPI: its README). Neither: the test is SKIPPED,
-saying what to install, and `make test` ends with a line saying the tools were not found (a
-checkout without ../shared, such as a clone elsewhere, cannot get them from any registry). The
-venv's prefix leads AMENT_PREFIX_PATH so the tools find physai_ros there.
+sources for machines whose ROS 2 comes from PyPI: its README). Neither: the test FAILS, saying
+what to install (CI has ../shared, so a lost tools folder must not pass as skipped tests). A
+checkout that cannot have them (a clone elsewhere: no registry has them) sets
+PHYSAI_ROS2_TOOLS=skip, and those tests are skipped, each saying NOT RUN, and `make test` ends
+with a line saying so. The venv's prefix leads AMENT_PREFIX_PATH so the tools find physai_ros there.
 """
 from __future__ import annotations
 
@@ -43,9 +44,23 @@ def site_packages(prefix: Path) -> Path:
     return prefix / "lib" / f"python{sys.version_info.major}.{sys.version_info.minor}" / "site-packages"
 
 
+def skipped_by_request() -> bool:
+    return os.environ.get("PHYSAI_ROS2_TOOLS") == "skip"
+
+
+def tools_missing(what: str) -> None:
+    """Stop a test that needs the tools: a failure, or a skip where PHYSAI_ROS2_TOOLS=skip says so."""
+    if skipped_by_request():
+        pytest.skip(f"NOT RUN (PHYSAI_ROS2_TOOLS=skip): {what}")
+    pytest.fail(f"{what} (PHYSAI_ROS2_TOOLS=skip skips these tests on a machine that cannot have them)",
+                pytrace=False)
+
+
 def tools_prefix() -> Path | None:
     """The tools folder's ament prefix: PHYSAI_ROS2_TOOLS's, else ../shared/ros2_tools's; None
     when neither has the tools."""
+    if skipped_by_request():
+        return None
     folders = [Path(os.environ["PHYSAI_ROS2_TOOLS"])] if os.environ.get("PHYSAI_ROS2_TOOLS") else []
     folders.append(REPO.parent / "shared" / "ros2_tools")
     return next((f / "prefix" for f in folders if (f / "prefix" / "bin" / "ros2").is_file()), None)
@@ -80,6 +95,8 @@ def _debian_pyqt5() -> Path | None:
 
 def locate() -> Ros2Tools | None:
     """The tools, from the folder (tools_prefix) or a sourced distribution; None without either."""
+    if skipped_by_request():
+        return None
     prefix = tools_prefix()
     if prefix is not None:
         return Ros2Tools(str(prefix.parent), prefix, _folder_env(prefix))
@@ -93,5 +110,5 @@ def locate() -> Ros2Tools | None:
 def find_tools() -> Ros2Tools:
     tools = locate()
     if tools is None:
-        pytest.skip(f"NOT RUN: {MISSING}")
+        tools_missing(MISSING)
     return tools

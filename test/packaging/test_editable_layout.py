@@ -11,6 +11,7 @@ import pytest
 from ament_index_python.packages import get_package_share_directory
 
 from launch_description import LaunchToolsMissing, evaluate, load_launch_file
+from ros2_tools import tools_missing
 
 REPO = Path(__file__).resolve().parents[2]
 PREFIX = Path(sys.prefix)
@@ -36,7 +37,7 @@ def test_launch_defaults_from_the_venv_share_resolve_and_load(monkeypatch):
     try:
         mod = load_launch_file(launch_file)
     except LaunchToolsMissing as e:
-        pytest.skip(str(e))
+        tools_missing(str(e))
     ev = evaluate(mod)
     assert Path(ev.declared["fleet_file"]) == REPO / "config" / "fleet.yaml"
     assert ev.node("", "policy_server").parameters == {"fleet_file": str(REPO / "config" / "fleet.yaml"),

@@ -9,6 +9,7 @@ import yaml
 from physai_ros.serving.config import FleetConfigError, default_fleet_path
 
 from launch_description import LaunchToolsMissing, evaluate, load_launch_file
+from ros2_tools import tools_missing
 
 LAUNCH_FILE = Path(__file__).resolve().parents[2] / "launch" / "fleet.launch.py"
 FLEET = str(default_fleet_path().resolve())
@@ -19,7 +20,7 @@ def launch_module():
     try:
         return load_launch_file(LAUNCH_FILE)
     except LaunchToolsMissing as e:
-        pytest.skip(str(e))
+        tools_missing(str(e))
 
 
 def _fleet_file(tmp_path, edit) -> str:
