@@ -10,16 +10,22 @@ diagnostics_aggregator (true: start physai_ros's /diagnostics -> /diagnostics_ag
 which rqt_robot_monitor reads; false where ROS's C++ diagnostic_aggregator runs instead, with
 config/diagnostics_analyzers.yaml).
 The process plan is physai_ros.fleet.plan, the same one `physai-fleet` runs; the server is
-told how many robots were started (its num_robots parameter).
+told how many robots were started (its num_robots parameter). As physai-fleet does, the robots'
+nodes start when the server logs that it serves: on a 2-core machine the twelve robot-side
+processes of the default fleet, started with it, took 1.8 cores and stretched the server's
+~10 s start to 35-40 s.
 """
 from launch import LaunchDescription
-from launch.actions import DeclareLaunchArgument, GroupAction, OpaqueFunction, Shutdown, TimerAction
+from launch.actions import DeclareLaunchArgument, GroupAction, OpaqueFunction, RegisterEventHandler, Shutdown, \
+    TimerAction
+from launch.event_handlers import OnProcessIO
 from launch.substitutions import LaunchConfiguration
 from launch_ros.actions import Node, PushROSNamespace
 
 from physai_ros.fleet.plan import aggregator_spec, robot_specs, server_spec
 from physai_ros.install_paths import default_fleet_file
 from physai_ros.serving.config import load_fleet
+from physai_ros.serving.preflight import SERVING_LOG_MARK
 
 PACKAGE = "physai_ros"
 
@@ -31,6 +37,27 @@ def _node(spec, name):
                 ros_arguments=["--enclave", spec.enclave] if spec.enclave else None)
 
 
+class _OnceServing:
+    """The robots' actions, returned once, for the server's output that completes its serving
+    line (rclpy logs to stderr; stdout where RCUTILS_LOGGING_USE_STDOUT says so). Shared by both
+    streams' callbacks, so the robots start once; the tail kept covers a line split across reads."""
+
+    MARK = SERVING_LOG_MARK.encode()
+
+    def __init__(self, actions):
+        self.actions, self.started, self.tail = actions, False, b""
+
+    def __call__(self, event):
+        if self.started:
+            return None
+        seen = self.tail + event.text
+        if self.MARK not in seen:
+            self.tail = seen[-len(self.MARK):]
+            return None
+        self.started = True
+        return self.actions
+
+
 def _setup(context, *args, **kwargs):
     fleet_file = LaunchConfiguration("fleet_file").perform(context)
     num_robots = int(LaunchConfiguration("num_robots").perform(context) or 0)
@@ -38,11 +65,13 @@ def _setup(context, *args, **kwargs):
     cfg = load_fleet(fleet_file)  # FleetConfigError names the bad key: fail before starting anything
     if num_robots > 0:
         cfg = cfg.with_num_robots(num_robots)
-    actions = [_node(server_spec(cfg), cfg.server.node_name)]
-    for robot in cfg.robots:
-        group = [PushROSNamespace(robot.namespace)]
-        group += [_node(spec, spec.executable) for spec in robot_specs(cfg, robot)]
-        actions.append(GroupAction(actions=group))
+    server = _node(server_spec(cfg), cfg.server.node_name)
+    robots = [GroupAction(actions=[PushROSNamespace(robot.namespace)]
+                          + [_node(spec, spec.executable) for spec in robot_specs(cfg, robot)])
+              for robot in cfg.robots]
+    start_robots = _OnceServing(robots)
+    actions = [server, RegisterEventHandler(OnProcessIO(target_action=server, on_stdout=start_robots,
+                                                        on_stderr=start_robots))]
     if LaunchConfiguration("diagnostics_aggregator").perform(context).lower() in ("true", "1", "yes"):
         actions.append(_node(aggregator_spec(), "diagnostics_aggregator"))
     if duration > 0:

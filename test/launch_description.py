@@ -43,6 +43,7 @@ class LaunchedNode:
     name: str
     parameters: dict
     ros_arguments: list = field(default_factory=list)
+    after_serving: bool = False  # started by the server's serving line, not with the launch
 
 
 @dataclass
@@ -74,7 +75,8 @@ def load_launch_file(path: Path):
 def evaluate(mod, **args) -> Evaluated:
     """What launching `mod` with `args` (name=value strings) would start."""
     from launch import LaunchContext
-    from launch.actions import DeclareLaunchArgument, GroupAction, OpaqueFunction, Shutdown, TimerAction
+    from launch.actions import DeclareLaunchArgument, GroupAction, OpaqueFunction, RegisterEventHandler, Shutdown, \
+        TimerAction
     from launch.utilities import perform_substitutions
     from launch_ros.actions import Node, PushROSNamespace
     from launch_ros.utilities import evaluate_parameters
@@ -91,28 +93,45 @@ def evaluate(mod, **args) -> Evaluated:
     def text(value) -> str:  # a plain string, or substitutions to perform
         return value if isinstance(value, str) else perform_substitutions(ctx, value)
 
-    def node(n, namespace: str) -> LaunchedNode:
+    def node(n, namespace: str, after_serving: bool) -> LaunchedNode:
         params = {}
         for p in evaluate_parameters(ctx, n._Node__parameters):  # the dicts Node was given
             params.update(p)
         ros_args = [text(a) for a in (n._Node__ros_arguments or [])]
         return LaunchedNode(namespace, text(n.node_package), text(n.node_executable), text(n._Node__node_name),
-                            params, ros_args)
+                            params, ros_args, after_serving)
 
-    for opaque in (e for e in ld.entities if isinstance(e, OpaqueFunction)):
-        for action in opaque.execute(ctx) or []:
+    def serving_line_answer(handler) -> list:
+        """What an event handler starts when the server logs its serving line (and not before)."""
+        from launch.events.process import ProcessIO
+
+        from physai_ros.serving.preflight import SERVING_LOG_MARK
+
+        def line(text: bytes):
+            return ProcessIO(text=text, fd=2, action=None, name="policy_server", cmd=[], cwd=None, env=None, pid=0)
+
+        assert handler.handle(line(b"[INFO] startup: loading\n"), ctx) is None, "started before the server served"
+        return list(handler.handle(line(f"[INFO] {SERVING_LOG_MARK}sim_pi0 with 1 engine\n".encode()), ctx) or [])
+
+    def visit(actions, after_serving: bool) -> None:
+        for action in actions:
             if isinstance(action, Node):
-                nodes.append(node(action, ""))
+                nodes.append(node(action, "", after_serving))
             elif isinstance(action, GroupAction):
                 subs = action.get_sub_entities()
                 pushed = [x for x in subs if isinstance(x, PushROSNamespace)]
                 assert len(pushed) == 1, "one namespace per robot group"
                 ns = text(pushed[0].namespace)
-                nodes += [node(x, ns) for x in subs if isinstance(x, Node)]
+                nodes.extend(node(x, ns, after_serving) for x in subs if isinstance(x, Node))
+            elif isinstance(action, RegisterEventHandler):
+                visit(serving_line_answer(action.event_handler), True)
             elif isinstance(action, TimerAction):
                 assert any(isinstance(a, Shutdown) for a in action.actions), "a timer that is not the duration"
                 period = action.period  # a number, or substitutions
                 timers.append(float(period if isinstance(period, (int, float)) else text(period)))
+
+    for opaque in (e for e in ld.entities if isinstance(e, OpaqueFunction)):
+        visit(opaque.execute(ctx) or [], False)
     return Evaluated(declared, nodes, timers)
 
 

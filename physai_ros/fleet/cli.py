@@ -92,6 +92,8 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
             args.robots = 2 if args.robots is None else args.robots
         else:
             cfg = _fleet_config(args.fleet, checkpoint=args.checkpoint)
+            if args.robots is None and args.fleet is None:
+                args.robots = demo_robots(len(cfg.robots))
             args.robots = len(cfg.robots) if args.robots is None else args.robots
             from physai_ros.fleet.plan import check_sim
 
@@ -106,6 +108,19 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     if args.duration <= 0:
         ap.error("--duration must be positive")
     return args
+
+
+def demo_robots(listed: int) -> int:
+    """The default demo's robots run on this machine: as many as its cores carry beside the
+    server (fleet.startup.robots_that_fit), said when that is fewer than the file lists."""
+    from physai_ros.fleet.startup import available_cores, robots_that_fit
+
+    cores = available_cores()
+    fit = robots_that_fit(cores, listed)
+    if fit < listed:
+        print(f"physai-fleet: {cores:g} core(s) here: running {fit} of the demo's {listed} simulated robots "
+              f"(each takes ~0.3 of a core beside the server's ~0.8); --robots {listed} runs all", flush=True)
+    return fit
 
 
 def scripted_robot_specs(k: int, args: argparse.Namespace) -> list[ProcessSpec]:

@@ -9,6 +9,7 @@ profiling every batch size): its "startup:" log lines are relayed with the time 
 """
 from __future__ import annotations
 
+import os
 import socket
 import time
 from dataclasses import dataclass
@@ -83,6 +84,37 @@ def choose_domain(env: dict[str, str],
         if not in_use(d):
             return DomainChoice(d, f"domain 0 already runs a physai_ros fleet ({', '.join(others)})")
     raise RuntimeError(f"no free ROS domain id in 1..{MAX_DOMAIN_ID} on this host; set ROS_DOMAIN_ID")
+
+
+# The default demo's robots run on the server's machine. Measured with its fleet.yaml rates on a
+# 2-core AMD EPYC (2026-11-29, physai-fleet with 5 s /proc samples): one simulated robot's
+# three processes use ~0.3 of a core (sim 0.13-0.20, client ~0.1, controller ~0.1), and the
+# server 0.7-0.9 while it serves four of them.
+ROBOT_SIDE_CORES = 0.3
+SERVER_CORES = 0.8
+
+
+def available_cores(cgroup_root: Path = Path("/sys/fs/cgroup")) -> float:
+    """CPUs this process may run on, capped by a cgroup CPU quota (a container's --cpus)."""
+    cores = float(len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count() or 1)
+    quota = None
+    try:  # cgroup v2: "max 100000" or "150000 100000"
+        limit, period = (cgroup_root / "cpu.max").read_text().split()[:2]
+        quota = None if limit == "max" else int(limit) / int(period)
+    except (OSError, ValueError):
+        try:  # cgroup v1: -1 is no limit
+            limit = int((cgroup_root / "cpu" / "cpu.cfs_quota_us").read_text())
+            period = int((cgroup_root / "cpu" / "cpu.cfs_period_us").read_text())
+            quota = limit / period if limit > 0 else None
+        except (OSError, ValueError):
+            quota = None
+    return min(cores, quota) if quota else cores
+
+
+def robots_that_fit(cores: float, listed: int) -> int:
+    """How many of the demo's simulated robots this machine runs beside the server (at least one)."""
+    fit = int((cores - SERVER_CORES) / ROBOT_SIDE_CORES + 1e-9)
+    return max(1, min(listed, fit))
 
 
 class StartupRelay:

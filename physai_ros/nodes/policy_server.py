@@ -53,7 +53,7 @@ from physai_ros.security.keystore import Identity
 from physai_ros.serving.config import load_fleet
 from physai_ros.serving.factory import build_core, model_format, profile_local_engines
 from physai_ros.serving.factory_runtime import apply_factory
-from physai_ros.serving.preflight import STARTUP_LOG_PREFIX, check_server_files
+from physai_ros.serving.preflight import SERVING_LOG_MARK, STARTUP_LOG_PREFIX, check_server_files
 from physai_ros.serving.runner import ServingRunner
 
 
@@ -126,7 +126,7 @@ class PolicyServerNode(Node):
         # "the server is up", so it must not appear before everything it needs exists.
         self.create_service(RegisterRobot, REGISTER_SERVICE, self._on_register)
         self.get_logger().info(
-            f"serving {self.fleet.server.model.preset or self.fleet.server.model.checkpoint} with "
+            f"{SERVING_LOG_MARK}{self.fleet.server.model.preset or self.fleet.server.model.checkpoint} with "
             f"{len(self.core.engines)} engine instance(s), scheduler {self.fleet.server.scheduler}, "
             f"instance {self.core.instance_id} (warm-up {warm_s * 1e3:.0f} ms"
             + (", profiles " + "; ".join(

@@ -27,6 +27,8 @@ CHECKPOINT_WEIGHTS = ("model.safetensors", "model.safetensors.index.json")
 
 # The policy server's progress lines while it starts carry this; physai-fleet relays them.
 STARTUP_LOG_PREFIX = "startup:"
+# Its last one, logged once the register service exists: the launch file starts the robots on it.
+SERVING_LOG_MARK = f"{STARTUP_LOG_PREFIX} serving "
 
 
 class ServerFilesError(RuntimeError, UserInputError):

@@ -8,8 +8,8 @@ import sys
 import pytest
 import yaml
 
-from physai_ros.fleet.startup import (DOMAIN_GAIN, PORT_BASE, UNICAST_OFFSET, StartupRelay,
-                                      choose_domain, domain_in_use, fleet_nodes_on)
+from physai_ros.fleet.startup import (DOMAIN_GAIN, PORT_BASE, UNICAST_OFFSET, StartupRelay, available_cores,
+                                      choose_domain, domain_in_use, fleet_nodes_on, robots_that_fit)
 from physai_ros.serving.config import default_fleet_path
 
 from ros_rig import wait_for
@@ -109,3 +109,40 @@ def test_cli_errors_are_one_line_without_traceback(tmp_path):
         assert out.returncode == 2, out
         assert out.stderr.strip() == message and "Traceback" not in out.stdout + out.stderr
         assert not (tmp_path / "out").exists(), "nothing was started or written"
+
+
+def test_cores_from_affinity_capped_by_a_cgroup_quota(tmp_path):
+    allowed = len(os.sched_getaffinity(0))
+    assert available_cores(tmp_path) == allowed  # no cgroup files: the affinity mask alone
+    (tmp_path / "cpu.max").write_text("max 100000\n")
+    assert available_cores(tmp_path) == allowed
+    (tmp_path / "cpu.max").write_text("50000 100000\n")  # docker --cpus 0.5
+    assert available_cores(tmp_path) == 0.5
+    (tmp_path / "cpu.max").unlink()
+    (tmp_path / "cpu").mkdir()
+    (tmp_path / "cpu" / "cpu.cfs_quota_us").write_text("150000\n")  # cgroup v1
+    (tmp_path / "cpu" / "cpu.cfs_period_us").write_text("100000\n")
+    assert available_cores(tmp_path) == min(allowed, 1.5)
+
+
+def test_the_demo_runs_the_robots_the_cores_carry():
+    assert robots_that_fit(2, 4) == 4  # the 2-core machines the demo was measured on
+    assert robots_that_fit(1.5, 4) == 2
+    assert robots_that_fit(1, 4) == 1  # never none
+    assert robots_that_fit(64, 4) == 4  # never more than listed
+
+
+def test_one_core_demo_runs_one_robot_and_says_so():
+    """physai-fleet on the packaged demo, pinned to one CPU: the plan has one robot, and the user
+    is told why and how to run all; a fleet file or --robots given is run as asked."""
+    def dry(*args):
+        out = subprocess.run(["taskset", "-c", "0", sys.executable, "-m", "physai_ros.fleet", "--dry-run", *args],
+                             capture_output=True, text=True, timeout=120, env={**os.environ, "ROS_DOMAIN_ID": "0"})
+        assert out.returncode == 0, out.stderr
+        return out.stdout
+
+    text = dry()
+    assert "1 core(s) here: running 1 of the demo's 4 simulated robots" in text and "--robots 4 runs all" in text
+    assert "(1 robot(s))" in text and "robot_1" not in text
+    assert "(4 robot(s))" in dry("--robots", "4")
+    assert "(4 robot(s))" in dry("--fleet", str(default_fleet_path()))

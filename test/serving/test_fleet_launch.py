@@ -45,8 +45,11 @@ def test_default_fleet_server_aggregator_and_one_namespaced_group_per_robot(laun
     assert srv.parameters == {"fleet_file": FLEET, "num_robots": 4}
     assert (top["diagnostics_aggregator"].package, top["diagnostics_aggregator"].executable) == \
         ("physai_ros", "diagnostics_aggregator")
+    assert not srv.after_serving and not top["diagnostics_aggregator"].after_serving
     groups = ev.groups()
     assert sorted(groups) == ["robot_0", "robot_1", "robot_2", "robot_3"]
+    # The robots start on the server's serving line (a server starved by them took 35-40 s).
+    assert all(n.after_serving for nodes in groups.values() for n in nodes.values())
     for ns, nodes in groups.items():
         assert sorted(nodes) == ["robot_client", "sim_robot", "trajectory_controller"]
         assert nodes["robot_client"].parameters == {"fleet_file": FLEET, "robot_id": ns}
