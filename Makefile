@@ -3,7 +3,7 @@
 PYTHON ?= python3.11
 VENV ?= .venv
 PY := $(VENV)/bin/python
-DURATION ?= 30
+DURATION ?= 60
 PYTEST_ARGS ?=
 
 LEROBOT_VENV ?= .venv-lerobot
