@@ -10,6 +10,7 @@ from typing import List, Optional
 
 import torch
 
+from .camera_frames import robots_model_pixels
 from .types import EngineInput, Pi0Config
 
 # Camera byte q -> q * (2/255) - 1 in float32: the model's pixel space, as LeRobot's pi0 expects.
@@ -27,6 +28,14 @@ def model_pixels(images: torch.Tensor) -> torch.Tensor:
     # Convert, then scale in place: the same two roundings as q * (2/255) - 1 in float32. (A
     # mixed-dtype torch.mul(uint8, float) is about 20x slower on the CPU: no vectorised path.)
     return images.to(torch.float32).mul_(_PIXEL_SCALE.to(images.device)).sub_(1.0)
+
+
+def model_space_views(inputs: List[EngineInput], size: int) -> List[torch.Tensor]:
+    """Each input's views as float32 [V, 3, size, size] in [-1, 1] on the CPU, as collate()
+    makes them (raw frames resized as LeRobot does, bytes scaled), for a message or a process."""
+    raw = [i for i, x in enumerate(inputs) if isinstance(x.images, tuple)]
+    frames = dict(zip(raw, robots_model_pixels([inputs[i].images for i in raw], size, "cpu")))
+    return [frames[i] if i in frames else model_pixels(x.images).float().cpu() for i, x in enumerate(inputs)]
 
 
 @dataclass
@@ -55,27 +64,17 @@ def collate(
     """Pad to the largest view count and prompt length in the batch (or to the given static
     sizes, used for CUDA graphs) and stack. Inputs must already be validated."""
     b = len(inputs)
-    nv = num_views or max(x.images.shape[0] for x in inputs)
+    nv = num_views or max(len(x.images) for x in inputs)
     nl = num_tokens or max(x.tokens.shape[0] for x in inputs)
     s = config.vision.image_size
+    raw = [i for i, x in enumerate(inputs) if isinstance(x.images, tuple)]
+    if raw:  # raw camera frames (LeRobot checkpoints): resized as LeRobot does, on the device
+        return _collate_frames(inputs, raw, config, device, dtype, generator, nv, nl)
     as_bytes = all(x.images.dtype == torch.uint8 for x in inputs)
     images = torch.zeros(b, nv, 3, s, s, dtype=torch.uint8 if as_bytes else dtype)
-    image_masks = torch.zeros(b, nv, dtype=torch.bool)
-    tokens = torch.zeros(b, nl, dtype=torch.int64)
-    token_mask = torch.zeros(b, nl, dtype=torch.bool)
-    state = torch.zeros(b, config.max_state_dim, dtype=torch.float32)
-    noise = torch.empty(b, config.chunk_size, config.max_action_dim, dtype=torch.float32)
     for i, x in enumerate(inputs):
-        v, n = x.images.shape[0], x.tokens.shape[0]
+        v = x.images.shape[0]
         images[i, :v] = x.images if as_bytes else model_pixels(x.images)
-        image_masks[i, :v] = x.image_masks
-        tokens[i, :n] = x.tokens
-        token_mask[i, :n] = x.token_mask
-        state[i] = x.state
-        if x.noise is not None:
-            noise[i] = x.noise
-        else:
-            noise[i] = torch.randn(config.chunk_size, config.max_action_dim, generator=generator)
     if as_bytes:
         images = model_pixels(images.to(device))
         views = [x.images.shape[0] for x in inputs]
@@ -85,11 +84,40 @@ def collate(
             for i, v in enumerate(views):
                 present[i, :v] = True
             images.masked_fill_(~present.to(device)[:, :, None, None, None], 0.0)
-    return Batch(
-        images=images.to(device, dtype),
-        image_masks=image_masks.to(device),
-        tokens=tokens.to(device),
-        token_mask=token_mask.to(device),
-        state=state.to(device),
-        noise=noise.to(device),
-    )
+    return _with_the_rest(images.to(device, dtype), inputs, config, device, generator, nv, nl)
+
+
+def _with_the_rest(images: torch.Tensor, inputs, config: Pi0Config, device, generator, nv: int, nl: int) -> Batch:
+    """The batch of these images: everything but the images padded and stacked, on the device."""
+    b = len(inputs)
+    image_masks = torch.zeros(b, nv, dtype=torch.bool)
+    tokens = torch.zeros(b, nl, dtype=torch.int64)
+    token_mask = torch.zeros(b, nl, dtype=torch.bool)
+    state = torch.zeros(b, config.max_state_dim, dtype=torch.float32)
+    noise = torch.empty(b, config.chunk_size, config.max_action_dim, dtype=torch.float32)
+    for i, x in enumerate(inputs):
+        n = x.tokens.shape[0]
+        image_masks[i, :len(x.images)] = x.image_masks
+        tokens[i, :n] = x.tokens
+        token_mask[i, :n] = x.token_mask
+        state[i] = x.state
+        if x.noise is not None:
+            noise[i] = x.noise
+        else:
+            noise[i] = torch.randn(config.chunk_size, config.max_action_dim, generator=generator)
+    return Batch(images=images, image_masks=image_masks.to(device), tokens=tokens.to(device),
+                 token_mask=token_mask.to(device), state=state.to(device), noise=noise.to(device))
+
+
+def _collate_frames(inputs, raw: List[int], config: Pi0Config, device, dtype, generator, nv: int, nl: int) -> Batch:
+    """collate() for a batch holding raw camera frames: the images are made on the device (frames
+    as LeRobot resizes them; uint8 or float views as model_pixels scales them), missing view
+    slots exactly 0 as on the byte path."""
+    b, s = len(inputs), config.vision.image_size
+    images = torch.zeros(b, nv, 3, s, s, dtype=torch.float32, device=device)
+    for i, views in zip(raw, robots_model_pixels([inputs[i].images for i in raw], s, device)):
+        images[i, :len(views)] = views
+    for i, x in enumerate(inputs):
+        if i not in raw:
+            images[i, :x.images.shape[0]] = model_pixels(x.images.to(device))
+    return _with_the_rest(images.to(dtype), inputs, config, device, generator, nv, nl)

@@ -149,6 +149,6 @@ def token_bucket(n: int, max_tokens: int) -> int:
 def static_collate_kwargs(config: Pi0Config, batch) -> dict:
     """collate() arguments giving this batch its graph shape: its own largest view count and
     its longest prompt rounded up to a token bucket."""
-    views = max(int(x.images.shape[0]) for x in batch)
+    views = max(len(x.images) for x in batch)
     tokens = token_bucket(max(int(x.tokens.shape[0]) for x in batch), config.max_tokens)
     return {"num_views": views, "num_tokens": tokens}

@@ -262,10 +262,13 @@ class VLMProcess:
 def to_wire(obs: EngineInput) -> dict:
     """An observation for the child, by value (numpy arrays through the queue's pipe: no
     shared-memory file per frame). Only what the prefix reads."""
-    return {"images": obs.images.cpu().numpy(), "image_masks": obs.image_masks.cpu().numpy(),
+    images = [f.cpu().numpy() for f in obs.images] if isinstance(obs.images, tuple) else obs.images.cpu().numpy()
+    return {"images": images, "image_masks": obs.image_masks.cpu().numpy(),
             "tokens": obs.tokens.cpu().numpy(), "token_mask": obs.token_mask.cpu().numpy(),
             "state": obs.state.cpu().numpy()}
 
 
 def from_wire(d: dict) -> EngineInput:
-    return EngineInput(**{k: torch.from_numpy(v) for k, v in d.items()})
+    """to_wire's observation again (raw camera frames, a list there, a tuple again)."""
+    return EngineInput(**{k: tuple(torch.from_numpy(f) for f in v) if isinstance(v, list) else torch.from_numpy(v)
+                          for k, v in d.items()})

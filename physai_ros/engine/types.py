@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import dataclasses
 from dataclasses import dataclass, field
-from typing import Optional
+from typing import Optional, Tuple, Union
 
 import numpy as np
 import torch
@@ -165,7 +165,9 @@ class EngineInput:
 
     images: uint8 [V, 3, S, S] camera pixels (as the server sends them; the engine's collation
         scales them to [-1, 1] once) or float [V, 3, S, S] already in [-1, 1] (training,
-        reference tests); S = config.vision.image_size, 1 <= V <= max_views.
+        reference tests); S = config.vision.image_size, 1 <= V <= max_views. Or a tuple of V
+        raw frames, uint8 [3, H, W] RGB of any size each (a LeRobot checkpoint's cameras): the
+        collation resizes them as LeRobot does (engine.camera_frames).
     image_masks: bool [V]; False marks a missing camera (its tokens are masked out).
     tokens: int64 [L]; token_mask: bool [L] (False = padding).
     state: float32 [max_state_dim], normalised and zero padded.
@@ -174,7 +176,7 @@ class EngineInput:
         continues the previous one (docs/rtc.md); None: the ordinary sampler, unchanged.
     """
 
-    images: torch.Tensor
+    images: Union[torch.Tensor, Tuple[torch.Tensor, ...]]
     image_masks: torch.Tensor
     tokens: torch.Tensor
     token_mask: torch.Tensor
@@ -185,12 +187,18 @@ class EngineInput:
     def validate(self, config: Pi0Config) -> None:
         """Raise EngineInputError naming the first field that does not fit `config`."""
         s = config.vision.image_size
-        _expect(self.images, "images", 4, lambda t: t.dtype == torch.uint8 or t.is_floating_point())
-        v = self.images.shape[0]
-        if not 1 <= v <= config.max_views or tuple(self.images.shape[1:]) != (3, s, s):
-            raise EngineInputError(
-                f"images: expected [V, 3, {s}, {s}] with 1 <= V <= {config.max_views}, got {list(self.images.shape)}"
-            )
+        if isinstance(self.images, tuple):
+            from .camera_frames import check_frames
+
+            why = check_frames(self.images, config.max_views)
+            if why is not None:
+                raise EngineInputError(f"images: {why}")
+        else:
+            _expect(self.images, "images", 4, lambda t: t.dtype == torch.uint8 or t.is_floating_point())
+            if not 1 <= len(self.images) <= config.max_views or tuple(self.images.shape[1:]) != (3, s, s):
+                raise EngineInputError(f"images: expected [V, 3, {s}, {s}] with 1 <= V <= {config.max_views}, "
+                                       f"got {list(self.images.shape)}")
+        v = len(self.images)
         _expect(self.image_masks, "image_masks", 1, lambda t: t.dtype == torch.bool, [v])
         if not bool(self.image_masks.any()):
             raise EngineInputError("image_masks: at least one camera view must be present")
@@ -207,6 +215,8 @@ class EngineInput:
             _expect(self.noise, "noise", 2, torch.is_floating_point, [config.chunk_size, config.max_action_dim])
         for name in ("images", "state", "noise"):
             t = getattr(self, name)
+            if isinstance(t, tuple):
+                continue  # bytes are always finite
             if t is not None and not bool(torch.isfinite(t).all()):
                 raise EngineInputError(f"{name}: contains NaN or Inf")
         if self.rtc is not None:

@@ -68,21 +68,30 @@ class ActionModelRunner:
         return enc
 
     def prepare(self, obs: ObservationData, reg: RobotRegistration) -> Any:
-        """The engine input of one observation: letterboxed uint8 views (the engine scales them),
-        the prompt's tokens, the normalised, zero-padded state. ValueError/KeyError on an input
-        that cannot be converted (a refusal or an error chunk for that robot only)."""
+        """The engine input of one observation: the camera views as bytes (the engine scales
+        them), the prompt's tokens, the normalised, zero-padded state. ValueError/KeyError on an
+        input that cannot be converted (a refusal or an error chunk for that robot only).
+
+        A LeRobot checkpoint's views go as the robot's RGB frames, whatever their size: the
+        engine resizes them in float as LeRobot does (engine.camera_frames). Our checkpoints'
+        views are letterboxed to uint8 here, the path they were trained on (serving.preprocess)."""
         import torch
 
         from physai_ros.engine.types import EngineInput
 
         s = self.image_size
-        imgs = np.empty((len(obs.images), 3, s, s), dtype=np.uint8)
-        for i, im in enumerate(obs.images):
-            to_model_pixels(image_to_rgb(im.array(), im.encoding), s, out=imgs[i], lerobot=self.prompt_style.verbatim)
+        if self.prompt_style.verbatim:
+            images = tuple(torch.from_numpy(np.ascontiguousarray(image_to_rgb(im.array(), im.encoding).transpose(2, 0, 1)))
+                           for im in obs.images)
+        else:
+            imgs = np.empty((len(obs.images), 3, s, s), dtype=np.uint8)
+            for i, im in enumerate(obs.images):
+                to_model_pixels(image_to_rgb(im.array(), im.encoding), s, out=imgs[i])
+            images = torch.from_numpy(imgs)
         enc = self.tokens(obs.prompt or reg.prompt, obs.state)
         state = self.normalizer.normalize_state(obs.state, self.max_state_dim)
         return EngineInput(
-            images=torch.from_numpy(imgs), image_masks=torch.ones(len(obs.images), dtype=torch.bool),
+            images=images, image_masks=torch.ones(len(obs.images), dtype=torch.bool),
             tokens=torch.from_numpy(enc.tokens), token_mask=torch.from_numpy(enc.mask),
             state=torch.from_numpy(state))
 

@@ -1,8 +1,9 @@
 """Observation -> model input as a pi0 checkpoint expects it.
 
-Images are letterboxed to the model's square size (aspect ratio kept, black padding) because
-stretching would distort the geometry the policy was trained on; pixels stay uint8 (the engine
-scales them to [-1, 1] when it collates a batch).
+Our checkpoints' images are letterboxed to the model's square size (aspect ratio kept, black
+padding) because stretching would distort the geometry the policy was trained on; pixels stay
+uint8 (the engine scales them to [-1, 1] when it collates a batch). A LeRobot checkpoint's frames
+go to the engine as they are (engine.camera_frames resizes them as LeRobot does).
 State and actions: serving/normalizer.py.
 """
 from __future__ import annotations
@@ -28,26 +29,18 @@ def image_to_rgb(data: np.ndarray, encoding: str) -> np.ndarray:
     raise ValueError(f"unsupported image encoding {encoding!r}; expected one of {sorted(ENCODINGS)}")
 
 
-def letterbox(rgb: np.ndarray, size: int, lerobot: bool = False) -> np.ndarray:
+def letterbox(rgb: np.ndarray, size: int) -> np.ndarray:
     """Resize keeping the aspect ratio, pad to size x size with black, centred (the extra pixel
-    of an odd padding at the bottom/right).
-
-    lerobot=False (our checkpoints, trained on frames made this way): the long side becomes
-    `size` (rounded), area interpolation when shrinking (no aliasing), bilinear when growing.
-    lerobot=True (LeRobot / openpi checkpoints): their resize_with_pad exactly: the same float
-    ratio and int() truncation of the new sides, plain bilinear with half-pixel centres
-    (cv2 INTER_LINEAR = torch bilinear, align_corners=False, no antialias)."""
+    of an odd padding at the bottom/right): the long side becomes `size` (rounded), area
+    interpolation when shrinking (no aliasing), bilinear when growing. Our checkpoints were
+    trained on frames made this way; a LeRobot checkpoint's frames are resized by the engine as
+    LeRobot does (engine.camera_frames)."""
     h, w = rgb.shape[:2]
     if h == size and w == size:
         return rgb
-    if lerobot:
-        ratio = max(w / size, h / size)
-        nh, nw = max(1, int(h / ratio)), max(1, int(w / ratio))
-        interp = cv2.INTER_LINEAR
-    else:
-        scale = size / max(h, w)
-        nh, nw = max(1, round(h * scale)), max(1, round(w * scale))
-        interp = cv2.INTER_AREA if scale < 1 else cv2.INTER_LINEAR
+    scale = size / max(h, w)
+    nh, nw = max(1, round(h * scale)), max(1, round(w * scale))
+    interp = cv2.INTER_AREA if scale < 1 else cv2.INTER_LINEAR
     resized = cv2.resize(np.ascontiguousarray(rgb), (nw, nh), interpolation=interp)
     out = np.zeros((size, size, 3), dtype=np.uint8)
     top, left = (size - nh) // 2, (size - nw) // 2
@@ -55,12 +48,12 @@ def letterbox(rgb: np.ndarray, size: int, lerobot: bool = False) -> np.ndarray:
     return out
 
 
-def to_model_pixels(rgb: np.ndarray, size: int, out: np.ndarray | None = None, lerobot: bool = False) -> np.ndarray:
+def to_model_pixels(rgb: np.ndarray, size: int, out: np.ndarray | None = None) -> np.ndarray:
     """HxWx3 uint8 RGB -> 3 x size x size uint8, letterboxed (written into `out` when given).
 
     Pixels stay bytes until the engine's collation (engine.batching.model_pixels) scales them:
     4x less to copy here and to send to a remote engine worker."""
-    boxed = letterbox(rgb, size, lerobot)
+    boxed = letterbox(rgb, size)
     if out is None:
         out = np.empty((3, size, size), dtype=np.uint8)
     out[...] = boxed.transpose(2, 0, 1)

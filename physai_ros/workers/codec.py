@@ -20,7 +20,7 @@ import numpy as np
 import torch
 from physai_ros_interfaces.msg import EngineBatchRequest, EngineBatchResult, EngineWorkerStatus
 
-from physai_ros.engine.batching import model_pixels
+from physai_ros.engine.batching import model_pixels, model_space_views
 from physai_ros.engine.types import (EngineInput, EngineInputError, EngineOutput, GemmaSpec,
                                      Pi0Config, VisionSpec)
 from physai_ros.scheduler.types import LatencyProfile
@@ -87,8 +87,15 @@ def encode_request(inputs: Sequence[EngineInput], config: Pi0Config, batch_id: s
     m = EngineBatchRequest()
     m.batch_id, m.instance_id, m.batch_size = batch_id, instance_id, len(inputs)
     m.image_size = config.vision.image_size
-    m.num_views = _u32(x.images.shape[0] for x in inputs)
-    if all(x.images.dtype == torch.uint8 for x in inputs):
+    m.num_views = _u32(len(x.images) for x in inputs)
+    if any(isinstance(x.images, tuple) for x in inputs):
+        # Raw frames of a LeRobot checkpoint (any size per view): made into model pixels here, as
+        # the engine's collation would (engine.camera_frames, the same values), and sent as
+        # floats: the message has one image size. 4x the bytes of the uint8 path.
+        views = model_space_views(inputs, config.vision.image_size)
+        m.image_encoding, m.images_f32 = EngineBatchRequest.IMAGES_F32, _f32(
+            np.concatenate([v.numpy().reshape(-1) for v in views]))
+    elif all(x.images.dtype == torch.uint8 for x in inputs):
         # Camera pixels as the server prepared them: the bytes travel, the worker's engine
         # scales them (engine.batching.model_pixels), as a local engine would.
         q = np.concatenate([x.images.cpu().numpy().reshape(-1) for x in inputs])

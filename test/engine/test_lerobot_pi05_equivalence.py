@@ -24,10 +24,10 @@ from safetensors.torch import load_file, save_file
 
 from physai_ros.engine import Pi0Engine
 from physai_ros.engine.batching import collate
+from physai_ros.engine.camera_frames import robots_model_pixels
 from physai_ros.engine.types import EngineInput
 from physai_ros.serving.action_runner import ActionModelRunner
 from physai_ros.serving.normalizer import Normalizer
-from physai_ros.serving.preprocess import to_model_pixels
 from physai_ros.serving.prompt_builder import prompt_style_for
 from physai_ros.serving.tokenizer import PromptTokenizer
 
@@ -146,16 +146,17 @@ def test_raw_observation_to_robot_unit_actions(ckpt, case):
         n = int(c["expected_token_mask"][i].sum())
         assert enc.tokens[:n].tolist() == c["expected_tokens"][i, :n].tolist()
         assert int(enc.mask.sum()) == n
-        # Our letterbox of the robot's uint8 frame against LeRobot's resize-with-pad of the float
-        # frame: the quantisation (1/255) and cv2's fixed-point bilinear bound the difference.
+        # The robot's uint8 frame resized as the engine does (LeRobot's float resize-with-pad)
+        # against LeRobot's of the fixture's float frame: only the frame's quantisation (half a
+        # byte, x2 in model space) tells them apart. Exact on bytes: test_lerobot_camera_frames.
         for v, cam in enumerate(info["camera_order_in_model"]):
             key = f"observation.{cam.split('observation.', 1)[1]}"
             if key not in c:
                 assert not bool(c["expected_model_image_masks"][i, v])
                 continue
-            ours = torch.from_numpy(to_model_pixels(_quantised_hwc(c[key][i]), size, lerobot=style.verbatim)
-                                    ).float() * (2 / 255) - 1
-            assert max_err(ours, c["expected_model_images"][i, v]) <= 4 / 255
+            frame = torch.from_numpy(_quantised_hwc(c[key][i])).permute(2, 0, 1).contiguous()
+            ours = robots_model_pixels([(frame,)], size, "cpu")[0][0]
+            assert max_err(ours, c["expected_model_images"][i, v]) <= 1 / 255 + 1e-6
         inputs.append(EngineInput(
             images=c["expected_model_images"][i], image_masks=c["expected_model_image_masks"][i],
             tokens=torch.from_numpy(enc.tokens), token_mask=torch.from_numpy(enc.mask),

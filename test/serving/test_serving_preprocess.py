@@ -91,26 +91,3 @@ def test_normalizer_identity_without_stats_and_round_trip_with_stats(tmp_path):
     np.testing.assert_allclose(n.unnormalize_actions(acts, 2), [[10, 20], [11, 16]], atol=1e-5)
     with pytest.raises(ValueError, match="at most 2"):
         n.normalize_state(state, 2)
-
-
-def test_lerobot_letterbox_is_resize_with_pad():
-    """For LeRobot checkpoints the frame is resized as their resize_with_pad does (torch bilinear,
-    align_corners=False, no antialias, int() sides, centred black padding), written here with
-    torch as the reference; ours (area interpolation when shrinking) differs, on purpose: our own
-    checkpoints were trained on it."""
-    import torch
-    import torch.nn.functional as F
-
-    rng = np.random.default_rng(3)
-    rgb = rng.integers(0, 256, (48, 64, 3), dtype=np.uint8)
-    size = 56
-    ratio = max(64 / size, 48 / size)
-    nh, nw = int(48 / ratio), int(64 / ratio)
-    x = torch.from_numpy(rgb).permute(2, 0, 1)[None].float()
-    ref = F.interpolate(x, size=(nh, nw), mode="bilinear", align_corners=False)[0].permute(1, 2, 0).numpy()
-    top, left = (size - nh) // 2, (size - nw) // 2
-    got = letterbox(rgb, size, lerobot=True).astype(np.float32)
-    assert np.abs(got[top:top + nh, left:left + nw] - ref).max() <= 1.0  # cv2's fixed-point rounding
-    assert got[:top].max() == 0 and got[top + nh:].max() == 0
-    big = rng.integers(0, 256, (224, 224, 3), dtype=np.uint8)
-    assert not np.array_equal(letterbox(big, 96, lerobot=True), letterbox(big, 96))

@@ -30,6 +30,26 @@ def test_off_grid_images_fall_back_to_float32_and_stay_exact(tiny):
     assert_same_inputs(codec.decode_request(msg, tiny), inputs)
 
 
+def test_raw_camera_frames_travel_as_the_model_pixels_the_local_engine_makes(tiny):
+    """A LeRobot checkpoint's views are the robot's frames, any size each: they are sent as the
+    float pixels the local collation would make of them, so a worker computes the same chunk."""
+    from physai_ros.engine.batching import collate
+
+    inputs = make_inputs(tiny, 3)
+    gen = torch.Generator().manual_seed(1)
+    inputs[0] = dataclasses.replace(inputs[0], images=(torch.randint(0, 256, (3, 48, 64), dtype=torch.uint8,
+                                                                     generator=gen),))
+    inputs[2] = dataclasses.replace(inputs[2], images=tuple(torch.randint(0, 256, (3, h, w), dtype=torch.uint8,
+                                                                          generator=gen)
+                                                            for h, w in [(96, 128), (128, 96), (7, 5)][:len(inputs[2].images)]))
+    msg = codec.encode_request(inputs, tiny, "b-3")
+    assert msg.image_encoding == EngineBatchRequest.IMAGES_F32
+    decoded = codec.decode_request(msg, tiny)
+    local = collate(inputs, tiny, "cpu", torch.float32)
+    remote = collate(decoded, tiny, "cpu", torch.float32)
+    assert torch.equal(local.images, remote.images) and torch.equal(local.image_masks, remote.image_masks)
+
+
 def test_encode_rejects_bad_inputs_like_the_local_engine(tiny):
     inputs = make_inputs(tiny, 2)
     inputs[1].tokens[0] = tiny.vocab_size
