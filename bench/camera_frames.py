@@ -2,8 +2,9 @@
 camera frames of a real size, from the robot's bytes to the model's float pixels at the model's
 size (224 for pi0 / pi0.5):
 
-  bytes letterbox  (before; our own checkpoints' path): cv2 resize of the uint8 frame, rounded
-                   to bytes, then the collation's scaling to [-1, 1]
+  bytes bilinear   (before, for LeRobot checkpoints): cv2 bilinear resize of the uint8 frame
+                   to LeRobot's sides, rounded to bytes, padded, then the collation's scaling
+  bytes letterbox  (our own checkpoints' path, unchanged): the same with area interpolation
   LeRobot frames   (now, for LeRobot checkpoints): the frames as bytes to the collation, which
                    makes floats and resizes them as LeRobot does (engine.camera_frames)
 
@@ -38,6 +39,21 @@ def bytes_letterbox(frames, size: int) -> torch.Tensor:
     return model_pixels(torch.from_numpy(imgs))
 
 
+def bytes_bilinear(frames, size: int) -> torch.Tensor:
+    """The removed uint8 approximation of LeRobot's resize_with_pad (kept here only to time it)."""
+    import cv2
+
+    imgs = np.zeros((len(frames), size, size, 3), dtype=np.uint8)
+    for i, f in enumerate(frames):
+        h, w = f.shape[:2]
+        ratio = max(w / size, h / size)
+        nh, nw = int(h / ratio), int(w / ratio)
+        top, left = (size - nh) // 2, (size - nw) // 2
+        imgs[i, top:top + nh, left:left + nw] = cv2.resize(np.ascontiguousarray(image_to_rgb(f, "bgr8")), (nw, nh),
+                                                           interpolation=cv2.INTER_LINEAR)
+    return model_pixels(torch.from_numpy(imgs).permute(0, 3, 1, 2))
+
+
 def lerobot_frames(frames, size: int) -> torch.Tensor:
     views = tuple(torch.from_numpy(np.ascontiguousarray(image_to_rgb(f, "bgr8").transpose(2, 0, 1))) for f in frames)
     return robots_model_pixels([views], size, "cpu")[0]
@@ -67,15 +83,17 @@ def main() -> int:
     rng = np.random.default_rng(0)
     frames = [rng.integers(0, 256, (args.height, args.width, 3), dtype=np.uint8) for _ in range(args.views)]
     load = os.getloadavg()[0]
-    # Interleaved, so a change in the machine's load falls on both.
-    before, after = [], []
+    # Interleaved, so a change in the machine's load falls on all three.
+    paths = {"bytes_bilinear_ms": bytes_bilinear, "bytes_letterbox_ms": bytes_letterbox,
+             "lerobot_frames_ms": lerobot_frames}
+    times = {k: [] for k in paths}
     for _ in range(5):
-        before.append(median_ms(lambda: bytes_letterbox(frames, args.size), args.reps // 5))
-        after.append(median_ms(lambda: lerobot_frames(frames, args.size), args.reps // 5))
+        for k, fn in paths.items():
+            times[k].append(median_ms(lambda: fn(frames, args.size), args.reps // 5))
+    ms = {k: round(statistics.median(v), 3) for k, v in times.items()}
     doc = {"frames": f"{args.views} x {args.width}x{args.height} bgr8", "model_size": args.size,
-           "threads": args.threads, "bytes_letterbox_ms": round(statistics.median(before), 3),
-           "lerobot_frames_ms": round(statistics.median(after), 3),
-           "ratio": round(statistics.median(after) / statistics.median(before), 2),
+           "threads": args.threads, **ms,
+           "lerobot_frames_over_bytes_bilinear": round(ms["lerobot_frames_ms"] / ms["bytes_bilinear_ms"], 2),
            "load_before": round(load, 2), "load_after": round(os.getloadavg()[0], 2),
            "machine": platform.processor() or platform.machine(), "torch": torch.__version__,
            "commit": subprocess.run(["git", "rev-parse", "--short", "HEAD"], capture_output=True, text=True,
