@@ -46,6 +46,47 @@ def _readable(path: Path) -> str | None:
     return None
 
 
+_DTYPE_BYTES = {"F64": 8, "F32": 4, "F16": 2, "BF16": 2, "I64": 8, "I32": 4, "I16": 2, "I8": 1, "U8": 1,
+                "BOOL": 1, "F8_E4M3": 1, "F8_E5M2": 1, "U16": 2, "U32": 4, "U64": 8}
+
+
+def safetensors_problem(path: Path) -> str | None:
+    """Why a .safetensors file cannot hold the tensors its header lists (cut short, a corrupt
+    header, a tensor whose bytes do not match its shape), or None. Reads the header only: the
+    size on disk must reach the end of the last tensor's bytes. A model.safetensors cut in half
+    passed the header-only checks and failed a minute later, at model load."""
+    import json
+    import math
+
+    try:
+        size = path.stat().st_size
+        with open(path, "rb") as f:
+            head = f.read(8)
+            if len(head) < 8:
+                return f"{size} bytes: too short for a safetensors header"
+            n = int.from_bytes(head, "little")
+            if n > size - 8:
+                return f"header says {n} bytes, the file has {size - 8} after its length: cut short or not safetensors"
+            header = json.loads(f.read(n))
+    except (OSError, ValueError) as e:
+        return f"unreadable safetensors header ({e})"
+    end = 0
+    for name, t in header.items():
+        if name == "__metadata__":
+            continue
+        try:
+            begin, stop = (int(x) for x in t["data_offsets"])
+            want = math.prod(int(d) for d in t["shape"]) * _DTYPE_BYTES[t["dtype"]]
+        except (KeyError, TypeError, ValueError) as e:
+            return f"tensor {name!r}: malformed header entry ({e})"
+        if stop - begin != want:
+            return f"tensor {name!r}: {stop - begin} bytes for shape {t['shape']} {t['dtype']} ({want} expected)"
+        end = max(end, stop)
+    if size < 8 + n + end:
+        return f"{size} bytes on disk, its tensors need {8 + n + end}: the file is cut short (an interrupted download?)"
+    return None
+
+
 def checkpoint_dir(cfg: FleetConfig) -> Path | None:
     """The resolved server.model.checkpoint directory (None for a preset model)."""
     if cfg.server.model.checkpoint is None:
@@ -73,6 +114,11 @@ def check_server_files(cfg: FleetConfig) -> None:
         why = _readable(weights[0])
         if why:
             raise ServerFilesError(f"{key}: {weights[0]} {why}")
+        for shard in _weight_files(weights[0]):
+            why = _readable(shard) or safetensors_problem(shard)
+            if why:
+                raise ServerFilesError(f"{key}: {shard} {why}" if why.startswith(("does", "is ")) else
+                                       f"{key}: {shard}: {why}")
         # Which LeRobot wrote it and its normalisation statistics, read from the files: a
         # contradictory format or missing statistics is named here, before the model loads.
         try:
@@ -95,6 +141,19 @@ def check_server_files(cfg: FleetConfig) -> None:
         check_component_models(cfg)
     except FleetConfigError as e:
         raise ServerFilesError(f"{e}{where}") from None
+
+
+def _weight_files(weights: Path) -> list[Path]:
+    """model.safetensors itself, or the shards a model.safetensors.index.json names."""
+    if weights.suffix != ".json":
+        return [weights]
+    import json
+
+    try:
+        shards = sorted(set(json.loads(weights.read_text())["weight_map"].values()))
+    except (OSError, ValueError, KeyError, AttributeError) as e:
+        raise ServerFilesError(f"{weights}: not a safetensors index ({e})") from None
+    return [weights.parent / s for s in shards]
 
 
 def check_keystore(cfg: FleetConfig) -> None:
