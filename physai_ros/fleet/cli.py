@@ -185,7 +185,8 @@ def fleet_env(args: argparse.Namespace) -> dict[str, str]:
     env.setdefault("ROS_AUTOMATIC_DISCOVERY_RANGE", "LOCALHOST")
     frame = args.width * args.height * 3
     if not args.scripted:
-        frame = max(r.image_width * r.image_height * 3 for r in _fleet_config(args.fleet, args.robots).robots)
+        frame = max(h * w * 3 for r in _fleet_config(args.fleet, args.robots).robots
+                    for h, w in map(r.camera_size, range(r.num_views)))
     participants = 3 * args.robots + 2  # per robot sim, client, controller; server; this monitor
     if (frame > SHM_PROFILE_BYTES or participants > DEFAULT_DISCOVERY_PEERS) \
             and "FASTDDS_DEFAULT_PROFILES_FILE" not in env:

@@ -207,7 +207,7 @@ class FleetMonitor(Node):
         t = now_sec(self) - self.t0
         for ns, views in self._newest.items():
             if all(v is not None for v in views):
-                self.frames[ns].append((t, np.concatenate(views, axis=0)))
+                self.frames[ns].append((t, np.concatenate(_same_width(views), axis=0)))
 
     def summaries(self) -> list[RobotSummary]:
         out = []
@@ -241,3 +241,15 @@ class FleetMonitor(Node):
         for kind, series in self.server_series.items():
             out[kind] = {label: {"t": ts, "v": vs} for label, (ts, vs) in series.items()}
         return out
+
+
+def _same_width(views: list) -> list:
+    """A robot's views scaled to the first one's width (aspect kept), to stack them in one cell:
+    a robot's cameras may differ in size."""
+    w = views[0].shape[1]
+    if all(v.shape[1] == w for v in views):
+        return views
+    import cv2
+
+    return [v if v.shape[1] == w else cv2.resize(v, (w, max(1, round(v.shape[0] * w / v.shape[1]))))
+            for v in views]

@@ -82,7 +82,8 @@ class SimRobotNode(Node):
         order = f" (order: {', then '.join(task.object_names)})" if task.reads_prompt else ""
         self.get_logger().info(
             f"sim robot {self.cfg.robot_id}: task {self.cfg.task}{order}, {self.cfg.num_joints} joints + gripper, "
-            f"{self.cfg.num_views} view(s) {self.cfg.image_width}x{self.cfg.image_height}, seed {self.cfg.seed}")
+            f"{self.cfg.num_views} view(s) {self.cfg.image_width}x{self.cfg.image_height}"
+            + (f" (views {self.cfg.view_sizes})" if self.cfg.view_sizes else "") + f", seed {self.cfg.seed}")
 
     def _setup_diagnostics(self) -> None:
         self._last_bad_trajectory = ""

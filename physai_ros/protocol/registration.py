@@ -27,6 +27,12 @@ class RobotRegistration:
     streaming: bool = False
     last_round_id: int = 0
     client_session: str = ""
+    # (height, width) of each view when the robot's cameras differ; empty: all image_height x image_width.
+    view_sizes: tuple[tuple[int, int], ...] = ()
+
+    def view_size(self, i: int) -> tuple[int, int]:
+        """(height, width) registered for view i."""
+        return self.view_sizes[i] if self.view_sizes else (self.image_height, self.image_width)
 
 
 @dataclass(frozen=True)

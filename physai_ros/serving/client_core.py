@@ -168,7 +168,7 @@ class RobotClientCore:
             image_height=r.image_height, image_width=r.image_width, joint_names=r.joints,
             state_dim=len(r.joints), action_dim=len(r.joints),
             control_period=self.task.action_period_s, last_round_id=self.round_id,
-            client_session=self.session)
+            client_session=self.session, view_sizes=r.camera_sizes)
 
     def on_registered(self, result: RegistrationResult) -> None:
         self._want_register = False

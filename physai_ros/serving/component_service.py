@@ -213,11 +213,11 @@ class ComponentService:
             return MAX_TOKENS, f"expected 1..{s.max_answer_tokens}, got {q.max_tokens!r}"
         if len(q.images) != reg.num_views:
             return BAD_IMAGES, f"{len(q.images)} images, registered {reg.num_views}"
-        want = (reg.image_height, reg.image_width, 3)
         for i, im in enumerate(q.images):
-            if not isinstance(im, np.ndarray) or im.dtype != np.uint8 or im.shape != want:
+            h, w = reg.view_size(i)
+            if not isinstance(im, np.ndarray) or im.dtype != np.uint8 or im.shape != (h, w, 3):
                 got = f"{im.dtype} {list(im.shape)}" if isinstance(im, np.ndarray) else type(im).__name__
-                return BAD_IMAGES, f"images[{i}]: {got}, registered {reg.image_height}x{reg.image_width} (HxWx3 uint8)"
+                return BAD_IMAGES, f"images[{i}]: {got}, registered {h}x{w} (HxWx3 uint8)"
         if q.state is not None and len(q.state):
             st = np.asarray(q.state)
             if st.shape != (reg.state_dim,) or not np.issubdtype(st.dtype, np.number) or not np.all(np.isfinite(st)):

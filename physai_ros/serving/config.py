@@ -81,10 +81,16 @@ class RobotConfig:
     simulated: bool
     sim: Mapping[str, Any] = field(default_factory=dict)
     camera_format: str = "raw"
+    # (height, width) of each camera when they differ (`cameras: [{topic, height, width}, ...]`);
+    # empty: every camera is image_height x image_width.
+    camera_sizes: tuple[tuple[int, int], ...] = ()
 
     @property
     def num_views(self) -> int:
         return len(self.camera_topics)
+
+    def camera_size(self, i: int) -> tuple[int, int]:
+        return self.camera_sizes[i] if self.camera_sizes else (self.image_height, self.image_width)
 
 
 @dataclass(frozen=True)
@@ -271,13 +277,17 @@ def _parse_robot(i: int, d: Any, tasks: Mapping[str, TaskConfig]) -> RobotConfig
         raise FleetConfigError(
             f"{path}.camera_format: 'compressed' needs simulated: false (sim_robot publishes raw "
             f"sensor_msgs/Image only)")
+    image_height = integer(d.get("image_height", 224), join_key(path, "image_height"), 1)
+    image_width = integer(d.get("image_width", 224), join_key(path, "image_width"), 1)
+    topics, sizes = _cameras(required(d, "cameras", path), join_key(path, "cameras"), (image_height, image_width))
     return RobotConfig(
         id=rid,
         namespace=ns,
         task=tasks[task_name],
-        camera_topics=strings(required(d, "cameras", path), join_key(path, "cameras"), 1, 3),
-        image_height=integer(d.get("image_height", 224), join_key(path, "image_height"), 1),
-        image_width=integer(d.get("image_width", 224), join_key(path, "image_width"), 1),
+        camera_topics=topics,
+        image_height=image_height,
+        image_width=image_width,
+        camera_sizes=sizes if len(set(sizes)) > 1 or sizes[0] != (image_height, image_width) else (),
         wrench_topic=string(d.get("wrench_topic", WRENCH_TOPIC), join_key(path, "wrench_topic")),
         joint_states_topic=string(d.get("joint_states_topic", JOINT_STATES_TOPIC),
                                 join_key(path, "joint_states_topic")),
@@ -287,6 +297,25 @@ def _parse_robot(i: int, d: Any, tasks: Mapping[str, TaskConfig]) -> RobotConfig
         sim=sim,
         camera_format=camera_format,
     )
+
+
+def _cameras(v: Any, path: str, default: tuple[int, int]) -> tuple[tuple[str, ...], tuple[tuple[int, int], ...]]:
+    """`cameras:` (1..3, unique topics): topic strings, or {topic, height, width} for a camera of
+    its own size (height and width default to the robot's image_height / image_width)."""
+    if not isinstance(v, list):
+        strings(v, path, 1, 3)  # raises its "expected a list of non-empty strings"
+    topics, sizes = [], []
+    for i, cam in enumerate(v):
+        key = f"{path}[{i}]"
+        if not isinstance(cam, dict):
+            topics.append(cam)  # strings() below says what is wrong with a non-string
+            sizes.append(default)
+            continue
+        no_unknown(cam, {"topic", "height", "width"}, key)
+        topics.append(string(required(cam, "topic", key), join_key(key, "topic")))
+        sizes.append((integer(cam.get("height", default[0]), join_key(key, "height"), 1),
+                      integer(cam.get("width", default[1]), join_key(key, "width"), 1)))
+    return strings(topics, path, 1, 3), tuple(sizes)
 
 
 def parse_fleet(doc: Any, source: str = "<memory>") -> FleetConfig:

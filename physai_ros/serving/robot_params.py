@@ -20,6 +20,8 @@ def sim_params(robot: RobotConfig) -> dict[str, Any]:
     defaults = vars(SimRobotConfig())
     p: dict[str, Any] = {"robot_id": robot.id, "num_views": robot.num_views,
                          "image_width": robot.image_width, "image_height": robot.image_height}
+    if robot.camera_sizes:
+        p["view_sizes"] = ",".join(f"{h}x{w}" for h, w in robot.camera_sizes)
     task_cls = TASKS.get(robot.sim.get("task", defaults["task"]))
     if task_cls is not None and task_cls.reads_prompt:
         p["prompt"] = robot.task.prompt

@@ -77,6 +77,10 @@ def check_registration(reg: RobotRegistration, limits: ModelLimits) -> Refusal |
         return bad(f"num_views={reg.num_views}, the model takes 1..{limits.max_views}")
     if reg.image_height < 1 or reg.image_width < 1:
         return bad(f"image size {reg.image_height}x{reg.image_width} is empty")
+    if reg.view_sizes and len(reg.view_sizes) != reg.num_views:
+        return bad(f"{len(reg.view_sizes)} view sizes for num_views={reg.num_views}")
+    if any(h < 1 or w < 1 for h, w in reg.view_sizes):
+        return bad(f"view sizes {list(reg.view_sizes)}: a view is empty")
     if not 1 <= reg.state_dim <= limits.max_state_dim:
         return bad(f"state_dim={reg.state_dim}, the model takes 1..{limits.max_state_dim}")
     if not 1 <= reg.action_dim <= limits.max_action_dim:
@@ -154,9 +158,9 @@ class ObservationValidator:
             if im.encoding not in ENCODINGS:
                 return Refusal(IMAGE_ENCODING,
                                f"view {i}: {im.encoding!r}, expected one of {sorted(ENCODINGS)}")
-            if (im.height, im.width) != (reg.image_height, reg.image_width):
+            if (im.height, im.width) != reg.view_size(i):
                 return Refusal(IMAGE_SIZE, f"view {i}: {im.height}x{im.width}, registered "
-                                           f"{reg.image_height}x{reg.image_width}")
+                                           "{}x{}".format(*reg.view_size(i)))
             need = im.height * im.step
             have = len(memoryview(im.data).cast("B")) if not isinstance(im.data, np.ndarray) else im.data.nbytes
             if im.step < im.width * ENCODINGS[im.encoding] or have < need:

@@ -39,6 +39,10 @@ class SimRobotConfig:
     num_views: int = 1
     image_width: int = 224
     image_height: int = 224
+    # Cameras of their own sizes, "HxW,HxW" per view (a 96x128 wrist camera beside a 128x96 top
+    # one): each view rendered at image_width x image_height and resampled to its size. "": all
+    # views image_height x image_width. (A string: a ROS parameter cannot default to an empty list.)
+    view_sizes: str = ""
     physics_rate_hz: float = 480.0  # also the wrench rate
     camera_rate_hz: float = 30.0
     joint_state_rate_hz: float = 100.0
@@ -62,6 +66,22 @@ class SimRobotConfig:
             if not getattr(self, name) > 0:
                 raise ValueError(f"{name} must be positive, got {getattr(self, name)}")
         self.events  # validates the event parameters, each error naming its field
+        sizes = self.camera_sizes
+        if sizes and len(sizes) != self.num_views:
+            raise ValueError(f"view_sizes {self.view_sizes!r}: {len(sizes)} sizes for num_views={self.num_views}")
+
+    @property
+    def camera_sizes(self) -> tuple[tuple[int, int], ...]:
+        """(height, width) per view from view_sizes; () when every view has the image size."""
+        if not self.view_sizes:
+            return ()
+        try:
+            sizes = tuple(tuple(int(x) for x in part.strip().lower().split("x")) for part in self.view_sizes.split(","))
+        except ValueError:
+            sizes = ((0,),)
+        if any(len(hw) != 2 or min(hw) < 1 for hw in sizes):
+            raise ValueError(f"view_sizes {self.view_sizes!r}: expected 'HxW' per view, comma separated")
+        return sizes
 
     @property
     def events(self) -> EventConfig:
@@ -251,6 +271,8 @@ class SimRobotRuntime:
             self.published["joint_states"] += 1
         if self._rates["camera"].due(now):
             out.images = self.renderer.render(snap)
+            if self.cfg.camera_sizes:
+                out.images = [_resampled(img, hw) for img, hw in zip(out.images, self.cfg.camera_sizes)]
             self.published["camera"] += 1
         changed = self._subtask_changed and now - self._status_at >= self.cfg.subtask_status_min_interval_s
         if self._rates["status"].due(now) or self._status_dirty or changed:
@@ -300,3 +322,13 @@ class SimRobotRuntime:
             subtask=self.subtask or subtask_label(s, self.world.scene), scene=scene_description(s, self.world.scene),
             intruder=bool(s.intruder_present), progress=s.progress, failure=s.failure, subgoal=subgoal_text(s),
             objects=[[round(float(v), 5) for v in p] for p in s.objects], held=int(s.held))
+
+
+def _resampled(img: np.ndarray, hw: tuple[int, int]) -> np.ndarray:
+    """A view as a camera of another resolution sees it (area when shrinking, bilinear growing)."""
+    import cv2
+
+    if img.shape[:2] == hw:
+        return img
+    shrink = hw[0] * hw[1] < img.shape[0] * img.shape[1]
+    return cv2.resize(img, (hw[1], hw[0]), interpolation=cv2.INTER_AREA if shrink else cv2.INTER_LINEAR)

@@ -1,4 +1,5 @@
 """Message conversions (no DDS needed: they are pure functions over generated message types)."""
+import dataclasses
 import math
 
 import numpy as np
@@ -176,3 +177,18 @@ def test_trajectory_round_trip_and_validation():
         msg_to_plan(JointTrajectory(joint_names=["a"], points=[JointTrajectoryPoint(positions=[math.inf])]), 0.0)
     with pytest.raises(TrajectoryMessageError, match="positions"):
         msg_to_plan(JointTrajectory(joint_names=["a", "b"], points=[JointTrajectoryPoint(positions=[0.0])]), 0.0)
+
+
+def test_registration_round_trip_carries_each_cameras_size():
+    from physai_ros.protocol.registration import RobotRegistration
+    from physai_ros.ros.codecs.registration import registration_from_request, registration_to_request
+
+    reg = RobotRegistration(robot_id="arm", task_id="t", robot_namespace="/arm", prompt="p",
+                            camera_topics=("wrist", "top"), num_views=2, image_height=96, image_width=128,
+                            joint_names=("a", "b"), state_dim=2, action_dim=2, control_period=0.1,
+                            view_sizes=((96, 128), (128, 96)))
+    back = registration_from_request(registration_to_request(reg))
+    assert back == reg and back.view_size(1) == (128, 96)
+    same = dataclasses.replace(reg, view_sizes=())  # one size for all: nothing extra on the wire
+    req = registration_to_request(same)
+    assert list(req.view_heights) == [] and registration_from_request(req).view_size(1) == (96, 128)

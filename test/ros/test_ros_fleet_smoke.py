@@ -10,10 +10,12 @@ import time
 
 import cv2
 import pytest
+import yaml
 
 from physai_ros.fleet.cli import build_fleet, fleet_env, parse_args
 from physai_ros.fleet.processes import ProcessSpec
 from physai_ros.monitoring.robot_health import TIMING_REASONS
+from physai_ros.serving.config import default_fleet_path
 
 from machine_load import scaled
 from ros_rig import wait_for
@@ -156,3 +158,26 @@ def test_fleet_default_serves_robots_through_the_policy_server(tmp_path):
                     "refused_inputs", "tasks_completed"):
             assert key in r, (key, r)
         assert r["rounds"] > 0 and r["chunks_executed"] > 0, r
+
+
+def test_a_robot_whose_cameras_differ_in_size_is_served_over_dds(tmp_path):
+    """fleet.yaml `cameras: [{topic, height, width}]` end to end through real processes: the sim
+    robot publishes a 96x128 and a 128x96 view, the client registers both sizes, the server
+    accepts every observation and the controller executes the chunks."""
+    doc = yaml.safe_load(default_fleet_path().read_text())
+    doc["robots"] = [dict(doc["robots"][0], cameras=[
+        {"topic": "camera_0/image_raw", "height": 96, "width": 128},
+        {"topic": "camera_1/image_raw", "height": 128, "width": 96}])]
+    fleet = tmp_path / "fleet.yaml"
+    fleet.write_text(yaml.safe_dump(doc))
+    summary = tmp_path / "summary.json"
+    cmd = [sys.executable, "-m", "physai_ros.fleet", "--fleet", str(fleet), "--duration", "15",
+           "--summary-json", str(summary), "--contact-sheet", str(tmp_path / "s.png"),
+           "--log-dir", str(tmp_path / "logs")]
+    out = subprocess.run(cmd, capture_output=True, timeout=300, env=dict(os.environ))
+    text = out.stdout.decode(errors="replace") + out.stderr.decode(errors="replace")
+    assert out.returncode == 0, text[-4000:]
+    [robot] = json.loads(summary.read_text())["robots"]
+    assert robot["rounds"] > 0 and robot["chunks_executed"] > 0, robot
+    assert robot["refused_inputs"] == 0, robot
+    assert "views 96x128,128x96" in (tmp_path / "logs" / "robot_0__sim_robot.log").read_text()

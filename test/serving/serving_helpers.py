@@ -15,8 +15,7 @@ def make_obs(robot, round_id, stamp=None, **kw):
     fields = dict(
         robot_id=robot.id, task_id=robot.task.name, round_id=round_id,
         stamp=time.time() if stamp is None else stamp,
-        images=tuple(make_image(robot.image_height, robot.image_width, seed=round_id + v)
-                     for v in range(robot.num_views)),
+        images=tuple(make_image(*robot.camera_size(v), seed=round_id + v) for v in range(robot.num_views)),
         state=np.linspace(-0.5, 0.5, len(robot.joints)).astype(np.float32),
         wrench=np.zeros(6, np.float32), wrench_stamp=0.0, prompt=robot.task.prompt,
         exec_phase_start=0.0, actions_remaining=0, control_period=robot.task.action_period_s,

@@ -4,11 +4,13 @@ import time
 
 import numpy as np
 import pytest
+import yaml
 
 from physai_ros.protocol.chunk import STATUS_ERROR, STATUS_OK, STATUS_REFUSED
 from physai_ros.protocol.observation import ImageData
 from physai_ros.serving import validation as V
 from physai_ros.serving.client_core import RobotClientCore
+from physai_ros.serving.config import default_fleet_path, parse_fleet
 from physai_ros.serving.factory import build_core
 
 from serving_helpers import make_image, make_obs
@@ -198,3 +200,29 @@ def test_warm_up_runs_every_engine_instance(core):
     calls = core.engines["engine_0"].engine.stats.calls
     assert core.warm_up(views=2) > 0
     assert core.engines["engine_0"].engine.stats.calls == calls + 1
+
+
+def test_a_robot_whose_cameras_differ_in_size_is_served_and_each_view_checked(fleet):
+    """fleet.yaml `cameras: [{topic, height, width}]`: a 96x128 wrist view beside a 128x96 top
+    view registers (the sizes travel per view), is served, and a view of the other's size is
+    refused naming the view and its own registered size."""
+    doc = yaml.safe_load(default_fleet_path().read_text())
+    doc["robots"] = [dict(doc["robots"][0], cameras=[
+        {"topic": "wrist/image_raw", "height": 96, "width": 128},
+        {"topic": "top/image_raw", "height": 128, "width": 96}])]
+    arm = parse_fleet(doc).robots[0]
+    assert arm.camera_topics == ("wrist/image_raw", "top/image_raw")
+    assert [arm.camera_size(i) for i in range(2)] == [(96, 128), (128, 96)]
+    core = build_core(_patient(dataclasses.replace(fleet, robots=(arm,))), instance_id="views")
+    reg = RobotClientCore(arm).registration()
+    assert reg.view_sizes == ((96, 128), (128, 96))
+    assert core.register(reg).accepted
+    assert core.submit(make_obs(arm, 1)) == []
+    chunks = drain(core)
+    assert [c.status for c in chunks] == [STATUS_OK]
+    swapped = make_obs(arm, 2, images=(make_image(128, 96), make_image(96, 128)))
+    refused = core.submit(swapped)
+    assert [c.status for c in refused] == [STATUS_REFUSED]
+    assert refused[0].error == f"{V.IMAGE_SIZE}: view 0: 128x96, registered 96x128"
+    bad = dataclasses.replace(reg, robot_id="robot_9", view_sizes=((96, 128),))
+    assert "1 view sizes for num_views=2" in core.register(bad).reason

@@ -17,6 +17,8 @@ def registration_to_request(reg: RobotRegistration) -> RegisterRobot.Request:
     req.control_period, req.streaming = float(reg.control_period), bool(reg.streaming)
     req.last_round_id = int(reg.last_round_id)
     req.client_session = reg.client_session
+    req.view_heights = [h for h, _ in reg.view_sizes]
+    req.view_widths = [w for _, w in reg.view_sizes]
     return req
 
 
@@ -28,7 +30,8 @@ def registration_from_request(req: RegisterRobot.Request) -> RobotRegistration:
         joint_names=tuple(req.joint_names), state_dim=int(req.state_dim),
         action_dim=int(req.action_dim), control_period=float(req.control_period),
         streaming=bool(req.streaming), last_round_id=int(req.last_round_id),
-        client_session=req.client_session)
+        client_session=req.client_session,
+        view_sizes=tuple(zip((int(h) for h in req.view_heights), (int(w) for w in req.view_widths))))
 
 
 def result_to_response(res: RegistrationResult, response: RegisterRobot.Response) -> RegisterRobot.Response:
