@@ -19,6 +19,7 @@ from safetensors.numpy import save_file
 
 STATE, ACTION = "observation.state", "action"
 CAMERA = "observation.images.base_0_rgb"
+WRIST_CAMERA = "observation.images.left_wrist_0_rgb"  # two cameras, as the demo fleet's robot_0 has
 # A 0.3.2 PI0Config has these (and not 0.6.1's); and the reverse.
 CONFIG_03 = {"num_steps": 10, "proj_width": 1024, "resize_imgs_with_padding": [224, 224]}
 CONFIG_04 = {"num_inference_steps": 10, "paligemma_variant": "gemma_2b", "action_expert_variant": "gemma_300m",
@@ -39,13 +40,15 @@ def dataset_stats(state_dim: int = 3, action_dim: int = 2, seed: int = 0) -> dic
         out[name] = {"mean": f32((lo + hi) / 2), "std": f32(rng.uniform(0.1, 2, dim)), "min": lo, "max": hi,
                      "q01": q[0], "q10": q[1], "q50": q[2], "q90": q[3], "q99": q[4],
                      "count": np.array([1000], np.int64)}
-    out[CAMERA] = {"mean": f32(np.full((3, 1, 1), 0.5)), "std": f32(np.full((3, 1, 1), 0.25)),
-                   "min": f32(np.zeros((3, 1, 1))), "max": f32(np.ones((3, 1, 1)))}
+    for cam in (CAMERA, WRIST_CAMERA):
+        out[cam] = {"mean": f32(np.full((3, 1, 1), 0.5)), "std": f32(np.full((3, 1, 1), 0.25)),
+                    "min": f32(np.zeros((3, 1, 1))), "max": f32(np.ones((3, 1, 1)))}
     return out
 
 
 def features(state_dim: int = 3, action_dim: int = 2) -> tuple[dict, dict]:
-    inputs = {CAMERA: {"type": "VISUAL", "shape": [3, 224, 224]}, STATE: {"type": "STATE", "shape": [state_dim]}}
+    inputs = {CAMERA: {"type": "VISUAL", "shape": [3, 224, 224]}, WRIST_CAMERA: {"type": "VISUAL", "shape": [3, 224, 224]},
+              STATE: {"type": "STATE", "shape": [state_dim]}}
     return inputs, {ACTION: {"type": "ACTION", "shape": [action_dim]}}
 
 

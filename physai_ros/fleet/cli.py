@@ -98,8 +98,9 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
             from physai_ros.fleet.plan import check_sim
 
             check_sim(cfg)
-            # Before any process starts: a missing checkpoint is named now, not a minute later.
-            check_server_files(cfg)
+            # Before any process starts: a missing checkpoint is named now, not a minute later
+            # (the robots that will run: --robots may run fewer than the file lists).
+            check_server_files(cfg.with_num_robots(args.robots))
             check_keystore(cfg.with_num_robots(args.robots))
     except (FleetConfigError, ServerFilesError, InstallLayoutError, KeystoreError) as e:
         ap.exit(2, f"physai-fleet: error: {e}\n")

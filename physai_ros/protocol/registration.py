@@ -29,6 +29,8 @@ class RobotRegistration:
     client_session: str = ""
     # (height, width) of each view when the robot's cameras differ; empty: all image_height x image_width.
     view_sizes: tuple[tuple[int, int], ...] = ()
+    # The checkpoint image feature each view feeds; empty: the checkpoint's cameras in its order.
+    camera_features: tuple[str, ...] = ()
 
     def view_size(self, i: int) -> tuple[int, int]:
         """(height, width) registered for view i."""

@@ -22,7 +22,7 @@ from .postprocess import decide_horizon
 from .preprocess import image_to_rgb, to_model_pixels
 from .prompt_builder import PromptStyle
 from .tokenizer import PromptTokenizer
-from .validation import Refusal
+from .validation import Refusal, camera_slots
 
 
 
@@ -30,12 +30,13 @@ class ActionModelRunner:
     component = ACTION
 
     def __init__(self, model_config: Any, tokenizer: PromptTokenizer, normalizer: Normalizer | None = None,
-                 prompt_style: PromptStyle | None = None):
+                 prompt_style: PromptStyle | None = None, cameras: tuple[str, ...] = ()):
         if tokenizer.max_len > model_config.max_tokens or tokenizer.vocab_size > model_config.vocab_size:
             raise ValueError(
                 f"tokenizer ({tokenizer.vocab_size} ids, {tokenizer.max_len} tokens) does not fit the "
                 f"model (vocab {model_config.vocab_size}, max_tokens {model_config.max_tokens})")
         self.model_config = model_config
+        self.cameras = cameras  # a LeRobot checkpoint's image features, in the order its model reads them
         self.tokenizer = tokenizer
         self.normalizer = normalizer or Normalizer()
         self.image_size = model_config.vision.image_size
@@ -80,12 +81,18 @@ class ActionModelRunner:
         from physai_ros.engine.types import EngineInput
 
         s = self.image_size
+        views = obs.images
+        if reg is not None and reg.camera_features:  # into the checkpoint's camera order
+            slots = camera_slots(reg.camera_features, len(views), self.cameras)
+            if isinstance(slots, str):
+                raise ValueError(f"cameras: {slots}")
+            views = tuple(views[slots.index(k)] for k in range(len(views)))
         if self.prompt_style.verbatim:
             images = tuple(torch.from_numpy(np.ascontiguousarray(image_to_rgb(im.array(), im.encoding).transpose(2, 0, 1)))
-                           for im in obs.images)
+                           for im in views)
         else:
-            imgs = np.empty((len(obs.images), 3, s, s), dtype=np.uint8)
-            for i, im in enumerate(obs.images):
+            imgs = np.empty((len(views), 3, s, s), dtype=np.uint8)
+            for i, im in enumerate(views):
                 to_model_pixels(image_to_rgb(im.array(), im.encoding), s, out=imgs[i])
             images = torch.from_numpy(imgs)
         enc = self.tokens(obs.prompt or reg.prompt, obs.state)

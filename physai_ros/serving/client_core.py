@@ -168,7 +168,8 @@ class RobotClientCore:
             image_height=r.image_height, image_width=r.image_width, joint_names=r.joints,
             state_dim=len(r.joints), action_dim=len(r.joints),
             control_period=self.task.action_period_s, last_round_id=self.round_id,
-            client_session=self.session, view_sizes=r.camera_sizes)
+            client_session=self.session, view_sizes=r.camera_sizes,
+            camera_features=r.camera_features)
 
     def on_registered(self, result: RegistrationResult) -> None:
         self._want_register = False

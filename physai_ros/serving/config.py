@@ -84,6 +84,8 @@ class RobotConfig:
     # (height, width) of each camera when they differ (`cameras: [{topic, height, width}, ...]`);
     # empty: every camera is image_height x image_width.
     camera_sizes: tuple[tuple[int, int], ...] = ()
+    # The checkpoint image feature each camera feeds (`cameras: [{topic, feature}]`); (): in order.
+    camera_features: tuple[str, ...] = ()
 
     @property
     def num_views(self) -> int:
@@ -279,7 +281,8 @@ def _parse_robot(i: int, d: Any, tasks: Mapping[str, TaskConfig]) -> RobotConfig
             f"sensor_msgs/Image only)")
     image_height = integer(d.get("image_height", 224), join_key(path, "image_height"), 1)
     image_width = integer(d.get("image_width", 224), join_key(path, "image_width"), 1)
-    topics, sizes = _cameras(required(d, "cameras", path), join_key(path, "cameras"), (image_height, image_width))
+    topics, sizes, features = _cameras(required(d, "cameras", path), join_key(path, "cameras"),
+                                       (image_height, image_width))
     return RobotConfig(
         id=rid,
         namespace=ns,
@@ -288,6 +291,7 @@ def _parse_robot(i: int, d: Any, tasks: Mapping[str, TaskConfig]) -> RobotConfig
         image_height=image_height,
         image_width=image_width,
         camera_sizes=sizes if len(set(sizes)) > 1 or sizes[0] != (image_height, image_width) else (),
+        camera_features=features,
         wrench_topic=string(d.get("wrench_topic", WRENCH_TOPIC), join_key(path, "wrench_topic")),
         joint_states_topic=string(d.get("joint_states_topic", JOINT_STATES_TOPIC),
                                 join_key(path, "joint_states_topic")),
@@ -299,23 +303,30 @@ def _parse_robot(i: int, d: Any, tasks: Mapping[str, TaskConfig]) -> RobotConfig
     )
 
 
-def _cameras(v: Any, path: str, default: tuple[int, int]) -> tuple[tuple[str, ...], tuple[tuple[int, int], ...]]:
-    """`cameras:` (1..3, unique topics): topic strings, or {topic, height, width} for a camera of
-    its own size (height and width default to the robot's image_height / image_width)."""
+def _cameras(v: Any, path: str, default: tuple[int, int]
+             ) -> tuple[tuple[str, ...], tuple[tuple[int, int], ...], tuple[str, ...]]:
+    """`cameras:` (1..3, unique topics): topic strings, or {topic, height, width, feature} for a
+    camera of its own size (height and width default to the robot's image_height / image_width)
+    and the checkpoint image feature it feeds (every camera names one, or none does)."""
     if not isinstance(v, list):
         strings(v, path, 1, 3)  # raises its "expected a list of non-empty strings"
-    topics, sizes = [], []
+    topics, sizes, features = [], [], []
     for i, cam in enumerate(v):
         key = f"{path}[{i}]"
         if not isinstance(cam, dict):
             topics.append(cam)  # strings() below says what is wrong with a non-string
             sizes.append(default)
             continue
-        no_unknown(cam, {"topic", "height", "width"}, key)
+        no_unknown(cam, {"topic", "height", "width", "feature"}, key)
         topics.append(string(required(cam, "topic", key), join_key(key, "topic")))
         sizes.append((integer(cam.get("height", default[0]), join_key(key, "height"), 1),
                       integer(cam.get("width", default[1]), join_key(key, "width"), 1)))
-    return strings(topics, path, 1, 3), tuple(sizes)
+        if "feature" in cam:
+            features.append(string(cam["feature"], join_key(key, "feature")))
+    if features and len(features) != len(v):
+        raise FleetConfigError(f"{path}: name the checkpoint feature of every camera or of none "
+                               f"({len(features)} of {len(v)} have `feature`)")
+    return strings(topics, path, 1, 3), tuple(sizes), tuple(features)
 
 
 def parse_fleet(doc: Any, source: str = "<memory>") -> FleetConfig:

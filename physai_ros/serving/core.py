@@ -50,21 +50,23 @@ class ServingCore:
                  normalizer: Normalizer | None = None, max_observation_age_s: float = 2.0,
                  instance_id: str | None = None, clock: Callable[[], float] = time.time,
                  allowed_horizon_policies: Sequence[str] = (), max_robots: int | None = None,
-                 robot_idle_release_s: float = 10.0, prompt_style: PromptStyle | None = None):
+                 robot_idle_release_s: float = 10.0, prompt_style: PromptStyle | None = None,
+                 cameras: Sequence[str] = ()):
         """allowed_horizon_policies: the `package.module:Class` policies a robot may name (the
         ones fleet.yaml's tasks configure); any other class name is refused, never imported.
-        max_robots / robot_idle_release_s: admission (serving.registry)."""
+        max_robots / robot_idle_release_s: admission (serving.registry). cameras: a LeRobot
+        checkpoint's image features in its order, each robot's views matched to them by name."""
         self.pool = InstancePool(engines)
         self.engines = self.pool.slots
         self.events, self.failover = self.pool.events, self.pool.failover
         cfg = engines[0].engine.config
         self.model_config = cfg
-        self.action_runner = ActionModelRunner(cfg, tokenizer, normalizer, prompt_style)
+        self.action_runner = ActionModelRunner(cfg, tokenizer, normalizer, prompt_style, tuple(cameras))
         self.runners = {ACTION: self.action_runner}
         self.rtc = RtcPlanner({})  # real-time chunking per task (docs/rtc.md); the factory sets it
         self.language = None  # serving.language_stream.LanguageStream: enable_language sets it
         self.factory = None  # serving.factory_runtime.FactoryRuntime: apply_factory sets it
-        self.limits = ModelLimits(cfg.max_views, cfg.max_state_dim, cfg.max_action_dim)
+        self.limits = ModelLimits(cfg.max_views, cfg.max_state_dim, cfg.max_action_dim, tuple(cameras))
         self.instance_id = instance_id or uuid.uuid4().hex[:12]
         self.registry = RobotRegistry(self.limits, self.instance_id, max_observation_age_s,
                                       allowed_horizon_policies, max_robots, robot_idle_release_s)

@@ -14,7 +14,7 @@ from .instances import EngineSlot, default_profile
 from .language_config import LanguageServerConfig
 from .language_stream import LanguageStream
 from .normalizer import Normalizer
-from .preflight import checkpoint_dir
+from .preflight import checkpoint_cameras, checkpoint_dir
 from .rtc_planner import RtcPlanner
 from .prompt_builder import PromptStyle, prompt_style_for
 from .server_config import RemoteEngineConfig
@@ -124,6 +124,7 @@ def build_core(cfg: FleetConfig, instance_id: str | None = None,
     core = ServingCore(
         engines=slots,
         prompt_style=style,
+        cameras=checkpoint_cameras(checkpoint_dir(cfg)),
         scheduler=make_scheduler(cfg.server.scheduler, **cfg.server.scheduler_params),
         tokenizer=tokenizer,
         normalizer=normalizer,

@@ -13,12 +13,13 @@ import os
 from pathlib import Path
 
 from physai_ros.config_fields import FleetConfigError
-from physai_ros.engine.checkpoint_format import CheckpointError, detect_format
+from physai_ros.engine.checkpoint_format import PHYSAI, CheckpointError, detect_format
 from physai_ros.errors import UserInputError
 
 from .component_backends import check_component_models
 from .config import FleetConfig, fleet_dir, resolve_package_path, tokenizer_path
 from .normalizer import Normalizer
+from .validation import camera_slots
 
 # A LeRobot checkpoint directory: config.json plus one file of weights or a shard index.
 CHECKPOINT_CONFIG = "config.json"
@@ -132,6 +133,11 @@ def check_server_files(cfg: FleetConfig) -> None:
                 f"tasks.{streaming[0]}.mode: streaming needs a pi0 checkpoint (the streaming action expert "
                 f"is built for pi0's state token); {key} {ckpt} is {fmt.policy_type}: set `mode: chunked` "
                 f"for {', '.join(streaming)} or remove {'it' if len(streaming) == 1 else 'them'}")
+        cameras = checkpoint_cameras(ckpt)
+        for i, robot in enumerate(cfg.robots):
+            why = camera_slots(robot.camera_features, robot.num_views, cameras)
+            if isinstance(why, str):
+                raise ServerFilesError(f"robots[{i}].cameras ({robot.id}): {why}; {key} {ckpt}")
     tok = tokenizer_path(cfg)
     why = _readable(tok)
     if why:
@@ -141,6 +147,23 @@ def check_server_files(cfg: FleetConfig) -> None:
         check_component_models(cfg)
     except FleetConfigError as e:
         raise ServerFilesError(f"{e}{where}") from None
+
+
+def checkpoint_cameras(ckpt: Path | None) -> tuple[str, ...]:
+    """A LeRobot checkpoint's cameras: its VISUAL input features in config.json's order (the
+    order its policy reads them); () for our own checkpoints (views in the robot's order) or a
+    preset model."""
+    if ckpt is None:
+        return ()
+    import json
+
+    try:
+        if detect_format(ckpt).family == PHYSAI:
+            return ()
+        features = json.loads((ckpt / CHECKPOINT_CONFIG).read_text()).get("input_features") or {}
+        return tuple(name for name, spec in features.items() if isinstance(spec, dict) and spec.get("type") == "VISUAL")
+    except (OSError, ValueError, CheckpointError) as e:
+        raise ServerFilesError(f"{ckpt / CHECKPOINT_CONFIG}: {e}") from None
 
 
 def _weight_files(weights: Path) -> list[Path]:

@@ -59,6 +59,39 @@ class ModelLimits:
     max_views: int
     max_state_dim: int
     max_action_dim: int
+    # A LeRobot checkpoint's cameras (its VISUAL input features, in its order); (): any views.
+    cameras: tuple[str, ...] = ()
+
+
+IMAGE_FEATURE_PREFIX = "observation.images."
+
+
+def camera_slots(named: tuple[str, ...], num_views: int, cameras: tuple[str, ...]) -> tuple[int, ...] | str:
+    """Which of the checkpoint's `cameras` each view feeds (view i -> slot), or why they do not
+    match. Every camera of the checkpoint gets exactly one view: a camera named that the
+    checkpoint lacks, one of its cameras no view feeds, or an unnamed set of another size is an
+    error (LeRobot would ignore the extra one and pad the missing one: a policy run blind on a
+    camera it was trained with). Names may drop the `observation.images.` prefix."""
+    if not cameras:
+        return tuple(range(num_views))
+    have = ", ".join(cameras)
+    if not named:
+        if num_views != len(cameras):
+            return (f"{num_views} camera(s), the checkpoint has {len(cameras)} ({have}): name the feature each "
+                    "camera feeds (fleet.yaml cameras: [{topic, feature}])")
+        return tuple(range(num_views))
+    full = tuple(n if n.startswith(IMAGE_FEATURE_PREFIX) else IMAGE_FEATURE_PREFIX + n for n in named)
+    if len(full) != num_views:
+        return f"{len(full)} camera feature(s) for {num_views} view(s)"
+    unknown = [n for n in full if n not in cameras]
+    if unknown:
+        return f"camera feature {unknown[0]!r} is not one of the checkpoint's ({have})"
+    if len(set(full)) != len(full):
+        return f"camera features {list(named)}: each camera feeds a different feature"
+    missing = [c for c in cameras if c not in full]
+    if missing:
+        return f"no camera feeds the checkpoint's {', '.join(missing)} (it has {have})"
+    return tuple(cameras.index(n) for n in full)
 
 
 def check_registration(reg: RobotRegistration, limits: ModelLimits) -> Refusal | None:
@@ -77,6 +110,9 @@ def check_registration(reg: RobotRegistration, limits: ModelLimits) -> Refusal |
         return bad(f"num_views={reg.num_views}, the model takes 1..{limits.max_views}")
     if reg.image_height < 1 or reg.image_width < 1:
         return bad(f"image size {reg.image_height}x{reg.image_width} is empty")
+    slots = camera_slots(reg.camera_features, reg.num_views, limits.cameras)
+    if isinstance(slots, str):
+        return bad(slots)
     if reg.view_sizes and len(reg.view_sizes) != reg.num_views:
         return bad(f"{len(reg.view_sizes)} view sizes for num_views={reg.num_views}")
     if any(h < 1 or w < 1 for h, w in reg.view_sizes):

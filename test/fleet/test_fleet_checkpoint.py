@@ -59,6 +59,7 @@ def test_fleet_yaml_accepts_a_lerobot_04_directory_and_names_missing_statistics(
     doc["server"]["model"]["checkpoint"] = "ckpt"  # relative to the fleet file
     for task in doc["tasks"].values():  # the streaming expert is pi0-only
         task.pop("mode", None)
+    doc["robots"] = doc["robots"][:2]  # two cameras each, as the checkpoint has (robot_2 has one)
     fleet = tmp_path / "fleet.yaml"
     fleet.write_text(yaml.safe_dump(doc))
     write_v04(tmp_path / "ckpt", policy="pi05")

@@ -19,6 +19,7 @@ def registration_to_request(reg: RobotRegistration) -> RegisterRobot.Request:
     req.client_session = reg.client_session
     req.view_heights = [h for h, _ in reg.view_sizes]
     req.view_widths = [w for _, w in reg.view_sizes]
+    req.camera_features = list(reg.camera_features)
     return req
 
 
@@ -31,7 +32,8 @@ def registration_from_request(req: RegisterRobot.Request) -> RobotRegistration:
         action_dim=int(req.action_dim), control_period=float(req.control_period),
         streaming=bool(req.streaming), last_round_id=int(req.last_round_id),
         client_session=req.client_session,
-        view_sizes=tuple(zip((int(h) for h in req.view_heights), (int(w) for w in req.view_widths))))
+        view_sizes=tuple(zip((int(h) for h in req.view_heights), (int(w) for w in req.view_widths))),
+        camera_features=tuple(req.camera_features))
 
 
 def result_to_response(res: RegistrationResult, response: RegisterRobot.Response) -> RegisterRobot.Response:
