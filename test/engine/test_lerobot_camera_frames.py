@@ -137,3 +137,28 @@ def test_frames_of_one_size_are_resized_together_without_changing_a_value():
     boxed = together[0][0]  # 48x64 -> 42x56, rows 7..48: black (-1) above and below
     assert torch.all(boxed[:, :7] == -1) and torch.all(boxed[:, 49:] == -1)
     assert not torch.equal(boxed, torch.round((boxed + 1) * 127.5) / 127.5 - 1)  # not rounded to bytes
+
+
+def test_a_png_camera_reaches_the_engine_as_the_picture_itself():
+    """CompressedImage png (lossless): the robot client's decoding gives the picture's exact bytes,
+    so the live comparison above holds for it too. (jpeg is lossy: LeRobot's own decoder of the
+    same file was not compared.)"""
+    import cv2
+    from sensor_msgs.msg import CompressedImage
+
+    from physai_ros.ros.codecs.observation import compressed_image_data
+
+    rgb = picture(np.random.default_rng(5), (120, 160), "rgb8")
+    ok, buf = cv2.imencode(".png", rgb[..., ::-1])
+    assert ok
+    msg = CompressedImage(format="png", data=buf.tobytes())
+    eng = Pi0Engine.from_lerobot_checkpoint(FIXTURE / "pi05")
+    style = prompt_style_for(eng.config.policy, eng.checkpoint_format.family)
+    runner = ActionModelRunner(eng.config, PromptTokenizer(FIXTURE / "tokenizer" / "tokenizer.json",
+                                                           eng.config.max_tokens, verbatim=style.verbatim),
+                               Normalizer.from_checkpoint(FIXTURE / "pi05"), style)
+    spec = MANIFEST["checkpoints"]["pi05"]
+    obs = observation(0, [compressed_image_data(msg), image(rgb, "rgb8")], np.zeros(spec["state_dim"], np.float32))
+    x = runner.prepare(obs, None)
+    assert torch.equal(x.images[0], torch.from_numpy(rgb).permute(2, 0, 1))
+    assert torch.equal(x.images[0], x.images[1])
