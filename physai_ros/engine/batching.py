@@ -30,12 +30,14 @@ def model_pixels(images: torch.Tensor) -> torch.Tensor:
     return images.to(torch.float32).mul_(_PIXEL_SCALE.to(images.device)).sub_(1.0)
 
 
-def model_space_views(inputs: List[EngineInput], size: int) -> List[torch.Tensor]:
-    """Each input's views as float32 [V, 3, size, size] in [-1, 1] on the CPU, as collate()
-    makes them (raw frames resized as LeRobot does, bytes scaled), for a message or a process."""
+def model_space_views(inputs: List[EngineInput], size: int, device="cpu") -> List[torch.Tensor]:
+    """Each input's views as float32 [V, 3, size, size] in [-1, 1] on `device`, as collate()
+    makes them: raw frames resized as LeRobot does (one call per frame size across the inputs),
+    bytes scaled, floats as they are."""
     raw = [i for i, x in enumerate(inputs) if isinstance(x.images, tuple)]
-    frames = dict(zip(raw, robots_model_pixels([inputs[i].images for i in raw], size, "cpu")))
-    return [frames[i] if i in frames else model_pixels(x.images).float().cpu() for i, x in enumerate(inputs)]
+    frames = dict(zip(raw, robots_model_pixels([inputs[i].images for i in raw], size, device)))
+    return [frames[i] if i in frames else model_pixels(x.images.to(device)).to(torch.float32)
+            for i, x in enumerate(inputs)]
 
 
 @dataclass
@@ -67,9 +69,13 @@ def collate(
     nv = num_views or max(len(x.images) for x in inputs)
     nl = num_tokens or max(x.tokens.shape[0] for x in inputs)
     s = config.vision.image_size
-    raw = [i for i, x in enumerate(inputs) if isinstance(x.images, tuple)]
-    if raw:  # raw camera frames (LeRobot checkpoints): resized as LeRobot does, on the device
-        return _collate_frames(inputs, raw, config, device, dtype, generator, nv, nl)
+    if any(isinstance(x.images, tuple) for x in inputs):
+        # Raw camera frames (LeRobot checkpoints): resized as LeRobot does, on the device;
+        # missing view slots exactly 0, as on the byte path.
+        images = torch.zeros(b, nv, 3, s, s, dtype=torch.float32, device=device)
+        for i, views in enumerate(model_space_views(inputs, s, device)):
+            images[i, :len(views)] = views
+        return _with_the_rest(images.to(dtype), inputs, config, device, generator, nv, nl)
     as_bytes = all(x.images.dtype == torch.uint8 for x in inputs)
     images = torch.zeros(b, nv, 3, s, s, dtype=torch.uint8 if as_bytes else dtype)
     for i, x in enumerate(inputs):
@@ -108,16 +114,3 @@ def _with_the_rest(images: torch.Tensor, inputs, config: Pi0Config, device, gene
     return Batch(images=images, image_masks=image_masks.to(device), tokens=tokens.to(device),
                  token_mask=token_mask.to(device), state=state.to(device), noise=noise.to(device))
 
-
-def _collate_frames(inputs, raw: List[int], config: Pi0Config, device, dtype, generator, nv: int, nl: int) -> Batch:
-    """collate() for a batch holding raw camera frames: the images are made on the device (frames
-    as LeRobot resizes them; uint8 or float views as model_pixels scales them), missing view
-    slots exactly 0 as on the byte path."""
-    b, s = len(inputs), config.vision.image_size
-    images = torch.zeros(b, nv, 3, s, s, dtype=torch.float32, device=device)
-    for i, views in zip(raw, robots_model_pixels([inputs[i].images for i in raw], s, device)):
-        images[i, :len(views)] = views
-    for i, x in enumerate(inputs):
-        if i not in raw:
-            images[i, :x.images.shape[0]] = model_pixels(x.images.to(device))
-    return _with_the_rest(images.to(dtype), inputs, config, device, generator, nv, nl)
