@@ -114,13 +114,14 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
 def demo_robots(listed: int) -> int:
     """The default demo's robots run on this machine: as many as its cores carry beside the
     server (fleet.startup.robots_that_fit), said when that is fewer than the file lists."""
-    from physai_ros.fleet.startup import available_cores, robots_that_fit
+    from physai_ros.fleet.startup import ROBOT_SIDE_CORES, SERVER_CORES, available_cores, robots_that_fit
 
     cores = available_cores()
     fit = robots_that_fit(cores, listed)
     if fit < listed:
         print(f"physai-fleet: {cores:g} core(s) here: running {fit} of the demo's {listed} simulated robots "
-              f"(each takes ~0.3 of a core beside the server's ~0.8); --robots {listed} runs all", flush=True)
+              f"(each takes ~{ROBOT_SIDE_CORES:g} of a core beside the server's ~{SERVER_CORES:g}); "
+              f"--robots {listed} runs all", flush=True)
     return fit
 
 
