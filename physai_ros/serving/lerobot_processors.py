@@ -311,7 +311,8 @@ def feature_normalization(name: str, ftype: str, shape: tuple[int, ...], mode: s
         if ftype in ("STATE", "ACTION") and a.ndim != 1:
             raise CheckpointError(f"{what}: statistics of shape {list(a.shape)}, expected a vector")
         # Vectors only: image statistics are per channel ((3, 1, 1)), broadcast over the pixels.
-        if len(shape) == 1 and a.ndim == 1 and a.shape[0] < shape[0]:
+        # Either way LeRobot's own normaliser fails to broadcast them at the first observation.
+        if len(shape) == 1 and a.ndim == 1 and a.shape[0] != shape[0]:
             raise CheckpointError(f"{what}: statistics cover {a.shape[0]} values but the feature declares "
                                   f"{shape[0]} (shape {list(shape)})")
     return FeatureNormalization(name, ftype, tuple(shape), mode, picked, float(eps), source)

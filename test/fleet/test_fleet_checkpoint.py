@@ -48,6 +48,16 @@ def test_checkpoint_flag_refusals_exit_2_with_the_reason(tmp_path, capsys):
     assert "physai-fleet: error: server.model.checkpoint" in err
     assert "policy_preprocessor_step_6_normalizer_processor.safetensors: feature 'observation.state'" in err
     assert "statistics mean, std missing" in err
+    d = write_v04(tmp_path / "long_stats", state_dim=6, decl_state_dim=3)
+    assert "statistics cover 6 values but the feature declares 3" in _exit_2(["--checkpoint", str(d)], capsys)
+    d = write_v04(tmp_path / "unknown_step")
+    pre = d / "policy_preprocessor.json"
+    pre.write_text(pre.read_text().replace('"pi0_new_line_processor"', '"my_crop_processor"'))
+    assert "step 2 'my_crop_processor' is not one this server reproduces" in _exit_2(["--checkpoint", str(d)], capsys)
+    d = write_v04(tmp_path / "cut")
+    weights = d / "model.safetensors"
+    weights.write_bytes(weights.read_bytes()[:-4])
+    assert "the file is cut short" in _exit_2(["--checkpoint", str(d)], capsys)
     d = write_v04(tmp_path / "mixed")
     write_v03(tmp_path / "mixed")  # 0.3 buffers into the same directory
     assert "contradictory checkpoint format" in _exit_2(["--checkpoint", str(d)], capsys)

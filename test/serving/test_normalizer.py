@@ -69,6 +69,12 @@ def test_statistics_shorter_than_the_declared_state_are_refused(tmp_path):
         Normalizer.from_checkpoint(write_v04(tmp_path, state_dim=3, decl_state_dim=6))
 
 
+def test_statistics_longer_than_the_declared_state_are_refused(tmp_path):
+    with pytest.raises(CheckpointError, match=r"normalizer_processor\.safetensors: feature 'observation.state' .*"
+                                              "statistics cover 6 values but the feature declares 3"):
+        Normalizer.from_checkpoint(write_v04(tmp_path, state_dim=6, decl_state_dim=3))
+
+
 def test_a_state_longer_than_the_statistics_is_refused_at_run_time(tmp_path):
     n = Normalizer.from_checkpoint(write_v04(tmp_path, state_dim=3))
     with pytest.raises(ValueError, match=r"observation\.state \(statistics from .*normalizer_processor\.safetensors\): "
