@@ -43,3 +43,23 @@ def test_robot_client_with_a_typo_in_the_fleet_file(tmp_path):
     assert out.returncode == 1, text[-3000:]
     assert "cannot start: tasks.reach_goal.fallback: expected one of" in text and "'hodl'" in text
     assert "Traceback" not in text
+
+
+def test_policy_server_with_cut_weights(tmp_path):
+    """A model.safetensors cut short (an interrupted download) stops the node at its start, in one
+    line, before the model loads."""
+    import shutil
+
+    from physai_ros.serving.config import load_fleet
+    from physai_ros.serving.preflight import checkpoint_dir
+
+    ckpt = tmp_path / "ckpt"
+    shutil.copytree(checkpoint_dir(load_fleet(None)), ckpt)
+    weights = ckpt / "model.safetensors"
+    weights.write_bytes(weights.read_bytes()[: weights.stat().st_size // 2])
+    fleet = _fleet(tmp_path, "cut.yaml", lambda d: d["server"]["model"].update(checkpoint=str(ckpt)))
+    out = _node("policy_server", fleet, cwd=tmp_path)
+    text = out.stdout + out.stderr
+    assert out.returncode == 1, text[-3000:]
+    assert f"cannot start: server.model.checkpoint '{ckpt}' (in {fleet}): {weights}: " in text
+    assert "the file is cut short (an interrupted download?)" in text and "Traceback" not in text
