@@ -69,6 +69,24 @@ def _check_len(name: str, got: int, want: int) -> None:
 
 # ---- requests ------------------------------------------------------------------------------
 
+MAX_FRAME_SIDE = 8192  # a camera frame's height or width, at most (a bound on what a request allocates)
+
+
+def _frames(m: EngineBatchRequest, n_views: int) -> tuple:
+    """IMAGES_FRAMES: every view's raw frame, uint8 [3, h, w], in item-major order."""
+    _check_len("frame_heights", len(m.frame_heights), n_views)
+    _check_len("frame_widths", len(m.frame_widths), n_views)
+    sizes = [(int(h), int(w)) for h, w in zip(m.frame_heights, m.frame_widths)]
+    if any(not (1 <= h <= MAX_FRAME_SIDE and 1 <= w <= MAX_FRAME_SIDE) for h, w in sizes):
+        raise BadRequest(f"frame_heights/frame_widths: expected 1..{MAX_FRAME_SIDE} each, got {sizes}")
+    _check_len("images_u8", len(m.images_u8), sum(3 * h * w for h, w in sizes))
+    data, out, at = _np(m.images_u8, np.uint8), [], 0
+    for h, w in sizes:
+        out.append(torch.from_numpy(data[at:at + 3 * h * w].reshape(3, h, w).copy()))
+        at += 3 * h * w
+    return tuple(out)
+
+
 def encode_request(inputs: Sequence[EngineInput], config: Pi0Config, batch_id: str,
                    instance_id: str = "") -> EngineBatchRequest:
     """Validate the inputs against `config` (EngineInputError naming the robot and field, as the
@@ -88,10 +106,16 @@ def encode_request(inputs: Sequence[EngineInput], config: Pi0Config, batch_id: s
     m.batch_id, m.instance_id, m.batch_size = batch_id, instance_id, len(inputs)
     m.image_size = config.vision.image_size
     m.num_views = _u32(len(x.images) for x in inputs)
-    if any(isinstance(x.images, tuple) for x in inputs):
-        # Raw frames of a LeRobot checkpoint (any size per view): made into model pixels here, as
-        # the engine's collation would (engine.camera_frames, the same values), and sent as
-        # floats: the message has one image size. 4x the bytes of the uint8 path.
+    if all(isinstance(x.images, tuple) for x in inputs):
+        # A LeRobot checkpoint's raw frames (any size per view) travel as the robot's bytes with
+        # their sizes; the worker's engine resizes them, as a local engine would.
+        frames = [f for x in inputs for f in x.images]
+        m.frame_heights, m.frame_widths = _u32(f.shape[1] for f in frames), _u32(f.shape[2] for f in frames)
+        q = np.concatenate([f.cpu().numpy().reshape(-1) for f in frames])
+        m.image_encoding, m.images_u8 = EngineBatchRequest.IMAGES_FRAMES, array.array("B", q.tobytes())
+    elif any(isinstance(x.images, tuple) for x in inputs):
+        # Raw frames beside square views (a warm-up beside robots): all as the float pixels the
+        # engine's collation would make of them (engine.camera_frames, the same values).
         views = model_space_views(inputs, config.vision.image_size)
         m.image_encoding, m.images_f32 = EngineBatchRequest.IMAGES_F32, _f32(
             np.concatenate([v.numpy().reshape(-1) for v in views]))
@@ -137,15 +161,21 @@ def decode_request(m: EngineBatchRequest, config: Pi0Config, max_batch: Optional
         raise BadRequest(f"num_tokens: expected 1..{config.max_tokens} per item, got {lengths}")
     per_view = 3 * s * s
     n_px = sum(views) * per_view
-    if m.image_encoding == EngineBatchRequest.IMAGES_U8:
+    frames = None
+    if m.image_encoding == EngineBatchRequest.IMAGES_FRAMES:
+        frames = _frames(m, sum(views))
+    elif m.frame_heights or m.frame_widths:
+        raise BadRequest("frame_heights/frame_widths: only with image_encoding IMAGES_FRAMES")
+    elif m.image_encoding == EngineBatchRequest.IMAGES_U8:
         _check_len("images_u8", len(m.images_u8), n_px)
         images = _np(m.images_u8, np.uint8)  # stays bytes: the engine scales them
     elif m.image_encoding == EngineBatchRequest.IMAGES_F32:
         _check_len("images_f32", len(m.images_f32), n_px)
         images = _np(m.images_f32, np.float32).copy()
     else:
-        raise BadRequest(f"image_encoding: expected {EngineBatchRequest.IMAGES_U8} (u8) or "
-                         f"{EngineBatchRequest.IMAGES_F32} (f32), got {m.image_encoding}")
+        raise BadRequest(f"image_encoding: expected {EngineBatchRequest.IMAGES_U8} (u8), "
+                         f"{EngineBatchRequest.IMAGES_F32} (f32) or {EngineBatchRequest.IMAGES_FRAMES} (frames), "
+                         f"got {m.image_encoding}")
     _check_len("image_masks", len(m.image_masks), sum(views))
     _check_len("tokens", len(m.tokens), sum(lengths))
     _check_len("token_mask", len(m.token_mask), sum(lengths))
@@ -167,7 +197,8 @@ def decode_request(m: EngineBatchRequest, config: Pi0Config, max_batch: Optional
     for i in range(b):
         v, n = views[i], lengths[i]
         inp = EngineInput(
-            images=torch.from_numpy(images[v0 * per_view:(v0 + v) * per_view].reshape(v, 3, s, s).copy()),
+            images=frames[v0:v0 + v] if frames is not None else
+            torch.from_numpy(images[v0 * per_view:(v0 + v) * per_view].reshape(v, 3, s, s).copy()),
             image_masks=torch.from_numpy(masks[v0:v0 + v].copy()),
             tokens=torch.from_numpy(tokens[t0:t0 + n].copy()),
             token_mask=torch.from_numpy(tmask[t0:t0 + n].copy()),

@@ -50,6 +50,30 @@ def test_raw_camera_frames_travel_as_the_model_pixels_the_local_engine_makes(tin
     assert torch.equal(local.images, remote.images) and torch.equal(local.image_masks, remote.image_masks)
 
 
+def test_a_batch_of_raw_frames_travels_as_the_robots_bytes_with_their_sizes(tiny):
+    """All robots with raw frames (a LeRobot checkpoint's fleet): the bytes and each view's size
+    travel, and the worker rebuilds the very frames; a size that does not fit the bytes, or an
+    absurd one, is refused naming the field."""
+    gen = torch.Generator().manual_seed(2)
+    sizes = [[(48, 64)], [(96, 128), (128, 96)]]
+    inputs = [dataclasses.replace(x, images=tuple(torch.randint(0, 256, (3, h, w), dtype=torch.uint8, generator=gen)
+                                                  for h, w in hw), image_masks=torch.ones(len(hw), dtype=torch.bool))
+              for x, hw in zip(make_inputs(tiny, 2, views=1), sizes)]
+    msg = codec.encode_request(inputs, tiny, "b-4")
+    assert msg.image_encoding == EngineBatchRequest.IMAGES_FRAMES and len(msg.images_f32) == 0
+    assert list(msg.frame_heights) == [48, 96, 128] and list(msg.frame_widths) == [64, 128, 96]
+    assert len(msg.images_u8) == 3 * (48 * 64 + 96 * 128 + 128 * 96)
+    decoded = codec.decode_request(msg, tiny)
+    for x, y in zip(inputs, decoded):
+        assert isinstance(y.images, tuple) and all(torch.equal(a, b) for a, b in zip(x.images, y.images))
+    msg.frame_widths = [64, 128, 95]
+    with pytest.raises(codec.BadRequest, match="images_u8: expected"):
+        codec.decode_request(msg, tiny)
+    msg.frame_widths, msg.frame_heights = [64, 128, 96], [48, 96, 100000]
+    with pytest.raises(codec.BadRequest, match="frame_heights/frame_widths: expected 1..8192"):
+        codec.decode_request(msg, tiny)
+
+
 def test_encode_rejects_bad_inputs_like_the_local_engine(tiny):
     inputs = make_inputs(tiny, 2)
     inputs[1].tokens[0] = tiny.vocab_size
