@@ -198,6 +198,10 @@ def profile_local_engines(core: ServingCore, cfg: FleetConfig,
         return {}
     took = {}
     tokens = p.tokens or core.action_runner.tokenizer.max_len
+    # A LeRobot checkpoint's frames arrive at the cameras' own size and are resized in the engine
+    # call: profile with the fleet's largest camera, so the resize is in the measured latency.
+    frame_size = max((r.camera_size(i) for r in cfg.robots for i in range(r.num_views)),
+                     key=lambda hw: hw[0] * hw[1]) if core.action_runner.prompt_style.verbatim else None
     for slot in core.engines.values():
         if slot.remote:
             continue  # remote: advertised by its worker
@@ -205,12 +209,12 @@ def profile_local_engines(core: ServingCore, cfg: FleetConfig,
         key = profile_cache.profile_key(
             model=cfg.server.model, checkpoint=cfg.server.model.checkpoint, engine_config=slot.engine.config,
             device=cfg.server.device, dtype=cfg.server.torch_dtype, threads=torch.get_num_threads(),
-            measurement=(slot.instance_id, p, min(p.max_batch, slot.max_batch), tokens)) if p.cache else None
+            measurement=(slot.instance_id, p, min(p.max_batch, slot.max_batch), tokens, frame_size)) if p.cache else None
         cached = profile_cache.load(key) if key else None
         if cached is not None:
             slot.profile, path = cached
             with torch.inference_mode():  # the warm-up the measurement would have been
-                slot.engine.infer(synthetic_inputs(slot.engine.config, 1, p.views, tokens))
+                slot.engine.infer(synthetic_inputs(slot.engine.config, 1, p.views, tokens, frame_size=frame_size))
             took[slot.instance_id] = time.perf_counter() - t0
             if progress is not None:
                 progress(f"{slot.instance_id}: latency profile from {path} (measured on this machine "
@@ -225,7 +229,7 @@ def profile_local_engines(core: ServingCore, cfg: FleetConfig,
         with torch.inference_mode():
             slot.profile = measure_profile(
                 slot.engine.infer, slot.engine.config, min(p.max_batch, slot.max_batch), reps=p.reps,
-                views=p.views, tokens=tokens, on_batch=on_batch)
+                views=p.views, tokens=tokens, on_batch=on_batch, frame_size=frame_size)
         took[slot.instance_id] = time.perf_counter() - t0
         if key:
             profile_cache.store(key, slot.profile, took[slot.instance_id])

@@ -15,15 +15,24 @@ from physai_ros.engine.types import EngineInput, Pi0Config
 from physai_ros.scheduler.types import LatencyProfile
 
 
-def synthetic_inputs(config: Pi0Config, batch: int, views: int, tokens: int, seed: int = 0) -> list[EngineInput]:
+def synthetic_inputs(config: Pi0Config, batch: int, views: int, tokens: int, seed: int = 0,
+                     frame_size: tuple[int, int] | None = None) -> list[EngineInput]:
     """Well-formed inputs of a typical shape, as the server sends them (uint8 camera pixels,
-    so the profile includes the engine's pixel scaling); content does not change pi0's compute."""
+    so the profile includes the engine's pixel scaling; with frame_size (h, w), raw frames of that
+    size, as a LeRobot checkpoint's cameras arrive, so it includes their resize too); content does
+    not change pi0's compute."""
     g = torch.Generator().manual_seed(seed)
     s = config.vision.image_size
     views = max(1, min(views, config.max_views))
     tokens = max(1, min(tokens, config.max_tokens))
+
+    def images():
+        if frame_size is None:
+            return torch.randint(0, 256, (views, 3, s, s), generator=g, dtype=torch.uint8)
+        return tuple(torch.randint(0, 256, (3, *frame_size), generator=g, dtype=torch.uint8) for _ in range(views))
+
     return [EngineInput(
-        images=torch.randint(0, 256, (views, 3, s, s), generator=g, dtype=torch.uint8),
+        images=images(),
         image_masks=torch.ones(views, dtype=torch.bool),
         tokens=torch.randint(0, config.vocab_size, (tokens,), generator=g),
         token_mask=torch.ones(tokens, dtype=torch.bool),
@@ -33,7 +42,7 @@ def synthetic_inputs(config: Pi0Config, batch: int, views: int, tokens: int, see
 
 def measure_profile(infer: Callable[[list], object], config: Pi0Config, max_batch: int,
                     reps: int = 3, views: int = 2, tokens: int = 32,
-                    clock: Callable[[], float] = time.perf_counter,
+                    clock: Callable[[], float] = time.perf_counter, frame_size: tuple[int, int] | None = None,
                     on_batch: Callable[[int, int, float], None] | None = None) -> LatencyProfile:
     """Median latency of `reps` timed calls (after one warm-up) at each batch size 1..max_batch.
 
@@ -47,7 +56,7 @@ def measure_profile(infer: Callable[[list], object], config: Pi0Config, max_batc
     lat = []
     with torch.inference_mode():
         for b in range(1, max_batch + 1):
-            batch = synthetic_inputs(config, b, views, tokens, seed=b)
+            batch = synthetic_inputs(config, b, views, tokens, seed=b, frame_size=frame_size)
             infer(batch)  # warm-up: first-call allocations, lazy init
             times = []
             for _ in range(reps):

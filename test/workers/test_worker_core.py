@@ -8,7 +8,7 @@ from physai_ros_interfaces.msg import EngineBatchResult
 from physai_ros.engine.engine import Pi0Engine
 from physai_ros.workers import codec
 from physai_ros.workers.core import WorkerCore
-from physai_ros.workers.profiling import measure_profile
+from physai_ros.workers.profiling import measure_profile, synthetic_inputs
 
 from worker_inputs import make_inputs
 
@@ -37,6 +37,22 @@ def test_measure_profile_counts_calls_and_smooths_noise(tiny):
     prof = measure_profile(lambda b: calls.append(len(b)), tiny, 2, reps=3, clock=lambda: next(ticks))
     assert calls == [1, 1, 1, 1, 2, 2, 2, 2]  # one warm-up then 3 timed calls per size
     assert prof.latencies_s == (1.0, 1.0)  # medians 1 and 0.5, made non-decreasing
+
+
+def test_a_profile_for_raw_frames_runs_the_engine_on_frames_of_that_size(tiny):
+    """A LeRobot checkpoint's profile is measured on raw frames of the fleet's camera size, so the
+    engine's resize is in the latency the scheduler plans with."""
+    seen = []
+
+    def infer(batch):
+        for x in batch:
+            x.validate(tiny)
+            seen.append({tuple(f.shape) for f in x.images})
+
+    measure_profile(infer, tiny, 2, reps=1, views=2, frame_size=(48, 64))
+    assert seen and all(shapes == {(3, 48, 64)} for shapes in seen)
+    eng = Pi0Engine(tiny)
+    assert len(eng.infer(synthetic_inputs(tiny, 2, 2, 8, frame_size=(48, 64)))) == 2
 
 
 def test_served_batch_equals_the_local_engine(core, tiny):
