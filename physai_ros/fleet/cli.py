@@ -292,7 +292,8 @@ def main(argv: list[str] | None = None) -> int:
         # warm-up: ~10 s of one core) stretched to 35-40 s.
         first, robots = server_first(specs, args.scripted)
         group.start_all(first)
-        print(f"physai-fleet: started {len(first)} of {len(specs)} processes for {args.robots} robot(s); "
+        started_what = f"{len(first)} of {len(specs)}" if robots else f"{len(specs)}"
+        print(f"physai-fleet: started {started_what} processes for {args.robots} robot(s); "
               f"running {args.duration:g} s (logs in {args.log_dir})", flush=True)
         capture = None
         if args.record_trace:
