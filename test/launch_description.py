@@ -44,6 +44,7 @@ class LaunchedNode:
     parameters: dict
     ros_arguments: list = field(default_factory=list)
     after_serving: bool = False  # started by the server's serving line, not with the launch
+    prefix: str = ""  # the launch-prefix the node runs under ("setsid" for the server)
 
 
 @dataclass
@@ -98,8 +99,9 @@ def evaluate(mod, **args) -> Evaluated:
         for p in evaluate_parameters(ctx, n._Node__parameters):  # the dicts Node was given
             params.update(p)
         ros_args = [text(a) for a in (n._Node__ros_arguments or [])]
+        prefix = text(n.process_description.prefix)
         return LaunchedNode(namespace, text(n.node_package), text(n.node_executable), text(n._Node__node_name),
-                            params, ros_args, after_serving)
+                            params, ros_args, after_serving, prefix)
 
     def serving_line_answer(handler) -> list:
         """What an event handler starts when the server logs its serving line (and not before)."""
