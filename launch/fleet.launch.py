@@ -15,6 +15,8 @@ nodes start when the server logs that it serves: on a 2-core machine the twelve 
 processes of the default fleet, started with it, took 1.8 cores and stretched the server's
 ~10 s start to 35-40 s.
 """
+import os
+
 from launch import LaunchDescription
 from launch.actions import DeclareLaunchArgument, GroupAction, OpaqueFunction, RegisterEventHandler, Shutdown, \
     TimerAction
@@ -24,17 +26,19 @@ from launch_ros.actions import Node, PushROSNamespace
 
 from physai_ros.fleet.plan import aggregator_spec, robot_specs, server_spec
 from physai_ros.install_paths import default_fleet_file
+from physai_ros.ros.spin import EXIT_WITH_PARENT_ENV
 from physai_ros.serving.config import load_fleet
 from physai_ros.serving.preflight import SERVING_LOG_MARK
 
 PACKAGE = "physai_ros"
 
 
-def _node(spec, name, prefix=None):
+def _node(spec, name, prefix=None, env=None):
     # spec.enclave: fleet.yaml's security.sros2_enclaves (DDS Security where the ROS install has it)
     return Node(package=PACKAGE, executable=spec.executable, name=name, exec_name=spec.executable,
                 parameters=[dict(spec.params)], output="screen", emulate_tty=True,
-                ros_arguments=["--enclave", spec.enclave] if spec.enclave else None, prefix=prefix)
+                ros_arguments=["--enclave", spec.enclave] if spec.enclave else None, prefix=prefix,
+                additional_env=env)
 
 
 class _OnceServing:
@@ -69,7 +73,11 @@ def _setup(context, *args, **kwargs):
     # Linux's autogroup scheduler then shares the CPU between it and the launch's session. In one
     # session with the robot side on a 2-core machine it got 0.45 of a core against physai-fleet's
     # 0.7-0.9 (which starts each node in its own session), and rounds missed the SLO all along.
-    server = _node(server_spec(cfg), cfg.server.node_name, prefix="setsid")
+    # Out of the launch's session a closed terminal's hang-up no longer reaches it: it stops when
+    # the launch process dies instead (ros.spin.stop_when_parent_dies).
+    # (_setup runs in the launch process: its pid is the server's parent's, setsid exec'ing it).
+    server = _node(server_spec(cfg), cfg.server.node_name, prefix="setsid",
+                   env={EXIT_WITH_PARENT_ENV: str(os.getpid())})
     robots = [GroupAction(actions=[PushROSNamespace(robot.namespace)]
                           + [_node(spec, spec.executable) for spec in robot_specs(cfg, robot)])
               for robot in cfg.robots]

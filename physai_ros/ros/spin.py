@@ -57,6 +57,11 @@ STOP_BUDGET_S = 1.5  # from the first signal to the end of node.close()
 EXIT_DEADLINE_S = 1.8  # the watchdog's os._exit: the 2 s contract, with margin for the OS
 SAME_STOP_S = 0.25  # a second signal sooner than this is a duplicate delivery, not an "exit now"
 STOP_SIGNALS = (signal.SIGINT, signal.SIGTERM)
+# Set, to its own pid, by a launcher that starts a node in a session of its own (the launch
+# file's policy server): the node stops when that parent dies, as a terminal's hang-up no longer
+# reaches it.
+EXIT_WITH_PARENT_ENV = "PHYSAI_EXIT_WITH_PARENT_PID"
+_PR_SET_PDEATHSIG = 1
 _NODES_DIR = Path(__file__).resolve().parent.parent / "nodes"
 
 
@@ -202,6 +207,25 @@ class _Watchdog:
                 deadline = self.stop.at + EXIT_DEADLINE_S
 
 
+def stop_when_parent_dies() -> bool:
+    """With EXIT_WITH_PARENT_ENV=<the launcher's pid> on Linux: SIGTERM to this process when its
+    parent dies (prctl PR_SET_PDEATHSIG), and at once if the parent is already another process
+    (the launcher died before the call). Whether it was armed."""
+    try:
+        launcher = int(os.environ.get(EXIT_WITH_PARENT_ENV, ""))
+    except ValueError:
+        return False
+    if not sys.platform.startswith("linux"):
+        return False
+    import ctypes
+
+    if ctypes.CDLL(None, use_errno=True).prctl(_PR_SET_PDEATHSIG, int(signal.SIGTERM), 0, 0, 0) != 0:
+        return False
+    if os.getppid() != launcher:
+        os.kill(os.getpid(), signal.SIGTERM)
+    return True
+
+
 def run_node(factory: Callable[[], "Node"], args: list[str] | None = None) -> int:
     name = _process_name()
     stop = _Stop()
@@ -223,6 +247,7 @@ def run_node(factory: Callable[[], "Node"], args: list[str] | None = None) -> in
             # ignore SIGINT, which Python would otherwise inherit).
             for s in STOP_SIGNALS:
                 signal.signal(s, on_signal)
+            stop_when_parent_dies()
             import rclpy
             from rclpy.experimental import EventsExecutor  # fastest for 480 Hz streams (ENVIRONMENT.md)
             from rclpy.signals import SignalHandlerOptions
