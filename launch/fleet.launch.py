@@ -33,12 +33,20 @@ from physai_ros.serving.preflight import SERVING_LOG_MARK
 PACKAGE = "physai_ros"
 
 
-def _node(spec, name, prefix=None, env=None):
+def _node(spec, name):
     # spec.enclave: fleet.yaml's security.sros2_enclaves (DDS Security where the ROS install has it)
+    # Each node in a session of its own, as physai-fleet starts them (`setsid` execs it, same pid:
+    # launch still names and signals it): Linux's autogroup scheduler then shares the CPU per node,
+    # not per thread of one session. In the launch's one session the robot side held the policy
+    # server to 0.45 of 2 cores (physai-fleet: 0.7-0.9), and an idle 60 s launch had 54 SLO holds;
+    # with the server alone in its own, 0 idle but all chunked robots stopped beside a busy job.
+    # Out of the launch's session a closed terminal's hang-up no longer reaches a node: each
+    # stops when the launch process dies instead (ros.spin.stop_when_parent_dies; _setup runs in
+    # the launch process, whose pid is the parent's).
     return Node(package=PACKAGE, executable=spec.executable, name=name, exec_name=spec.executable,
                 parameters=[dict(spec.params)], output="screen", emulate_tty=True,
-                ros_arguments=["--enclave", spec.enclave] if spec.enclave else None, prefix=prefix,
-                additional_env=env)
+                ros_arguments=["--enclave", spec.enclave] if spec.enclave else None, prefix="setsid",
+                additional_env={EXIT_WITH_PARENT_ENV: str(os.getpid())})
 
 
 class _OnceServing:
@@ -69,15 +77,7 @@ def _setup(context, *args, **kwargs):
     cfg = load_fleet(fleet_file)  # FleetConfigError names the bad key: fail before starting anything
     if num_robots > 0:
         cfg = cfg.with_num_robots(num_robots)
-    # The server in a session of its own (`setsid` execs it, same pid: launch still signals it):
-    # Linux's autogroup scheduler then shares the CPU between it and the launch's session. In one
-    # session with the robot side on a 2-core machine it got 0.45 of a core against physai-fleet's
-    # 0.7-0.9 (which starts each node in its own session), and rounds missed the SLO all along.
-    # Out of the launch's session a closed terminal's hang-up no longer reaches it: it stops when
-    # the launch process dies instead (ros.spin.stop_when_parent_dies).
-    # (_setup runs in the launch process: its pid is the server's parent's, setsid exec'ing it).
-    server = _node(server_spec(cfg), cfg.server.node_name, prefix="setsid",
-                   env={EXIT_WITH_PARENT_ENV: str(os.getpid())})
+    server = _node(server_spec(cfg), cfg.server.node_name)
     robots = [GroupAction(actions=[PushROSNamespace(robot.namespace)]
                           + [_node(spec, spec.executable) for spec in robot_specs(cfg, robot)])
               for robot in cfg.robots]
