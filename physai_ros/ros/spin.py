@@ -58,7 +58,7 @@ EXIT_DEADLINE_S = 1.8  # the watchdog's os._exit: the 2 s contract, with margin 
 SAME_STOP_S = 0.25  # a second signal sooner than this is a duplicate delivery, not an "exit now"
 STOP_SIGNALS = (signal.SIGINT, signal.SIGTERM)
 # Set, to its own pid, by a launcher that starts a node in a session of its own (the launch
-# file's policy server): the node stops when that parent dies, as a terminal's hang-up no longer
+# file, for every node): the node stops when that parent dies, as a terminal's hang-up no longer
 # reaches it.
 EXIT_WITH_PARENT_ENV = "PHYSAI_EXIT_WITH_PARENT_PID"
 _PR_SET_PDEATHSIG = 1
