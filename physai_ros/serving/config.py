@@ -290,7 +290,7 @@ def _parse_robot(i: int, d: Any, tasks: Mapping[str, TaskConfig]) -> RobotConfig
         camera_topics=topics,
         image_height=image_height,
         image_width=image_width,
-        camera_sizes=sizes if len(set(sizes)) > 1 or sizes[0] != (image_height, image_width) else (),
+        camera_sizes=() if all(hw == (image_height, image_width) for hw in sizes) else sizes,
         camera_features=features,
         wrench_topic=string(d.get("wrench_topic", WRENCH_TOPIC), join_key(path, "wrench_topic")),
         joint_states_topic=string(d.get("joint_states_topic", JOINT_STATES_TOPIC),

@@ -201,6 +201,7 @@ class SimRobotRuntime:
     MAX_SAMPLES_PER_TICK = 16
     def __init__(self, cfg: SimRobotConfig):
         self.cfg = cfg
+        self._camera_sizes = cfg.camera_sizes  # parsed once, not at every camera frame
         self.world = SimWorld(ArmConfig(num_joints=cfg.num_joints), task=make_task(cfg.task, cfg.prompt),
                               seed=cfg.seed, events=cfg.events)
         self.renderer = Renderer(self.world.arm.cfg, num_views=cfg.num_views, width=cfg.image_width,
@@ -271,8 +272,8 @@ class SimRobotRuntime:
             self.published["joint_states"] += 1
         if self._rates["camera"].due(now):
             out.images = self.renderer.render(snap)
-            if self.cfg.camera_sizes:
-                out.images = [_resampled(img, hw) for img, hw in zip(out.images, self.cfg.camera_sizes)]
+            if self._camera_sizes:
+                out.images = [_resampled(img, hw) for img, hw in zip(out.images, self._camera_sizes)]
             self.published["camera"] += 1
         changed = self._subtask_changed and now - self._status_at >= self.cfg.subtask_status_min_interval_s
         if self._rates["status"].due(now) or self._status_dirty or changed:
