@@ -1,4 +1,4 @@
-"""Engine time on the policy server's serving thread, old layout vs new (engine.compute_threads).
+"""Engine time on the policy server's serving thread, old layout vs new (serving.compute_threads).
 
 The default fleet's core (sim_pi0, fast path, CPU) serves one robot, one 224 view, through the
 real ServingCore (submit, dispatch, run_batch); the figure is the chunk's inference_ms. Each
@@ -37,7 +37,7 @@ LAYOUTS = ("builder", "second", "pinned", "ask2", "ask1")
 
 def asker(core, threads: int, period_s: float, stop: threading.Event, latencies: list) -> None:
     """A component thread: one VLA question on its own prefill every period_s until stop."""
-    from physai_ros.engine.compute_threads import use_threads
+    from physai_ros.serving.compute_threads import use_threads
     from physai_ros.pipeline.vla_backend import VLABackboneBackend, VLABackendSettings
     from vla_backend import _queries  # bench/vla_backend.py: the same question and images
 
@@ -53,12 +53,12 @@ def asker(core, threads: int, period_s: float, stop: threading.Event, latencies:
 def child(layout: str, calls: int, ask_period_s: float, serve_threads: int) -> dict:
     import array
 
-    from physai_ros.engine.compute_threads import build_for, use_threads
+    from physai_ros.serving.compute_threads import build_for, use_threads
     from physai_ros.protocol.registration import RobotRegistration
     from physai_ros.ros.codecs.observation import observation_from_msg
     from physai_ros.ros.time_conv import time_from_sec
-    from physai_ros.serving.config import load_fleet
-    from physai_ros.serving.factory import build_core
+    from physai_ros.config.fleet import load_fleet
+    from physai_ros.serving.engine_builder import build_core
     from physai_ros_interfaces.msg import Observation
     from sensor_msgs.msg import Image
 

@@ -71,7 +71,7 @@ def main(argv=None) -> int:
     from physai_ros.evaluation.servers import ExpertServer, build_policy_server
     from physai_ros.evaluation.sweep import scale_setting
     from physai_ros.pipeline.vla_backend import VLABackboneBackend
-    from physai_ros.serving.config import load_fleet
+    from physai_ros.config.fleet import load_fleet
 
     torch.set_num_threads(a.threads)
     cfg = load_fleet(a.fleet)

@@ -9,8 +9,8 @@ confidence-threshold t sweep).
         [--latency-ms 50] [--jobs 2] [--deadline-min M] [--plot docs/images/policy_tradeoff.png]
         [--robot pick_and_place=robot_2] [--out out/policy_eval.json]
 
-Every episode runs through the real serving path (physai_ros.serving.core.ServingCore built by
-serving.factory from fleet.yaml: engine, tokenizer, normalisation, horizon policy, scheduler;
+Every episode runs through the real serving path (physai_ros.serving.serving_core.ServingCore built by
+serving.engine_builder from fleet.yaml: engine, tokenizer, normalisation, horizon policy, scheduler;
 the robot client and trajectory buffer logic; the sim world and renderer) in simulated lockstep
 time (physai_ros.evaluation.lockstep). Seeds are disjoint from the training seeds listed in the
 checkpoint's manifest (checked). --json prints the result document on stdout.

@@ -13,7 +13,7 @@ the same closed-loop load (each robot sends its next observation when its answer
   physai   the real policy_server (default fleet: the trained sim_pi0; insecure unless --auth),
            robots as in bench/serving.py, spinning an EventsExecutor like the robot client;
            --torch-threads 0,1 runs it once per fleet.yaml server.torch_threads value
-           ("physai", "physai@t1"; engine.compute_threads).
+           ("physai", "physai@t1"; serving.compute_threads).
 With several robots our engine batches them and a robot waits for the batch in flight: that
 queue wait is reported separately ("excl. queue"); openpi's ~0 ms policy never makes anyone wait.
 --model-ms also runs each anchor with a stand-in model of that many milliseconds (matrix
@@ -109,7 +109,7 @@ def fleet_with_threads(threads: int, directory: str) -> str | None:
         return None
     import yaml
 
-    from physai_ros.serving.config import default_fleet_path
+    from physai_ros.config.fleet import default_fleet_path
 
     doc = yaml.safe_load(default_fleet_path().read_text())
     doc["server"]["torch_threads"] = threads

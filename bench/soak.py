@@ -4,7 +4,7 @@ Runs `physai-fleet` (the real policy server with the tiny pi0, and per robot a s
 robot_client and a trajectory_controller, each its own process) on a generated fleet file, and
 watches it from this process over DDS:
   - rounds, from every robot client's own round ledger (in its client_status; see
-    physai_ros.serving.round_ledger): sent, answered, lost (never answered: OK, error or refusal)
+    physai_ros.client.round_ledger): sent, answered, lost (never answered: OK, error or refusal)
     and duplicated (two OK chunks for one round), which must both be 0, and whether every robot
     was served; an observer subscribed to the whole fleet from one process misses messages, so
     its counts are reported beside the ledgers, not used for the verdict;

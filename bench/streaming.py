@@ -281,7 +281,7 @@ def tick_bench(args) -> dict:
 def _ros_fleet_doc(args, n_robots: int) -> dict:
     import yaml
 
-    from physai_ros.serving.config import default_fleet_path
+    from physai_ros.config.fleet import default_fleet_path
 
     doc = yaml.safe_load(default_fleet_path().read_text())
     # The random-weight tiny pi0 (the embedded default may be a trained checkpoint): fast to build.
@@ -481,7 +481,7 @@ def run_ros_case(args, n_robots: int) -> dict:
 
     from physai_ros.fleet import plan as fleet_plan
     from physai_ros.fleet.processes import start_process, stop_processes
-    from physai_ros.serving.config import load_fleet
+    from physai_ros.config.fleet import load_fleet
 
     os.environ.setdefault("ROS_AUTOMATIC_DISCOVERY_RANGE", "LOCALHOST")
     tmp = Path(tempfile.mkdtemp(prefix="streaming_bench_"))

@@ -24,7 +24,7 @@ import time
 from dataclasses import asdict, dataclass
 from typing import Dict, Iterable, List, Set
 
-from .tiles import TABLES, TileConfig
+from physai_ros.kernels.tiles import TABLES, TileConfig
 
 # Shared memory per block, opt-in maximum (CUDA programming guide, compute capabilities).
 SMEM_LIMIT = {80: 163 * 1024, 89: 99 * 1024, 90: 227 * 1024}
@@ -76,7 +76,7 @@ def _bf16_gemm_pointers(names: Iterable[str]) -> Dict[str, str]:
 
 
 def linear_jobs(cfg: TileConfig, act: int = 1):
-    from . import gemm
+    from physai_ros.kernels import gemm
 
     has_tail = cfg.split_from_n is not None
     yield ("linear", gemm._linear_kernel,
@@ -97,7 +97,7 @@ def linear_jobs(cfg: TileConfig, act: int = 1):
 
 
 def gate_jobs(cfg: TileConfig):
-    from . import gemm
+    from physai_ros.kernels import gemm
 
     yield ("gated_ffn", gemm._gated_kernel,
            _bf16_gemm_pointers(["x_ptr", "w_ptr", "y_ptr", "scale_ptr"]),
@@ -106,7 +106,7 @@ def gate_jobs(cfg: TileConfig):
 
 
 def qkv_jobs(cfg: TileConfig):
-    from . import qkv_rope
+    from physai_ros.kernels import qkv_rope
 
     yield ("qkv_rope", qkv_rope._qkv_rope_kernel,
            {"x_ptr": "*bf16", "w_ptr": "*bf16", "out_ptr": "*bf16", "scale_ptr": "*fp32",
@@ -119,7 +119,7 @@ def qkv_jobs(cfg: TileConfig):
 def attention_jobs(head_dim: int = 256):
     import triton
 
-    from . import attention
+    from physai_ros.kernels import attention
 
     cfg = attention.AttentionConfig(64, 32, 8, 2) if head_dim > 128 else \
         attention.AttentionConfig(64, 64, 4, 3)
@@ -133,7 +133,7 @@ def attention_jobs(head_dim: int = 256):
 
 
 def row_scale_jobs():
-    from . import gemm
+    from physai_ros.kernels import gemm
 
     yield ("row_scale", gemm._row_scale_kernel, {"x_ptr": "*bf16", "out_ptr": "*fp32"},
            dict(stride_xk=1, BLOCK_M=4, BLOCK_K=1024), TileConfig(4, 16, 1024, num_warps=4,

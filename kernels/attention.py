@@ -12,7 +12,7 @@ import torch
 import triton
 import triton.language as tl
 
-from . import _runtime
+from physai_ros.kernels import _runtime
 
 
 @dataclass(frozen=True)

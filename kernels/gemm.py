@@ -20,9 +20,9 @@ import torch
 import triton
 import triton.language as tl
 
-from . import _runtime
-from .tiles import TileConfig
-from . import tuning
+from physai_ros.kernels import _runtime
+from physai_ros.kernels.tiles import TileConfig
+from physai_ros.kernels import tuning
 
 ACT_CODES = {None: 0, "gelu_tanh": 1, "silu": 2}
 

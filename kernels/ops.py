@@ -27,7 +27,7 @@ from typing import Dict, Optional, Tuple
 import torch
 import torch.nn.functional as F
 
-from . import _runtime
+from physai_ros.kernels import _runtime
 
 ACTIVATIONS = (None, "gelu_tanh", "silu")
 BACKENDS = ("torch", "triton")
@@ -132,7 +132,7 @@ def rms_row_scale(x: torch.Tensor, eps: float = 1e-6, backend: str = "torch") ->
     if x.dim() < 1 or x.shape[-1] == 0:
         raise _reject("rms_row_scale", f"x needs a non-empty last dim, got {tuple(x.shape)}")
     if _use_triton("rms_row_scale", backend, x):
-        from .gemm import row_scale_2d
+        from physai_ros.kernels.gemm import row_scale_2d
 
         return row_scale_2d(_rows(x), float(eps)).reshape(x.shape[:-1])
     return torch.rsqrt(x.float().pow(2).mean(-1) + eps)
@@ -163,7 +163,7 @@ def linear(
         if tuple(residual.shape) != out_shape:
             raise _reject(op, f"residual shape {tuple(residual.shape)} must be {out_shape}")
     if _use_triton(op, backend, x):
-        from .gemm import linear_2d
+        from physai_ros.kernels.gemm import linear_2d
 
         y = linear_2d(_rows(x), weight, None if bias is None else bias.contiguous(),
                       _flat_scale(row_scale), activation,
@@ -195,7 +195,7 @@ def gated_ffn(
     if w_gate_up.shape[0] % 2:
         raise _reject(op, f"w_gate_up has {w_gate_up.shape[0]} rows; expected 2F (gate, up)")
     if _use_triton(op, backend, x):
-        from .gemm import gated_2d
+        from physai_ros.kernels.gemm import gated_2d
 
         y = gated_2d(_rows(x), w_gate_up, _flat_scale(row_scale), activation)
         return y.reshape(tuple(x.shape[:-1]) + (w_gate_up.shape[0] // 2,))
@@ -239,7 +239,7 @@ def qkv_rope(
         if tuple(t.shape) != (b, seq, head_dim):
             raise _reject(op, f"{name} shape {tuple(t.shape)} must be {(b, seq, head_dim)}")
     if _use_triton(op, backend, x):
-        from .qkv_rope import qkv_rope_2d
+        from physai_ros.kernels.qkv_rope import qkv_rope_2d
 
         out = qkv_rope_2d(_rows(x), w_qkv, cos.reshape(-1, head_dim), sin.reshape(-1, head_dim),
                           n_heads, n_kv_heads, head_dim, _flat_scale(row_scale))
@@ -284,7 +284,7 @@ def attention(
         raise _reject(op, f"mask shape {tuple(mask.shape)} on {mask.device} must be "
                           f"{(b, lq, lk)} on {q.device}")
     if _use_triton(op, backend, q):
-        from .attention import attention_4d
+        from physai_ros.kernels.attention import attention_4d
 
         return attention_4d(q, k, v, mask, float(scale))
     rep = h // kvh

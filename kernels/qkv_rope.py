@@ -15,9 +15,9 @@ import torch
 import triton
 import triton.language as tl
 
-from . import _runtime, tuning
-from .gemm import _load_tile_pair
-from .tiles import TileConfig
+from physai_ros.kernels import _runtime, tuning
+from physai_ros.kernels.gemm import _load_tile_pair
+from physai_ros.kernels.tiles import TileConfig
 
 
 @triton.jit

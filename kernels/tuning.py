@@ -13,8 +13,8 @@ from typing import Callable, Dict, Iterable, Optional, Tuple
 
 import torch
 
-from . import _runtime
-from .tiles import INTERPRETER_CONFIG, TileConfig, candidates
+from physai_ros.kernels import _runtime
+from physai_ros.kernels.tiles import INTERPRETER_CONFIG, TileConfig, candidates
 
 _chosen: Dict[Tuple, TileConfig] = {}
 

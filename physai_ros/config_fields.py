@@ -1,6 +1,6 @@
 """fleet.yaml validation helpers: each names the key path and what it expects, so a typo fails
-at start-up in one line (physai_ros.serving.config, .server_config and physai_ros.pipeline.config use
-them; physai_ros.serving.config_fields re-exports them)."""
+at start-up in one line (physai_ros.config.fleet, .server_config and physai_ros.pipeline.config use
+them; physai_ros.config_fields re-exports them)."""
 from __future__ import annotations
 
 import math

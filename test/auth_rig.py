@@ -8,7 +8,7 @@ from physai_ros.ros.message_digest import digest
 from physai_ros.security.config import SecurityConfig, open_keystore
 from physai_ros.security.endpoints import CHUNK, HOLD, SEGMENT, PeerSigner, RobotAuth, ServerAuth
 from physai_ros.security.keystore import Identity
-from physai_ros.serving.config import fleet_dir
+from physai_ros.config.fleet import fleet_dir
 
 
 def _keystore(fleet, need):

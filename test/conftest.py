@@ -2,6 +2,8 @@
 import os
 import random
 
+import pytest
+
 # Must precede the first `import triton` in the process (see ENVIRONMENT.md).
 os.environ.setdefault("TRITON_INTERPRET", "1")
 os.environ.setdefault("ROS_AUTOMATIC_DISCOVERY_RANGE", "LOCALHOST")
@@ -34,3 +36,11 @@ if "PHYSAI_ROS_PROFILE_CACHE" not in os.environ:
 # Marks the environment every child inherits; a process that outlives the session fails it.
 from process_sweep import (no_process_outlives_the_session, pytest_runtest_teardown,  # noqa: E402,F401
                            pytest_sessionfinish)
+
+
+@pytest.fixture(scope="session")
+def fleet():
+    """The shipped fleet.yaml, parsed (serving, client and config tests)."""
+    from physai_ros.config.fleet import load_fleet
+
+    return load_fleet()

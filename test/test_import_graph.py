@@ -29,9 +29,12 @@ LAYERS: list[tuple[str, tuple[str, ...]]] = [
     ("foundation", ("", "errors", "install_paths", "config_fields", "protocol", "kernels")),  # "": physai_ros/__init__
     ("logic", ("control", "scheduler", "engine", "security")),
     ("simulation, monitoring", ("sim", "monitoring")),
-    # Task pipelines (issue 23): pure logic, below serving because serving.config parses their keys.
+    # Task pipelines: pure logic, below the fleet.yaml schema, which parses their keys.
     ("pipeline", ("pipeline",)),
-    ("serving", ("workers", "serving")),
+    ("fleet configuration", ("config",)),
+    # The robot side (client/) and the server side (workers/, serving/) share a layer but not code:
+    # test_robot_side_imports_nothing_of_the_server keeps them apart.
+    ("robot side, server side", ("client", "workers", "serving")),
     ("training, evaluation", ("training", "evaluation")),
     ("ros glue", ("ros",)),
     ("nodes", ("nodes",)),
@@ -42,7 +45,7 @@ ROS_PACKAGES = ("ros", "nodes", "fleet")  # may import rclpy at module level
 
 @dataclass(frozen=True)
 class Import:
-    source: str  # importing module, e.g. physai_ros.serving.core
+    source: str  # importing module, e.g. physai_ros.serving.serving_core
     target: str  # imported module (the longest module name that exists), or the raw name outside the tree
     path: Path
     line: int
@@ -118,7 +121,7 @@ INTERNAL = [imp for imp in IMPORTS if imp.target in MODULES and imp.target != im
 
 
 def package_of(module: str) -> str:
-    """physai_ros.serving.core -> "serving"; physai_ros.errors -> "errors"; physai_ros -> ""."""
+    """physai_ros.serving.serving_core -> "serving"; physai_ros.errors -> "errors"; physai_ros -> ""."""
     parts = module.split(".")
     return parts[1] if len(parts) > 1 else ""
 
@@ -214,6 +217,26 @@ def test_rclpy_only_in_ros_glue_nodes_and_launcher():
                           + ":\n" + "\n".join(dict.fromkeys(problems)))
 
 
+SERVER_SIDE = ("serving", "workers", "engine")
+
+
+def test_robot_side_imports_nothing_of_the_server():
+    """A robot's processes (client logic, controller, sim) load no server code: no torch, no model,
+    nothing that a change on the server side could break on the robot."""
+    problems = [f"{imp.where()} {imp.source} imports {imp.target}"
+                for imp in INTERNAL
+                if package_of(imp.source) in ("client", "control") and package_of(imp.target) in SERVER_SIDE]
+    assert not problems, "the robot side imports the server's code:\n" + "\n".join(dict.fromkeys(problems))
+
+
+def test_nodes_import_no_model_code():
+    """Nodes adapt logic to ROS; the models (engine/) are reached through the serving and worker
+    logic they build, never from a node module itself."""
+    problems = [f"{imp.where()} {imp.source} imports {imp.target}"
+                for imp in INTERNAL if package_of(imp.source) == "nodes" and package_of(imp.target) == "engine"]
+    assert not problems, "nodes importing model code:\n" + "\n".join(dict.fromkeys(problems))
+
+
 def test_the_graph_sees_the_tree():
     """The checks above are only as good as the parse: known imports of each kind are found."""
     def has(source: str, target: str, module_level: bool) -> bool:
@@ -223,5 +246,3 @@ def test_the_graph_sees_the_tree():
     assert has("physai_ros.fleet.cli", "physai_ros.fleet.processes", True)  # absolute, module level
     assert has("physai_ros.fleet.cli", "physai_ros.nodes.fleet_monitor", False)  # inside main()
     assert has("physai_ros.ros.spin", "rclpy.node", False)  # under `if TYPE_CHECKING:`
-    assert any(i.source == "physai_ros.evaluation.lockstep" and i.target == "physai_ros.evaluation.results"
-               for i in IMPORTS)  # relative: `from .results import ...`

@@ -18,7 +18,7 @@ HEIGHT, WIDTH, VIEWS, JOINTS = 480, 640, 2, 6
 def build_core(args):
     from physai_ros.engine import Pi0Engine, random_weights
     from physai_ros.scheduler.base import make_scheduler
-    from physai_ros.serving.core import ServingCore
+    from physai_ros.serving.serving_core import ServingCore
     from physai_ros.serving.instances import EngineSlot, default_profile
     from physai_ros.serving.tokenizer import PromptTokenizer
 

@@ -104,7 +104,7 @@ class DeadlineConfig:
 
     @classmethod
     def from_task(cls, task: Any) -> "DeadlineConfig":
-        """From a fleet.yaml task (physai_ros.serving.config.TaskConfig, already validated
+        """From a fleet.yaml task (physai_ros.config.fleet.TaskConfig, already validated
         there): ``slo_ms``, ``fallback``, ``max_consecutive_slo_violation``."""
         return cls(slo_s=float(task.slo_ms) / 1000.0, fallback=Fallback(task.fallback),
                    max_consecutive_misses=int(task.max_consecutive_slo_violation),
@@ -233,7 +233,7 @@ class DeadlineMonitor:
 
     def abandon(self) -> int | None:
         """Give the awaited request up without counting a miss: the robot stopped for a reason of
-        its own (a task pipeline's hold, serving.client_pipeline). Its late answer is judged as a
+        its own (a task pipeline's hold, client.pipeline). Its late answer is judged as a
         given-up one. Returns the round given up, if any."""
         rnd = self._round
         if rnd is not None:

@@ -1,6 +1,6 @@
 """Hold chunks: how the robot client stops the trajectory controller on an SLO miss.
 
-The client (physai_ros/serving/client_core.py decides, `hold_chunk` builds) sends an ordinary
+The client (physai_ros/client/robot_client.py decides, `hold_chunk` builds) sends an ordinary
 ActionChunk repeating the current position, marked by ``error == HOLD_ERROR`` and
 ``engine_instance == HOLD_ENGINE_INSTANCE`` (physai_ros.protocol.chunk). Its round id carries
 the decision (observations use even ids r):

@@ -10,8 +10,8 @@ from typing import List, Optional
 
 import torch
 
-from .camera_frames import robots_model_pixels
-from .types import EngineInput, Pi0Config
+from physai_ros.engine.camera_frames import robots_model_pixels
+from physai_ros.engine.types import EngineInput, Pi0Config
 
 # Camera byte q -> q * (2/255) - 1 in float32: the model's pixel space, as LeRobot's pi0 expects.
 _PIXEL_SCALE = torch.tensor(2.0 / 255.0, dtype=torch.float32)

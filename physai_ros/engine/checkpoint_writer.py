@@ -12,9 +12,9 @@ from typing import Callable, Dict, Optional, Tuple
 
 import torch
 
-from .params import param_shapes
-from .types import Pi0Config
-from .weights import _DTYPES
+from physai_ros.engine.params import param_shapes
+from physai_ros.engine.types import Pi0Config
+from physai_ros.engine.weights import _DTYPES
 
 def lerobot_key(name: str) -> str:
     """LeRobot 0.6.1 key for one of our names (the layout PI0Policy.save_pretrained writes)."""

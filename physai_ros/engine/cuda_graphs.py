@@ -16,9 +16,9 @@ from typing import Dict, Optional, Tuple
 
 import torch
 
-from .batching import Batch
-from .fast import FastPi0
-from .types import Pi0Config, PrefixCache
+from physai_ros.engine.batching import Batch
+from physai_ros.engine.fast import FastPi0
+from physai_ros.engine.types import Pi0Config, PrefixCache
 
 BATCH_SIZES = (1, 2, 4, 8, 16, 32)
 TOKEN_BUCKETS = (64, 128, 256)  # prompt lengths captured (LeRobot pads pi0's prompts to 48)

@@ -9,13 +9,13 @@ from typing import Callable, Dict, List, Optional, Tuple
 
 import torch
 
-from .batching import Batch, collate
-from .fast import FastPi0
-from .fast_pi05 import FastPi05
-from .model import PlainPi0
-from .model_pi05 import PlainPi05
-from .params import Weights, param_shapes, random_weights
-from .types import EngineInput, EngineInputError, EngineOutput, Pi0Config, PrefixCache
+from physai_ros.engine.batching import Batch, collate
+from physai_ros.engine.fast import FastPi0
+from physai_ros.engine.fast_pi05 import FastPi05
+from physai_ros.engine.model import PlainPi0
+from physai_ros.engine.model_pi05 import PlainPi05
+from physai_ros.engine.params import Weights, param_shapes, random_weights
+from physai_ros.engine.types import EngineInput, EngineInputError, EngineOutput, Pi0Config, PrefixCache
 
 
 @dataclass
@@ -95,7 +95,7 @@ class Pi0Engine:
         if cuda_graphs:
             if not (fast and self.device.type == "cuda" and torch.cuda.is_available()):
                 raise ValueError("cuda_graphs needs fast=True and a CUDA device")
-            from .cuda_graphs import GraphCache
+            from physai_ros.engine.cuda_graphs import GraphCache
 
             self._graphs = GraphCache(self.model, config, self.device, dtype)
 
@@ -107,8 +107,8 @@ class Pi0Engine:
                                 **config_overrides) -> "Pi0Engine":
         """Load a LeRobot PI0 checkpoint directory (see weights.load_lerobot_checkpoint for
         head_dim / vision_heads and the config overrides such as time_schedule)."""
-        from .checkpoint_format import detect_format
-        from .weights import load_lerobot_checkpoint
+        from physai_ros.engine.checkpoint_format import detect_format
+        from physai_ros.engine.weights import load_lerobot_checkpoint
 
         fmt = detect_format(path)  # decided once: the loader's variant, then logs and /diagnostics
         config, weights = load_lerobot_checkpoint(path, dtype=dtype, head_dim=head_dim, vision_heads=vision_heads,
@@ -121,7 +121,7 @@ class Pi0Engine:
     def language_decoder(self):
         """Text decoding on this engine's prefix caches (language.py): the plain path always; the
         fast path when built with language=True."""
-        from .language import FastLanguage, PlainLanguage
+        from physai_ros.engine.language import FastLanguage, PlainLanguage
 
         return FastLanguage(self.model) if self.fast else PlainLanguage(self.config, self.model.w)
 
@@ -150,7 +150,7 @@ class Pi0Engine:
             if err is not None:
                 raise EngineInputError(f"robot {i}: {err}")
         if for_graphs:
-            from .cuda_graphs import static_collate_kwargs
+            from physai_ros.engine.cuda_graphs import static_collate_kwargs
 
             # Stays on the CPU: GraphCache stages it through pinned buffers.
             return collate(batch, self.config, "cpu", self.dtype, generator=self._gen,

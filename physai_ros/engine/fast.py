@@ -34,10 +34,10 @@ import torch.nn.functional as F
 
 from physai_ros.kernels import onednn, ops
 
-from .model import MASK_VALUE, rope_angles, sincos_time_embedding
-from .params import Weights
-from .rtc import RtcBatch, guide_rows
-from .types import GemmaSpec, Pi0Config, PrefixCache
+from physai_ros.engine.model import MASK_VALUE, rope_angles, sincos_time_embedding
+from physai_ros.engine.params import Weights
+from physai_ros.engine.rtc import RtcBatch, guide_rows
+from physai_ros.engine.types import GemmaSpec, Pi0Config, PrefixCache
 
 
 @dataclass

@@ -29,10 +29,10 @@ import torch.nn.functional as F
 
 from physai_ros.kernels import onednn, ops
 
-from .fast import FastPi0, _take
-from .model import sincos_time_embedding
-from .params import Weights
-from .types import PrefixCache
+from physai_ros.engine.fast import FastPi0, _take
+from physai_ros.engine.model import sincos_time_embedding
+from physai_ros.engine.params import Weights
+from physai_ros.engine.types import PrefixCache
 
 
 @dataclass

@@ -19,7 +19,7 @@ from typing import Iterator, List, Optional, Tuple
 
 import torch
 
-from .types import PrefixCache
+from physai_ros.engine.types import PrefixCache
 
 
 @dataclass

@@ -18,7 +18,7 @@ import threading
 from typing import Dict, Iterable, List, Optional
 
 
-from .language import BatchedState, LanguageRequest, batch_requests, unbatch_requests
+from physai_ros.engine.language import BatchedState, LanguageRequest, batch_requests, unbatch_requests
 
 DONE_MEMORY = "memory"
 

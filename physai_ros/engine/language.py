@@ -32,9 +32,9 @@ from typing import List, Optional, Sequence
 
 import torch
 
-from .model import apply_rope, attention, gemma_mlp, lin_nb, rms_norm, rope_cos_sin
-from .params import Weights
-from .types import Pi0Config, PrefixCache
+from physai_ros.engine.model import apply_rope, attention, gemma_mlp, lin_nb, rms_norm, rope_cos_sin
+from physai_ros.engine.params import Weights
+from physai_ros.engine.types import Pi0Config, PrefixCache
 
 DONE_EOS, DONE_BUDGET, DONE_STOP, DONE_CANCELLED = "eos", "budget", "stop", "cancelled"
 

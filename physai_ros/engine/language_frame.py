@@ -13,8 +13,8 @@ from typing import Callable, Dict, List, Optional, Sequence
 
 import torch
 
-from .kv_manager import KVBudgetError, KVCacheManager
-from .language import SamplingParams
+from physai_ros.engine.kv_manager import KVBudgetError, KVCacheManager
+from physai_ros.engine.language import SamplingParams
 
 
 @dataclass

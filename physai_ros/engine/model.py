@@ -21,9 +21,9 @@ from typing import List, Tuple
 import torch
 import torch.nn.functional as F
 
-from .params import Weights
-from .rtc import RtcBatch, guided_velocity, select_rows
-from .types import GemmaSpec, Pi0Config, PrefixCache
+from physai_ros.engine.params import Weights
+from physai_ros.engine.rtc import RtcBatch, guided_velocity, select_rows
+from physai_ros.engine.types import GemmaSpec, Pi0Config, PrefixCache
 
 # openpi / LeRobot OPENPI_ATTENTION_MASK_VALUE: large negative but finite, so a fully masked
 # row (a padding query) gives a uniform softmax instead of NaN.

@@ -22,8 +22,8 @@ from typing import Tuple
 import torch
 import torch.nn.functional as F
 
-from .model import PlainPi0, attention, gemma_mlp, gemma_qkv, lin, lin_nb, rope_cos_sin, sincos_time_embedding
-from .types import PrefixCache
+from physai_ros.engine.model import PlainPi0, attention, gemma_mlp, gemma_qkv, lin, lin_nb, rope_cos_sin, sincos_time_embedding
+from physai_ros.engine.types import PrefixCache
 
 
 def ada_rms_norm(x: torch.Tensor, cond: torch.Tensor, dense_w: torch.Tensor, dense_b: torch.Tensor,

@@ -12,7 +12,7 @@ from typing import Dict, Tuple
 
 import torch
 
-from .types import GemmaSpec, Pi0Config, VisionSpec
+from physai_ros.engine.types import GemmaSpec, Pi0Config, VisionSpec
 
 Weights = Dict[str, torch.Tensor]
 

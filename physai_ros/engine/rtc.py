@@ -54,7 +54,7 @@ from typing import Callable, Optional, Sequence, Union
 
 import torch
 
-from .types import EngineInputError, PrefixCache
+from physai_ros.engine.types import EngineInputError, PrefixCache
 
 SCHEDULES = ("exp", "linear", "ones", "zeros")
 JACOBIANS = ("vjp", "identity")

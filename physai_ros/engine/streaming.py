@@ -32,12 +32,12 @@ from typing import Callable, Dict, List, Optional
 import numpy as np
 import torch
 
-from .engine import Pi0Engine
-from .force_token import WrenchError, WrenchMailbox
-from .kv_exchange import KVDoubleBuffer
-from .streaming_expert import ExpertKV, StreamingExpert
-from .streaming_schedule import StaggeredSchedule, dense_nodes
-from .types import EngineInput
+from physai_ros.engine.engine import Pi0Engine
+from physai_ros.engine.force_token import WrenchError, WrenchMailbox
+from physai_ros.engine.kv_exchange import KVDoubleBuffer
+from physai_ros.engine.streaming_expert import ExpertKV, StreamingExpert
+from physai_ros.engine.streaming_schedule import StaggeredSchedule, dense_nodes
+from physai_ros.engine.types import EngineInput
 
 log = logging.getLogger(__name__)
 
@@ -491,7 +491,7 @@ class StreamingEngine:
         self.stopped_at = stopped_at
 
     def _start_vlm_process(self) -> None:
-        from .streaming_vlm import SharedKVDoubleBuffer, VLMProcess, to_wire
+        from physai_ros.engine.streaming_vlm import SharedKVDoubleBuffer, VLMProcess, to_wire
 
         core = self.core
         if self._shared_kv is None:

@@ -30,13 +30,13 @@ import torch.nn.functional as F
 
 from physai_ros.kernels import ops
 
-from .engine import Pi0Engine
-from .fast import FastPi0
-from .force_token import ForceProjection
-from .model import rope_angles, sincos_time_embedding
-from .params import Weights, random_weights
-from .streaming_tick import FusedKV, FusedTick
-from .types import Pi0Config, PrefixCache
+from physai_ros.engine.engine import Pi0Engine
+from physai_ros.engine.fast import FastPi0
+from physai_ros.engine.force_token import ForceProjection
+from physai_ros.engine.model import rope_angles, sincos_time_embedding
+from physai_ros.engine.params import Weights, random_weights
+from physai_ros.engine.streaming_tick import FusedKV, FusedTick
+from physai_ros.engine.types import Pi0Config, PrefixCache
 
 
 @dataclass
@@ -128,7 +128,7 @@ class StreamingExpert:
         tick: "fused" (default), "compiled" (torch.compile of the fused tick; compiles at the
         first tick of each batch shape) or "plain" (B1's layers; the reference).
         """
-        from .streaming_vlm import VLMSpec
+        from physai_ros.engine.streaming_vlm import VLMSpec
 
         spec = VLMSpec(config, None if weights is None else weights, seed=seed, dtype=dtype, backend=backend)
         if weights is None:

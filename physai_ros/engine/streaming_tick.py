@@ -47,8 +47,8 @@ from typing import List, Optional, Tuple
 import numpy as np
 import torch
 
-from .model import MASK_VALUE
-from .types import PrefixCache
+from physai_ros.engine.model import MASK_VALUE
+from physai_ros.engine.types import PrefixCache
 
 
 @dataclass

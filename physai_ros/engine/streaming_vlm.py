@@ -32,8 +32,8 @@ from typing import Dict, Iterator, Optional
 import torch
 import torch.multiprocessing as tmp
 
-from .kv_exchange import KVSnapshot
-from .types import EngineInput, Pi0Config, PrefixCache
+from physai_ros.engine.kv_exchange import KVSnapshot
+from physai_ros.engine.types import EngineInput, Pi0Config, PrefixCache
 
 log = logging.getLogger(__name__)
 
@@ -54,9 +54,9 @@ class VLMSpec:
     torch_threads: int = 1
 
     def build_engine(self):
-        from .engine import Pi0Engine
-        from .force_token import ForceProjection
-        from .params import random_weights
+        from physai_ros.engine.engine import Pi0Engine
+        from physai_ros.engine.force_token import ForceProjection
+        from physai_ros.engine.params import random_weights
 
         w = dict(self.weights) if self.weights is not None else random_weights(self.config, seed=self.seed)
         ForceProjection.pop_from(w, self.config.expert.width)

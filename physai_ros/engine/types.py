@@ -188,7 +188,7 @@ class EngineInput:
         """Raise EngineInputError naming the first field that does not fit `config`."""
         s = config.vision.image_size
         if isinstance(self.images, tuple):
-            from .camera_frames import check_frames
+            from physai_ros.engine.camera_frames import check_frames
 
             why = check_frames(self.images, config.max_views)
             if why is not None:
@@ -220,7 +220,7 @@ class EngineInput:
             if t is not None and not bool(torch.isfinite(t).all()):
                 raise EngineInputError(f"{name}: contains NaN or Inf")
         if self.rtc is not None:
-            from .rtc import RtcGuide
+            from physai_ros.engine.rtc import RtcGuide
 
             if not isinstance(self.rtc, RtcGuide):
                 raise EngineInputError(f"rtc: expected an RtcGuide or None, got {type(self.rtc).__name__}")

@@ -23,10 +23,10 @@ from typing import Callable, Dict, List, Optional, Tuple
 
 import torch
 
-from .checkpoint_format import CheckpointError, CheckpointFormat, detect_format, resolve_overrides, weight_files  # CheckpointError: torch-free there (preflight), re-exported
+from physai_ros.engine.checkpoint_format import CheckpointError, CheckpointFormat, detect_format, resolve_overrides, weight_files  # CheckpointError: torch-free there (preflight), re-exported
 
-from .params import Weights, infer_config, param_shapes
-from .types import Pi0Config
+from physai_ros.engine.params import Weights, infer_config, param_shapes
+from physai_ros.engine.types import Pi0Config
 
 log = logging.getLogger(__name__)
 

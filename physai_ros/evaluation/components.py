@@ -37,7 +37,7 @@ def backend_for(checkpoint):
     model (own-path prefills only: no System 1 rounds run here)."""
     from physai_ros.evaluation.sweep import fleet_for
     from physai_ros.pipeline.vla_backend import VLABackboneBackend, VLABackendSettings
-    from physai_ros.serving.factory import build_core
+    from physai_ros.serving.engine_builder import build_core
 
     core = build_core(fleet_for(None, checkpoint=str(checkpoint)))
     return VLABackboneBackend.from_core(core, settings=VLABackendSettings(use_shared=False))

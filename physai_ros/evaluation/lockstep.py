@@ -2,9 +2,9 @@
 
 Per robot slot, the same pure-logic pieces the ROS nodes wrap run on one simulated clock:
   sim_robot            -> physai_ros.sim.runtime.SimRobotRuntime (world, renderer, trajectory follower)
-  robot_client         -> physai_ros.serving.client_core.RobotClientCore (trigger, rounds, SLO fallbacks)
+  robot_client         -> physai_ros.client.robot_client.RobotClientCore (trigger, rounds, SLO fallbacks)
   trajectory_controller-> physai_ros.control.trajectory_buffer.TrajectoryBuffer + joint_trajectory plans
-  policy_server        -> a `Server` (physai_ros.serving.core.ServingCore, or the scripted expert)
+  policy_server        -> a `Server` (physai_ros.serving.serving_core.ServingCore, or the scripted expert)
 What replaces DDS: messages are handed over in the same step (sensor data, execution info,
 registration), except chunks, which arrive `latency_s` of simulated time after the observation
 was submitted. Inference itself takes no simulated time: lockstep, so results do not depend on
@@ -31,12 +31,12 @@ from physai_ros.control.trajectory_buffer import TrajectoryBuffer
 from physai_ros.protocol.chunk import STATUS_OK, ActionChunkData
 from physai_ros.protocol.observation import ImageData, ObservationData
 from physai_ros.protocol.registration import RegistrationResult, RobotRegistration
-from physai_ros.serving.client_core import RobotClientCore
-from physai_ros.serving.config import RobotConfig
-from physai_ros.serving.robot_params import merge_params, sim_params
+from physai_ros.client.robot_client import RobotClientCore
+from physai_ros.config.fleet import RobotConfig
+from physai_ros.config.robot_params import merge_params, sim_params
 from physai_ros.sim.runtime import SimRobotConfig, SimRobotRuntime
 
-from .results import EpisodeResult
+from physai_ros.evaluation.results import EpisodeResult
 
 
 class Server(Protocol):

@@ -6,7 +6,7 @@ episodes back to back (its own reset after a success or the task's time limit), 
 pipeline the monitor's "failed" resets the episode early (sim.runtime.request_reset), "unsafe"
 holds the robot, System 2's subgoal is System 1's prompt. The robot side is lockstep's
 (EpisodeSlot: sim, client, trajectory buffer); the pipeline side is the robot client's own
-(serving.client_pipeline.ClientPipeline) with its component queries answered by a real backend
+(client.pipeline.ClientPipeline) with its component queries answered by a real backend
 (pipeline.vla_backend on the served checkpoint) `component_latency_s` of simulated time later.
 Model time takes no simulated time, so results do not depend on the machine's load.
 
@@ -28,10 +28,10 @@ import numpy as np
 from physai_ros.control.hold import apply_hold
 from physai_ros.pipeline.backend import ComponentBackend, ComponentQuery
 from physai_ros.protocol.observation import ImageData
-from physai_ros.serving.client_pipeline import ClientPipeline, OutgoingQuery, PipelineOutput
-from physai_ros.serving.config import RobotConfig
+from physai_ros.client.pipeline import ClientPipeline, OutgoingQuery, PipelineOutput
+from physai_ros.config.fleet import RobotConfig
 
-from .lockstep import EpisodeSlot, LockstepConfig, Server, SimClock, run_episodes
+from physai_ros.evaluation.lockstep import EpisodeSlot, LockstepConfig, Server, SimClock, run_episodes
 
 MOVING_RAD_S = 0.05  # a joint faster than this: the arm is moving (a held arm settles below it)
 

@@ -12,18 +12,18 @@ import numpy as np
 from physai_ros.protocol.chunk import STATUS_OK, ActionChunkData
 from physai_ros.protocol.observation import ObservationData
 from physai_ros.protocol.registration import RegistrationResult, RobotRegistration
-from physai_ros.serving.config import FleetConfig
+from physai_ros.config.fleet import FleetConfig
 from physai_ros.sim.multi_step import make_expert
 from physai_ros.sim.world import SimWorld
 
-from .lockstep import SimClock
+from physai_ros.evaluation.lockstep import SimClock
 
 
 def build_policy_server(cfg: FleetConfig, clock: SimClock):
-    """ServingCore exactly as the policy_server node builds it (serving.factory.build_core:
+    """ServingCore exactly as the policy_server node builds it (serving.engine_builder.build_core:
     engine from server.model, tokenizer, checkpoint normalisation statistics, scheduler), on the
     simulated clock. The start-up latency profile is not measured: lockstep time makes it moot."""
-    from physai_ros.serving.factory import build_core
+    from physai_ros.serving.engine_builder import build_core
 
     core = build_core(cfg, instance_id="evaluation")
     core.clock = clock

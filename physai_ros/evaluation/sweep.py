@@ -10,12 +10,12 @@ import json
 from dataclasses import dataclass
 from typing import Sequence
 
-from physai_ros.serving.config import FleetConfig, RobotConfig
+from physai_ros.config.fleet import FleetConfig, RobotConfig
 from physai_ros.serving.preflight import checkpoint_dir
 
-from .lockstep import LockstepConfig, SimClock, clone_robots, run_episodes, with_horizon
-from .results import EpisodeResult
-from .servers import ExpertServer, build_policy_server
+from physai_ros.evaluation.lockstep import LockstepConfig, SimClock, clone_robots, run_episodes, with_horizon
+from physai_ros.evaluation.results import EpisodeResult
+from physai_ros.evaluation.servers import ExpertServer, build_policy_server
 
 # Evaluation episode seeds start here; training data uses small seeds (see the checkpoint's
 # manifest.json and disjoint_from_training).
@@ -134,7 +134,7 @@ def fleet_for(fleet_file, checkpoint=None, preset=None) -> FleetConfig:
     checkpoint directory or a preset when one is given."""
     from pathlib import Path
 
-    from physai_ros.serving.config import load_fleet
+    from physai_ros.config.fleet import load_fleet
 
     cfg = load_fleet(fleet_file)
     if checkpoint:

@@ -83,7 +83,7 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     if args.checkpoint and args.scripted:
         ap.error("--checkpoint sets the policy server's model: it cannot be used with --scripted")
     from physai_ros.install_paths import InstallLayoutError
-    from physai_ros.serving.config import FleetConfigError
+    from physai_ros.config.fleet import FleetConfigError
     from physai_ros.security.keystore import KeystoreError
     from physai_ros.serving.preflight import ServerFilesError, check_keystore, check_server_files
 
@@ -142,7 +142,7 @@ def scripted_robot_specs(k: int, args: argparse.Namespace) -> list[ProcessSpec]:
 
 
 def _fleet_config(path, robots=None, checkpoint=None):
-    from physai_ros.serving.config import load_fleet
+    from physai_ros.config.fleet import load_fleet
 
     cfg = load_fleet(path)
     if checkpoint:

@@ -49,7 +49,7 @@ def _signer(fleet, args):
     from physai_ros.security.config import open_keystore
     from physai_ros.security.keystore import Identity
     from physai_ros.security.operator_commands import OperatorSigner
-    from physai_ros.serving.config import fleet_dir
+    from physai_ros.config.fleet import fleet_dir
 
     sec = fleet.security
     if sec.insecure:
@@ -154,7 +154,7 @@ def _ask(node, executor, robot, args, signer, deadline: float) -> int:
 def main(argv=None) -> int:
     from physai_ros.errors import UserInputError
 
-    from physai_ros.serving.config import load_fleet
+    from physai_ros.config.fleet import load_fleet
 
     args = parse_args(argv)
     try:

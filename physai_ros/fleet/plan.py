@@ -1,7 +1,7 @@
 """Which processes a fleet runs, derived from fleet.yaml (one plan for physai-fleet, the launch
 file and the tests): the policy server, and per robot sim_robot (when simulated), robot_client
 and trajectory_controller in the robot's namespace. The robot-side nodes' parameters come from
-physai_ros.serving.robot_params, which evaluation's lock-step episodes share without ROS.
+physai_ros.config.robot_params, which evaluation's lock-step episodes share without ROS.
 With security.sros2_enclaves, every node gets the SROS2 enclave /physai_ros/<namespace>/<node>
 (`ros2 security create_enclave` makes them; see docs/security.md).
 """
@@ -10,8 +10,8 @@ from __future__ import annotations
 import dataclasses
 
 from physai_ros.fleet.processes import ProcessSpec
-from physai_ros.serving.config import FleetConfig, RobotConfig
-from physai_ros.serving.robot_params import controller_params, sim_params
+from physai_ros.config.fleet import FleetConfig, RobotConfig
+from physai_ros.config.robot_params import controller_params, sim_params
 
 
 def enclave_name(namespace: str, executable: str) -> str:

@@ -52,8 +52,8 @@ def parse_args(argv: list[str]) -> argparse.Namespace:
 def load_problem(args: argparse.Namespace) -> tuple[FactoryProblem, dict, str]:
     """The problem, its profiles and where they came from, with the command line's overrides."""
     from physai_ros.install_paths import resolve_package_url
-    from physai_ros.serving.config import fleet_dir, load_fleet, resolve_package_path
-    from physai_ros.serving.factory_config import check_profiles, factory_problem, load_profiles
+    from physai_ros.config.fleet import fleet_dir, load_fleet, resolve_package_path
+    from physai_ros.config.factory import check_profiles, factory_problem, load_profiles
 
     path = args.fleet or str(resolve_package_url("package://physai_ros/config/fleet_factory.yaml"))
     fleet = load_fleet(path)

@@ -12,7 +12,7 @@ import cv2
 import numpy as np
 
 from physai_ros.monitoring.robot_summary import RobotSummary
-from physai_ros.serving.streaming_client import summary_fields as streaming_fields
+from physai_ros.client.streaming import summary_fields as streaming_fields
 
 
 def format_summary(robots: list[RobotSummary], duration_s: float) -> str:

@@ -1,7 +1,7 @@
 """The operator's view of the task pipelines (issue 23, docs/pipelines.md) in physai-fleet's summary:
 per robot and per component, what the robot clients published. Two sources, both already on ROS:
   - /<ns>/client_status (JSON, 1 Hz): the controller's counters under "pipeline"
-    (serving.client_pipeline.ClientPipeline.status): per component asked, answered, on time, late,
+    (client.pipeline.ClientPipeline.status): per component asked, answered, on time, late,
     SLO misses, stale, skipped, errors by reason, SLO attainment; per robot safety stops, replans,
     retries, task failures, tasks done, episodes, escalations and the latched reason;
   - /<ns>/pipeline_event (PipelineEvent, one per decision): counted here by kind and by

@@ -175,7 +175,7 @@ class RobotTextLog:
 
 def questions(robots) -> dict[str, Optional[str]]:
     """namespace -> the question its task asks every few rounds, None where it asks nothing on
-    its own; robots: serving.config's RobotConfig list."""
+    its own; robots: config.fleet's RobotConfig list."""
     return {r.namespace: r.task.language.question if r.task.language is not None and r.task.language.every_rounds > 0
             else None for r in robots}
 

@@ -1,6 +1,6 @@
 """engine_worker: one pi0 engine instance serving a policy server over ROS 2.
 
-ROS I/O only; the logic is physai_ros.workers.core.WorkerCore.
+ROS I/O only; the logic is physai_ros.workers.engine_worker.WorkerCore.
   sub  /engine_workers/<instance_id>/batch_request  (EngineBatchRequest, reliable)
   pub  /engine_workers/<instance_id>/batch_result   (EngineBatchResult, reliable)
   pub  /engine_workers/<instance_id>/status         (EngineWorkerStatus, latched, every
@@ -29,7 +29,7 @@ from physai_ros_interfaces.msg import (ComponentAnswer, ComponentQuery, EngineBa
                                        EngineWorkerStatus)
 from rclpy.node import Node
 
-from physai_ros.engine.compute_threads import build_for, serving_threads, use_threads
+from physai_ros.serving.compute_threads import build_for, serving_threads, use_threads
 from physai_ros.protocol.component import BAD_IMAGES, BUSY, ComponentRequest, refusal
 from physai_ros.protocol.topics import (component_request_topic, component_result_topic, request_topic, result_topic,
                                         status_topic)
@@ -43,21 +43,7 @@ from physai_ros.security.handshake import AuthError
 from physai_ros.security.keystore import Identity
 from physai_ros.security.message_auth import RefusalLog
 from physai_ros.workers.codec import encode_status
-from physai_ros.workers.core import WorkerCore
-
-
-def build_engine(preset: str, checkpoint: str, seed: int, device: str, log=None, language: bool = False):
-    from physai_ros.engine.engine import Pi0Engine
-    from physai_ros.engine.types import Pi0Config
-
-    if checkpoint:
-        # The loader runs the float32 variant of the checkpoint's LeRobot family, as the server's does.
-        engine = Pi0Engine.from_lerobot_checkpoint(checkpoint, device=device, language=language)
-        if log is not None:
-            log(engine.checkpoint_format.summary())
-        return engine, checkpoint
-    return (Pi0Engine(Pi0Config.preset(preset), device=device, seed=seed, language=language),
-            f"{preset} (seed {seed})")
+from physai_ros.workers.engine_worker import WorkerCore, build_engine
 
 
 class EngineWorkerNode(Node):
@@ -75,7 +61,7 @@ class EngineWorkerNode(Node):
         self.auth_refusals = RefusalLog(self.get_logger().warning)
         self._pub_lock = threading.Lock()  # sign and publish in one step (results, status)
         # torch_threads N >= 1: the engine computes on the worker thread alone, N threads, built on
-        # a thread that ends (as the server's server.torch_threads; engine.compute_threads). 0: as
+        # a thread that ends (as the server's server.torch_threads; serving.compute_threads). 0: as
         # torch sets it up, built here.
         self._torch_threads = int(p["torch_threads"]) if p["torch_threads"] > 0 else None
         engine, model = build_for(self._torch_threads, lambda: build_engine(

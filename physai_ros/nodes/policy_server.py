@@ -1,6 +1,6 @@
 """policy_server: serves the pi0 engine to every registered robot over ROS 2.
 
-ROS I/O only; the logic is physai_ros.serving.core.ServingCore.
+ROS I/O only; the logic is physai_ros.serving.serving_core.ServingCore.
   service  /policy_server/register_robot  (physai_ros_interfaces/RegisterRobot)
   sub      /<ns>/observation               (Observation, reliable), one per registered robot
   pub      /<ns>/action_chunk              (ActionChunk, reliable), answers and refusals
@@ -26,7 +26,7 @@ from physai_ros_interfaces.srv import RegisterRobot
 from rclpy.node import Node
 from std_msgs.msg import UInt64
 
-from physai_ros.engine.compute_threads import build_for, serving_threads
+from physai_ros.serving.compute_threads import build_for, serving_threads
 from physai_ros.monitoring.config import load_monitoring
 from physai_ros.monitoring.diagnostics import ERROR, OK, MetricsTask, level_byte
 from physai_ros.monitoring.metrics import MetricsPublisher
@@ -50,8 +50,8 @@ from physai_ros.ros.spin import run_node
 from physai_ros.security.endpoints import CHUNK, ServerAuth
 from physai_ros.security.handshake import AuthError
 from physai_ros.security.keystore import Identity
-from physai_ros.serving.config import load_fleet
-from physai_ros.serving.factory import build_core, model_format, profile_local_engines
+from physai_ros.config.fleet import load_fleet
+from physai_ros.serving.engine_builder import build_core, model_format, profile_local_engines
 from physai_ros.serving.factory_runtime import apply_factory
 from physai_ros.serving.preflight import SERVING_LOG_MARK, STARTUP_LOG_PREFIX, check_server_files
 from physai_ros.serving.runner import ServingRunner
@@ -92,11 +92,11 @@ class PolicyServerNode(Node):
                       f"{self.fleet.server.device} ({self.fleet.server.engine_instances} engine instance(s))")
         # server.torch_threads N >= 1: only the engines' serving threads compute in parallel, N
         # threads each, the model built, warmed up and profiled on a thread that ends (2.4-2.7x
-        # faster on cores of its own; engine.compute_threads). 0: as torch sets it up, built here.
+        # faster on cores of its own; serving.compute_threads). 0: as torch sets it up, built here.
         self._torch_threads = self.fleet.server.torch_threads or None
         self.core, profiled, warm_s = build_for(self._torch_threads, lambda: self._build_engines(started))
         # The count each serving thread sets for itself (not whatever another thread, e.g. a
-        # component thread at one, sets later: engine.compute_threads.use_threads).
+        # component thread at one, sets later: serving.compute_threads.use_threads).
         serve_threads = serving_threads(self._torch_threads)
         # fleet.yaml factory.apply: plan on the measured profiles and run the plan (docs/factory.md).
         self.factory = apply_factory(self.core, self.fleet, measured=list(profiled))

@@ -1,6 +1,6 @@
 """robot_client: the robot side of the serving path, in the robot's namespace.
 
-ROS I/O only; the logic is physai_ros.serving.client_core.RobotClientCore.
+ROS I/O only; the logic is physai_ros.client.robot_client.RobotClientCore.
   sub  camera topics (Image, or CompressedImage with camera_format: compressed; best effort), wrench (WrenchStamped, best effort),
        joint_states (JointState, best effort: matches reliable publishers too),
        execution_info (ExecutionInfo), action_chunk (ActionChunk, reliable),
@@ -60,12 +60,12 @@ from physai_ros.security.endpoints import HOLD, WRENCH, RobotAuth
 from physai_ros.security.handshake import AuthError
 from physai_ros.security.keystore import Identity
 from physai_ros.security.message_auth import RefusalLog
-from physai_ros.serving.client_core import RobotClientCore
-from physai_ros.serving.config import load_fleet
-from physai_ros.serving.streaming_client import StreamingClient
+from physai_ros.client.robot_client import RobotClientCore
+from physai_ros.config.fleet import load_fleet
+from physai_ros.client.streaming import StreamingClient
 
-from .robot_client_operator import OperatorIO
-from .robot_client_pipeline import PipelineIO
+from physai_ros.nodes.robot_client_operator import OperatorIO
+from physai_ros.nodes.robot_client_pipeline import PipelineIO
 
 # Longest wait for a RegisterRobot reply before the request is dropped and sent again.
 REGISTER_TIMEOUT_S = 5.0

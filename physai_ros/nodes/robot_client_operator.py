@@ -1,5 +1,5 @@
 """robot_client's operator commands on ROS 2: a thin adapter over
-physai_ros.serving.operator_commands, mounted by robot_client.
+physai_ros.client.operator_commands, mounted by robot_client.
 
   srv  operator_command (OperatorCommand), in the robot's namespace: resume / acknowledge, signed
        by an operator identity of the fleet's keystore (physai_ros.security.operator_commands);
@@ -14,7 +14,7 @@ from physai_ros_interfaces.srv import OperatorCommand
 from physai_ros.protocol.topics import OPERATOR_COMMAND_SERVICE
 from physai_ros.ros.message_digest import digest
 from physai_ros.security.operator_commands import OperatorCheck
-from physai_ros.serving.operator_commands import OperatorCommands, OperatorRequest
+from physai_ros.client.operator_commands import OperatorCommands, OperatorRequest
 
 
 class OperatorIO:

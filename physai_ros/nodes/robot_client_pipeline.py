@@ -1,5 +1,5 @@
 """robot_client's task pipeline on ROS (issue 23, docs/pipelines.md "Robot side"): the ROS I/O of
-serving.client_pipeline.ClientPipeline, attached to a RobotClientNode whose task has a pipeline
+client.pipeline.ClientPipeline, attached to a RobotClientNode whose task has a pipeline
 (`PipelineIO.for_node` is None otherwise and the node is unchanged). In the robot's namespace:
   pub  component_query (ComponentQuery, reliable): the due queries with the robot's newest camera
        Images (reused as received) and joint positions, tagged with the session MAC when auth is on
@@ -32,7 +32,7 @@ from physai_ros.ros.message_digest import digest
 from physai_ros.ros.qos import latched_qos, reliable_qos
 from physai_ros.ros.time_conv import now_sec
 from physai_ros.security.handshake import AuthError
-from physai_ros.serving.client_pipeline import ClientPipeline, OutgoingQuery, PipelineOutput
+from physai_ros.client.pipeline import ClientPipeline, OutgoingQuery, PipelineOutput
 
 
 

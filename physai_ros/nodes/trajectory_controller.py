@@ -37,7 +37,7 @@ from physai_ros.ros.message_digest import digest
 from physai_ros.ros.node_security import node_security, open_endpoint, security_diagnostics
 from physai_ros.ros.spin import run_node
 from physai_ros.ros.time_conv import now_sec
-from physai_ros.serving.config import load_fleet
+from physai_ros.config.fleet import load_fleet
 from physai_ros.security.endpoints import ControllerAuth
 from physai_ros.security.handshake import AuthError
 from physai_ros.security.keystore import Identity

@@ -7,7 +7,7 @@ import enum
 from dataclasses import dataclass
 from typing import Union
 
-from .backend import ComponentAnswer
+from physai_ros.pipeline.backend import ComponentAnswer
 
 SAFETY_LABELS = ("safe", "unsafe")
 MONITOR_LABELS = ("ongoing", "done", "failed")

@@ -1,8 +1,8 @@
 """fleet.yaml's task pipeline keys (ROSA Figure 3; docs/pipelines.md "fleet.yaml"): `pipeline`,
 `task_retry`, `safety_and_slo_violation` and `components`, as frozen dataclasses.
 
-`parse_task_pipeline` is called by serving.config for each task. System 1's SLO, fallback,
-prompt and violation policy may be written at task level or in the pipeline keys; serving.config
+`parse_task_pipeline` is called by config.fleet for each task. System 1's SLO, fallback,
+prompt and violation policy may be written at task level or in the pipeline keys; config.fleet
 passes the task-level values in (`TaskLevel`) and `parse_task_pipeline` reconciles them, so there
 is one value of each, and a conflict names both key paths.
 """
@@ -14,7 +14,7 @@ from typing import Any, Mapping, Union
 from physai_ros.config_fields import (FleetConfigError, integer, join_key, mapping, no_unknown, number, required,
                                       string)
 
-from .backend import COMPONENTS
+from physai_ros.pipeline.backend import COMPONENTS
 
 PIPELINE_KEYS = ("pipeline", "task_retry", "safety_and_slo_violation", "components")
 ESCALATION_POLICIES = ("stop_and_call_human",)

@@ -12,10 +12,10 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass
 
-from .answers import Parsed, parse_answer
-from .backend import ComponentAnswer
-from .config import PERIODIC, TaskPipelineConfig
-from .decisions import (Acknowledged, ComponentCounters, Decision, DropPlan, DueQuery, EndTask, Escalate, Hold,
+from physai_ros.pipeline.answers import Parsed, parse_answer
+from physai_ros.pipeline.backend import ComponentAnswer
+from physai_ros.pipeline.config import PERIODIC, TaskPipelineConfig
+from physai_ros.pipeline.decisions import (Acknowledged, ComponentCounters, Decision, DropPlan, DueQuery, EndTask, Escalate, Hold,
                         PipelineCounters, Replan, ResetEpisode, Resume, SetPrompt, Step)
 
 ASK_ORDER = ("system2", "safety", "monitor")

@@ -8,7 +8,7 @@ from typing import Sequence, Union
 
 import numpy as np
 
-from .backend import ComponentQuery
+from physai_ros.pipeline.backend import ComponentQuery
 
 
 @dataclass(frozen=True)

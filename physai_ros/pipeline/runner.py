@@ -12,9 +12,9 @@ from typing import Sequence
 
 import numpy as np
 
-from .backend import ComponentAnswer, ComponentBackend
-from .controller import PipelineController
-from .decisions import Decision
+from physai_ros.pipeline.backend import ComponentAnswer, ComponentBackend
+from physai_ros.pipeline.controller import PipelineController
+from physai_ros.pipeline.decisions import Decision
 
 
 @dataclass(frozen=True)

@@ -9,7 +9,7 @@ from collections import deque
 from dataclasses import dataclass
 from typing import Callable, Sequence, Union
 
-from .backend import ComponentAnswer, ComponentQuery
+from physai_ros.pipeline.backend import ComponentAnswer, ComponentQuery
 
 NEVER = math.inf  # a latency that never arrives (a lost answer, a dead server)
 

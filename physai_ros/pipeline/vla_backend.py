@@ -32,9 +32,9 @@ import torch
 from physai_ros.engine.batching import collate
 from physai_ros.engine.language import SamplingParams, batch_requests
 
-from .backend import ComponentAnswer, ComponentQuery
-from .kept_prefix import KeptPrefix, KeptPrefixes
-from .vla_inputs import QueryError, check_query, engine_input, question_ids
+from physai_ros.pipeline.backend import ComponentAnswer, ComponentQuery
+from physai_ros.pipeline.kept_prefix import KeptPrefix, KeptPrefixes
+from physai_ros.pipeline.vla_inputs import QueryError, check_query, engine_input, question_ids
 
 PATH_SHARED, PATH_OWN = "shared", "own"
 

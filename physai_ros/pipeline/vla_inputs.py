@@ -16,7 +16,7 @@ import numpy as np
 
 from physai_ros.protocol.observation import ImageData, ObservationData
 
-from .backend import VLM_COMPONENTS, ComponentQuery
+from physai_ros.pipeline.backend import VLM_COMPONENTS, ComponentQuery
 
 
 class QueryError(ValueError):

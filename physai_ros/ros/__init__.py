@@ -5,4 +5,4 @@ Glue only: the logic these wrap lives in control/, serving/, monitoring/, and th
 topic names in protocol/. Only this subpackage, physai_ros.nodes and the launcher (physai_ros.fleet)
 import rclpy; message types are imported here and in the nodes, and by one codec outside:
 physai_ros.workers.codec (EngineBatchRequest/Result, WorkerStatus), pure data conversion that
-the engine worker's ROS-free logic (workers.core) uses on both ends."""
+the engine worker's ROS-free logic (workers.engine_worker) uses on both ends."""

@@ -16,7 +16,7 @@ from typing import Callable, Iterable, Optional, TypeVar
 
 from physai_ros.security.config import INSECURE_WARNING, SecurityConfig, open_keystore
 from physai_ros.security.keystore import Identity, Keystore, KeystoreError
-from physai_ros.serving.config import fleet_dir, load_fleet
+from physai_ros.config.fleet import fleet_dir, load_fleet
 
 T = TypeVar("T")
 

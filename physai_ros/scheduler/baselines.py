@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from physai_ros.scheduler.core import QueueScheduler
+from physai_ros.scheduler.policy_machinery import QueueScheduler
 
 
 class FifoScheduler(QueueScheduler):

@@ -11,7 +11,7 @@ import math
 
 import numpy as np
 
-from physai_ros.scheduler.core import QueueScheduler
+from physai_ros.scheduler.policy_machinery import QueueScheduler
 
 
 def bucket_of(ratio: float, skipped: int, buckets: int, aging_interval: int) -> int:

@@ -23,7 +23,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Iterable, Optional
 
-from .keystore import Identity, Keystore, KeystoreError
+from physai_ros.security.keystore import Identity, Keystore, KeystoreError
 
 AUTO = "auto"
 ENV_AUTO_DIR = "PHYSAI_ROS_AUTO_KEYSTORE"  # tests point the auto keystore elsewhere

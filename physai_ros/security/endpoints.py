@@ -22,10 +22,10 @@ import time
 from dataclasses import dataclass, field
 from typing import Callable, Dict, Hashable, Optional
 
-from .handshake import AuthError, Granter, Requester
-from .keystore import Identity, Keystore, KeystoreError
-from .message_auth import ReplayGuard, SessionMac, Signer, Verifier
-from .wire import pack_auth, pack_grant, pack_proof, unpack_auth, unpack_grant, unpack_proof
+from physai_ros.security.handshake import AuthError, Granter, Requester
+from physai_ros.security.keystore import Identity, Keystore, KeystoreError
+from physai_ros.security.message_auth import ReplayGuard, SessionMac, Signer, Verifier
+from physai_ros.security.wire import pack_auth, pack_grant, pack_proof, unpack_auth, unpack_grant, unpack_proof
 
 # Domains: a tag made for one kind of message is never valid for another.
 OBSERVATION, WRENCH, CHUNK, SEGMENT, HOLD = b"observation", b"wrench", b"chunk", b"segment", b"hold"

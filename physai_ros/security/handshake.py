@@ -30,7 +30,7 @@ from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey
 from cryptography.hazmat.primitives.asymmetric.x25519 import X25519PrivateKey, X25519PublicKey
 from cryptography.hazmat.primitives.kdf.hkdf import HKDF
 
-from .keystore import Identity, Keystore, KeystoreError
+from physai_ros.security.keystore import Identity, Keystore, KeystoreError
 
 PROOF_DOMAIN = b"physai-register/1\0"
 GRANT_DOMAIN = b"physai-grant/1\0"

@@ -22,7 +22,7 @@ from typing import Callable, Dict, Hashable, Optional
 from cryptography.exceptions import InvalidSignature
 from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey, Ed25519PublicKey
 
-from .handshake import AuthError
+from physai_ros.security.handshake import AuthError
 
 MAC_BYTES = 32
 SIGNATURE_BYTES = 64

@@ -20,10 +20,10 @@ import threading
 import time
 from typing import Callable, Dict
 
-from .endpoints import PeerSigner, PeerVerifier, named_identity
-from .handshake import AuthError
-from .keystore import Identity, Keystore
-from .wire import unpack_auth
+from physai_ros.security.endpoints import PeerSigner, PeerVerifier, named_identity
+from physai_ros.security.handshake import AuthError
+from physai_ros.security.keystore import Identity, Keystore
+from physai_ros.security.wire import unpack_auth
 
 COMMANDS = ("resume", "acknowledge", "ask")
 DOMAINS = {c: b"operator_" + c.encode() for c in COMMANDS}

@@ -12,7 +12,7 @@ from __future__ import annotations
 import struct
 from dataclasses import dataclass
 
-from .handshake import NONCE_BYTES, AuthError, RegistrationProof, SessionGrant
+from physai_ros.security.handshake import NONCE_BYTES, AuthError, RegistrationProof, SessionGrant
 
 VERSION = 1
 _COUNTER = struct.Struct(">Q")

@@ -1,7 +1,7 @@
 """The action model's runner: observation -> engine input, engine output -> action chunk.
 
 One runner per model kind (nano-vllm's model runner: prepare inputs, run the engine, finish
-outputs). The chunked path (serving.core) and the streaming path (serving.streaming_service)
+outputs). The chunked path (serving.serving_core) and the streaming path (serving.streaming_service)
 both prepare their engine inputs here, so one observation becomes the same engine input
 whichever path serves it. Components added later (planner, monitor, language) get runners of
 their own beside this one, selected by the request's `component`.
@@ -17,12 +17,12 @@ from physai_ros.protocol.observation import ObservationData
 from physai_ros.protocol.registration import RobotRegistration
 from physai_ros.scheduler.types import ACTION
 
-from .normalizer import Normalizer
-from .postprocess import decide_horizon
-from .preprocess import image_to_rgb, to_model_pixels
-from .prompt_builder import PromptStyle
-from .tokenizer import PromptTokenizer
-from .validation import Refusal, camera_slots
+from physai_ros.serving.normalizer import Normalizer
+from physai_ros.serving.postprocess import decide_horizon
+from physai_ros.serving.preprocess import image_to_rgb, to_model_pixels
+from physai_ros.serving.prompt_builder import PromptStyle
+from physai_ros.serving.tokenizer import PromptTokenizer
+from physai_ros.serving.validation import Refusal, camera_slots
 
 
 

@@ -31,16 +31,16 @@ from typing import Any, Callable, Mapping
 
 import numpy as np
 
-from physai_ros.engine.compute_threads import use_threads
+from physai_ros.serving.compute_threads import use_threads
 from physai_ros.pipeline.backend import VLM_COMPONENTS
 from physai_ros.protocol.component import (BAD_IMAGES, BAD_QUESTION, BAD_STATE, BUSY, CLOSED,
                                            MAX_TOKENS, SUPERSEDED, UNKNOWN_COMPONENT, UNKNOWN_ROBOT, WRONG_TASK,
                                            ComponentAnswerData, ComponentRequest, refusal)
 
-from .component_backends import (VLA_KEY, _key_paths, answer_data, ask, distinct, instance_key, load_backends,
+from physai_ros.serving.component_backends import (VLA_KEY, _key_paths, answer_data, ask, distinct, instance_key, load_backends,
                                  plan_routes)
-from .component_order import ComponentOrder
-from .config import FleetConfig
+from physai_ros.serving.component_order import ComponentOrder
+from physai_ros.config.fleet import FleetConfig
 
 @dataclass(frozen=True)
 class ComponentServiceSettings:

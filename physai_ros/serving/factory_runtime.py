@@ -306,8 +306,8 @@ def apply_factory(core: Any, fleet: Any, measured: Sequence[str] = (),
         return None
     from physai_ros.scheduler.factory.solver import solve
 
-    from .config import fleet_dir, resolve_package_path
-    from .factory_config import check_profiles, factory_problem, load_profiles
+    from physai_ros.config.fleet import fleet_dir, resolve_package_path
+    from physai_ros.config.factory import check_profiles, factory_problem, load_profiles
 
     problem = factory_problem(fleet)
     profiles = load_profiles(resolve_package_path(factory.profiles, fleet_dir(fleet))) if factory.profiles else {}

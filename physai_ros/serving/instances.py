@@ -1,7 +1,7 @@
 """The engine instances behind the scheduler: which ones serve now, failures and hot standby.
 
 Not thread-safe by itself: ServingCore calls it under its lock. Engines themselves run outside
-that lock (serving.core.run_batch).
+that lock (serving.serving_core.run_batch).
 """
 from __future__ import annotations
 
@@ -11,7 +11,7 @@ from typing import Any, Sequence
 
 from physai_ros.scheduler.types import EngineInstanceInfo, LatencyProfile
 
-from .fault_injection import FaultPlan
+from physai_ros.serving.fault_injection import FaultPlan
 
 # While a batch runs its instance must look busy even past the scheduler's estimate, or a slow
 # batch would get a second one stacked on the same engine.

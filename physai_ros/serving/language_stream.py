@@ -28,8 +28,8 @@ from physai_ros.engine.language import SamplingParams
 from physai_ros.engine.language_frame import DecodeBudget, decode_frame, start_texts
 from physai_ros.protocol.text import REASON_REFUSED, SOURCE_TASK, QueryAnswer, RobotTextData, TextQuery
 
-from .language_config import LanguageServerConfig, TaskLanguageConfig
-from .text_queries import PendingQuestion, QueryGate
+from physai_ros.config.language import LanguageServerConfig, TaskLanguageConfig
+from physai_ros.serving.text_queries import PendingQuestion, QueryGate
 
 UNKNOWN_ROBOT_KEY = "(not served here)"  # refusals of questions for robots this server does not serve
 WINDOW_S = 10.0  # tokens/s and frame rates are measured over this window

@@ -26,7 +26,7 @@ from physai_ros.engine.checkpoint_format import (CONFIG_FILE, LEROBOT_03, LEROBO
                                                  CheckpointError, CheckpointFormat, detect_format, read_json,
                                                  weight_files)
 
-from . import lerobot_processors as lp
+from physai_ros.serving import lerobot_processors as lp
 
 STATS_FILE = OWN_STATS_FILE
 MODES = tuple(m for m in lp.MODES if m != lp.IDENTITY)  # what a FeatureStats can hold

@@ -1,5 +1,5 @@
 """The robots a policy server serves: registration, sessions, admission, release, per-robot
-counters and observation validation. Apart from the request path (serving.core): this decides
+counters and observation validation. Apart from the request path (serving.serving_core): this decides
 who may send work; the scheduler's queue holds the work.
 
 Not thread-safe by itself: ServingCore calls it under its lock. Methods that end a robot's task
@@ -18,7 +18,7 @@ import numpy as np
 from physai_ros.protocol.observation import ObservationData
 from physai_ros.protocol.registration import RegistrationResult, RobotRegistration
 
-from .validation import UNKNOWN_ROBOT, ModelLimits, ObservationValidator, Refusal, check_registration
+from physai_ros.serving.validation import UNKNOWN_ROBOT, ModelLimits, ObservationValidator, Refusal, check_registration
 
 # Registration refusal when the server is full (ROSA 3.4.4 admission control).
 CAPACITY = "capacity"

@@ -20,10 +20,10 @@ import threading
 import time
 from typing import Callable, Sequence
 
-from physai_ros.engine.compute_threads import use_threads
+from physai_ros.serving.compute_threads import use_threads
 from physai_ros.protocol.chunk import ActionChunkData
 
-from .core import BatchWork, ServingCore
+from physai_ros.serving.serving_core import BatchWork, ServingCore
 
 # How long the dispatcher sleeps when requests wait but nothing could be placed (held for a
 # refresh, or waiting for a busy instance); a submit or a finished batch wakes it earlier.
@@ -36,7 +36,7 @@ class ServingRunner:
                  on_error: Callable[[str], None] = lambda msg: None,
                  on_texts: Callable[[Sequence], None] = lambda texts: None, torch_threads: int | None = None):
         """on_texts: the language stream's updates (RobotTextData), after each batch's chunks.
-        torch_threads: each instance thread's intra-op threads (engine.compute_threads; None:
+        torch_threads: each instance thread's intra-op threads (serving.compute_threads; None:
         torch's default)."""
         self.core = core
         self.on_chunks, self.on_refresh, self.on_error, self.on_texts = on_chunks, on_refresh, on_error, on_texts

@@ -40,10 +40,10 @@ from physai_ros.protocol.observation import ObservationData
 from physai_ros.protocol.registration import RobotRegistration
 from physai_ros.protocol.segment import TrajectorySegmentData
 
-from .action_runner import ActionModelRunner
-from .config import FleetConfig, FleetConfigError, TaskConfig
-from .server_config import StreamingServerConfig
-from .validation import ObservationValidator, Refusal
+from physai_ros.serving.action_runner import ActionModelRunner
+from physai_ros.config.fleet import FleetConfig, FleetConfigError, TaskConfig
+from physai_ros.config.server import StreamingServerConfig
+from physai_ros.serving.validation import ObservationValidator, Refusal
 
 STREAMING_CAPACITY = "streaming_capacity"
 CHUNKED_FALLBACK = "chunked"  # reason prefix of an accepted registration served chunked
@@ -383,7 +383,7 @@ def build_streaming_service(fleet: FleetConfig, publish: Callable[[TrajectorySeg
     else:
         from physai_ros.engine.weights import load_lerobot_checkpoint
 
-        from .preflight import checkpoint_dir
+        from physai_ros.serving.preflight import checkpoint_dir
         mcfg, weights = load_lerobot_checkpoint(checkpoint_dir(fleet), **srv.model.load_args())
     if mcfg.policy != "pi0":
         # The streaming expert's per-token schedule is built around pi0's state token and

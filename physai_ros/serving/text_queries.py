@@ -13,7 +13,7 @@ from typing import Callable
 
 from physai_ros.protocol.text import SOURCE_OPERATOR, TextQuery
 
-from .language_config import LanguageServerConfig
+from physai_ros.config.language import LanguageServerConfig
 
 MAX_ANSWER_TOKENS = 256  # an operator's max_tokens above this is refused (KV memory per text)
 

@@ -15,10 +15,10 @@ from typing import Any, Sequence
 from physai_ros.pipeline.vla_backend import VLABackboneBackend
 from physai_ros.protocol.component import ComponentAnswerData, ComponentRequest
 
-from .action_runner import ActionModelRunner
-from .component_backends import answer_data, ask
-from .config import load_fleet
-from .factory import model_io
+from physai_ros.serving.action_runner import ActionModelRunner
+from physai_ros.serving.component_backends import answer_data, ask
+from physai_ros.config.fleet import load_fleet
+from physai_ros.serving.engine_builder import model_io
 
 
 class WorkerComponents:

@@ -42,7 +42,7 @@ class LoopConfig:
 def _core(checkpoint: Path, tokenizer_path: Path, max_token_len: int, clock):
     from physai_ros.engine.engine import Pi0Engine
     from physai_ros.scheduler.base import make_scheduler
-    from physai_ros.serving.core import ServingCore
+    from physai_ros.serving.serving_core import ServingCore
     from physai_ros.serving.instances import EngineSlot, default_profile
     from physai_ros.serving.normalizer import Normalizer
     from physai_ros.serving.tokenizer import PromptTokenizer

@@ -32,7 +32,7 @@ from physai_ros.sim.robot import ArmConfig
 from physai_ros.sim.tasks import make_task
 from physai_ros.sim.world import SimWorld
 
-from .component_questions import truth
+from physai_ros.training.component_questions import truth
 
 TEXT_FIELDS = ("task", "prompt", "safety", "monitor", "failure", "planner")
 

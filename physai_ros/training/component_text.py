@@ -30,9 +30,9 @@ from physai_ros.serving.tokenizer import PromptTokenizer
 from physai_ros.pipeline.config import fill_task
 from physai_ros.sim.multi_step import DONE_SUBGOAL, subgoal_sequence
 
-from .component_questions import COMPONENTS, QUESTIONS
-from .text_data import TextCodec
-from .text_loss import make_blocks, text_logits, text_loss
+from physai_ros.training.component_questions import COMPONENTS, QUESTIONS
+from physai_ros.training.text_data import TextCodec
+from physai_ros.training.text_loss import make_blocks, text_logits, text_loss
 
 
 def frame_prompts(task: str, instruction: str, fleet_prompts: Dict[str, List[str]]) -> Tuple[List[str], List[str]]:

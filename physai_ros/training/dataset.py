@@ -35,7 +35,7 @@ import numpy as np
 
 from physai_ros.serving.preprocess import letterbox
 
-from .expert_data import Episode
+from physai_ros.training.expert_data import Episode
 
 CODEBASE_VERSION = "v2.1"
 CHUNKS_SIZE = 1000

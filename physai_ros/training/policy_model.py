@@ -21,7 +21,7 @@ from physai_ros.engine.model import PlainPi0
 from physai_ros.engine.params import Weights, random_weights
 from physai_ros.engine.types import Pi0Config, PrefixCache
 
-from .text_loss import text_logits, text_loss
+from physai_ros.training.text_loss import text_logits, text_loss
 
 _prefix = PlainPi0.prefix.__wrapped__
 _velocity = PlainPi0.velocity.__wrapped__

@@ -10,8 +10,8 @@ from typing import Callable, List, Sequence
 
 from physai_ros.sim.robot import ArmConfig
 
-from .dataset import EncodedEpisode, write_dataset
-from .expert_data import RecordConfig, record_cell
+from physai_ros.training.dataset import EncodedEpisode, write_dataset
+from physai_ros.training.expert_data import RecordConfig, record_cell
 
 
 def _record(cfg: RecordConfig) -> List[EncodedEpisode]:

@@ -36,7 +36,7 @@ from physai_ros.sim.robot import ArmConfig
 from physai_ros.sim.tasks import make_task
 from physai_ros.sim.world import SimWorld
 
-from .dataset import EncodedEpisode, encode_png, write_dataset
+from physai_ros.training.dataset import EncodedEpisode, encode_png, write_dataset
 
 DRIVERS = ("policy", "perturbed_expert")
 
@@ -153,7 +153,7 @@ class FrameRecorder:
 def run_job(job: RolloutJob, fleet_cfg, lock: Optional[LockstepConfig] = None, *,
             recorder_cls: type = FrameRecorder, make_slot: type = EpisodeSlot,
             before_tick: Optional[Callable[[EpisodeSlot, float], None]] = None) -> List[EncodedEpisode]:
-    """The job's episodes, recorded. fleet_cfg (serving.config.FleetConfig) gives the robot (its
+    """The job's episodes, recorded. fleet_cfg (config.fleet.FleetConfig) gives the robot (its
     cameras, joints, horizon policy) and, for the policy driver, the server's model. A job's
     prompt replaces the robot's instruction (what its client sends and its sim reads). The
     recorder, the slots (make_slot, as run_episodes takes it) and a hook
@@ -192,7 +192,7 @@ def run_job(job: RolloutJob, fleet_cfg, lock: Optional[LockstepConfig] = None, *
 def fleet_serving(fleet_path, checkpoint=None):
     """The fleet at fleet_path, serving `checkpoint` instead of its own model when one is given."""
     from physai_ros.evaluation.sweep import scale_setting
-    from physai_ros.serving.config import load_fleet
+    from physai_ros.config.fleet import load_fleet
 
     cfg = load_fleet(fleet_path)
     if checkpoint:

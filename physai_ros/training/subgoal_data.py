@@ -25,9 +25,9 @@ from typing import List, Sequence
 from physai_ros.sim.multi_step import DONE_SUBGOAL
 from physai_ros.sim.tasks import CUBE_NAMES, make_task
 
-from .dataset import EncodedEpisode
-from .expert_data import Episode, RecordConfig, record_cell
-from .record import record_dataset
+from physai_ros.training.dataset import EncodedEpisode
+from physai_ros.training.expert_data import Episode, RecordConfig, record_cell
+from physai_ros.training.record import record_dataset
 
 MULTI_STEP_TASKS = ("place_in_order",)
 

@@ -38,9 +38,9 @@ from physai_ros.sim.multi_step import subgoal_text
 from physai_ros.sim.robot import ArmConfig
 from physai_ros.sim.tasks import make_task
 
-from .dataset import EncodedEpisode, write_dataset
-from .rollouts import FrameRecorder, RolloutJob, fleet_serving, run_in_workers, run_job
-from .subgoal_data import step_task, subgoal_runs
+from physai_ros.training.dataset import EncodedEpisode, write_dataset
+from physai_ros.training.rollouts import FrameRecorder, RolloutJob, fleet_serving, run_in_workers, run_job
+from physai_ros.training.subgoal_data import step_task, subgoal_runs
 
 PER_FRAME = ("png", "state", "wrench", "action", "success_flags", "labels", "subtask", "scene")
 
@@ -158,9 +158,9 @@ def record(root, jobs: Sequence[RolloutJob], fleet_path, checkpoint=None, worker
 
 
 def main(argv=None) -> int:
-    from physai_ros.serving.config import default_fleet_path
+    from physai_ros.config.fleet import default_fleet_path
 
-    from .rollouts import DRIVERS
+    from physai_ros.training.rollouts import DRIVERS
 
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--out", required=True)

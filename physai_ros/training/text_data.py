@@ -17,7 +17,7 @@ import torch
 from physai_ros.serving.tokenizer import PromptTokenizer
 from physai_ros.sim.narration import SCENE_QUESTION, SUBTASK_QUESTION
 
-from .text_loss import make_blocks
+from physai_ros.training.text_loss import make_blocks
 
 QUESTIONS = {"subtask": SUBTASK_QUESTION, "scene": SCENE_QUESTION}
 

@@ -29,10 +29,10 @@ from physai_ros.engine.batching import model_pixels
 from physai_ros.engine.model import PlainPi0
 from physai_ros.serving.tokenizer import PromptTokenizer
 
-from .checkpoint import weights_from_safetensors_dir
-from .dataset import LoadedDataset, load_dataset, merge_datasets
-from .text_data import QUESTIONS, TextCodec
-from .text_loss import greedy_answers, make_blocks, teacher_forced_argmax
+from physai_ros.training.checkpoint import weights_from_safetensors_dir
+from physai_ros.training.dataset import LoadedDataset, load_dataset, merge_datasets
+from physai_ros.training.text_data import QUESTIONS, TextCodec
+from physai_ros.training.text_loss import greedy_answers, make_blocks, teacher_forced_argmax
 
 
 def evaluate_text(cfg, weights, data: LoadedDataset, tokenizer: PromptTokenizer, prompts: Dict[str, str],
@@ -102,7 +102,7 @@ def evaluate_checkpoint_text(checkpoint, data_dirs: Sequence, tokenizer_path, pr
     """Load a checkpoint and the recorded frames (every `every`-th) and evaluate. prompts default
     to the last prompt the checkpoint's manifest lists per task (fleet.yaml's, after the sim
     task's own)."""
-    from .train import ModelSize
+    from physai_ros.training.train import ModelSize
 
     ckpt = Path(checkpoint)
     manifest = json.loads((ckpt / "manifest.json").read_text())

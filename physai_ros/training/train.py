@@ -27,9 +27,9 @@ from physai_ros.engine.batching import model_pixels
 from physai_ros.engine.types import GemmaSpec, Pi0Config, VisionSpec
 from physai_ros.serving.tokenizer import PromptTokenizer
 
-from .dataset import LoadedDataset, target_chunks
-from .policy_model import TrainablePi0
-from .text_data import TextCodec, TextTargets
+from physai_ros.training.dataset import LoadedDataset, target_chunks
+from physai_ros.training.policy_model import TrainablePi0
+from physai_ros.training.text_data import TextCodec, TextTargets
 
 # Minimum std used for normalisation: a feature that never moves in the data (it happens in tiny
 # datasets) must not blow a small deviation up into a huge normalised value at run time.

@@ -143,7 +143,7 @@ def test_config_from_fleet_task_and_bad_values():
 
 
 def test_config_from_the_shipped_fleet_yaml():
-    from physai_ros.serving.config import load_fleet
+    from physai_ros.config.fleet import load_fleet
 
     fleet = load_fleet()
     for robot in fleet.robots:

@@ -6,7 +6,7 @@ from physai_ros.control.hold import apply_hold, hold_chunk
 from physai_ros.protocol.chunk import is_hold_chunk
 from physai_ros.control.trajectory_buffer import TrajectoryBuffer
 from physai_ros.protocol.chunk import ActionChunkData
-from physai_ros.serving.client_core import HoldCommand
+from physai_ros.client.robot_client import HoldCommand
 
 NAMES = ("j0", "j1")
 

@@ -188,8 +188,8 @@ def test_head_counts_the_tensors_cannot_show_name_their_override(tmp_path):
 
 
 def test_fleet_yaml_model_head_counts():
-    from physai_ros.serving.config_fields import FleetConfigError
-    from physai_ros.serving.server_config import _parse_model
+    from physai_ros.config_fields import FleetConfigError
+    from physai_ros.config.server import _parse_model
 
     m = _parse_model({"checkpoint": "c", "tokenizer": "t", "vision_heads": 3, "head_dim": 16}, "server.model")
     assert m.load_args() == {"vision_heads": 3, "head_dim": 16}

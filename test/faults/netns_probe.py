@@ -128,8 +128,8 @@ def _closed_loop(node, a, write, answered, lock, stop) -> None:
     from physai_ros.ros.codecs.observation import observation_to_msg
     from physai_ros.ros.codecs.registration import registration_to_request, result_from_response
     from physai_ros.ros.qos import reliable_qos
-    from physai_ros.serving.client_core import RobotClientCore
-    from physai_ros.serving.config import load_fleet
+    from physai_ros.client.robot_client import RobotClientCore
+    from physai_ros.config.fleet import load_fleet
 
     sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # test/: the auth rig
     from auth_rig import RobotKeys

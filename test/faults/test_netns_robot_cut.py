@@ -22,7 +22,7 @@ import yaml
 
 from physai_ros.fleet import plan as fleet_plan
 from physai_ros.protocol.chunk import HOLD_ENGINE_INSTANCE
-from physai_ros.serving.config import load_fleet
+from physai_ros.config.fleet import load_fleet
 
 import netns
 from netns_probe import ProbeLog

@@ -13,9 +13,9 @@ import yaml
 
 from physai_ros.protocol.chunk import STATUS_OK, STATUS_REFUSED
 from physai_ros.protocol.observation import ImageData, ObservationData
-from physai_ros.serving.client_core import RobotClientCore
-from physai_ros.serving.config import parse_fleet
-from physai_ros.serving.factory import build_core
+from physai_ros.client.robot_client import RobotClientCore
+from physai_ros.config.fleet import parse_fleet
+from physai_ros.serving.engine_builder import build_core
 
 HW = 32
 

@@ -18,8 +18,8 @@ import pytest
 
 from physai_ros.ros.codecs.observation import observation_to_msg
 from physai_ros.ros.codecs.registration import registration_to_request
-from physai_ros.serving.client_core import RobotClientCore
-from physai_ros.serving.config import load_fleet
+from physai_ros.client.robot_client import RobotClientCore
+from physai_ros.config.fleet import load_fleet
 
 from fault_fleet import obs, write_fleet
 from process_rig import STARTUP_S, ProcessRig, server_spec

@@ -20,7 +20,7 @@ import pytest
 
 from physai_ros.fleet import plan as fleet_plan
 from physai_ros.protocol.chunk import HOLD_ENGINE_INSTANCE
-from physai_ros.serving.config import load_fleet
+from physai_ros.config.fleet import load_fleet
 
 from fault_fleet import robot_entry, write_fleet
 from process_rig import STARTUP_S, ProcessRig, server_spec, wait_quiet

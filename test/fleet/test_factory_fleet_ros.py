@@ -27,8 +27,8 @@ from physai_ros.protocol.chunk import is_hold_chunk  # noqa: E402
 from physai_ros.scheduler.factory.profiling import profile_from_service_times  # noqa: E402
 from physai_ros.scheduler.factory.solver import solve  # noqa: E402
 from physai_ros.scheduler.factory.types import CONTINUOUS  # noqa: E402
-from physai_ros.serving.config import load_fleet  # noqa: E402
-from physai_ros.serving.factory_config import factory_problem, load_profiles  # noqa: E402
+from physai_ros.config.fleet import load_fleet  # noqa: E402
+from physai_ros.config.factory import factory_problem, load_profiles  # noqa: E402
 
 pytestmark = [pytest.mark.ros, pytest.mark.slow]
 REPO = Path(__file__).resolve().parents[2]

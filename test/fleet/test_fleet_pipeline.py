@@ -26,7 +26,7 @@ GARBAGE = {"unknown_label", "bad_charset", "empty", "too_long"}
 
 def test_the_shipped_pipeline_fleet_loads_with_both_task_shapes():
     from physai_ros.fleet.plan import fleet_plan
-    from physai_ros.serving.config import load_fleet
+    from physai_ros.config.fleet import load_fleet
 
     cfg = load_fleet(FLEET)
     comps = {t.name: sorted(c for c in ("system2", "safety", "monitor") if getattr(t.pipeline, c) is not None)

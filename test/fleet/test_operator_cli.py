@@ -8,7 +8,7 @@ import yaml
 
 from physai_ros.fleet.cli import main
 from physai_ros.security.keystore import Keystore
-from physai_ros.serving.config import default_fleet_path
+from physai_ros.config.fleet import default_fleet_path
 
 
 def _fleet(tmp_path, keystore: str) -> str:

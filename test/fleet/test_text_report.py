@@ -11,7 +11,7 @@ from physai_ros.fleet.report import CAPTION_LINE_PX, contact_sheet, run_frames, 
 from physai_ros.monitoring.text_report import (GroundTruth, RobotTextLog, format_language, language_doc,
                                                normalise, printable, questions, sheet_captions)
 from physai_ros.protocol.text import RobotTextData
-from physai_ros.serving.config import load_fleet
+from physai_ros.config.fleet import load_fleet
 from physai_ros.sim.narration import GRASP, PLACE, REACH_CUBE, SCENE_QUESTION, SUBTASK_QUESTION
 from physai_ros.sim.runtime import TaskStatus
 

@@ -155,7 +155,7 @@ def test_load_monitoring_reads_only_the_block(tmp_path):
 
 
 def test_the_embedded_fleet_file_has_a_monitoring_block_and_a_bad_one_fails_the_fleet():
-    from physai_ros.serving.config import FleetConfigError, default_fleet_path, parse_fleet
+    from physai_ros.config.fleet import FleetConfigError, default_fleet_path, parse_fleet
 
     doc = yaml.safe_load(default_fleet_path().read_text())
     assert "monitoring" in doc

@@ -17,7 +17,7 @@ from physai_ros.pipeline.backend import ComponentQuery
 from physai_ros.pipeline.vla_backend import PATH_OWN, PATH_SHARED, VLABackboneBackend, VLABackendSettings
 from physai_ros.protocol.observation import ImageData, ObservationData
 from physai_ros.serving.action_runner import ActionModelRunner
-from physai_ros.serving.language_config import LanguageServerConfig
+from physai_ros.config.language import LanguageServerConfig
 from physai_ros.serving.language_stream import FrameRobot, LanguageStream
 from physai_ros.serving.prompt_builder import prompt_style_for
 from physai_ros.serving.tokenizer import PromptTokenizer
@@ -227,7 +227,7 @@ def _sim_frames(steps=(0, 120), seed=0):
 def test_the_trained_sim_policy_names_the_subtask_through_the_backend(fleet_with_sim_pi0):
     """The shipped sim_pi0 (co-trained on the subtask question) answers through the backend,
     from its own prefill and from the real serving core's System 1 round, alike."""
-    from physai_ros.serving.client_core import RobotClientCore
+    from physai_ros.client.robot_client import RobotClientCore
     from physai_ros.sim.narration import SUBTASK_QUESTION, SUBTASKS
 
     fleet, core = fleet_with_sim_pi0
@@ -258,8 +258,8 @@ def test_the_trained_sim_policy_names_the_subtask_through_the_backend(fleet_with
 @pytest.fixture(scope="module")
 def fleet_with_sim_pi0():
     """The default fleet (server.model: the shipped sim_pi0, its language stream on)."""
-    from physai_ros.serving.config import load_fleet
-    from physai_ros.serving.factory import build_core
+    from physai_ros.config.fleet import load_fleet
+    from physai_ros.serving.engine_builder import build_core
 
     fleet = load_fleet()
     fleet = dataclasses.replace(fleet, server=dataclasses.replace(fleet.server, max_observation_age_s=30.0))

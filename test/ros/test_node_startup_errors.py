@@ -7,7 +7,7 @@ import sys
 import pytest
 import yaml
 
-from physai_ros.serving.config import default_fleet_path
+from physai_ros.config.fleet import default_fleet_path
 
 pytestmark = pytest.mark.ros
 
@@ -50,7 +50,7 @@ def test_policy_server_with_cut_weights(tmp_path):
     line, before the model loads."""
     import shutil
 
-    from physai_ros.serving.config import load_fleet
+    from physai_ros.config.fleet import load_fleet
     from physai_ros.serving.preflight import checkpoint_dir
 
     ckpt = tmp_path / "ckpt"

@@ -22,7 +22,7 @@ from physai_ros.ros.codecs.joint_trajectory import TrajectoryMessageError, msg_t
 from physai_ros.ros.codecs.segment import SegmentMessageError, segment_from_msg, segment_to_msg
 from physai_ros.ros.image import ImageBridge, ImageConversionError, make_bridge
 from physai_ros.ros.time_conv import duration_from_sec, time_from_sec, to_ns, to_sec
-from physai_ros.serving.client_core import HoldCommand
+from physai_ros.client.robot_client import HoldCommand
 
 
 def test_image_round_trip_reuses_one_buffer_and_reads_without_copy():

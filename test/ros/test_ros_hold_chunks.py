@@ -20,7 +20,7 @@ from physai_ros.protocol.chunk import ActionChunkData
 from physai_ros.ros.codecs.chunk import chunk_to_msg
 from physai_ros.ros.qos import reliable_qos
 from physai_ros.ros.time_conv import now_sec
-from physai_ros.serving.client_core import HoldCommand
+from physai_ros.client.robot_client import HoldCommand
 from physai_ros.sim.robot import ArmConfig
 from auth_rig import RobotKeys, ServerKeys
 from ros_test_helpers import fail_with_logs

@@ -25,7 +25,7 @@ from physai_ros.protocol.topics import REGISTER_SERVICE
 from physai_ros.ros.message_digest import digest
 from physai_ros.ros.qos import latched_qos, reliable_qos
 from physai_ros.security.endpoints import COMPONENT_ANSWER
-from physai_ros.serving.config import default_fleet_path, load_fleet
+from physai_ros.config.fleet import default_fleet_path, load_fleet
 from physai_ros.sim.runtime import TaskStatus
 from auth_rig import server_auth, sign_as_operator
 from ros_test_helpers import fail_with_logs

@@ -30,7 +30,7 @@ from process_rig import STARTUP_S, ProcessRig, server_spec  # noqa: E402
 from physai_ros.fleet.plan import robot_specs  # noqa: E402
 from physai_ros.fleet.processes import stop_processes  # noqa: E402
 from physai_ros.security.keystore import Identity, Keystore  # noqa: E402
-from physai_ros.serving.config import load_fleet  # noqa: E402
+from physai_ros.config.fleet import load_fleet  # noqa: E402
 
 pytestmark = [pytest.mark.ros, pytest.mark.slow]
 HERE = Path(__file__).resolve().parent
@@ -208,7 +208,7 @@ def test_replayed_tampered_and_foreign_observations_are_refused_unanswered(fleet
 
 def _registration(rig, rid):
     from physai_ros.ros.codecs.registration import registration_to_request
-    from physai_ros.serving.client_core import RobotClientCore
+    from physai_ros.client.robot_client import RobotClientCore
 
     return registration_to_request(RobotClientCore(rig.fleet.robot(rid)).registration())
 

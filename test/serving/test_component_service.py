@@ -11,11 +11,11 @@ import pytest
 from physai_ros.config_fields import FleetConfigError
 from physai_ros.pipeline.scripted import Scripted, ScriptedBackend
 from physai_ros.protocol.component import ComponentRequest
-from physai_ros.serving.client_core import RobotClientCore
+from physai_ros.client.robot_client import RobotClientCore
 from physai_ros.serving.component_backends import check_component_models, distinct, load_backends, plan_routes
 from physai_ros.serving.component_service import ComponentService, ComponentServiceSettings
-from physai_ros.serving.config import parse_fleet
-from physai_ros.serving.factory import build_core
+from physai_ros.config.fleet import parse_fleet
+from physai_ros.serving.engine_builder import build_core
 from physai_ros.serving.preflight import ServerFilesError, check_server_files
 
 from component_helpers import PROMPT, fleet_doc, request
@@ -258,7 +258,7 @@ def test_a_missing_hf_directory_is_named_by_its_key_path(tmp_path):
     path = tmp_path / "fleet.yaml"
     import yaml
     path.write_text(yaml.safe_dump(doc))
-    from physai_ros.serving.config import load_fleet
+    from physai_ros.config.fleet import load_fleet
     fleet = load_fleet(path)
     assert plan_routes(fleet)[("inspect", "safety")] == f"hf:{tmp_path / 'models/nope'}@cpu"
     with pytest.raises(FleetConfigError, match=r"tasks\.inspect\.components\.safety\.model\.hf: 'models/nope'"):
@@ -295,7 +295,7 @@ def test_hf_components_load_once_per_directory_and_device_and_answer(tmp_path):
     import yaml
 
     from physai_ros.pipeline.hf_tiny import write_tiny_vlm
-    from physai_ros.serving.config import load_fleet
+    from physai_ros.config.fleet import load_fleet
 
     write_tiny_vlm("smolvlm", tmp_path / "models" / "tiny-smolvlm", seed=0)
     doc = fleet_doc()
@@ -412,7 +412,7 @@ class CountingThreads(ScriptedBackend):
 def test_component_threads_pin_to_one_only_beside_one_team_engines(served, torch_threads):
     """With server.torch_threads N the component threads run one intra-op thread (a second
     OpenMP team would slow System 1); by default torch's count, as the engines: pinning them
-    there made the engines' serving threads single-threaded too (engine.compute_threads)."""
+    there made the engines' serving threads single-threaded too (serving.compute_threads)."""
     import torch
 
     fleet, core = served

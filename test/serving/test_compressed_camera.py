@@ -15,7 +15,7 @@ from sensor_msgs.msg import CompressedImage, Image
 
 from physai_ros.ros.codecs.observation import compressed_image_data, image_msg
 from physai_ros.ros.qos import sensor_data_qos
-from physai_ros.serving.config import FleetConfigError, default_fleet_path, parse_fleet
+from physai_ros.config.fleet import FleetConfigError, default_fleet_path, parse_fleet
 
 from ros_rig import wait_for
 

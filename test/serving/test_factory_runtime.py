@@ -14,9 +14,9 @@ import pytest
 from physai_ros.config_fields import FleetConfigError
 from physai_ros.scheduler.factory.types import (ComponentSpec, FactoryProblem, FactorySchedule, Route,
                                                 ServerAssignment, ServerPool, TaskClass)
-from physai_ros.serving.client_core import RobotClientCore
-from physai_ros.serving.config import parse_fleet
-from physai_ros.serving.factory import build_core
+from physai_ros.client.robot_client import RobotClientCore
+from physai_ros.config.fleet import parse_fleet
+from physai_ros.serving.engine_builder import build_core
 from physai_ros.serving.factory_runtime import FactoryRuntime, bind_servers
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "faults"))
@@ -203,7 +203,7 @@ def test_start_up_plan_measures_system1_and_the_backbone_components_on_this_serv
     import yaml
 
     from physai_ros.scheduler.factory.types import CONTINUOUS, STATIC
-    from physai_ros.serving.factory import profile_local_engines
+    from physai_ros.serving.engine_builder import profile_local_engines
     from physai_ros.serving.factory_runtime import apply_factory
 
     sys.path.insert(0, str(Path(__file__).resolve().parent))

@@ -6,7 +6,7 @@ from pathlib import Path
 import pytest
 import yaml
 
-from physai_ros.serving.config import FleetConfigError, default_fleet_path
+from physai_ros.config.fleet import FleetConfigError, default_fleet_path
 
 from launch_description import LaunchToolsMissing, evaluate, load_launch_file
 from ros2_tools import tools_missing

@@ -7,12 +7,12 @@ import pytest
 
 from physai_ros.engine.language import SamplingParams
 from physai_ros.protocol.text import SOURCE_OPERATOR, SOURCE_TASK, TextQuery
-from physai_ros.serving.client_core import RobotClientCore
-from physai_ros.serving.config import FleetConfigError, parse_fleet
-from physai_ros.serving.factory import build_core
-from physai_ros.serving.language_config import LanguageServerConfig, TaskLanguageConfig
+from physai_ros.client.robot_client import RobotClientCore
+from physai_ros.config.fleet import FleetConfigError, parse_fleet
+from physai_ros.serving.engine_builder import build_core
+from physai_ros.config.language import LanguageServerConfig, TaskLanguageConfig
 
-from serving_helpers import make_obs
+from observation_builders import make_obs
 
 QUESTION = "what is the current subtask?"
 
@@ -164,7 +164,7 @@ def test_a_released_robot_s_texts_end_cancelled(fleet):
 def test_fleet_yaml_language_errors_name_the_key(fleet):
     import yaml
 
-    from physai_ros.serving.config import default_fleet_path
+    from physai_ros.config.fleet import default_fleet_path
 
     doc = yaml.safe_load(default_fleet_path().read_text())
 

@@ -193,8 +193,8 @@ def test_a_served_lerobot_checkpoint_uses_its_stored_statistics(tmp_path):
     from tokenizers import Tokenizer
 
     from physai_ros.engine.weights import normalization_stats
-    from physai_ros.serving.config import default_fleet_path, parse_fleet
-    from physai_ros.serving.factory import build_core
+    from physai_ros.config.fleet import default_fleet_path, parse_fleet
+    from physai_ros.serving.engine_builder import build_core
     from physai_ros.serving.tokenizer import build_default_tokenizer
 
     # The fixture's random model embeds 1024 tokens; a LeRobot checkpoint is refused with a far

@@ -35,11 +35,11 @@ for extra in (HERE, HERE.parent / "streaming_ros"):
         sys.path.insert(0, str(extra))
 
 from physai_ros.protocol.chunk import STATUS_OK  # noqa: E402
-from physai_ros.serving.client_core import RobotClientCore  # noqa: E402
-from physai_ros.serving.config import load_fleet, parse_fleet  # noqa: E402
-from physai_ros.serving.factory import build_core  # noqa: E402
+from physai_ros.client.robot_client import RobotClientCore  # noqa: E402
+from physai_ros.config.fleet import load_fleet, parse_fleet  # noqa: E402
+from physai_ros.serving.engine_builder import build_core  # noqa: E402
 
-from serving_helpers import make_image, make_obs  # noqa: E402
+from observation_builders import make_image, make_obs  # noqa: E402
 
 T0 = 1_000_000.0  # a fixed "now": observations are stamped just before it
 # Largest absolute difference from the pins allowed, per path, in the action's units (|values| up
@@ -102,7 +102,7 @@ class _WorkerLoopback:
     worker's request message, served by a real WorkerCore, and its result message decoded."""
 
     def __init__(self, engine):
-        from physai_ros.workers.core import WorkerCore
+        from physai_ros.workers.engine_worker import WorkerCore
 
         self.config = engine.config
         self.worker = WorkerCore(engine, "w_pin", "edge", max_batch=8, model="tiny")
@@ -120,7 +120,7 @@ class _WorkerLoopback:
 def _tiny_fleet():
     import yaml
 
-    from physai_ros.serving.config import default_fleet_path
+    from physai_ros.config.fleet import default_fleet_path
 
     doc = yaml.safe_load(default_fleet_path().read_text())
     doc["server"]["model"] = {"preset": "tiny", "tokenizer": "package://physai_ros/assets/tokenizer.json",

@@ -7,7 +7,7 @@ from pathlib import Path
 import pytest
 import yaml
 
-from physai_ros.serving.config import default_fleet_path, load_fleet
+from physai_ros.config.fleet import default_fleet_path, load_fleet
 from physai_ros.serving.preflight import ServerFilesError, check_server_files, checkpoint_dir
 
 SHIPPED = checkpoint_dir(load_fleet(None))

@@ -131,7 +131,7 @@ class ComponentRig(StatusWatcher):
 
     def register(self, robot_id):
         from physai_ros.ros.codecs.registration import registration_to_request
-        from physai_ros.serving.client_core import RobotClientCore
+        from physai_ros.client.robot_client import RobotClientCore
 
         deadline = Deadline(STARTUP_S)
         while not deadline.expired():

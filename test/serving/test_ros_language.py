@@ -9,7 +9,7 @@ import yaml
 from physai_ros.fleet import plan as fleet_plan
 from physai_ros.protocol.chunk import HOLD_ENGINE_INSTANCE
 from physai_ros.protocol.text import ASK_SERVICE
-from physai_ros.serving.config import default_fleet_path, fleet_dir
+from physai_ros.config.fleet import default_fleet_path, fleet_dir
 
 from auth_rig import sign_as_operator
 from serving_ros_harness import Watcher, running_fleet

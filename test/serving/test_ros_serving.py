@@ -8,7 +8,7 @@ import yaml
 
 from physai_ros.fleet import plan as fleet_plan
 from physai_ros.protocol.chunk import HOLD_ENGINE_INSTANCE
-from physai_ros.serving.config import default_fleet_path
+from physai_ros.config.fleet import default_fleet_path
 
 from serving_ros_harness import Watcher, running_fleet
 
@@ -22,7 +22,7 @@ OK, REFUSED = 0, 2
 def _fleet_doc():
     doc = yaml.safe_load(default_fleet_path().read_text())
     doc["robots"] = doc["robots"][:2]
-    # The pinned layout (engine.compute_threads): built on a thread that ends, served at 1 thread.
+    # The pinned layout (serving.compute_threads): built on a thread that ends, served at 1 thread.
     # The other real-process tests run the default (server.torch_threads 0).
     doc["server"]["torch_threads"] = 1
     doc["robots"][1]["cameras"] = ["camera_0/image_raw"]  # one view here, two on robot_0
@@ -184,7 +184,7 @@ def test_only_an_operator_s_signed_resume_releases_a_stopped_robot(fleet_env):
     from physai_ros.ros.qos import reliable_qos
     from physai_ros.security.keystore import Identity, Keystore
     from physai_ros.security.operator_commands import OperatorSigner
-    from physai_ros.serving.config import fleet_dir
+    from physai_ros.config.fleet import fleet_dir
 
     from auth_rig import sign_as_operator
 

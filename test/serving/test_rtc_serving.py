@@ -10,13 +10,13 @@ import yaml
 
 from physai_ros.engine.rtc import JACOBIANS, SCHEDULES
 from physai_ros.protocol.chunk import STATUS_OK
-from physai_ros.serving.chunk_merge import RTC_JACOBIANS, RTC_SCHEDULES, ChunkMergeConfig
-from physai_ros.serving.client_core import RobotClientCore
-from physai_ros.serving.config import FleetConfigError, default_fleet_path, parse_fleet
-from physai_ros.serving.robot_params import controller_params
+from physai_ros.config.chunk_merge import RTC_JACOBIANS, RTC_SCHEDULES, ChunkMergeConfig
+from physai_ros.client.robot_client import RobotClientCore
+from physai_ros.config.fleet import FleetConfigError, default_fleet_path, parse_fleet
+from physai_ros.config.robot_params import controller_params
 from physai_ros.serving.rtc_planner import RtcPlanner, SentChunk, plan_guide
 
-from serving_helpers import make_obs
+from observation_builders import make_obs
 
 T0 = 1_000_000.0
 
@@ -92,7 +92,7 @@ def _with_doc(doc, task, merge):
 
 
 def test_execution_horizon_beyond_the_model_chunk_is_refused(doc):
-    from physai_ros.serving.factory import build_core
+    from physai_ros.serving.engine_builder import build_core
 
     with pytest.raises(FleetConfigError, match=r"^tasks\.pick_place\.chunk_merge\.execution_horizon: expected "
                                                r"at most the model's chunk size 8, got 9"):
@@ -178,7 +178,7 @@ def test_planner_reads_the_execution_info(doc):
 # ---- the serving core, RTC and non-RTC robots in one batch -----------------------------------
 
 def test_core_guides_rtc_robots_and_leaves_the_others_alone(doc):
-    from physai_ros.serving.factory import build_core
+    from physai_ros.serving.engine_builder import build_core
 
     cfg = _with(doc, {"name": "rtc", "max_guidance_weight": 5.0}, tiny=True)
     rtc_robot, plain_robot = cfg.robot("robot_0"), cfg.robot("robot_1")
@@ -225,7 +225,7 @@ def test_observation_carries_the_executing_round_over_the_wire(doc):
     """The client copies the controller's executing round into each observation; the message
     codec keeps it (the server's planner reads it with exec_phase_start)."""
     from physai_ros.ros.codecs.observation import observation_from_msg, observation_to_msg
-    from serving_helpers import make_image
+    from observation_builders import make_image
 
     robot = parse_fleet(doc).robot("robot_0")
     client = RobotClientCore(robot)
@@ -252,7 +252,7 @@ def test_rtc_is_refused_where_it_cannot_run(doc):
 
     from physai_ros.engine import EngineInputError, Pi0Config
     from physai_ros.engine.rtc import RtcGuide
-    from physai_ros.serving.factory import build_core
+    from physai_ros.serving.engine_builder import build_core
     from physai_ros.workers import codec
 
     class Remote:
@@ -278,7 +278,7 @@ def test_rtc_is_refused_where_it_cannot_run(doc):
 
 
 def _client(robot, t):
-    from serving_helpers import make_image
+    from observation_builders import make_image
 
     client = RobotClientCore(robot)
     client.on_registered(core_result())
@@ -294,7 +294,7 @@ def test_client_reports_the_chunk_it_just_took_for_rtc_tasks(doc, merge):
     chunk arrived names that chunk for an rtc task (both nodes got it at the same time), and the
     controller's possibly stale report otherwise (unchanged behaviour)."""
     from physai_ros.protocol.chunk import ActionChunkData
-    from serving_helpers import make_image
+    from observation_builders import make_image
 
     robot = _with(doc, merge).robot("robot_0")
     client = _client(robot, 10.0)
@@ -319,7 +319,7 @@ def test_client_reports_nothing_executing_while_its_hold_stops_the_controller(do
     """An SLO hold stops the controller where it is; the chunk it last committed no longer runs,
     so an rtc client reports round 0 (no guide) until it takes a chunk again."""
     from physai_ros.protocol.chunk import ActionChunkData
-    from serving_helpers import make_image
+    from observation_builders import make_image
 
     d = copy.deepcopy(doc)
     d["tasks"]["pick_place"].update(chunk_merge="rtc", slo_ms=100, fallback="hold")

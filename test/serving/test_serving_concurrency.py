@@ -10,11 +10,11 @@ import threading
 import pytest
 
 from physai_ros.protocol.chunk import STATUS_OK
-from physai_ros.serving.client_core import RobotClientCore
-from physai_ros.serving.factory import build_core
+from physai_ros.client.robot_client import RobotClientCore
+from physai_ros.serving.engine_builder import build_core
 from physai_ros.serving.runner import ServingRunner
 
-from serving_helpers import make_obs
+from observation_builders import make_obs
 
 # Long enough for a loaded CI machine; a correct run passes the barrier at once.
 BARRIER_TIMEOUT_S = 60.0
@@ -152,7 +152,7 @@ def test_runner_submit_places_a_request_on_an_idle_instance_itself(fleet):
 
 def test_runner_instance_threads_compute_with_the_threads_they_are_given(fleet):
     """ServingRunner(torch_threads=n): each instance's engine runs with n intra-op threads,
-    whatever the thread that built it used (engine.compute_threads)."""
+    whatever the thread that built it used (serving.compute_threads)."""
     import torch
 
     server = dataclasses.replace(fleet.server, engine_instances=1, max_observation_age_s=30.0)

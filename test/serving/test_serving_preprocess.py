@@ -6,7 +6,7 @@ import pytest
 import torch
 
 from physai_ros.engine.batching import model_pixels
-from physai_ros.serving.config import load_fleet, tokenizer_path
+from physai_ros.config.fleet import load_fleet, tokenizer_path
 from physai_ros.serving.normalizer import Normalizer
 from physai_ros.serving.preprocess import image_to_rgb, letterbox, to_model_pixels
 from physai_ros.serving.tokenizer import PromptTokenizer, build_default_tokenizer

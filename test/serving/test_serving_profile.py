@@ -1,9 +1,9 @@
 """Local engine instances measure their latency-vs-batch profile at start-up (server.profile)."""
 import dataclasses
 
-from physai_ros.serving.server_config import ProfileConfig
+from physai_ros.config.server import ProfileConfig
 from physai_ros.serving.instances import default_profile
-from physai_ros.serving.factory import build_core, profile_local_engines
+from physai_ros.serving.engine_builder import build_core, profile_local_engines
 
 
 class CountingEngine:

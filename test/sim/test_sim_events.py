@@ -180,7 +180,7 @@ def test_sim_params_accept_the_new_keys_and_integers_for_floats():
 def test_fleet_plan_rejects_a_bad_sim_key_with_its_path():
     from physai_ros.config_fields import FleetConfigError
     from physai_ros.fleet.plan import fleet_plan
-    from physai_ros.serving.config import load_fleet
+    from physai_ros.config.fleet import load_fleet
 
     fleet = load_fleet()
 
@@ -195,8 +195,8 @@ def test_a_place_in_order_sim_follows_its_fleet_tasks_prompt():
     naming the task's key; `sim.prompt` overrides it."""
     from physai_ros.config_fields import FleetConfigError
     from physai_ros.fleet.plan import fleet_plan
-    from physai_ros.serving.config import default_fleet_path, load_fleet
-    from physai_ros.serving.robot_params import sim_params
+    from physai_ros.config.fleet import default_fleet_path, load_fleet
+    from physai_ros.config.robot_params import sim_params
 
     fleet = load_fleet(default_fleet_path().parent / "fleet_pipeline.yaml")
     i = next(k for k, r in enumerate(fleet.robots) if r.sim.get("task") == "place_in_order")

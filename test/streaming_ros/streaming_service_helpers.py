@@ -16,11 +16,11 @@ from physai_ros.engine.types import Pi0Config
 from physai_ros.protocol.observation import ImageData
 from physai_ros.protocol.registration import RobotRegistration
 from physai_ros.serving.action_runner import ActionModelRunner
-from physai_ros.serving.config import default_fleet_path, parse_fleet, tokenizer_path
+from physai_ros.config.fleet import default_fleet_path, parse_fleet, tokenizer_path
 from physai_ros.serving.streaming_service import StreamingService
 from physai_ros.serving.tokenizer import PromptTokenizer
 
-from serving_helpers import make_obs  # test/serving is on sys.path (test/streaming_ros/conftest.py)
+from observation_builders import make_obs
 
 CFG = Pi0Config.preset("tiny")
 ROS_OFFSET = 1_000.0  # ROS clock = virtual stream clock + this (the service must convert)
@@ -126,7 +126,7 @@ def registration(robot, last_round_id=0, streaming=True):
 
 
 def observation(robot, round_id, stamp, seed=0, **kw):
-    """serving_helpers.make_obs with the views drawn from one generator seeded by `seed`."""
+    """observation_builders.make_obs with the views drawn from one generator seeded by `seed`."""
     rng = np.random.default_rng(seed)
     h, w = robot.image_height, robot.image_width
     images = tuple(ImageData(h, w, "rgb8", w * 3, rng.integers(0, 256, (h, w, 3), dtype=np.uint8).tobytes())

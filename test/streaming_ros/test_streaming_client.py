@@ -7,8 +7,8 @@ import numpy as np
 from physai_ros.protocol.chunk import STATUS_OK, STATUS_REFUSED, ActionChunkData
 from physai_ros.protocol.observation import ImageData
 from physai_ros.protocol.registration import RegistrationResult
-from physai_ros.serving.client_core import RobotClientCore
-from physai_ros.serving.streaming_client import StreamingClient
+from physai_ros.client.robot_client import RobotClientCore
+from physai_ros.client.streaming import StreamingClient
 
 from streaming_service_helpers import fleet
 
@@ -74,7 +74,7 @@ def test_an_observation_goes_out_for_every_complete_set_of_new_frames():
 
 
 def test_fleet_summary_fields_say_which_mode_the_robot_ran_in():
-    from physai_ros.serving.streaming_client import summary_fields
+    from physai_ros.client.streaming import summary_fields
 
     robot, core, sc = _client()
     sc.on_registered(RegistrationResult(True, "streaming: 1/1 slot(s) used", "srv"))

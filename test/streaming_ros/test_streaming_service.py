@@ -8,7 +8,7 @@ import numpy as np
 import pytest
 
 from physai_ros.control.trajectory_buffer import TrajectoryBuffer
-from physai_ros.serving.config import FleetConfigError, parse_fleet
+from physai_ros.config.fleet import FleetConfigError, parse_fleet
 from physai_ros.serving.normalizer import FeatureStats, Normalizer
 
 from streaming_service_helpers import one_torch_thread  # noqa: F401 (autouse)
@@ -64,7 +64,7 @@ def test_fleet_yaml_picks_the_vlm_process_the_ae_priority_and_the_tick():
     f = parse_fleet(doc)
     assert (f.server.streaming.vlm, f.server.streaming.ae_priority, f.server.streaming.tick) == ("process", 7, "plain")
     from physai_ros.engine.types import Pi0Config
-    from physai_ros.serving.config import tokenizer_path
+    from physai_ros.config.fleet import tokenizer_path
 
     runner = ActionModelRunner(Pi0Config.preset("tiny"), PromptTokenizer(tokenizer_path(f), 48), None)
     svc = build_streaming_service(f, lambda seg: None, runner, log=lambda m: None)

@@ -21,7 +21,7 @@ def test_after_a_stall_longer_than_the_window_the_stream_has_future_nodes_again(
     core = _core()
     robot = fleet().robots[0]
     from physai_ros.serving.tokenizer import PromptTokenizer
-    from physai_ros.serving.config import tokenizer_path
+    from physai_ros.config.fleet import tokenizer_path
     from physai_ros.engine.types import EngineInput
 
     enc = PromptTokenizer(tokenizer_path(fleet()), 48).encode(robot.task.prompt)

@@ -7,7 +7,7 @@ import pytest
 import torch
 
 from physai_ros.evaluation.components import confusion, detection_delay, planner_report
-from physai_ros.serving.config import default_fleet_path
+from physai_ros.config.fleet import default_fleet_path
 from physai_ros.serving.tokenizer import PromptTokenizer
 from physai_ros.sim.multi_step import subgoal_sequence
 from physai_ros.training.component_data import ComponentCell, record_component_cell

@@ -12,7 +12,7 @@ from physai_ros.evaluation.lockstep import LockstepConfig
 from physai_ros.evaluation.sweep import scale_setting
 from physai_ros.protocol.observation import ObservationData
 from physai_ros.protocol.registration import RobotRegistration
-from physai_ros.serving.config import load_fleet
+from physai_ros.config.fleet import load_fleet
 from physai_ros.sim.expert import ScriptedExpert
 from physai_ros.sim.robot import ArmConfig
 from physai_ros.sim.world import SimWorld

@@ -7,7 +7,7 @@ import dataclasses
 import numpy as np
 import pytest
 
-from physai_ros.serving.config import default_fleet_path
+from physai_ros.config.fleet import default_fleet_path
 from physai_ros.serving.tokenizer import PromptTokenizer
 from physai_ros.sim.multi_step import DONE_SUBGOAL, subgoal_sequence
 from physai_ros.sim.robot import ArmConfig

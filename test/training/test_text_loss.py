@@ -12,7 +12,7 @@ import torch.nn.functional as F
 from physai_ros.engine import Pi0Engine
 from physai_ros.engine.language import PlainLanguage, SamplingParams
 from physai_ros.engine.params import random_weights
-from physai_ros.serving.config import default_fleet_path
+from physai_ros.config.fleet import default_fleet_path
 from physai_ros.serving.tokenizer import PromptTokenizer
 from physai_ros.sim.narration import SCENE_QUESTION, SUBTASK_QUESTION
 from physai_ros.training.policy_model import TrainablePi0

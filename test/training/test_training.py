@@ -12,8 +12,8 @@ import yaml
 
 from physai_ros.protocol.observation import ImageData, ObservationData
 from physai_ros.protocol.registration import RobotRegistration
-from physai_ros.serving.config import default_fleet_path, parse_fleet
-from physai_ros.serving.factory import build_core
+from physai_ros.config.fleet import default_fleet_path, parse_fleet
+from physai_ros.serving.engine_builder import build_core
 from physai_ros.serving.tokenizer import PromptTokenizer
 from physai_ros.sim.robot import ArmConfig
 from physai_ros.serving.normalizer import STATS_FILE

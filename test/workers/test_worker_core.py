@@ -7,7 +7,7 @@ from physai_ros_interfaces.msg import EngineBatchResult
 
 from physai_ros.engine.engine import Pi0Engine
 from physai_ros.workers import codec
-from physai_ros.workers.core import WorkerCore
+from physai_ros.workers.engine_worker import WorkerCore
 from physai_ros.workers.profiling import measure_profile, synthetic_inputs
 
 from worker_inputs import make_inputs

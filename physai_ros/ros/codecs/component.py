@@ -21,8 +21,8 @@ from physai_ros.protocol.observation import ENCODINGS
 from physai_ros.ros.time_conv import to_sec
 from physai_ros.serving.preprocess import image_to_rgb
 
-from ._arrays import f32_field, f32_values, safe_time
-from .observation import image_data
+from physai_ros.ros.codecs._arrays import f32_field, f32_values, safe_time
+from physai_ros.ros.codecs.observation import image_data
 
 # The encodings a component query's views may have (serving.preprocess.image_to_rgb's).
 QUERY_ENCODINGS = tuple(sorted(ENCODINGS))

@@ -14,7 +14,7 @@ from sensor_msgs.msg import CompressedImage, Image
 from physai_ros.protocol.observation import ImageData, ObservationData
 from physai_ros.ros.time_conv import time_from_sec, to_sec
 
-from ._arrays import f32_field, f32_values, safe_time
+from physai_ros.ros.codecs._arrays import f32_field, f32_values, safe_time
 
 
 def image_data(msg: Image) -> ImageData:

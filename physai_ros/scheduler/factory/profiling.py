@@ -4,7 +4,7 @@ maximum throughput (b / s(b)), each request's latency (queueing + batching + ser
 mean and p99 kept.
 
 The server here is the one physai_ros runs: it takes up to b waiting requests whenever it is idle
-(no waiting for a batch to fill; serving.core dispatches that way) and a batch of k takes s(k).
+(no waiting for a batch to fill; serving.serving_core dispatches that way) and a batch of k takes s(k).
 The service times are what the serving engines measure at start-up (workers.profiling) or what a
 roofline model predicts for a GPU (bench/factory_profiles.py); the queueing is simulated here,
 not measured, and a profile made this way says so in its `note`.
@@ -15,7 +15,7 @@ from typing import Mapping, Sequence
 
 import numpy as np
 
-from .types import CONTINUOUS, STATIC, ModelProfile, ProfilePoint
+from physai_ros.scheduler.factory.types import CONTINUOUS, STATIC, ModelProfile, ProfilePoint
 
 RATE_FRACTIONS = tuple(np.round(np.linspace(0.1, 1.0, 10), 2))
 # Just below 1.0: at exactly the maximum throughput an open queue grows without bound, and its p99

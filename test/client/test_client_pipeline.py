@@ -1,4 +1,4 @@
-"""The robot client's side of a task pipeline (serving.client_pipeline), without ROS: scripted
+"""The robot client's side of a task pipeline (client.pipeline), without ROS: scripted
 component answers drive a real PipelineController over a real RobotClientCore; what the client
 would publish (observations, hold chunks, queries, events) is checked."""
 import copy
@@ -10,11 +10,11 @@ import yaml
 from physai_ros.pipeline.backend import ComponentAnswer
 from physai_ros.protocol.chunk import STATUS_OK, ActionChunkData
 from physai_ros.protocol.registration import RegistrationResult
-from physai_ros.serving.client_core import RobotClientCore
-from physai_ros.serving.client_pipeline import ClientPipeline
-from physai_ros.serving.config import default_fleet_path, parse_fleet
+from physai_ros.client.robot_client import RobotClientCore
+from physai_ros.client.pipeline import ClientPipeline
+from physai_ros.config.fleet import default_fleet_path, parse_fleet
 
-from serving_helpers import make_image
+from observation_builders import make_image
 
 PIPELINE = {
     "pipeline": {"action_period_ms": 500, "system2_to_system1_call_ratio": 2},

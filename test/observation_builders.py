@@ -1,4 +1,4 @@
-"""Builders for the serving tests (plain data)."""
+"""Observation builders for the serving and robot-client tests (plain data)."""
 import time
 
 import numpy as np

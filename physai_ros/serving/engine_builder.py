@@ -6,19 +6,19 @@ from typing import Any, Callable
 from physai_ros.engine.checkpoint_format import CheckpointFormat, detect_format
 from physai_ros.scheduler.base import make_scheduler
 
-from .chunk_merge import check_against_model
-from .config import FleetConfig, FleetConfigError, tokenizer_path
-from .core import ServingCore
-from .fault_injection import ENV_VAR, faults_from_env
-from .instances import EngineSlot, default_profile
-from .language_config import LanguageServerConfig
-from .language_stream import LanguageStream
-from .normalizer import Normalizer
-from .preflight import checkpoint_cameras, checkpoint_dir
-from .rtc_planner import RtcPlanner
-from .prompt_builder import PromptStyle, prompt_style_for
-from .server_config import RemoteEngineConfig
-from .tokenizer import PromptTokenizer
+from physai_ros.config.chunk_merge import check_against_model
+from physai_ros.config.fleet import FleetConfig, FleetConfigError, tokenizer_path
+from physai_ros.serving.serving_core import ServingCore
+from physai_ros.serving.fault_injection import ENV_VAR, faults_from_env
+from physai_ros.serving.instances import EngineSlot, default_profile
+from physai_ros.config.language import LanguageServerConfig
+from physai_ros.serving.language_stream import LanguageStream
+from physai_ros.serving.normalizer import Normalizer
+from physai_ros.serving.preflight import checkpoint_cameras, checkpoint_dir
+from physai_ros.serving.rtc_planner import RtcPlanner
+from physai_ros.serving.prompt_builder import PromptStyle, prompt_style_for
+from physai_ros.config.server import RemoteEngineConfig
+from physai_ros.serving.tokenizer import PromptTokenizer
 
 # Builds the proxy of one server.remote_engines entry for a model: the policy server node passes
 # one that makes physai_ros.ros.remote_engine.RemoteEngine objects on its own node.

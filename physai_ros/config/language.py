@@ -18,7 +18,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
-from .config_fields import FleetConfigError, integer, join_key, mapping, no_unknown, number, string
+from physai_ros.config_fields import FleetConfigError, integer, join_key, mapping, no_unknown, number, string
 
 
 @dataclass(frozen=True)

@@ -20,8 +20,8 @@ from physai_ros.protocol.chunk import STATUS_REFUSED, ActionChunkData
 from physai_ros.protocol.observation import ObservationData
 from physai_ros.protocol.registration import RegistrationResult, RobotRegistration
 
-from .client_core import ClientState, RobotClientCore
-from .config import RobotConfig
+from physai_ros.client.robot_client import ClientState, RobotClientCore
+from physai_ros.config.fleet import RobotConfig
 
 
 class StreamingClient:

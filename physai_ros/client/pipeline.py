@@ -41,7 +41,7 @@ from physai_ros.pipeline.decisions import (Acknowledged, Decision, DropPlan, End
                                            ResetEpisode, SetPrompt)
 from physai_ros.protocol.observation import ImageData
 
-from .client_core import ClientState, HoldCommand, RobotClientCore
+from physai_ros.client.robot_client import ClientState, HoldCommand, RobotClientCore
 
 SOURCES = ("system1", "system2", "safety", "monitor")
 

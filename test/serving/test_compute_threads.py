@@ -1,4 +1,4 @@
-"""engine.compute_threads: the thread-count rules of a serving process, and the libgomp facts
+"""serving.compute_threads: the thread-count rules of a serving process, and the libgomp facts
 they rest on (checked in a fresh interpreter: a process's OpenMP teams outlive the tests that
 made them)."""
 import json
@@ -9,7 +9,7 @@ import threading
 import pytest
 import torch
 
-from physai_ros.engine.compute_threads import build_for, in_fresh_thread, use_threads
+from physai_ros.serving.compute_threads import build_for, in_fresh_thread, use_threads
 
 
 def test_in_fresh_thread_returns_the_result_computed_with_the_threads_asked_for():
@@ -53,7 +53,7 @@ def test_use_threads_leaves_the_count_alone_without_a_number():
 
 _PREMISE = r"""
 import json, os, threading, time, torch
-from physai_ros.engine.compute_threads import in_fresh_thread, single_threaded_caller, use_threads
+from physai_ros.serving.compute_threads import in_fresh_thread, single_threaded_caller, use_threads
 
 def tasks():
     return len(os.listdir("/proc/self/task"))
@@ -96,7 +96,7 @@ def test_a_pinned_main_thread_forms_no_team_and_a_fresh_threads_team_ends_with_i
 
 _STICKY = r"""
 import json, threading, torch
-from physai_ros.engine.compute_threads import serving_threads, use_threads
+from physai_ros.serving.compute_threads import serving_threads, use_threads
 
 def run(set_count):
     ready, later = threading.Event(), threading.Event()

@@ -5,9 +5,9 @@ import numpy as np
 
 from physai_ros.protocol.chunk import STATUS_OK, STATUS_REFUSED, ActionChunkData
 from physai_ros.protocol.registration import RegistrationResult
-from physai_ros.serving.client_core import ClientState, RobotClientCore
+from physai_ros.client.robot_client import ClientState, RobotClientCore
 
-from serving_helpers import make_image
+from observation_builders import make_image
 
 
 def client(fleet, fallback=None, max_miss=None, slo_ms=None, robot=0, startup_grace_s=None):

@@ -1,4 +1,4 @@
-"""fleet.yaml's `factory:` block (serving.factory_config): config/fleet_factory.yaml turns into
+"""fleet.yaml's `factory:` block (config.factory): config/fleet_factory.yaml turns into
 ROSA's problem (Table 1's P2 and P4), and each kind of mistake is named by its key path."""
 import copy
 import json
@@ -8,8 +8,8 @@ import yaml
 
 from physai_ros.install_paths import resolve_package_url
 from physai_ros.scheduler.factory.types import ModelProfile, ProfilePoint
-from physai_ros.serving.config import FleetConfigError, load_fleet, parse_fleet
-from physai_ros.serving.factory_config import check_profiles, factory_problem, load_profiles
+from physai_ros.config.fleet import FleetConfigError, load_fleet, parse_fleet
+from physai_ros.config.factory import check_profiles, factory_problem, load_profiles
 
 FACTORY_FILE = "package://physai_ros/config/fleet_factory.yaml"
 

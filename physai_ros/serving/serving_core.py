@@ -30,16 +30,16 @@ from physai_ros.protocol.observation import ObservationData
 from physai_ros.protocol.registration import RegistrationResult, RobotRegistration
 from physai_ros.scheduler.types import ACTION, Request
 
-from .action_runner import ActionModelRunner
-from .instances import EngineSlot, InstancePool
-from .language_stream import FrameRobot
-from .normalizer import Normalizer
-from .prompt_builder import PromptStyle
-from .registry import RobotRegistry, TaskEnded
-from .rtc_planner import RtcPlanner
-from .tokenizer import PromptTokenizer
-from .validation import ModelLimits, Refusal
-from .work import BatchWork, Dispatch, StepOutput, scheduler_task_key
+from physai_ros.serving.action_runner import ActionModelRunner
+from physai_ros.serving.instances import EngineSlot, InstancePool
+from physai_ros.serving.language_stream import FrameRobot
+from physai_ros.serving.normalizer import Normalizer
+from physai_ros.serving.prompt_builder import PromptStyle
+from physai_ros.serving.registry import RobotRegistry, TaskEnded
+from physai_ros.serving.rtc_planner import RtcPlanner
+from physai_ros.serving.tokenizer import PromptTokenizer
+from physai_ros.serving.validation import ModelLimits, Refusal
+from physai_ros.serving.work import BatchWork, Dispatch, StepOutput, scheduler_task_key
 
 # A request whose instance was lost (worker gone) is dispatched at most this many times.
 MAX_DISPATCH_ATTEMPTS = 3

@@ -7,8 +7,8 @@ from typing import Any, Mapping
 
 from physai_ros.protocol.chunk import HOLD_ENGINE_INSTANCE
 
-from .config_fields import FleetConfigError, boolean, integer, join_key, mapping, no_unknown, number, required, string
-from .language_config import LanguageServerConfig, parse_server_language
+from physai_ros.config_fields import FleetConfigError, boolean, integer, join_key, mapping, no_unknown, number, required, string
+from physai_ros.config.language import LanguageServerConfig, parse_server_language
 
 SCHEDULERS = ("fifo", "autellix", "wait_ratio")
 DEVICES = ("cpu", "cuda")
@@ -106,7 +106,7 @@ class ServerConfig:
     dtype: str = "auto"
     cuda_graphs: str = "auto"
     streaming: StreamingServerConfig = field(default_factory=StreamingServerConfig)
-    # Admission and hot standby (ROSA section 3.4.4; physai_ros.serving.core.ServingCore).
+    # Admission and hot standby (ROSA section 3.4.4; physai_ros.serving.serving_core.ServingCore).
     max_robots: int | None = None  # robots registered at once; None: no limit
     robot_idle_release_s: float = 10.0  # a robot silent this long (no observation, no
     #   registration) gives its place up when a new robot needs it
@@ -115,7 +115,7 @@ class ServerConfig:
     # request, scheduler history (it registers again on return). None: only robot_idle_release_s
     # under capacity pressure. Set it above the clients' 2 s keep-alive re-registration.
     robot_timeout_s: float | None = None
-    # Intra-op torch threads of each local engine instance (engine.compute_threads). 0 (default):
+    # Intra-op torch threads of each local engine instance (serving.compute_threads). 0 (default):
     # torch's default count, the model built on the main thread: libgomp then manages two thread
     # teams, throttles their spinning, and the engine ran sim_pi0 in ~45 ms here (idle), but
     # shared the cores well with the 12 other processes of `make demo` (13 tasks in 30 s, round
@@ -124,7 +124,7 @@ class ServerConfig:
     # but in `make demo` 1-7 tasks and a 0.5-1.8 s round trip at N=1, and N=2 (a spinning team)
     # collapsed there (7-21 s). For a server with cores of its own; docs/serving.md.
     torch_threads: int = 0
-    # The language stream's server side (serving.language_config); None: off unless a task asks.
+    # The language stream's server side (config.language); None: off unless a task asks.
     language: LanguageServerConfig | None = None
     # The pipeline components' queue (serving.component_service): order, batch, bound.
     components: "ComponentServerConfig" = field(default_factory=lambda: ComponentServerConfig())
@@ -191,7 +191,7 @@ def _parse_remote_engines(v: Any, path: str) -> tuple[RemoteEngineConfig, ...]:
 
 
 # Scheduler parameters fleet.yaml may set, with their checks; names are the constructors'
-# keyword arguments (physai_ros.scheduler.core.QueueScheduler, wait_ratio.WaitRatioScheduler).
+# keyword arguments (physai_ros.scheduler.policy_machinery.QueueScheduler, wait_ratio.WaitRatioScheduler).
 _QUEUE_PARAMS = {
     "stale_after_s": "pos_or_null", "refresh_timeout_s": "nonneg", "saturation_tolerance": "fraction",
     "default_exec_s": "nonneg", "count_first_wait": "bool", "task_ttl_s": "pos",

@@ -15,9 +15,9 @@ from physai_ros_interfaces.msg import EngineBatchRequest, EngineBatchResult
 from physai_ros.protocol.topics import check_instance_id
 from physai_ros.scheduler.types import LatencyProfile
 
-from .codec import (BadRequest, WorkerStatus, config_to_json, decode_request, encode_result,
+from physai_ros.workers.codec import (BadRequest, WorkerStatus, config_to_json, decode_request, encode_result,
                     error_result)
-from .profiling import measure_profile
+from physai_ros.workers.profiling import measure_profile
 
 
 class WorkerCore:
@@ -87,3 +87,19 @@ class WorkerCore:
                 model=self.model, heartbeat_period_s=self.heartbeat_period_s,
                 batches_served=self.batches_served, robots_served=self.robots_served,
                 errors=self.errors, last_error=self.last_error, queue_depth=self.queue_depth)
+
+
+def build_engine(preset: str, checkpoint: str, seed: int, device: str, log=None, language: bool = False):
+    """The worker's engine: the LeRobot checkpoint when one is named, else the preset's random
+    weights from `seed`; returns (engine, a description of the model for its status)."""
+    from physai_ros.engine.engine import Pi0Engine
+    from physai_ros.engine.types import Pi0Config
+
+    if checkpoint:
+        # The loader runs the float32 variant of the checkpoint's LeRobot family, as the server's does.
+        engine = Pi0Engine.from_lerobot_checkpoint(checkpoint, device=device, language=language)
+        if log is not None:
+            log(engine.checkpoint_format.summary())
+        return engine, checkpoint
+    return (Pi0Engine(Pi0Config.preset(preset), device=device, seed=seed, language=language),
+            f"{preset} (seed {seed})")

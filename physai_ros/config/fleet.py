@@ -3,7 +3,7 @@
 Loading validates everything up front so that a typo fails at start-up with the key's full path
 and what was expected, instead of surfacing later as a confusing runtime error in one process.
 This module holds the tasks, the robots and the file as a whole; the `server:` section is
-serving.server_config, the validation helpers serving.config_fields.
+config.server, the validation helpers config_fields.
 """
 from __future__ import annotations
 
@@ -21,12 +21,12 @@ from physai_ros.pipeline.config import PIPELINE_KEYS, TaskLevel, TaskPipelineCon
 from physai_ros.protocol.topics import JOINT_STATES_TOPIC, WRENCH_TOPIC
 from physai_ros.security.config import SecurityConfig
 
-from .chunk_merge import ChunkMergeConfig, parse_chunk_merge
-from .config_fields import (FleetConfigError, integer, join_key, mapping, no_unknown, number, required,
+from physai_ros.config.chunk_merge import ChunkMergeConfig, parse_chunk_merge
+from physai_ros.config_fields import (FleetConfigError, integer, join_key, mapping, no_unknown, number, required,
                             string, strings)
-from .factory_config import FactoryConfig, parse_factory
-from .language_config import TaskLanguageConfig, parse_task_language
-from .server_config import ServerConfig, parse_server
+from physai_ros.config.factory import FactoryConfig, parse_factory
+from physai_ros.config.language import TaskLanguageConfig, parse_task_language
+from physai_ros.config.server import ServerConfig, parse_server
 
 PACKAGE_PREFIX = PACKAGE_URL_PREFIX
 FALLBACKS = ("hold", "stop_and_resend", "use_last_plan")
@@ -53,9 +53,9 @@ class TaskConfig:
     # toward max_consecutive_slo_violation (control/deadline.py).
     slo_startup_grace_s: float = 60.0
     segment_rate_hz: float = 60.0  # streaming: TrajectorySegment messages per second (at most)
-    # How consecutive chunks join: off (replace) | crossfade | rtc (serving.chunk_merge, docs/rtc.md).
+    # How consecutive chunks join: off (replace) | crossfade | rtc (config.chunk_merge, docs/rtc.md).
     chunk_merge: ChunkMergeConfig = ChunkMergeConfig()
-    # The language stream (serving.language_config): what its robots are asked; None: nothing.
+    # The language stream (config.language): what its robots are asked; None: nothing.
     language: TaskLanguageConfig | None = None
     # The task pipeline (pipeline.config, docs/pipelines.md): System 2, safety, monitor, retry
     # and violation policies; None: System 1 only (a task without the pipeline keys).
@@ -102,7 +102,7 @@ class FleetConfig:
     robots: tuple[RobotConfig, ...]
     source: str
     security: SecurityConfig = SecurityConfig()
-    # The cluster to plan a factory schedule for (serving.factory_config, docs/factory.md).
+    # The cluster to plan a factory schedule for (config.factory, docs/factory.md).
     factory: FactoryConfig | None = None
 
     def robot(self, robot_id: str) -> RobotConfig:

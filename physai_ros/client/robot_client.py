@@ -27,8 +27,8 @@ from physai_ros.protocol.chunk import STATUS_OK, STATUS_REFUSED, ActionChunkData
 from physai_ros.protocol.observation import ImageData, ObservationData
 from physai_ros.protocol.registration import RegistrationResult, RobotRegistration
 
-from .config import RobotConfig
-from .round_ledger import RoundLedger
+from physai_ros.config.fleet import RobotConfig
+from physai_ros.client.round_ledger import RoundLedger
 
 
 class ClientState(str, enum.Enum):
@@ -121,7 +121,7 @@ class RobotClientCore:
         self._want_register = True
         self.escalations: list[str] = []
         self._refused: str | None = None  # the last registration's refusal, until one is accepted
-        # A task pipeline (serving.client_pipeline) sets these; without one they stay as they are.
+        # A task pipeline (client.pipeline) sets these; without one they stay as they are.
         self.prompt: str | None = None  # System 1's prompt for the next observations; None: the task's
         self.pipeline_hold = ""  # while set (the reason), no System 1 round starts
         self.routes: dict[str, str] = {}  # component -> engine instance, from a factory schedule
@@ -337,7 +337,7 @@ class RobotClientCore:
         n = int(min(max(1, math.ceil(span / dt) + 1), max(1, 20.0 / dt)))
         return HoldCommand(rid, self._positions.copy(), reason, capture, dt, n)
 
-    # ---- a task pipeline's holds (serving.client_pipeline) ---------------------------------
+    # ---- a task pipeline's holds (client.pipeline) ---------------------------------
 
     def hold_for_pipeline(self, reason: str, now: float) -> HoldCommand | None:
         """Stop the robot for a pipeline hold source: no System 1 round starts until

@@ -14,7 +14,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
-from .config_fields import FleetConfigError, integer, join_key, mapping, no_unknown, number, string
+from physai_ros.config_fields import FleetConfigError, integer, join_key, mapping, no_unknown, number, string
 
 CHUNK_MERGES = ("off", "crossfade", "rtc")
 # engine.rtc.SCHEDULES, repeated so that loading fleet.yaml never imports torch (a test checks
