@@ -70,7 +70,7 @@ lerobot-reference: $(LEROBOT_STAMP) $(LEROBOT06_STAMP)
 demo: setup
 	$(VENV)/bin/physai-fleet --duration $(DURATION)
 
-# The task-pipeline fleet (issue 23, docs/pipelines.md "The pipeline demo"): planner, safety and
+# The task-pipeline fleet (docs/pipelines.md "The pipeline demo"): planner, safety and
 # monitor beside the action model; the summary prints per-component counters.
 PIPELINE_DURATION ?= 60
 demo-pipeline: setup

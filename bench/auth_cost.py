@@ -1,5 +1,5 @@
 #!/usr/bin/env python3
-"""Cost of authenticating one message (issue 21): HMAC-SHA256 with a session key vs Ed25519
+"""Cost of authenticating one message: HMAC-SHA256 with a session key vs Ed25519
 sign / verify, per message size, side by side in one run. Medians of --repeat timings.
 
     .venv/bin/python bench/auth_cost.py [--repeat 200] [--json out/auth_cost.json]

@@ -29,7 +29,7 @@ import torch
 
 from physai_ros.engine.batching import model_pixels
 from physai_ros.engine.camera_frames import robots_model_pixels
-from physai_ros.serving.preprocess import image_to_rgb, to_model_pixels
+from physai_ros.engine.processor.images import image_to_rgb, to_model_pixels
 
 
 def bytes_letterbox(frames, size: int) -> torch.Tensor:

@@ -71,7 +71,7 @@ def bench_config(preset: str):
 
 
 def write_checkpoint(preset: str, path: Path, seed: int = 0) -> Path:
-    from physai_ros.engine.checkpoint_writer import save_lerobot_checkpoint
+    from physai_ros.engine.checkpoint.writer import save_lerobot_checkpoint
 
     return save_lerobot_checkpoint(path, bench_config(preset), _tensor_writer(seed))
 

@@ -1,4 +1,4 @@
-"""Kairos multi-agent language-request scheduling (issue 24) in a deterministic discrete-event
+"""Kairos multi-agent language-request scheduling in a deterministic discrete-event
 simulation (bench/factory_agents_sim.py) of a robot factory's language components sharing VLM instances:
 this module is the CLI - it runs the policies at several loads and seeds, prints the comparison
 table and the scheduler's decision time at 1,000 queued requests, and writes the results as JSON (--json).

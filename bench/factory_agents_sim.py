@@ -1,4 +1,4 @@
-"""Kairos multi-agent language-request scheduling (issue 24): the deterministic discrete-event
+"""Kairos multi-agent language-request scheduling: the deterministic discrete-event
 simulation of a robot factory's language components sharing VLM instances, run and compared by
 the CLI bench/factory_agents.py (workload, engine/instance model, policies, one run).
 

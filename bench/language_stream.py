@@ -11,7 +11,7 @@ engine, the three ways side by side in ONE run, so the ratios share the machine'
               frame's. --shared-decode frame (default) decodes the frame's robots together (one
               batch of R, as the engine batches their actions); `each` decodes them one by one,
               the paper's single-robot definition for any R.
-  continuous  KV sharing + cross-frame continuous batching: engine.language_frame.run_frame
+  continuous  KV sharing + cross-frame continuous batching: engine.language.frame.run_frame
               (Algorithm 1 with the f_min floor): k tokens per frame for every active request of
               every robot and frame in one batch.
 
@@ -116,9 +116,9 @@ class Stepper:
 
     def __init__(self, mode: str, engine, decoder, robots: int, budget: int, k: int, f_min: float,
                  shared_decode: str):
-        from physai_ros.engine.kv_manager import KVCacheManager
-        from physai_ros.engine.language import SamplingParams
-        from physai_ros.engine.language_frame import DecodeBudget
+        from physai_ros.engine.language.kv_manager import KVCacheManager
+        from physai_ros.engine.language.decoder import SamplingParams
+        from physai_ros.engine.language.frame import DecodeBudget
 
         self.mode, self.engine, self.dec, self.robots = mode, engine, decoder, robots
         self.budget, self.shared_decode = budget, shared_decode
@@ -135,7 +135,7 @@ class Stepper:
     def _decode_alone(self, cache, b, rows) -> int:
         """Each text on its own: batch 1, N steps on one preallocated buffer (batch_requests once,
         so the baseline pays no per-step re-batching the engine would not do either)."""
-        from physai_ros.engine.language import batch_requests
+        from physai_ros.engine.language.decoder import batch_requests
 
         n = 0
         for row in rows:
@@ -148,7 +148,7 @@ class Stepper:
         m, e = self.engine.model, self.engine
         self.n += 1
         if self.mode == "continuous":
-            from physai_ros.engine.language_frame import run_frame
+            from physai_ros.engine.language.frame import run_frame
 
             ask = {r: self.params for r in self.names}
             active_before = len(self.manager.active())
@@ -174,7 +174,7 @@ class Stepper:
             t1 = t2
         rows = range(self.robots)
         if self.mode == "shared" and self.shared_decode == "frame":
-            from physai_ros.engine.language import batch_requests
+            from physai_ros.engine.language.decoder import batch_requests
 
             reqs = [self.dec.start(cache, r, _last_token(b, r), self.params, f"shared{self.n}:{r}") for r in rows]
             tokens = sum(len(t) for t in self.dec.decode_batched(batch_requests(reqs, self.budget), self.budget))
@@ -324,7 +324,7 @@ def main(argv=None) -> int:
     cfg = engine.config
     if engine.device.type == "cuda":
         # The language path builds its masks, positions and batched buffers with torch's default
-        # device (engine/language.py): point it at the GPU once the engine and inputs are built.
+        # device (engine/language/decoder.py): point it at the GPU once the engine and inputs are built.
         torch.set_default_device(engine.device)
     robots = [int(x) for x in args.robots.split(",") if x]
     budgets = [int(x) for x in args.budgets.split(",") if x]

@@ -1,4 +1,4 @@
-"""Pipeline components (issue 23) of two checkpoints side by side, in-process, on unseen seeds:
+"""Pipeline components of two checkpoints side by side, in-process, on unseen seeds:
 safety / monitor / System 2 planner answers through the VLA backbone (accuracy, confusion
 matrices, safety detection delay at the component's freq_hz) and, optionally, closed-loop action
 success on bench/policy_eval.py's evaluation seeds (training.compare_policies, paired by seed).

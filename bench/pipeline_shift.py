@@ -1,4 +1,4 @@
-"""Task pipeline vs System 1 alone (issue 23), side by side in one run: the same robots, seeds,
+"""Task pipeline vs System 1 alone, side by side in one run: the same robots, seeds,
 intruders, drops and knocks, each worked for a shift of simulated time (evaluation.pipeline_shift).
 
 System 1 is the served checkpoint through the serving core; the components are the same

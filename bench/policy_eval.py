@@ -1,5 +1,5 @@
 #!/usr/bin/env python3
-"""Closed-loop evaluation of the fleet's policy (issue 9): success rate vs the scripted expert,
+"""Closed-loop evaluation of the fleet's policy: success rate vs the scripted expert,
 and the Kairos Figure 11 trade-off (success rate vs average execution horizon, static H sweep vs
 confidence-threshold t sweep).
 
@@ -94,7 +94,7 @@ def _chunk_size(cfg) -> int:
         from physai_ros.engine.types import Pi0Config
 
         return Pi0Config.preset(cfg.server.model.preset).chunk_size
-    from physai_ros.engine.weights import read_lerobot_config
+    from physai_ros.engine.checkpoint.loader import read_lerobot_config
     from physai_ros.serving.preflight import checkpoint_dir
 
     return int(read_lerobot_config(checkpoint_dir(cfg)).get("chunk_size", 50))

@@ -31,13 +31,13 @@ from concurrent.futures import ProcessPoolExecutor
 import numpy as np
 from pathlib import Path
 
+from physai_ros.config.chunk_merge import ChunkMergeConfig
 from physai_ros.evaluation.lockstep import LockstepConfig, SimClock, clone_robots, run_episodes
 from physai_ros.evaluation.results import wilson_interval
 from physai_ros.evaluation.servers import build_policy_server
 from physai_ros.evaluation.smoothness import SmoothnessRecorder, summary
 from physai_ros.evaluation.sweep import (disjoint_from_training, eval_seeds, fleet_for, task_robot,
                                          training_manifest)
-from physai_ros.config.chunk_merge import ChunkMergeConfig
 
 
 def parse_args(argv=None) -> argparse.Namespace:

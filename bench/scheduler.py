@@ -142,7 +142,7 @@ def main(argv=None) -> int:
                     help="with --traces or --libero: comma list of task arrival rates per second (default: the "
                          "workload's; recorded tasks from physai-fleet are long, so use lower ones)")
     ap.add_argument("--ablation", action="store_true",
-                    help="only: wait-ratio parameter variants (incl. issue 20's paper-vs-earlier readings), "
+                    help="only: wait-ratio parameter variants (incl. the paper-vs-earlier readings), "
                          "static horizon, peak rate and 100 robots; offload rule with a cloud tier")
     ap.add_argument("--libero", action="store_true",
                     help="the LIBERO-like workload (bench/workloads/libero_a6000.yaml unless --workload "
@@ -232,7 +232,7 @@ ABLATIONS = {
     "B=2": ("wait_ratio", {"buckets": 2}),
     "B=1000 (~continuous)": ("wait_ratio", {"buckets": 1000}),
     "count_first_wait": ("wait_ratio", {"count_first_wait": True}),
-    # Issue 20: the paper's readings are the defaults; these restore our earlier ones, one at a time.
+    # the paper's readings are the defaults; these restore our earlier ones, one at a time.
     "provisional_wait=lookahead": ("wait_ratio", {"provisional_wait": "lookahead"}),
     "hold_ratio_floor=True": ("wait_ratio", {"hold_ratio_floor": True}),
     "lookahead + hold floor (pre-issue-20)": ("wait_ratio", {"provisional_wait": "lookahead",

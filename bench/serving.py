@@ -13,7 +13,7 @@ time subtracted) and this process's, each divided by the observations served.
   python bench/serving.py --json --cases 1robot_2views_224,4robot_2views_224 --rounds 20
   python bench/serving.py --auth both --reps 2 ...  # authentication off and on, side by side
 
-Authentication (issue 21): `--auth on` runs the server with the fleet's auth (a throwaway auto
+Authentication: `--auth on` runs the server with the fleet's auth (a throwaway auto
 keystore) and the load generators do what a robot client does: sign the registration, tag each
 observation (HMAC-SHA256 of its digest), check each chunk's Ed25519 signature. `--auth off` runs
 the server insecure and the generators send plain messages. `both` alternates server runs

@@ -1,5 +1,5 @@
 """Serving overhead side by side: physai_ros's policy server vs openpi's websocket + msgpack
-server vs the rclpy floor, same payloads, one run (issue 19, part 1).
+server vs the rclpy floor, same payloads, one run.
 
 Per answer, overhead = round trip at the robot minus the time the server says its model took
 (openpi: server_timing.infer_ms; ours: ActionChunk.inference_ms, the engine call alone, so our

@@ -1,4 +1,4 @@
-"""Soak benchmark (issue 8 "Load"; not CI): a simulated fleet served for many minutes.
+"""Soak benchmark (not CI): a simulated fleet served for many minutes.
 
 Runs `physai-fleet` (the real policy server with the tiny pi0, and per robot a sim_robot, a
 robot_client and a trajectory_controller, each its own process) on a generated fleet file, and

@@ -47,8 +47,8 @@ import numpy as np  # noqa: E402
 import torch  # noqa: E402
 
 from physai_ros.engine import EngineInput, Pi0Config  # noqa: E402
-from physai_ros.engine.streaming import StreamingConfig, StreamingCore, StreamingEngine  # noqa: E402
-from physai_ros.engine.streaming_expert import StreamingExpert  # noqa: E402
+from physai_ros.engine.streaming.expert import StreamingExpert  # noqa: E402
+from physai_ros.engine.streaming.stream_engine import StreamingConfig, StreamingCore, StreamingEngine  # noqa: E402
 
 
 def observation(cfg: Pi0Config, seed: int, views: int = 2, prompt: int = 16) -> EngineInput:
@@ -181,7 +181,7 @@ def run_case(args, n_robots: int) -> dict:
     return out
 
 
-# ---------------------------------------------------------------- the tick itself (issue 19)
+# ---------------------------------------------------------------- the tick itself
 def _count_ops(fn) -> dict:
     from physai_ros.engine.op_count import count_aten_ops
 
@@ -577,7 +577,7 @@ def main() -> int:
     ap.add_argument("--ros-only", action="store_true", help="skip the in-process cases")
     ap.add_argument("--tick-bench", action="store_true",
                     help="only the action-expert tick: op counts, sequential tick time distribution and "
-                         "real-time missed ticks per --impls x --vlm-modes x --robots (issue 19)")
+                         "real-time missed ticks per --impls x --vlm-modes x --robots")
     ap.add_argument("--impls", nargs="+", default=["plain", "fused"], choices=["plain", "fused", "compiled"])
     ap.add_argument("--vlm-modes", nargs="+", default=["thread", "process", "none"], choices=["thread", "process", "none"])
     ap.add_argument("--tick-reps", type=int, default=3000)

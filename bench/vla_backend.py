@@ -22,15 +22,15 @@ import numpy as np
 import torch
 
 import physai_ros
+from physai_ros.config.language import LanguageServerConfig
 from physai_ros.engine import Pi0Config
 from physai_ros.engine.engine import Pi0Engine
+from physai_ros.engine.processor.tokenizer import PromptTokenizer
 from physai_ros.pipeline.backend import ComponentQuery
 from physai_ros.pipeline.vla_backend import VLABackboneBackend, VLABackendSettings
 from physai_ros.protocol.observation import ImageData, ObservationData
 from physai_ros.serving.action_runner import ActionModelRunner
-from physai_ros.config.language import LanguageServerConfig
 from physai_ros.serving.language_stream import FrameRobot, LanguageStream
-from physai_ros.serving.tokenizer import PromptTokenizer
 
 QUESTION = "what is the current subtask?"
 PROMPT = "pick up the cube and place it on the goal"

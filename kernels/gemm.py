@@ -21,8 +21,8 @@ import triton
 import triton.language as tl
 
 from physai_ros.kernels import _runtime
-from physai_ros.kernels.tiles import TileConfig
 from physai_ros.kernels import tuning
+from physai_ros.kernels.tiles import TileConfig
 
 ACT_CODES = {None: 0, "gelu_tanh": 1, "silu": 2}
 

@@ -1,6 +1,6 @@
 """CPU GEMMs of the fast path through oneDNN with the weights prepacked once at load time.
 
-Why (issue 19, measured at pi0_2layer widths, 1 thread, fp32, on this AMD EPYC): torch's CPU
+Why (measured at pi0_2layer widths, 1 thread, fp32, on this AMD EPYC): torch's CPU
 `mm` / `F.linear` call MKL's sgemm, which repacks the weight matrix on every call and does not
 run its fastest kernels on AMD; oneDNN's inner product with a weight reordered once into its
 blocked layout (`torch.ops.mkldnn._reorder_linear_weight`, what inductor's CPU freezing uses)

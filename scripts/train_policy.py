@@ -9,7 +9,7 @@ given checkpoint is the first driver (and its normalisation is kept). With --tex
 same model is co-trained to answer sim.narration's questions (current subtask, scene) from the
 recorded ground truth; --text-eval-data measures its answers afterwards. With --component-data
 (training.component_data frames) it is also co-trained to answer the pipeline components'
-questions (safety, monitor, planner: issue 23). See docs/training.md.
+questions (safety, monitor, planner). See docs/training.md.
 """
 from __future__ import annotations
 
@@ -176,7 +176,7 @@ def main(argv=None) -> int:
 
     import torch
 
-    from physai_ros.serving.tokenizer import PromptTokenizer
+    from physai_ros.engine.processor.tokenizer import PromptTokenizer
     from physai_ros.training.checkpoint import (git_commit, save_policy, stats_from_checkpoint,
                                                 weights_from_safetensors_dir)
     from physai_ros.training.dataset import load_dataset, merge_datasets, read_info
@@ -295,7 +295,7 @@ def main(argv=None) -> int:
 
         return {"co_trained": True, "weight": a.text_weight,
                 "objective": "next-token cross-entropy of answer + <eos> after the question, causal block on the "
-                             "prefix KV cache, logits = rms_norm(h, vlm.norm) @ vlm.embed^T (engine/language.py)",
+                             "prefix KV cache, logits = rms_norm(h, vlm.norm) @ vlm.embed^T (engine/language/decoder.py)",
                 "questions": {"subtask": SUBTASK_QUESTION, "scene": SCENE_QUESTION},
                 "encoding": "PromptTokenizer.encode_text (lowercase, no BOS, no padding); answer ends with <eos> "
                             f"(id {tokenizer.eos_id})",

@@ -4,11 +4,11 @@ tests). A rig that pretends to be robot X registers and tags its observations as
 does; one that feeds a controller directly signs its chunks with the server's key."""
 from __future__ import annotations
 
+from physai_ros.config.fleet import fleet_dir
 from physai_ros.ros.message_digest import digest
 from physai_ros.security.config import SecurityConfig, open_keystore
 from physai_ros.security.endpoints import CHUNK, HOLD, SEGMENT, PeerSigner, RobotAuth, ServerAuth
 from physai_ros.security.keystore import Identity
-from physai_ros.config.fleet import fleet_dir
 
 
 def _keystore(fleet, need):

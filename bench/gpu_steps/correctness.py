@@ -106,7 +106,7 @@ def language(args, policy: str, out: dict, save) -> dict:
     plain decoder's, both fed the CPU's choice of token so they stay on one text."""
     from physai_ros.engine import Pi0Engine, random_weights
     from physai_ros.engine.batching import collate
-    from physai_ros.engine.language import SamplingParams
+    from physai_ros.engine.language.decoder import SamplingParams
 
     cfg = config(args.size, policy)
     w = random_weights(cfg, seed=6)

@@ -21,7 +21,7 @@ def graphs_with_language(args) -> dict:
     robots' prefix rows; three greedy decode steps from it against the same from an eager engine
     with the same weights (tiny, bf16), and the chunks of both."""
     from physai_ros.engine import Pi0Engine, random_weights
-    from physai_ros.engine.language import SamplingParams
+    from physai_ros.engine.language.decoder import SamplingParams
 
     if torch.device(args.device).type != "cuda":
         return {"skipped": "CUDA graphs need a CUDA device"}

@@ -20,7 +20,7 @@ def build_core(args):
     from physai_ros.scheduler.base import make_scheduler
     from physai_ros.serving.serving_core import ServingCore
     from physai_ros.serving.instances import EngineSlot, default_profile
-    from physai_ros.serving.tokenizer import PromptTokenizer
+    from physai_ros.engine.processor.tokenizer import PromptTokenizer
 
     cfg = config(args.size)
     cuda = torch.device(args.device).type == "cuda"

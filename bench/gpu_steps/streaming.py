@@ -32,7 +32,7 @@ def alone(core, device, reps: int) -> dict:
 
 
 def run(args, robots: int, built) -> dict:
-    from physai_ros.engine.streaming import StreamingConfig, StreamingCore, StreamingEngine
+    from physai_ros.engine.streaming.stream_engine import StreamingConfig, StreamingCore, StreamingEngine
 
     engine, expert = built
     cfg = engine.config
@@ -65,7 +65,7 @@ def run(args, robots: int, built) -> dict:
 def main(argv=None) -> int:
     args = parse_args("gpu_check step 3: the two-stream streaming engine", argv)
     from physai_ros.engine import random_weights
-    from physai_ros.engine.streaming_expert import StreamingExpert
+    from physai_ros.engine.streaming.expert import StreamingExpert
 
     res = {"device": args.device, "size": args.size, "seconds": args.seconds}
     cfg = config(args.size)

@@ -1,4 +1,4 @@
-"""A task pipeline on the robot client (issue 23, docs/pipelines.md "Robot side"), without ROS.
+"""A task pipeline on the robot client (docs/pipelines.md "Robot side"), without ROS.
 
 `ClientPipeline` sits between one robot's `pipeline.controller.PipelineController` and its
 `RobotClientCore`: it turns the controller's due queries into `OutgoingQuery` data carrying the

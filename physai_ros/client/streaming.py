@@ -1,4 +1,4 @@
-"""The robot client's streaming mode (issue 7), without ROS.
+"""The robot client's streaming mode, without ROS.
 
 A robot whose task has `mode: streaming` registers with `streaming=True`. When the server gives
 it a slot (the reply is accepted with a reason starting "streaming:"), the client stops

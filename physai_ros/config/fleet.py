@@ -22,18 +22,18 @@ from physai_ros.protocol.topics import JOINT_STATES_TOPIC, WRENCH_TOPIC
 from physai_ros.security.config import SecurityConfig
 
 from physai_ros.config.chunk_merge import ChunkMergeConfig, parse_chunk_merge
-from physai_ros.config_fields import (FleetConfigError, integer, join_key, mapping, no_unknown, number, required,
-                            string, strings)
 from physai_ros.config.factory import FactoryConfig, parse_factory
 from physai_ros.config.language import TaskLanguageConfig, parse_task_language
 from physai_ros.config.server import ServerConfig, parse_server
+from physai_ros.config_fields import (FleetConfigError, integer, join_key, mapping, no_unknown, number, required,
+                            string, strings)
 
 PACKAGE_PREFIX = PACKAGE_URL_PREFIX
 FALLBACKS = ("hold", "stop_and_resend", "use_last_plan")
 ESCALATIONS = ("stop_and_call_human",)
 BUILTIN_HORIZON_POLICIES = ("static", "confidence")
 CAMERA_FORMATS = ("raw", "compressed")  # sensor_msgs/Image | sensor_msgs/CompressedImage
-TASK_MODES = ("chunked", "streaming")  # ActionChunk answers | TrajectorySegment stream (issue 7)
+TASK_MODES = ("chunked", "streaming")  # ActionChunk answers | TrajectorySegment stream
 
 
 @dataclass(frozen=True)

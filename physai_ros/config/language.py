@@ -1,4 +1,4 @@
-"""fleet.yaml for the language stream (issue 22, OxyGen §3): a task's `language:` (what its
+"""fleet.yaml for the language stream (OxyGen §3): a task's `language:` (what its
 robots are asked, how long the answers may be, k tokens per frame, the action-rate floor) and the
 server's `language:` (memory per robot, operator questions' limits).
 

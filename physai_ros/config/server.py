@@ -7,8 +7,8 @@ from typing import Any, Mapping
 
 from physai_ros.protocol.chunk import HOLD_ENGINE_INSTANCE
 
-from physai_ros.config_fields import FleetConfigError, boolean, integer, join_key, mapping, no_unknown, number, required, string
 from physai_ros.config.language import LanguageServerConfig, parse_server_language
+from physai_ros.config_fields import FleetConfigError, boolean, integer, join_key, mapping, no_unknown, number, required, string
 
 SCHEDULERS = ("fifo", "autellix", "wait_ratio")
 DEVICES = ("cpu", "cuda")

@@ -17,7 +17,7 @@ from typing import Dict, Optional, Tuple
 import torch
 
 from physai_ros.engine.batching import Batch
-from physai_ros.engine.fast import FastPi0
+from physai_ros.engine.pi0.fast import FastPi0
 from physai_ros.engine.types import Pi0Config, PrefixCache
 
 BATCH_SIZES = (1, 2, 4, 8, 16, 32)

@@ -10,11 +10,11 @@ from typing import Callable, Dict, List, Optional, Tuple
 import torch
 
 from physai_ros.engine.batching import Batch, collate
-from physai_ros.engine.fast import FastPi0
-from physai_ros.engine.fast_pi05 import FastPi05
-from physai_ros.engine.model import PlainPi0
-from physai_ros.engine.model_pi05 import PlainPi05
-from physai_ros.engine.params import Weights, param_shapes, random_weights
+from physai_ros.engine.checkpoint.params import Weights, param_shapes, random_weights
+from physai_ros.engine.pi0.fast import FastPi0
+from physai_ros.engine.pi0.modeling import PlainPi0
+from physai_ros.engine.pi05.fast import FastPi05
+from physai_ros.engine.pi05.modeling import PlainPi05
 from physai_ros.engine.types import EngineInput, EngineInputError, EngineOutput, Pi0Config, PrefixCache
 
 
@@ -107,8 +107,8 @@ class Pi0Engine:
                                 **config_overrides) -> "Pi0Engine":
         """Load a LeRobot PI0 checkpoint directory (see weights.load_lerobot_checkpoint for
         head_dim / vision_heads and the config overrides such as time_schedule)."""
-        from physai_ros.engine.checkpoint_format import detect_format
-        from physai_ros.engine.weights import load_lerobot_checkpoint
+        from physai_ros.engine.checkpoint.format import detect_format
+        from physai_ros.engine.checkpoint.loader import load_lerobot_checkpoint
 
         fmt = detect_format(path)  # decided once: the loader's variant, then logs and /diagnostics
         config, weights = load_lerobot_checkpoint(path, dtype=dtype, head_dim=head_dim, vision_heads=vision_heads,
@@ -121,7 +121,7 @@ class Pi0Engine:
     def language_decoder(self):
         """Text decoding on this engine's prefix caches (language.py): the plain path always; the
         fast path when built with language=True."""
-        from physai_ros.engine.language import FastLanguage, PlainLanguage
+        from physai_ros.engine.language.decoder import FastLanguage, PlainLanguage
 
         return FastLanguage(self.model) if self.fast else PlainLanguage(self.config, self.model.w)
 

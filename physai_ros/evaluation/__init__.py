@@ -1,2 +1,2 @@
 """Closed-loop evaluation of a policy through the real serving path, in simulated time
-(issue 9: success rate, and the Kairos Figure 11 accuracy-efficiency trade-off)."""
+(success rate, and the Kairos Figure 11 accuracy-efficiency trade-off)."""

@@ -1,4 +1,4 @@
-"""Pipeline components of a checkpoint, judged on recorded frames of unseen seeds (issue 23).
+"""Pipeline components of a checkpoint, judged on recorded frames of unseen seeds.
 
 Each frame of a training.component_data recording (scripted expert, sim events on: intruder,
 drop / knock, place_in_order) is asked the three component questions through the real

@@ -25,15 +25,15 @@ from typing import Callable, Iterable, Protocol, Sequence
 
 import numpy as np
 
+from physai_ros.client.robot_client import RobotClientCore
+from physai_ros.config.fleet import RobotConfig
+from physai_ros.config.robot_params import merge_params, sim_params
 from physai_ros.control.hold import apply_hold
 from physai_ros.control.joint_trajectory import hold_plan, to_joint_trajectory
 from physai_ros.control.trajectory_buffer import TrajectoryBuffer
 from physai_ros.protocol.chunk import STATUS_OK, ActionChunkData
 from physai_ros.protocol.observation import ImageData, ObservationData
 from physai_ros.protocol.registration import RegistrationResult, RobotRegistration
-from physai_ros.client.robot_client import RobotClientCore
-from physai_ros.config.fleet import RobotConfig
-from physai_ros.config.robot_params import merge_params, sim_params
 from physai_ros.sim.runtime import SimRobotConfig, SimRobotRuntime
 
 from physai_ros.evaluation.results import EpisodeResult

@@ -1,4 +1,4 @@
-"""A robot's shift with its task pipeline (issue 23) against the same shift with System 1 alone,
+"""A robot's shift with its task pipeline against the same shift with System 1 alone,
 in simulated time, in one process: what the planner, safety checker and monitor are worth.
 
 A shift is `shift_s` simulated seconds of one sim robot working as it does live: the sim runs its
@@ -25,11 +25,11 @@ from typing import Callable, Sequence
 
 import numpy as np
 
+from physai_ros.client.pipeline import ClientPipeline, OutgoingQuery, PipelineOutput
+from physai_ros.config.fleet import RobotConfig
 from physai_ros.control.hold import apply_hold
 from physai_ros.pipeline.backend import ComponentBackend, ComponentQuery
 from physai_ros.protocol.observation import ImageData
-from physai_ros.client.pipeline import ClientPipeline, OutgoingQuery, PipelineOutput
-from physai_ros.config.fleet import RobotConfig
 
 from physai_ros.evaluation.lockstep import EpisodeSlot, LockstepConfig, Server, SimClock, run_episodes
 

@@ -9,10 +9,10 @@ from typing import Callable
 
 import numpy as np
 
+from physai_ros.config.fleet import FleetConfig
 from physai_ros.protocol.chunk import STATUS_OK, ActionChunkData
 from physai_ros.protocol.observation import ObservationData
 from physai_ros.protocol.registration import RegistrationResult, RobotRegistration
-from physai_ros.config.fleet import FleetConfig
 from physai_ros.sim.multi_step import make_expert
 from physai_ros.sim.world import SimWorld
 

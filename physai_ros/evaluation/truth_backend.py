@@ -1,4 +1,4 @@
-"""Pipeline components answered from the simulator's ground truth (issue 23): a perfect System 2
+"""Pipeline components answered from the simulator's ground truth: a perfect System 2
 planner, safety checker and progress monitor (sim.component_truth). Around the policy's System 1
 it measures what System 1 makes of a plan with no planner error in the way
 (bench/pipeline_shift.py --components truth): the ceiling a trained planner is judged against."""

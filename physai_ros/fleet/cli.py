@@ -367,7 +367,7 @@ def main(argv: list[str] | None = None) -> int:
         serving = [] if args.scripted else serving_summary(summaries, client_status)
         fleet_tasks = {} if args.scripted else {rb.id: rb.task.name
                                                 for rb in _fleet_config(args.fleet, args.robots).robots}
-        for r in serving:  # issue 23: the pipeline's counters and the PipelineEvents seen, per robot
+        for r in serving:  # task pipelines: the pipeline's counters and the PipelineEvents seen, per robot
             r.update(pipeline_fields(client_status.get(r["id"]), pipeline_events.doc(r["id"]), elapsed,
                                      fleet_tasks.get(r["id"], "")))
         pipelines = fleet_totals(serving)

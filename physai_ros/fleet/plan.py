@@ -9,9 +9,9 @@ from __future__ import annotations
 
 import dataclasses
 
-from physai_ros.fleet.processes import ProcessSpec
 from physai_ros.config.fleet import FleetConfig, RobotConfig
 from physai_ros.config.robot_params import controller_params, sim_params
+from physai_ros.fleet.processes import ProcessSpec
 
 
 def enclave_name(namespace: str, executable: str) -> str:
@@ -55,7 +55,7 @@ def robot_specs(cfg: FleetConfig, robot: RobotConfig, controller: bool = True) -
 
 def check_sim(cfg: FleetConfig) -> None:
     """Every simulated robot's `sim:` mapping as its sim_robot will take it (known keys, types,
-    values; issue 23 added event parameters), before any process starts: FleetConfigError naming
+    values; the sim's event parameters among them), before any process starts: FleetConfigError naming
     the key path, e.g. "robots[1].sim.drop_prob: drop_prob must be within 0..1, got 2.0"."""
     from physai_ros.config_fields import FleetConfigError
     from physai_ros.sim.runtime import check_sim_params

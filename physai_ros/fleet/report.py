@@ -11,8 +11,8 @@ from typing import Any
 import cv2
 import numpy as np
 
-from physai_ros.monitoring.robot_summary import RobotSummary
 from physai_ros.client.streaming import summary_fields as streaming_fields
+from physai_ros.monitoring.robot_summary import RobotSummary
 
 
 def format_summary(robots: list[RobotSummary], duration_s: float) -> str:

@@ -1,4 +1,4 @@
-"""The operator's view of the task pipelines (issue 23, docs/pipelines.md) in physai-fleet's summary:
+"""The operator's view of the task pipelines (docs/pipelines.md) in physai-fleet's summary:
 per robot and per component, what the robot clients published. Two sources, both already on ROS:
   - /<ns>/client_status (JSON, 1 Hz): the controller's counters under "pipeline"
     (client.pipeline.ClientPipeline.status): per component asked, answered, on time, late,

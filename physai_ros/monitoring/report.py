@@ -50,7 +50,7 @@ class RobotRun:
     slo_ms: float | None = None
     latency_samples_ms: list[float] = field(default_factory=list)
     rates_hz: dict[str, float] = field(default_factory=dict)
-    pipeline: str = ""  # issue 23: one line of the task pipeline's counters ("" without one)
+    pipeline: str = ""  # one line of the task pipeline's counters ("" without one)
 
 
 @dataclass
@@ -386,7 +386,7 @@ def _plot_table(ax, robots: list[RobotRun], colors) -> None:
         if row == len(robots) + 1:
             cell.set_text_props(fontweight="bold")
     piped = [f"{r.robot_id} {r.pipeline}" for r in robots if r.pipeline]
-    if piped:  # task pipelines (issue 23): a text line per robot under the table
+    if piped:  # task pipelines: a text line per robot under the table
         ax.text(0.0, 0.0, "\n".join(piped[:12]), transform=ax.transAxes, fontsize=8, family="monospace",
                 va="bottom", ha="left")
 

@@ -1,4 +1,4 @@
-"""What the robots said next to what the simulator knew (issue 22's demo): each robot's texts from
+"""What the robots said next to what the simulator knew (the language demo): each robot's texts from
 the language stream (/<ns>/text, protocol.text.RobotTextData) paired with the sim robot's ground
 truth (TaskStatus.subtask / scene, from sim.narration), the summary lines physai-fleet prints and
 the captions under the contact sheet's frames. Plain data, no rclpy: the monitor node

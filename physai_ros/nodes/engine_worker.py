@@ -29,7 +29,6 @@ from physai_ros_interfaces.msg import (ComponentAnswer, ComponentQuery, EngineBa
                                        EngineWorkerStatus)
 from rclpy.node import Node
 
-from physai_ros.serving.compute_threads import build_for, serving_threads, use_threads
 from physai_ros.protocol.component import BAD_IMAGES, BUSY, ComponentRequest, refusal
 from physai_ros.protocol.topics import (component_request_topic, component_result_topic, request_topic, result_topic,
                                         status_topic)
@@ -42,6 +41,7 @@ from physai_ros.security.endpoints import BATCH_RESULT, WORKER_COMPONENT_ANSWER,
 from physai_ros.security.handshake import AuthError
 from physai_ros.security.keystore import Identity
 from physai_ros.security.message_auth import RefusalLog
+from physai_ros.serving.compute_threads import build_for, serving_threads, use_threads
 from physai_ros.workers.codec import encode_status
 from physai_ros.workers.engine_worker import WorkerCore, build_engine
 

@@ -3,7 +3,7 @@ info, samples camera frames for the contact sheet, and reads the nodes' /diagnos
 side stream rates from their FrequencyStatus tasks, refusals by reason, holds). Each robot's
 language stream (/<ns>/text) goes into a monitoring.text_report.RobotTextLog with the sim's ground
 truth from task_status and the served rounds' capture times, so the summary can pair what a robot
-said with what the simulator knew (issue 22). With a FleetTraceCapture it also follows each
+said with what the simulator knew. With a FleetTraceCapture it also follows each
 robot's observation and action_chunk topics to record task traces (--record-trace). Runs inside
 the physai-fleet process."""
 from __future__ import annotations

@@ -14,7 +14,8 @@ Parameters: fleet_file (default: the embedded config/fleet.yaml), num_robots (0:
 listed; N: the first N, cloning the last entry beyond the list, as the launchers start them),
 checkpoint (a policy directory replacing server.model: physai-fleet --checkpoint).
 Inference runs in serving.runner's threads (one per engine instance, so instances compute
-concurrently); DDS callbacks never wait for the engine.
+concurrently); DDS callbacks never wait for the engine. Per-robot topics, ownership checks and
+signed publishing are ros.robot_router's; what is reported is monitoring.server_metrics's.
 """
 from __future__ import annotations
 
@@ -26,18 +27,17 @@ from physai_ros_interfaces.srv import RegisterRobot
 from rclpy.node import Node
 from std_msgs.msg import UInt64
 
-from physai_ros.serving.compute_threads import build_for, serving_threads
+from physai_ros.config.fleet import load_fleet
 from physai_ros.monitoring.config import load_monitoring
-from physai_ros.monitoring.diagnostics import ERROR, OK, MetricsTask, level_byte
+from physai_ros.monitoring.diagnostics import MetricsTask
 from physai_ros.monitoring.metrics import MetricsPublisher
-from physai_ros.monitoring.refusals import RefusalHealth, RefusalLog
+from physai_ros.monitoring.refusals import RefusalHealth
+from physai_ros.monitoring.server_metrics import ServerMetrics, model_status
 from physai_ros.monitoring.server_view import ServerView
 from physai_ros.nodes.policy_server_language import PolicyServerLanguage
 from physai_ros.nodes.policy_server_pipeline import PolicyServerPipeline
 from physai_ros.nodes.policy_server_streaming import PolicyServerStreaming
-from physai_ros.protocol.registration import RegistrationResult
-from physai_ros.protocol.topics import (ACTION_CHUNK_TOPIC, OBSERVATION_TOPIC, REFRESH_TOPIC, REGISTER_SERVICE,
-                                        robot_topic)
+from physai_ros.protocol.topics import ACTION_CHUNK_TOPIC, OBSERVATION_TOPIC, REFRESH_TOPIC, REGISTER_SERVICE
 from physai_ros.ros.codecs.chunk import chunk_to_msg
 from physai_ros.ros.codecs.observation import observation_from_msg
 from physai_ros.ros.codecs.registration import registration_from_request, result_to_response
@@ -46,14 +46,15 @@ from physai_ros.ros.message_digest import digest
 from physai_ros.ros.node_security import node_security, open_endpoint, security_diagnostics
 from physai_ros.ros.qos import reliable_qos
 from physai_ros.ros.remote_engine import remote_engines_on
+from physai_ros.ros.robot_router import RobotRouter
 from physai_ros.ros.spin import run_node
 from physai_ros.security.endpoints import CHUNK, ServerAuth
-from physai_ros.security.handshake import AuthError
 from physai_ros.security.keystore import Identity
-from physai_ros.config.fleet import load_fleet
-from physai_ros.serving.engine_builder import build_core, model_format, profile_local_engines
+from physai_ros.serving.compute_threads import build_for, serving_threads
+from physai_ros.serving.engine_builder import build_and_warm, model_format, serving_summary
 from physai_ros.serving.factory_runtime import apply_factory
 from physai_ros.serving.preflight import SERVING_LOG_MARK, STARTUP_LOG_PREFIX, check_server_files
+from physai_ros.serving.registration_desk import RegistrationDesk
 from physai_ros.serving.runner import ServingRunner
 
 
@@ -84,155 +85,101 @@ class PolicyServerNode(Node):
         need = [sec.server] + [Identity("robot", r.id) for r in self.fleet.robots] + \
             [Identity("worker", w.instance_id) for w in self.fleet.server.remote_engines]
         self.auth = open_endpoint(self, sec, base, need, lambda ks: ServerAuth(ks, sec.server, sec.max_skew_s))
-        self._sign_lock = threading.Lock()  # sign and publish in one step: counters arrive in order
-        # "startup:" lines are the progress physai-fleet relays while the user waits.
-        started = time.monotonic()
+        self.router = RobotRouter(self, self.auth)
+        self._tracked: set[str] = set()  # robots with a diagnostics task
+        self._track_lock = threading.Lock()
         model = self.fleet.server.model
         self._startup(f"loading {model.checkpoint or 'preset ' + str(model.preset)} on "
                       f"{self.fleet.server.device} ({self.fleet.server.engine_instances} engine instance(s))")
         # server.torch_threads N >= 1: only the engines' serving threads compute in parallel, N
         # threads each, the model built, warmed up and profiled on a thread that ends (2.4-2.7x
         # faster on cores of its own; serving.compute_threads). 0: as torch sets it up, built here.
-        self._torch_threads = self.fleet.server.torch_threads or None
-        self.core, profiled, warm_s = build_for(self._torch_threads, lambda: self._build_engines(started))
-        # The count each serving thread sets for itself (not whatever another thread, e.g. a
-        # component thread at one, sets later: serving.compute_threads.use_threads).
-        serve_threads = serving_threads(self._torch_threads)
+        torch_threads = self.fleet.server.torch_threads or None
+        self.core, profiled, warm_s = build_for(torch_threads, lambda: build_and_warm(
+            self.fleet, remote_engine=remote_engines_on(self), progress=self._startup))
         # fleet.yaml factory.apply: plan on the measured profiles and run the plan (docs/factory.md).
         self.factory = apply_factory(self.core, self.fleet, measured=list(profiled))
         if self.factory is not None:
             self._startup(f"factory plan: {self.factory.summary()}")
-        self._robots: dict[str, tuple] = {}  # namespace -> (sub, chunk pub, refresh pub)
-        self._pubs_by_robot: dict[str, tuple] = {}
-        self._pub_lock = threading.Lock()
+        self._stop = threading.Event()
         self._setup_monitoring(fleet_file)
         # Known robots get their topics now, so DDS discovery is done before the first chunk
         # (a reliable, volatile publisher drops what it sends before a subscriber matches).
         for robot in self.fleet.robots:
             self._ensure_topics(robot.id, robot.namespace)
-        self._stop = threading.Event()
-        # The language stream (issue 22) when fleet.yaml asks for it: /<ns>/text and ask_robot.
+        # The language stream when fleet.yaml asks for it: /<ns>/text and ask_robot.
         self.language = PolicyServerLanguage.maybe(self, self.fleet, self.core)
-        self.pipeline = PolicyServerPipeline.maybe(self, self.fleet, self.core)  # issue 23: /<ns>/component_query
+        if self.language is not None:
+            self.report.robot_extras = self.language.robot_metrics
+        self.pipeline = PolicyServerPipeline.maybe(self, self.fleet, self.core)  # task pipelines: /<ns>/component_query
+        # Each serving thread sets its own torch thread count (serving.compute_threads.use_threads).
         self._runner = ServingRunner(self.core, self._publish_chunks, self._publish_refresh,
                                      self.get_logger().error, on_texts=self._publish_texts,
-                                     torch_threads=serve_threads).start()
+                                     torch_threads=serving_threads(torch_threads)).start()
         if self.fleet.server.robot_timeout_s is not None:
             # A robot silent past server.robot_timeout_s (network cut, client dead) is freed.
             self.create_timer(1.0, self._release_idle_robots)
-        # Streaming mode (issue 7) for tasks with `mode: streaming`; None when no task asks.
+        # Streaming mode for tasks with `mode: streaming`; None when no task asks.
         self.streaming = PolicyServerStreaming.maybe(self, self.fleet, self.core)
+        self.desk.streaming = self.streaming
         # Last: the service appearing in the graph is what clients and physai-fleet take for
         # "the server is up", so it must not appear before everything it needs exists.
         self.create_service(RegisterRobot, REGISTER_SERVICE, self._on_register)
-        self.get_logger().info(
-            f"{SERVING_LOG_MARK}{self.fleet.server.model.preset or self.fleet.server.model.checkpoint} with "
-            f"{len(self.core.engines)} engine instance(s), scheduler {self.fleet.server.scheduler}, "
-            f"instance {self.core.instance_id} (warm-up {warm_s * 1e3:.0f} ms"
-            + (", profiles " + "; ".join(
-                f"{iid}: " + " ".join(f"{b}:{t * 1e3:.0f}ms" for b, t in self.core.engines[iid].profile.to_pairs())
-                for iid in profiled) if profiled else "") + ")")
-
-    def _build_engines(self, started: float):
-        """(core, measured profiles, warm-up seconds). Remote engine proxies publish and subscribe
-        through this node: its executor delivers their results while a worker waits in infer()."""
-        core = build_core(self.fleet, remote_engine=remote_engines_on(self))
-        self._startup(f"model loaded after {time.monotonic() - started:.1f} s; measuring the "
-                      "latency-vs-batch profile (this is the warm-up)")
-        # Measuring the profile runs every batch size once unmeasured first: it is the warm-up.
-        profiled = profile_local_engines(core, self.fleet, progress=self._startup)
-        return core, profiled, max(profiled.values()) if profiled else core.warm_up()
+        self.get_logger().info(SERVING_LOG_MARK + serving_summary(self.fleet, self.core, profiled, warm_s))
 
     def _startup(self, message: str) -> None:
+        """"startup:" lines are the progress physai-fleet relays while the user waits."""
         self.get_logger().info(f"{STARTUP_LOG_PREFIX} {message}")
 
     # ---- registration and per-robot topics ----------------------------------------------
 
     def _on_register(self, request, response):
         try:
-            reg = registration_from_request(request)
-            session = None
-            if self.auth is not None:
-                try:
-                    grant, key = self.auth.register(reg.robot_id, digest(request, skip=("auth_proof",)),
-                                                    request.auth_proof)
-                except AuthError as e:
-                    return self._refuse_registration(reg.robot_id, f"unauthenticated_{e.reason}", str(e), response,
-                                                     request)
-                session = (grant, key)
-            res = self.core.register(reg)
-            if self.streaming is not None:
-                res = self.streaming.on_register(reg, res)
-        except Exception as e:  # a malformed request must not take the service down
-            result_to_response(RegistrationResult(False, f"bad_registration: {e}", self.core.instance_id), response)
-            self.registration_refusals.add(str(request.robot_id), "bad_registration", str(e), time.time())
-            return self._sign_refusal(request, response)
-        result_to_response(res, response)
-        if res.accepted and session is not None:
-            self.auth.start_session(reg.robot_id, session[1])
-            response.auth_grant = session[0]
-        elif not res.accepted:
-            self._sign_refusal(request, response)
+            reg, unreadable = registration_from_request(request), None
+        except Exception as e:  # answered as a refusal by the desk, never raised into the executor
+            reg, unreadable = None, str(e)
+        out = self.desk.register(reg, unreadable, str(request.robot_id),
+                                 lambda: digest(request, skip=("auth_proof",)), request.auth_proof)
+        result_to_response(out.result, response)
+        if out.grant is not None:
+            response.auth_grant = out.grant
+        elif not out.result.accepted and self.auth is not None:
+            response.auth_grant = self.desk.refusal_signature(request.auth_proof, response.reason)
+        if out.warning is not None:
+            self.get_logger().warning(out.warning, throttle_duration_sec=1.0)
         self._publish_chunks(self.core.take_notices())  # a restarted robot's dropped round
-        if res.accepted:
+        if out.result.accepted:
             self._ensure_topics(reg.robot_id, reg.robot_namespace)
-        else:
-            reason, _, detail = res.reason.partition(": ")
-            self.registration_refusals.add(reg.robot_id, reason, detail, time.time())
-            self.get_logger().warning(f"refused registration of {reg.robot_id!r}: {res.reason}",
-                                      throttle_duration_sec=1.0)
-        return response
-
-    def _refuse_registration(self, robot_id: str, reason: str, detail: str, response, request):
-        result_to_response(RegistrationResult(False, f"{reason}: {detail}", self.core.instance_id), response)
-        self.registration_refusals.add(str(robot_id)[:64], reason, detail, time.time())
-        self.get_logger().warning(f"refused registration of {str(robot_id)[:64]!r}: {reason}: {detail}",
-                                  throttle_duration_sec=1.0)
-        return self._sign_refusal(request, response)
-
-    def _sign_refusal(self, request, response):
-        """A refusal carries the server's signature over the proof it answers: a robot acts only on
-        its own fleet server's refusals (a second register_robot service's are nobody's)."""
-        if self.auth is not None:
-            response.auth_grant = list(self.auth.sign_refusal(request.auth_proof, response.reason))
         return response
 
     def _ensure_topics(self, robot_id: str, namespace: str) -> None:
-        ns = "/" + namespace.strip("/") if namespace.strip("/") else ""
-        with self._pub_lock:
-            if ns not in self._robots:
-                chunk_pub = self.create_publisher(ActionChunk, robot_topic(ns, ACTION_CHUNK_TOPIC),
-                                                  reliable_qos())
-                refresh_pub = self.create_publisher(UInt64, robot_topic(ns, REFRESH_TOPIC), reliable_qos())
-                sub = self.create_subscription(Observation, robot_topic(ns, OBSERVATION_TOPIC),
-                                               lambda m, ns=ns: self._on_observation(m, ns), reliable_qos())
-                self._robots[ns] = (sub, chunk_pub, refresh_pub)
-                self._owner_by_ns[ns] = robot_id
-            self._pubs_by_robot[robot_id] = self._robots[ns]
-            self._ns_by_robot[robot_id] = ns
-            new_robot = robot_id not in self._diag_robots
-            self._diag_robots.add(robot_id)
+        ns = self.router.bind(robot_id, namespace)
+        self.router.publisher(ns, ActionChunk, ACTION_CHUNK_TOPIC, reliable_qos())
+        self.router.publisher(ns, UInt64, REFRESH_TOPIC, reliable_qos())
+        self.router.subscribe(ns, Observation, OBSERVATION_TOPIC, self._on_observation, reliable_qos())
         if getattr(self, "language", None) is not None:
             self.language.ensure_topics(robot_id, namespace)
+        with self._track_lock:
+            new_robot = robot_id not in self._tracked
+            self._tracked.add(robot_id)
         if new_robot:
             self.view.track(robot_id)
-            self.updater.add(MetricsTask(robot_id, lambda rid=robot_id: self._robot_metrics(rid),
+            self.updater.add(MetricsTask(robot_id, lambda rid=robot_id: self.report.robot_metrics(rid),
                                          self.monitoring.thresholds,
-                                         ok_message=lambda rid=robot_id: self._robot_ok_message(rid)))
+                                         ok_message=lambda rid=robot_id: self.report.robot_ok_message(rid)))
 
     def _on_observation(self, msg: Observation, ns: str) -> None:
         # The topic says who sent it: a message on /robot_0/observation claiming another robot
-        # would be served (and answered) as that robot, so it is refused here. There is no
-        # trustworthy address to answer on; it is counted against the topic's robot and logged.
-        with self._pub_lock:
-            claimed_ns = self._ns_by_robot.get(msg.robot_id)
-            owner = self._owner_by_ns.get(ns, ns)
-        if claimed_ns != ns:
-            self._refuse_input(owner, "robot_id_mismatch",
-                               f"observation on {robot_topic(ns, OBSERVATION_TOPIC)} claims robot {msg.robot_id[:64]!r}"
-                               + (f" (served on {claimed_ns})" if claimed_ns is not None else " (unknown)"))
+        # is refused (ros.robot_router), counted against the topic's robot and logged.
+        owner = self.router.owner(ns)
+        misclaim = self.router.misclaim(msg.robot_id, ns, OBSERVATION_TOPIC)
+        if misclaim is not None:
+            self._refuse_input(owner, "robot_id_mismatch", f"observation on {misclaim}")
             return
-        if self.auth is not None and not self._authentic(msg, owner):
+        problem = self.desk.session_problem(
+            lambda: self.auth.check_observation(msg.robot_id, digest(msg), msg.auth), msg.robot_id)
+        if problem is not None:
+            self._refuse_input(owner, *problem)
             return
         try:
             obs = observation_from_msg(msg)
@@ -247,36 +194,16 @@ class PolicyServerNode(Node):
         for chunk in self._runner.submit(obs):  # and dispatched at once when an instance is idle
             self._publish(chunk)
 
-    def _authentic(self, msg: Observation, owner: str) -> bool:
-        try:
-            self.auth.check_observation(msg.robot_id, digest(msg), msg.auth)
-            return True
-        except AuthError as e:
-            if e.reason == "no_session" and self.core.registration(msg.robot_id) is None:
-                # Not registered here at all (this server restarted): the core answers with a
-                # signed REFUSED "not registered", which makes the client register again.
-                return True
-            self._refuse_input(owner, f"unauthenticated_{e.reason}", str(e))
-            return False
-
     def _refuse_input(self, owner: str, reason: str, detail: str) -> None:
-        self.input_refusals.add(owner, reason, detail, time.time())
+        self.report.input_refusals.add(owner, reason, detail, time.time())
         self.get_logger().warning(f"refused observation on {owner!r}'s topic ({reason}): {detail}",
                                   throttle_duration_sec=1.0)
 
     def _publish(self, chunk) -> None:
-        with self._pub_lock:
-            pubs = self._pubs_by_robot.get(chunk.robot_id)
-        if pubs is None:
-            # Unknown robot: nowhere to answer on; the refusal is still counted by the core.
-            return
         try:
-            msg = chunk_to_msg(chunk)
-            with self._sign_lock:
-                if self.auth is not None:
-                    msg.auth = self.auth.sign(CHUNK, digest(msg))
-                pubs[1].publish(msg)
-            self.view.on_chunk(chunk.robot_id, int(chunk.status), chunk.stamp, queue_ms=float(chunk.queue_ms))
+            # An unknown robot has nowhere to be answered on; the core still counted its refusal.
+            if self.router.publish(chunk.robot_id, ACTION_CHUNK_TOPIC, chunk_to_msg(chunk), CHUNK):
+                self.view.on_chunk(chunk.robot_id, int(chunk.status), chunk.stamp, queue_ms=float(chunk.queue_ms))
         except Exception as e:  # shutting down (context gone) or a broken message
             if not self._stop.is_set():
                 self.get_logger().error(f"publishing a chunk for {chunk.robot_id} failed: {e}")
@@ -292,20 +219,13 @@ class PolicyServerNode(Node):
             self.language.publish(texts)
 
     def _publish_refresh(self, robot_id: str, round_id: int) -> None:
-        with self._pub_lock:
-            pubs = self._pubs_by_robot.get(robot_id)
-        if pubs is not None and not self._stop.is_set():
-            pubs[2].publish(UInt64(data=int(round_id)))
+        if not self._stop.is_set():
+            self.router.publish(robot_id, REFRESH_TOPIC, UInt64(data=int(round_id)))
 
     # ---- monitoring -----------------------------------------------------------------------
 
     def _setup_monitoring(self, fleet_file: str | None) -> None:
         self.monitoring = load_monitoring(fleet_file)
-        self._owner_by_ns: dict[str, str] = {}  # namespace -> robot id answering there
-        self._ns_by_robot: dict[str, str] = {}
-        self._diag_robots: set[str] = set()
-        self.registration_refusals = RefusalLog(max_ids=32)
-        self.input_refusals = RefusalLog(max_ids=32)
         slo = {r.id: float(r.task.slo_ms) for r in self.fleet.robots}
         tasks = {name: float(t.slo_ms) for name, t in self.fleet.tasks.items()}
 
@@ -313,97 +233,21 @@ class PolicyServerNode(Node):
             reg = self.core.registration(rid)
             return tasks.get(reg.task_id) if reg is not None and reg.task_id in tasks else slo.get(rid)
         self.view = ServerView(self.monitoring.window_s, slo_ms)
-        self._diag_cache: tuple[float, dict] = (-1.0, {})
+        self.metrics = MetricsPublisher(self, period_s=self.monitoring.metrics_period_s)
+        self.report = ServerMetrics(self.core, self.view, self.metrics, self.monitoring.diagnostics_period_s)
+        self.desk = RegistrationDesk(self.core, self.auth, self.report.registration_refusals)
         self.updater = Updater(self, period=self.monitoring.diagnostics_period_s)
         self.updater.setHardwareID(str(self.core.instance_id))
-        self.metrics = MetricsPublisher(self, period_s=self.monitoring.metrics_period_s)
-        self.updater.add(MetricsTask("fleet", self._fleet_metrics, self.monitoring.thresholds,
-                                     ok_message=lambda: f"{self.core.registered_robots()} robot(s) registered"))
+        self.updater.add(MetricsTask("fleet", self.report.fleet_metrics, self.monitoring.thresholds,
+                                     ok_message=self.report.fleet_ok_message))
         for iid in self.core.engines:
-            self.updater.add(f"engine {iid}", lambda stat, iid=iid: self._engine_status(stat, iid))
-        self.updater.add("model", self._model_status)
-        reg_health = RefusalHealth(self.registration_refusals, "registration(s)")
-        self.updater.add("registrations", reg_health.run)
-        input_health = RefusalHealth(self.input_refusals,
-                                     "observation(s) with a wrong robot_id, unreadable or unauthenticated")
-        self.updater.add("inputs", input_health.run)
-        self.updater.add("security", security_diagnostics(self.security, self._auth_refusals))
-
-    def _auth_refusals(self) -> dict:
-        out: dict = {}
-        for log in (self.registration_refusals, self.input_refusals):
-            for snap in log.snapshot().values():
-                for reason, n in snap.by_reason.items():
-                    if reason.startswith("unauthenticated_"):
-                        out[reason] = out.get(reason, 0) + n
-        return out
-
-    def _core_diagnostics(self) -> dict:
-        # One core snapshot per update, shared by every robot's task.
-        now = time.monotonic()
-        at, diag = self._diag_cache
-        if now - at > 0.5 * self.monitoring.diagnostics_period_s:
-            diag = self.core.diagnostics()
-            self._diag_cache = (now, diag)
-        return diag
-
-    def _robot_metrics(self, rid: str) -> dict:
-        core = dict(self._core_diagnostics().get(rid) or {"registered": False})
-        snap = self.input_refusals.snapshot().get(rid)
-        if snap is not None:  # refusals the node made before the core saw the message
-            refused = dict(core.get("refused") or {})
-            for reason, n in snap.by_reason.items():
-                refused[reason] = refused.get(reason, 0) + n
-            core["refused"] = refused
-            core["refused_total"] = sum(refused.values())
-        m = self.view.robot_metrics(rid, core)
-        if self.language is not None:
-            m.update(self.language.robot_metrics(rid))
-        for key in ("latency_ms_p50", "latency_ms_p99", "slo_meet_rate", "wait_ratio", "rounds", "refused_total",
-                    "errors", "queue_ms_p50", "inference_ms_p50"):
-            if isinstance(m.get(key), (int, float)):
-                self.metrics.set(rid, key, m[key])
-        return m
-
-    def _robot_ok_message(self, rid: str) -> str:
-        d = self._core_diagnostics().get(rid) or {}
-        if not d.get("registered"):
-            return "not registered"
-        return f"{d.get('rounds', 0)} rounds, {d.get('refused_total', 0)} refused"
-
-    def _fleet_metrics(self) -> dict:
-        diag = self._core_diagnostics()
-        m = {
-            "queue_depth": self.core.pending(),
-            "robots_registered": self.core.registered_robots(),
-            "rounds_total": sum(d.get("rounds", 0) for d in diag.values()),
-            "refused_total": sum(d.get("refused_total", 0) for d in diag.values()) + self.input_refusals.total,
-            "registration_refusals": self.registration_refusals.total,
-            "engines_alive": sum(1 for d in self.core.engine_diagnostics().values() if d.get("alive")),
-        }
-        for key, value in m.items():
-            self.metrics.set(None, key, value)
-        return m
-
-    def _model_status(self, stat):
-        """The checkpoint's format decision and where its normalisation statistics came from."""
-        m = self.fleet.server.model
-        fmt = self.model_format
-        stat.summary(level_byte(OK), f"{fmt.policy_type} checkpoint, {fmt.family}" if fmt is not None
-                     else f"preset {m.preset} (random weights, seed {m.seed})")
-        for k, v in {**(fmt.as_status() if fmt is not None else {}),
-                     **self.core.action_runner.normalizer.describe()}.items():
-            stat.add(k, v)
-        return stat
-
-    def _engine_status(self, stat, iid: str):
-        d = self.core.engine_diagnostics().get(iid, {})
-        alive = bool(d.get("alive"))
-        stat.summary(level_byte(OK if alive else ERROR),
-                     "alive" if alive else f"not alive: {d.get('why_not_alive', '')}")
-        for k, v in d.items():
-            stat.add(k, str(v))
-        return stat
+            self.updater.add(f"engine {iid}", lambda stat, iid=iid: self.report.engine_status(stat, iid))
+        self.updater.add("model", lambda stat: model_status(stat, self.fleet.server.model, self.model_format,
+                                                            self.core.action_runner.normalizer.describe()))
+        self.updater.add("registrations", RefusalHealth(self.report.registration_refusals, "registration(s)").run)
+        self.updater.add("inputs", RefusalHealth(
+            self.report.input_refusals, "observation(s) with a wrong robot_id, unreadable or unauthenticated").run)
+        self.updater.add("security", security_diagnostics(self.security, self.report.auth_refusals))
 
     def _release_idle_robots(self) -> None:
         timeout = self.fleet.server.robot_timeout_s

@@ -1,4 +1,4 @@
-"""The policy server's language stream on ROS 2 (issue 22): a thin adapter over
+"""The policy server's language stream on ROS 2: a thin adapter over
 physai_ros.serving.language_stream, mounted by policy_server when fleet.yaml turns it on.
 
   pub      /<ns>/text                 (RobotText, reliable, depth 50): a robot's text as tokens
@@ -16,14 +16,12 @@ f_min per instance); per robot, its status carries text_tokens_per_s, text_activ
 """
 from __future__ import annotations
 
-import threading
 
 from physai_ros_interfaces.msg import RobotText
 from physai_ros_interfaces.srv import AskRobot
 
 from physai_ros.monitoring.diagnostics import OK, WARN, level_byte
 from physai_ros.protocol.text import ASK_SERVICE, TEXT_TOPIC, QueryAnswer
-from physai_ros.protocol.topics import robot_topic
 from physai_ros.ros.codecs.text import answer_to_response, query_from_request, text_to_msg
 from physai_ros.ros.message_digest import digest
 from physai_ros.ros.qos import reliable_qos
@@ -35,10 +33,9 @@ from physai_ros.security.operator_commands import OperatorCheck
 class PolicyServerLanguage:
     def __init__(self, node, fleet, core):
         self.node, self.core, self.stream = node, core, core.language
-        self._pubs: dict[str, object] = {}  # robot_id -> text publisher
-        self._lock = threading.Lock()
+        self.router = node.router
         self.published = 0
-        auth = getattr(node, "auth", None)
+        auth = node.router.auth
         self.operators = OperatorCheck(auth.keystore, node.security.max_skew_s) if auth is not None else None
         for r in fleet.robots:  # known robots: topics now, so discovery is done before text flows
             self.ensure_topics(r.id, r.namespace)
@@ -55,28 +52,13 @@ class PolicyServerLanguage:
         return cls(node, fleet, core) if core.language is not None else None
 
     def ensure_topics(self, robot_id: str, namespace: str) -> None:
-        ns = "/" + namespace.strip("/") if namespace.strip("/") else ""
-        with self._lock:
-            if robot_id not in self._pubs:
-                self._pubs[robot_id] = self.node.create_publisher(RobotText, robot_topic(ns, TEXT_TOPIC),
-                                                                  reliable_qos(depth=50))
+        self.router.publisher(self.router.bind(robot_id, namespace), RobotText, TEXT_TOPIC, reliable_qos(depth=50))
 
     def publish(self, texts) -> None:
         """From serving.runner's instance threads (after the chunks) and the notice timer."""
-        auth = getattr(self.node, "auth", None)
         for t in texts:
-            with self._lock:
-                pub = self._pubs.get(t.robot_id)
-            if pub is None:
-                continue
-            msg = text_to_msg(t)
-            if auth is not None:
-                with self.node._sign_lock:
-                    msg.auth = auth.sign(TEXT, digest(msg))
-                    pub.publish(msg)
-            else:
-                pub.publish(msg)
-            self.published += 1
+            if self.router.publish(t.robot_id, TEXT_TOPIC, text_to_msg(t), TEXT):
+                self.published += 1
 
     def _on_ask(self, request, response):
         try:

@@ -1,4 +1,4 @@
-"""The policy server's pipeline components on ROS 2 (issue 23): a thin adapter over
+"""The policy server's pipeline components on ROS 2: a thin adapter over
 physai_ros.serving.component_service, mounted by policy_server when a task of fleet.yaml has a
 pipeline with System 2, safety or monitor (docs/pipelines.md "Serving the components").
 
@@ -15,7 +15,6 @@ latency p50/p99 per component, queue depth, batches per backend).
 """
 from __future__ import annotations
 
-import threading
 import time
 
 from physai_ros_interfaces.msg import ComponentAnswer, ComponentQuery
@@ -23,13 +22,11 @@ from physai_ros_interfaces.msg import ComponentAnswer, ComponentQuery
 from physai_ros.monitoring.diagnostics import OK, WARN, level_byte
 from physai_ros.protocol.component import (COMPONENT_ANSWER_TOPIC, COMPONENT_QUERY_TOPIC, ROBOT_ID_MISMATCH,
                                            UNREADABLE)
-from physai_ros.protocol.topics import robot_topic
 from physai_ros.ros.codecs.component import answer_to_msg, query_from_msg
 from physai_ros.ros.message_digest import digest
 from physai_ros.ros.qos import reliable_qos
 from physai_ros.ros.remote_components import RemoteComponentBackend
 from physai_ros.security.endpoints import COMPONENT_ANSWER
-from physai_ros.security.handshake import AuthError
 from physai_ros.serving.component_backends import load_backends
 from physai_ros.serving.component_service import ComponentService, ComponentServiceSettings
 
@@ -41,17 +38,14 @@ def serves_components(fleet) -> bool:
 
 class PolicyServerPipeline:
     def __init__(self, node, fleet, core, backends=None):
-        self.node, self.core = node, core
-        self._lock = threading.Lock()
-        self._answer_pubs: dict[str, object] = {}  # robot_id -> /<ns>/component_answer
-        self._subs: dict[str, object] = {}  # ns -> /<ns>/component_query subscription
-        self._owner_by_ns: dict[str, str] = {}
-        self._ns_by_robot: dict[str, str] = {}
+        self.node, self.core, self.router = node, core, node.router
+        self.input_refusals = node.report.input_refusals  # the server's "inputs" and "security" statuses
         self.published = 0
+        self._with_topics: set[str] = set()  # robots whose query and answer topics exist
         c = fleet.server.components
         if backends is None:  # components a factory plan puts on an engine worker are asked there
             backends = load_backends(fleet, core, remote=lambda iid: RemoteComponentBackend(
-                node, iid, auth=getattr(node, "auth", None), engine=core.engines[iid].engine))
+                node, iid, auth=node.router.auth, engine=core.engines[iid].engine))
         self.service = ComponentService(fleet, core, self.publish, backends=backends,
                                         settings=ComponentServiceSettings(
                                             max_queue=c.max_queue, max_batch=c.max_batch, order=c.order,
@@ -72,45 +66,32 @@ class PolicyServerPipeline:
     # ---- topics -------------------------------------------------------------------------
 
     def ensure_topics(self, robot_id: str, namespace: str) -> None:
-        ns = "/" + namespace.strip("/") if namespace.strip("/") else ""
-        with self._lock:
-            if ns not in self._subs:
-                self._subs[ns] = self.node.create_subscription(
-                    ComponentQuery, robot_topic(ns, COMPONENT_QUERY_TOPIC),
-                    lambda m, ns=ns: self._on_query(m, ns), reliable_qos(depth=50))
-                self._owner_by_ns[ns] = robot_id
-            if robot_id not in self._answer_pubs:
-                self._answer_pubs[robot_id] = self.node.create_publisher(
-                    ComponentAnswer, robot_topic(ns, COMPONENT_ANSWER_TOPIC), reliable_qos(depth=50))
-            self._ns_by_robot[robot_id] = ns
+        ns = self.router.bind(robot_id, namespace)
+        self.router.subscribe(ns, ComponentQuery, COMPONENT_QUERY_TOPIC, self._on_query, reliable_qos(depth=50))
+        self.router.publisher(ns, ComponentAnswer, COMPONENT_ANSWER_TOPIC, reliable_qos(depth=50))
+        self._with_topics.add(robot_id)
 
     def _track_registrations(self) -> None:
         for reg in list(self.core.registry.registrations.values()):
-            if reg.robot_id not in self._ns_by_robot:
+            if reg.robot_id not in self._with_topics:
                 self.ensure_topics(reg.robot_id, reg.robot_namespace)
 
     # ---- queries ----------------------------------------------------------------------
 
     def _on_query(self, msg: ComponentQuery, ns: str) -> None:
         robot_id, query_id, component = str(msg.robot_id), int(msg.query_id), str(msg.component)
-        with self._lock:
-            claimed_ns = self._ns_by_robot.get(robot_id)
-            owner = self._owner_by_ns.get(ns, ns)
-        if claimed_ns != ns:
-            self._drop(owner, query_id, component, ROBOT_ID_MISMATCH,
-                       f"query on {robot_topic(ns, COMPONENT_QUERY_TOPIC)} claims robot {robot_id[:64]!r}"
-                       + (f" (served on {claimed_ns})" if claimed_ns is not None else " (unknown)"))
+        owner = self.router.owner(ns)
+        misclaim = self.router.misclaim(robot_id, ns, COMPONENT_QUERY_TOPIC)
+        if misclaim is not None:
+            self._drop(owner, query_id, component, ROBOT_ID_MISMATCH, f"query on {misclaim}")
             return
-        auth = getattr(self.node, "auth", None)
-        if auth is not None:
-            try:
-                auth.check_component_query(robot_id, digest(msg), msg.auth)
-            except AuthError as e:
-                # Not registered here at all (this server restarted): the service answers
-                # unknown_robot, which makes the client register again; anything else is dropped.
-                if not (e.reason == "no_session" and self.core.registration(robot_id) is None):
-                    self._drop(owner, query_id, component, f"unauthenticated_{e.reason}", str(e))
-                    return
+        # Not registered here at all (this server restarted): the service answers unknown_robot,
+        # which makes the client register again; a query failing its check otherwise is dropped.
+        problem = self.node.desk.session_problem(
+            lambda: self.router.auth.check_component_query(robot_id, digest(msg), msg.auth), robot_id)
+        if problem is not None:
+            self._drop(owner, query_id, component, *problem)
+            return
         try:
             req = query_from_msg(msg)
         except Exception as e:  # an image buffer of the wrong size, ...: this query's problem only
@@ -123,9 +104,7 @@ class PolicyServerPipeline:
 
     def _drop(self, owner: str, query_id: int, component: str, reason: str, detail: str) -> None:
         self.service.refuse(owner, query_id, component, reason, detail, answer=False)
-        log = getattr(self.node, "input_refusals", None)  # the server's "inputs" and "security" statuses
-        if log is not None:
-            log.add(owner, reason, f"component query: {detail}", time.time())
+        self.input_refusals.add(owner, reason, f"component query: {detail}", time.time())
         self._warn(f"dropped component query ({reason}): {detail}")
 
     def _warn(self, text: str) -> None:
@@ -134,20 +113,9 @@ class PolicyServerPipeline:
     # ---- answers (the service's worker thread, or the executor for refusals) ------------
 
     def publish(self, answers) -> None:
-        auth = getattr(self.node, "auth", None)
         for a in answers:
-            with self._lock:
-                pub = self._answer_pubs.get(a.robot_id)
-            if pub is None:
-                continue
-            msg = answer_to_msg(a)
-            if auth is not None:
-                with self.node._sign_lock:
-                    msg.auth = auth.sign(COMPONENT_ANSWER, digest(msg))
-                    pub.publish(msg)
-            else:
-                pub.publish(msg)
-            self.published += 1
+            if self.router.publish(a.robot_id, COMPONENT_ANSWER_TOPIC, answer_to_msg(a), COMPONENT_ANSWER):
+                self.published += 1
 
     def _diagnose(self, stat):
         d = self.service.diagnostics()

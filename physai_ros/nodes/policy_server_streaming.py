@@ -1,4 +1,4 @@
-"""The policy server's streaming mode on ROS 2 (issue 7): a thin adapter over
+"""The policy server's streaming mode on ROS 2: a thin adapter over
 physai_ros.serving.streaming_service, mounted by policy_server when a fleet.yaml task has
 `mode: streaming`.
 
@@ -17,7 +17,6 @@ from __future__ import annotations
 
 import dataclasses
 
-import threading
 import time
 
 from physai_ros_interfaces.msg import TrajectorySegment, WrenchSample
@@ -27,7 +26,7 @@ from physai_ros.protocol.chunk import ActionChunkData
 from physai_ros.protocol.observation import ObservationData
 from physai_ros.protocol.registration import RegistrationResult, RobotRegistration
 from physai_ros.protocol.segment import TrajectorySegmentData
-from physai_ros.protocol.topics import STREAM_WRENCH_TOPIC, TRAJECTORY_SEGMENT_TOPIC, robot_topic
+from physai_ros.protocol.topics import STREAM_WRENCH_TOPIC, TRAJECTORY_SEGMENT_TOPIC
 from physai_ros.ros.codecs.segment import segment_to_msg
 from physai_ros.ros.message_digest import digest
 from physai_ros.ros.qos import reliable_qos, sensor_data_qos
@@ -39,22 +38,16 @@ from physai_ros.serving.streaming_service import build_streaming_service, stream
 
 class PolicyServerStreaming:
     def __init__(self, node, fleet, core):
-        self.node = node
-        self.fleet = fleet
-        self.core = core
+        self.node, self.fleet, self.core, self.router = node, fleet, core, node.router
+        self.input_refusals = node.report.input_refusals  # the server's "inputs" and "security" statuses
         log = node.get_logger()
         self.service = build_streaming_service(fleet, self._publish, core.action_runner,
                                                ros_clock=lambda: now_sec(node), log=log.warning)
-        self._pubs: dict[str, object] = {}  # robot_id -> segment publisher
-        self._subs: dict[str, object] = {}  # namespace -> wrench subscription
-        self._lock = threading.Lock()
         for r in fleet.robots:  # known streaming robots: topics now, so discovery is done early
             if r.task.mode == "streaming":
                 self._ensure_topics(r.id, r.namespace)
         node.create_timer(0.5, self._reap)
-        updater = getattr(node, "updater", None)
-        if updater is not None:
-            updater.add("streaming", self._diagnose)
+        node.updater.add("streaming", self._diagnose)
         sc = fleet.server.streaming
         log.info(f"streaming mode for task(s) {', '.join(streaming_tasks(fleet))}: {sc.slots} slot(s), "
                  f"VLM {sc.vlm_hz:g} Hz, action expert {sc.ae_hz:g} Hz, force token "
@@ -65,15 +58,9 @@ class PolicyServerStreaming:
         return cls(node, fleet, core) if streaming_tasks(fleet) else None
 
     def _ensure_topics(self, robot_id: str, namespace: str) -> None:
-        ns = "/" + namespace.strip("/") if namespace.strip("/") else ""
-        with self._lock:
-            if robot_id not in self._pubs:
-                self._pubs[robot_id] = self.node.create_publisher(
-                    TrajectorySegment, robot_topic(ns, TRAJECTORY_SEGMENT_TOPIC), reliable_qos(depth=50))
-            if ns not in self._subs:
-                self._subs[ns] = self.node.create_subscription(
-                    WrenchSample, robot_topic(ns, STREAM_WRENCH_TOPIC),
-                    lambda m, rid=robot_id: self._on_wrench(rid, m), sensor_data_qos(10))
+        ns = self.router.bind(robot_id, namespace)
+        self.router.publisher(ns, TrajectorySegment, TRAJECTORY_SEGMENT_TOPIC, reliable_qos(depth=50))
+        self.router.subscribe(ns, WrenchSample, STREAM_WRENCH_TOPIC, self._on_wrench, sensor_data_qos(10))
 
     # ---- called by policy_server ---------------------------------------------------------
 
@@ -111,19 +98,19 @@ class PolicyServerStreaming:
 
     # ---- ROS callbacks -------------------------------------------------------------------
 
-    def _on_wrench(self, robot_id: str, msg: WrenchSample) -> None:
+    def _on_wrench(self, msg: WrenchSample, ns: str) -> None:
         # The topic's robot only, with its session MAC: nothing else feeds its action expert.
+        robot_id = self.router.owner(ns)
         if msg.robot_id != robot_id:
-            self.node.input_refusals.add(robot_id, "robot_id_mismatch", f"wrench sample claims {msg.robot_id[:64]!r}",
-                                         time.time())
+            self.input_refusals.add(robot_id, "robot_id_mismatch", f"wrench sample claims {msg.robot_id[:64]!r}",
+                                    time.time())
             return
-        auth = getattr(self.node, "auth", None)
+        auth = self.router.auth
         if auth is not None:
             try:
                 auth.check_session(robot_id, WRENCH, digest(msg), msg.auth)
             except AuthError as e:
-                self.node.input_refusals.add(robot_id, f"unauthenticated_{e.reason}", f"wrench sample: {e}",
-                                             time.time())
+                self.input_refusals.add(robot_id, f"unauthenticated_{e.reason}", f"wrench sample: {e}", time.time())
                 self.node.get_logger().warning(f"streaming: refused wrench of {robot_id}: {e}",
                                                throttle_duration_sec=5.0)
                 return
@@ -133,13 +120,8 @@ class PolicyServerStreaming:
             self.node.get_logger().warning(f"streaming: dropped wrench of {robot_id}: {why}", throttle_duration_sec=1.0)
 
     def _publish(self, out: TrajectorySegmentData) -> None:
-        pub = self._pubs.get(out.robot_id)
-        if pub is not None:
-            msg = segment_to_msg(out)
-            auth = getattr(self.node, "auth", None)
-            if auth is not None:  # signed by the server: the controller executes nothing else
-                msg.auth = auth.sign(SEGMENT, digest(msg))
-            pub.publish(msg)
+        # Signed by the server: the controller executes nothing else.
+        self.router.publish(out.robot_id, TRAJECTORY_SEGMENT_TOPIC, segment_to_msg(out), SEGMENT)
 
     def _reap(self) -> None:
         for rid in self.service.reap():

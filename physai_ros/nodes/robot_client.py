@@ -37,11 +37,17 @@ from rclpy.node import Node
 from sensor_msgs.msg import CompressedImage, Image, JointState
 from std_msgs.msg import String, UInt64
 
+from physai_ros.client.registration import RegistrationExchange
+from physai_ros.client.robot_client import RobotClientCore
+from physai_ros.client.streaming import StreamingClient
+from physai_ros.config.fleet import load_fleet
 from physai_ros.control.hold import hold_chunk
 from physai_ros.monitoring.client_view import ClientView
 from physai_ros.monitoring.config import load_monitoring
 from physai_ros.monitoring.diagnostics import MetricsTask
 from physai_ros.monitoring.metrics import MetricsPublisher
+from physai_ros.nodes.robot_client_operator import OperatorIO
+from physai_ros.nodes.robot_client_pipeline import PipelineIO
 from physai_ros.protocol.chunk import is_hold_chunk
 from physai_ros.protocol.topics import (ACTION_CHUNK_TOPIC, CLIENT_STATUS_TOPIC, EXECUTION_INFO_TOPIC,
                                         OBSERVATION_TOPIC, REFRESH_TOPIC,
@@ -60,15 +66,6 @@ from physai_ros.security.endpoints import HOLD, WRENCH, RobotAuth
 from physai_ros.security.handshake import AuthError
 from physai_ros.security.keystore import Identity
 from physai_ros.security.message_auth import RefusalLog
-from physai_ros.client.robot_client import RobotClientCore
-from physai_ros.config.fleet import load_fleet
-from physai_ros.client.streaming import StreamingClient
-
-from physai_ros.nodes.robot_client_operator import OperatorIO
-from physai_ros.nodes.robot_client_pipeline import PipelineIO
-
-# Longest wait for a RegisterRobot reply before the request is dropped and sent again.
-REGISTER_TIMEOUT_S = 5.0
 
 
 class RobotClientNode(Node):
@@ -87,7 +84,7 @@ class RobotClientNode(Node):
                                   lambda ks: RobotAuth(ks, self.robot.id, sec.server))
         self.auth_refusals = RefusalLog(self.get_logger().warning)
         self.core = RobotClientCore(self.robot)
-        # Streaming mode (issue 7): None unless the robot's task has `mode: streaming`.
+        # Streaming mode: None unless the robot's task has `mode: streaming`.
         self.streaming = StreamingClient.for_robot(self.robot, self.core)
         self.stream_wrench_pub = (self.create_publisher(WrenchSample, STREAM_WRENCH_TOPIC, sensor_data_qos(10))
                                   if self.streaming is not None else None)
@@ -107,14 +104,14 @@ class RobotClientNode(Node):
         self.status_pub = self.create_publisher(String, CLIENT_STATUS_TOPIC, reliable_qos())
         self.register_client = self.create_client(RegisterRobot, REGISTER_SERVICE)
         self._register_future = None
-        self._register_sent_at = 0.0
+        self.registration = RegistrationExchange(self.core, self.auth, self.auth_refusals, self.streaming)
         self._unreadable = 0
         self._unreadable_images = 0
         self._escalations_logged = 0
         self.create_timer(1.0 / tick_hz, self._tick)
         self.create_timer(1.0, self._publish_status)
         self._setup_monitoring(fleet_file)
-        # Issue 23: None unless the robot's task has a pipeline.
+        # None unless the robot's task has a pipeline.
         self.pipeline = PipelineIO.for_node(self)
         self.operator = OperatorIO(self)
         self.get_logger().info(f"robot client {self.robot.id}: task {self.robot.task.name}, "
@@ -246,61 +243,35 @@ class RobotClientNode(Node):
 
     def _register(self) -> None:
         fut = self._register_future
-        if fut is not None and not fut.done():
-            # A request in flight when the server died is never answered: give up on it after
-            # a while, or this robot would never register with the restarted server.
-            if time.monotonic() - self._register_sent_at < REGISTER_TIMEOUT_S:
-                return
+        decision = self.registration.decide(time.monotonic(), fut is not None and not fut.done(),
+                                            self.register_client.service_is_ready())
+        if decision.abandon:
             self.register_client.remove_pending_request(fut)
             fut.cancel()
-            self.core.on_register_failed()
-        if not self.register_client.service_is_ready():
-            self.core.on_register_failed()
+        if not decision.send:
             return
-        request = registration_to_request(
-            self.streaming.registration() if self.streaming is not None else self.core.registration())
+        request = registration_to_request(self.registration.registration())
         if self.auth is not None:
             request.auth_proof = self.auth.proof(digest(request, skip=("auth_proof",)))
         fut = self.register_client.call_async(request)
         proof = bytes(request.auth_proof)
         fut.add_done_callback(lambda f: self._on_register_done(f, proof))
         self._register_future = fut
-        self._register_sent_at = time.monotonic()
+        self.registration.sent(time.monotonic())
 
     def _on_register_done(self, fut, proof: bytes) -> None:
         try:
             resp = fut.result()
         except Exception:
             resp = None
-        if resp is None:
-            self.core.on_register_failed()
-            return
-        before = self.core.server_instance
-        result = result_from_response(resp)
-        if not result.accepted and self.auth is not None:
-            try:
-                self.auth.check_refusal(proof, resp.reason, resp.auth_grant)
-            except AuthError as e:  # not our server's word: nothing changes here, ask again later
-                self.auth_refusals.refused("registration refusal", e)
-                self.core.on_register_unanswered()
-                return
-        if result.accepted and self.auth is not None:
-            try:
-                self.auth.on_grant(resp.auth_grant)
-            except AuthError as e:  # not our fleet's server (or it runs insecure): not registered
-                self.auth_refusals.refused("session grant", e)
-                self.get_logger().error(f"registration answer refused: {e}", throttle_duration_sec=5.0)
-                self.core.on_register_failed()
-                return
-        self.core.on_registered(result)
-        if self.streaming is not None:
-            was = self.streaming.active
-            self.streaming.on_registered(result)
-            if was != self.streaming.active:
-                self.get_logger().info(f"streaming mode {'on' if self.streaming.active else 'off'}"
-                                       + (f": {result.reason}" if result.reason else ""))
-        if before != self.core.server_instance:
-            self.get_logger().info(f"registered with policy server {self.core.server_instance}")
+        result = result_from_response(resp) if resp is not None else None
+        lines = self.registration.on_answer(result, proof, resp.reason if resp is not None else "",
+                                            resp.auth_grant if resp is not None else b"")
+        for level, text in lines:
+            if level == "error":
+                self.get_logger().error(text, throttle_duration_sec=5.0)
+            else:
+                self.get_logger().info(text)
 
     def status(self) -> dict:
         c = self.core.counters

@@ -11,10 +11,10 @@ from __future__ import annotations
 
 from physai_ros_interfaces.srv import OperatorCommand
 
+from physai_ros.client.operator_commands import OperatorCommands, OperatorRequest
 from physai_ros.protocol.topics import OPERATOR_COMMAND_SERVICE
 from physai_ros.ros.message_digest import digest
 from physai_ros.security.operator_commands import OperatorCheck
-from physai_ros.client.operator_commands import OperatorCommands, OperatorRequest
 
 
 class OperatorIO:

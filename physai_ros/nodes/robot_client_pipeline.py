@@ -1,4 +1,4 @@
-"""robot_client's task pipeline on ROS (issue 23, docs/pipelines.md "Robot side"): the ROS I/O of
+"""robot_client's task pipeline on ROS (docs/pipelines.md "Robot side"): the ROS I/O of
 client.pipeline.ClientPipeline, attached to a RobotClientNode whose task has a pipeline
 (`PipelineIO.for_node` is None otherwise and the node is unchanged). In the robot's namespace:
   pub  component_query (ComponentQuery, reliable): the due queries with the robot's newest camera
@@ -21,6 +21,7 @@ from __future__ import annotations
 from physai_ros_interfaces.msg import ComponentAnswer, ComponentQuery, PipelineEvent
 from physai_ros_interfaces.srv import ResetEpisode
 
+from physai_ros.client.pipeline import ClientPipeline, OutgoingQuery, PipelineOutput
 from physai_ros.monitoring.diagnostics import ERROR, OK, WARN, level_byte
 from physai_ros.pipeline.backend import ComponentQuery as BackendQuery
 from physai_ros.protocol.component import COMPONENT_ANSWER_TOPIC, COMPONENT_QUERY_TOPIC, ComponentRequest
@@ -32,7 +33,6 @@ from physai_ros.ros.message_digest import digest
 from physai_ros.ros.qos import latched_qos, reliable_qos
 from physai_ros.ros.time_conv import now_sec
 from physai_ros.security.handshake import AuthError
-from physai_ros.client.pipeline import ClientPipeline, OutgoingQuery, PipelineOutput
 
 
 

@@ -6,7 +6,7 @@ transient local; sim.runtime.TaskStatus, with the ground-truth subtask and scene
 robot's text is checked against, sent at once when the subtask changes); follows joint_trajectory (JointTrajectory, reliable). /diagnostics through the
 monitoring Updater: "<ns>/sim_robot: wrench rate", "joint_states rate", "camera rate",
 "commands", "episode". Every SimRobotConfig field is a parameter (fleet.yaml `sim:`), including
-issue 23's events (intruder_rate_per_min, intruder_duration_s, drop_prob, knock_prob; all off by
+the task-pipeline events (intruder_rate_per_min, intruder_duration_s, drop_prob, knock_prob; all off by
 default) and task place_in_order; task_status then carries their ground truth (intruder, progress,
 failure, subgoal, objects, held; docs/sim_events.md). Service reset_episode (ResetEpisode): ends
 the episode at the next tick and starts the next one (a pipeline monitor's "failed" -> retry,

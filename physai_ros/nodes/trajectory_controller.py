@@ -19,14 +19,15 @@ from sensor_msgs.msg import JointState
 from trajectory_msgs.msg import JointTrajectory
 from physai_ros_interfaces.msg import ActionChunk, ExecutionInfo, TrajectorySegment
 
+from physai_ros.config.fleet import load_fleet
 from physai_ros.control.hold import apply_hold
-from physai_ros.protocol.chunk import is_hold_chunk
 from physai_ros.control.joint_trajectory import hold_plan, to_joint_trajectory
 from physai_ros.control.joints import default_joint_names
 from physai_ros.control.trajectory_buffer import TrajectoryBuffer
 from physai_ros.monitoring.config import load_monitoring
 from physai_ros.monitoring.robot_health import BufferHealth, RejectionHealth
 from physai_ros.protocol import topics
+from physai_ros.protocol.chunk import is_hold_chunk
 from physai_ros.ros import qos
 from physai_ros.ros.codecs.chunk import ChunkMessageError, executable_chunk_from_msg
 from physai_ros.ros.codecs.execution_info import execution_info_to_msg
@@ -37,7 +38,6 @@ from physai_ros.ros.message_digest import digest
 from physai_ros.ros.node_security import node_security, open_endpoint, security_diagnostics
 from physai_ros.ros.spin import run_node
 from physai_ros.ros.time_conv import now_sec
-from physai_ros.config.fleet import load_fleet
 from physai_ros.security.endpoints import ControllerAuth
 from physai_ros.security.handshake import AuthError
 from physai_ros.security.keystore import Identity

@@ -168,7 +168,7 @@ def _one_value(path: str, task_value: Any, task_key: str, pipe_value: Any, pipe_
 
 def parse_task_pipeline(task: Mapping[str, Any], path: str, level: TaskLevel) -> TaskPipelineConfig | None:
     """The pipeline of the task mapping `task` at key path `path` (tasks.<name>); None when it has
-    none of the pipeline keys (a System-1-only task, as before issue 23)."""
+    none of the pipeline keys (a System-1-only task)."""
     if not has_pipeline_keys(task):
         return None
     timing = mapping(task.get("pipeline", {}), join_key(path, "pipeline"))

@@ -1,5 +1,5 @@
 """Each robot's newest System 1 prefix, kept for its pipeline components (OxyGen's cross-task KV
-sharing, issue 23): the language stream offers every frame's prefix KV cache
+sharing): the language stream offers every frame's prefix KV cache
 (serving.language_stream.PrefixFrame); this keeps, per robot, a reference to the frame of its
 latest round, so a component question can be decoded on it instead of prefilling the same
 observation again.

@@ -1,9 +1,9 @@
-"""The VLA's own backbone as a pipeline component backend (issue 23 on issue 22's language stream).
+"""The VLA's own backbone as a pipeline component backend (on the language stream's decoder).
 
 A component's question (System 2's "next subgoal?", safety's "is the workcell safe?", the
 monitor's "ongoing, done or failed?") is decoded by the PaliGemma backbone of the served pi0 /
 pi0.5 model, greedily, after a prefix of the robot's observation and task prompt, exactly as the
-language stream decodes a text question (engine.language: the question's tokens appended after
+language stream decodes a text question (engine.language.decoder: the question's tokens appended after
 the prompt, causal, not emitted). Two ways to get that prefix:
 
 - shared (OxyGen's cross-task KV sharing, the cheap path): the robot ran a System 1 round less
@@ -30,7 +30,7 @@ from typing import Any, Callable, Optional, Sequence
 import torch
 
 from physai_ros.engine.batching import collate
-from physai_ros.engine.language import SamplingParams, batch_requests
+from physai_ros.engine.language.decoder import SamplingParams, batch_requests
 
 from physai_ros.pipeline.backend import ComponentAnswer, ComponentQuery
 from physai_ros.pipeline.kept_prefix import KeptPrefix, KeptPrefixes

@@ -1,4 +1,4 @@
-"""A component query -> what the VLA backbone reads (issue 23, the VLA-backbone backend).
+"""A component query -> what the VLA backbone reads (the VLA-backbone backend).
 
 The observation goes through the serving path's own preprocessing (ActionModelRunner.prepare:
 letterboxed uint8 views, the prompt as the checkpoint's preprocessor writes it, the normalised

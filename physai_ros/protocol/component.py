@@ -1,4 +1,4 @@
-"""A pipeline component's question and answer on the wire (issue 23), as plain data: the robot
+"""A pipeline component's question and answer on the wire, as plain data: the robot
 client asks the policy server's component service (serving.component_service) on
 /<ns>/component_query and hears the answer on /<ns>/component_answer. The ROS codec is
 physai_ros.ros.codecs.component; the question itself is physai_ros.pipeline.backend.ComponentQuery

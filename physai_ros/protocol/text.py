@@ -1,4 +1,4 @@
-"""The language stream's plain data (issue 22): one update of a robot's text, and an operator's
+"""The language stream's plain data: one update of a robot's text, and an operator's
 question. The ROS codec is physai_ros.ros.codecs.text; the serving side is
 physai_ros.serving.language_stream."""
 from __future__ import annotations

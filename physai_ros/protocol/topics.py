@@ -26,7 +26,7 @@ CLIENT_STATUS_TOPIC = "client_status"  # robot_client counters (JSON), 1 Hz
 OPERATOR_COMMAND_SERVICE = "operator_command"  # robot_client: signed resume / acknowledge (OperatorCommand)
 STREAM_WRENCH_TOPIC = "stream_wrench"  # robot_client -> policy_server, streaming mode
 REGISTER_SERVICE = "/policy_server/register_robot"
-# Task pipelines (issue 23; ComponentQuery/ComponentAnswer are protocol.component's topics).
+# Task pipelines (ComponentQuery/ComponentAnswer are protocol.component's topics).
 PIPELINE_EVENT_TOPIC = "pipeline_event"  # robot_client: one PipelineEvent per pipeline decision
 RESET_EPISODE_SERVICE = "reset_episode"  # sim_robot: end the episode now (a monitor's "failed")
 

@@ -14,9 +14,9 @@ import dataclasses
 from pathlib import Path
 from typing import Callable, Iterable, Optional, TypeVar
 
+from physai_ros.config.fleet import fleet_dir, load_fleet
 from physai_ros.security.config import INSECURE_WARNING, SecurityConfig, open_keystore
 from physai_ros.security.keystore import Identity, Keystore, KeystoreError
-from physai_ros.config.fleet import fleet_dir, load_fleet
 
 T = TypeVar("T")
 

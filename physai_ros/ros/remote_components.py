@@ -1,4 +1,4 @@
-"""A ComponentBackend whose model runs on an engine worker (issue 24, docs/factory.md): the VLM
+"""A ComponentBackend whose model runs on an engine worker (docs/factory.md): the VLM
 components a factory plan places on a remote instance are asked there over DDS.
 
 Each question goes out on /engine_workers/<id>/component_query, signed by the server

@@ -19,7 +19,7 @@ A robot that is still executing its previous chunk is not waiting, so nothing is
 it: the paper's definition of wait as delay relative to when the next chunk is needed (§3.2).
 The earlier reading, provisional_wait="lookahead", counted the execution side from
 E_j.end - |G_j| (the moment the next generation must start for the robot never to run dry);
-it counts a robot that is busy executing as waiting, which the paper does not (issue 20's
+it counts a robot that is busy executing as waiting, which the paper does not (the audit's
 audit: 0.408 instead of 0.102 on its example). Kept as an option for the ablation.
 The task's first request has no previous round, and Algorithm 1 only sums waits between
 consecutive rounds, so by default its queueing delay is not a wait (count_first_wait=False).

@@ -30,11 +30,11 @@ from physai_ros.security.wire import pack_auth, pack_grant, pack_proof, unpack_a
 # Domains: a tag made for one kind of message is never valid for another.
 OBSERVATION, WRENCH, CHUNK, SEGMENT, HOLD = b"observation", b"wrench", b"chunk", b"segment", b"hold"
 TEXT = b"text"  # RobotText: what a robot's policy says, signed by the server like its chunks
-# Pipeline components (issue 23): a robot's ComponentQuery carries its session tag like an
+# Pipeline components: a robot's ComponentQuery carries its session tag like an
 # observation; the server signs its ComponentAnswer like a chunk.
 COMPONENT_QUERY, COMPONENT_ANSWER = b"component_query", b"component_answer"
 BATCH_REQUEST, BATCH_RESULT, WORKER_STATUS = b"batch_request", b"batch_result", b"worker_status"
-# A factory plan's VLM components on an engine worker (issue 24): the server signs the questions it
+# A factory plan's VLM components on an engine worker: the server signs the questions it
 # forwards, the worker signs its answers (domains of their own: never valid as the robot's).
 WORKER_COMPONENT_QUERY, WORKER_COMPONENT_ANSWER = b"worker_component_query", b"worker_component_answer"
 # A registration refusal: the server signs it bound to the proof it answers, so that a refusal

@@ -17,11 +17,11 @@ from physai_ros.protocol.observation import ObservationData
 from physai_ros.protocol.registration import RobotRegistration
 from physai_ros.scheduler.types import ACTION
 
-from physai_ros.serving.normalizer import Normalizer
-from physai_ros.serving.postprocess import decide_horizon
-from physai_ros.serving.preprocess import image_to_rgb, to_model_pixels
-from physai_ros.serving.prompt_builder import PromptStyle
-from physai_ros.serving.tokenizer import PromptTokenizer
+from physai_ros.engine.processor.images import image_to_rgb, to_model_pixels
+from physai_ros.engine.processor.normalizer import Normalizer
+from physai_ros.engine.processor.postprocess import decide_horizon
+from physai_ros.engine.processor.prompt import PromptStyle
+from physai_ros.engine.processor.tokenizer import PromptTokenizer
 from physai_ros.serving.validation import Refusal, camera_slots
 
 
@@ -75,7 +75,7 @@ class ActionModelRunner:
 
         A LeRobot checkpoint's views go as the robot's RGB frames, whatever their size: the
         engine resizes them in float as LeRobot does (engine.camera_frames). Our checkpoints'
-        views are letterboxed to uint8 here, the path they were trained on (serving.preprocess)."""
+        views are letterboxed to uint8 here, the path they were trained on (engine.processor.images)."""
         import torch
 
         from physai_ros.engine.types import EngineInput

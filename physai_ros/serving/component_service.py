@@ -1,4 +1,4 @@
-"""The policy server's pipeline components (issue 23, docs/pipelines.md "Serving the components"):
+"""The policy server's pipeline components (docs/pipelines.md "Serving the components"):
 robots' questions to their task's System 2, safety and monitor, answered by the component
 backends (physai_ros.pipeline.backend), without ROS (nodes/policy_server_pipeline is the adapter).
 
@@ -31,16 +31,16 @@ from typing import Any, Callable, Mapping
 
 import numpy as np
 
-from physai_ros.serving.compute_threads import use_threads
 from physai_ros.pipeline.backend import VLM_COMPONENTS
 from physai_ros.protocol.component import (BAD_IMAGES, BAD_QUESTION, BAD_STATE, BUSY, CLOSED,
                                            MAX_TOKENS, SUPERSEDED, UNKNOWN_COMPONENT, UNKNOWN_ROBOT, WRONG_TASK,
                                            ComponentAnswerData, ComponentRequest, refusal)
+from physai_ros.serving.compute_threads import use_threads
 
+from physai_ros.config.fleet import FleetConfig
 from physai_ros.serving.component_backends import (VLA_KEY, _key_paths, answer_data, ask, distinct, instance_key, load_backends,
                                  plan_routes)
 from physai_ros.serving.component_order import ComponentOrder
-from physai_ros.config.fleet import FleetConfig
 
 @dataclass(frozen=True)
 class ComponentServiceSettings:

@@ -3,22 +3,22 @@ from __future__ import annotations
 
 from typing import Any, Callable
 
-from physai_ros.engine.checkpoint_format import CheckpointFormat, detect_format
+from physai_ros.engine.checkpoint.format import CheckpointFormat, detect_format
 from physai_ros.scheduler.base import make_scheduler
 
 from physai_ros.config.chunk_merge import check_against_model
 from physai_ros.config.fleet import FleetConfig, FleetConfigError, tokenizer_path
-from physai_ros.serving.serving_core import ServingCore
+from physai_ros.config.language import LanguageServerConfig
+from physai_ros.config.server import RemoteEngineConfig
+from physai_ros.engine.processor.normalizer import Normalizer
+from physai_ros.engine.processor.prompt import PromptStyle, prompt_style_for
+from physai_ros.engine.processor.tokenizer import PromptTokenizer
 from physai_ros.serving.fault_injection import ENV_VAR, faults_from_env
 from physai_ros.serving.instances import EngineSlot, default_profile
-from physai_ros.config.language import LanguageServerConfig
 from physai_ros.serving.language_stream import LanguageStream
-from physai_ros.serving.normalizer import Normalizer
 from physai_ros.serving.preflight import checkpoint_cameras, checkpoint_dir
 from physai_ros.serving.rtc_planner import RtcPlanner
-from physai_ros.serving.prompt_builder import PromptStyle, prompt_style_for
-from physai_ros.config.server import RemoteEngineConfig
-from physai_ros.serving.tokenizer import PromptTokenizer
+from physai_ros.serving.serving_core import ServingCore
 
 # Builds the proxy of one server.remote_engines entry for a model: the policy server node passes
 # one that makes physai_ros.ros.remote_engine.RemoteEngine objects on its own node.
@@ -34,11 +34,11 @@ def build_engine_slots(cfg: FleetConfig, remote_engine: RemoteEngineFactory | No
     from physai_ros.engine.types import Pi0Config
 
     srv = cfg.server
-    language = language_enabled(cfg)  # engines keep the VLM's LM head (engine/language.py)
+    language = language_enabled(cfg)  # engines keep the VLM's LM head (engine/language/decoder.py)
     arith = dict(dtype=getattr(torch, srv.torch_dtype), cuda_graphs=srv.engine_cuda_graphs)
     slots = []
     # The checkpoint's family (LeRobot <= 0.3, >= 0.4, ours) picks the engine's time schedule
-    # and RoPE formula: the numbers its own code produces (engine.checkpoint_format).
+    # and RoPE formula: the numbers its own code produces (engine.checkpoint.format).
     # Standby instances are built (weights loaded) and warmed up like the others, then wait:
     # engine_<engine_instances> ... are the standbys.
     for i in range(srv.engine_instances + srv.standby_instances):
@@ -234,3 +234,28 @@ def profile_local_engines(core: ServingCore, cfg: FleetConfig,
         if key:
             profile_cache.store(key, slot.profile, took[slot.instance_id])
     return took
+
+
+def build_and_warm(cfg: FleetConfig, remote_engine: RemoteEngineFactory | None = None,
+                   progress: Callable[[str], None] | None = None) -> tuple[ServingCore, dict[str, float], float]:
+    """The server's start-up: build the core, then measure each local instance's profile, which
+    runs every batch size once unmeasured first, so it is the warm-up (a plain warm-up call when
+    server.profile is off). Returns (core, seconds profiling per instance, warm-up seconds)."""
+    import time
+
+    started = time.monotonic()
+    core = build_core(cfg, remote_engine=remote_engine)
+    if progress is not None:
+        progress(f"model loaded after {time.monotonic() - started:.1f} s; measuring the "
+                 "latency-vs-batch profile (this is the warm-up)")
+    profiled = profile_local_engines(core, cfg, progress=progress)
+    return core, profiled, max(profiled.values()) if profiled else core.warm_up()
+
+
+def serving_summary(cfg: FleetConfig, core: ServingCore, profiled: dict[str, float], warm_s: float) -> str:
+    """The server's "serving" line after SERVING_LOG_MARK: model, instances, scheduler, profiles."""
+    profiles = "; ".join(f"{iid}: " + " ".join(f"{b}:{t * 1e3:.0f}ms" for b, t in core.engines[iid].profile.to_pairs())
+                         for iid in profiled)
+    return (f"{cfg.server.model.preset or cfg.server.model.checkpoint} with {len(core.engines)} engine instance(s), "
+            f"scheduler {cfg.server.scheduler}, instance {core.instance_id} (warm-up {warm_s * 1e3:.0f} ms"
+            + (f", profiles {profiles}" if profiled else "") + ")")

@@ -1,4 +1,4 @@
-"""The language stream in the serving path (issue 22; OxyGen §3, Algorithm 1): text from the
+"""The language stream in the serving path (OxyGen §3, Algorithm 1): text from the
 same prefill that produced a batch's actions.
 
 For every batch an engine instance ran, the serving core hands this module the frame's prefix
@@ -23,9 +23,9 @@ from collections import Counter, deque
 from dataclasses import dataclass, field
 from typing import Any, Callable, Mapping, Sequence
 
-from physai_ros.engine.kv_manager import KVCacheManager
-from physai_ros.engine.language import SamplingParams
-from physai_ros.engine.language_frame import DecodeBudget, decode_frame, start_texts
+from physai_ros.engine.language.decoder import SamplingParams
+from physai_ros.engine.language.frame import DecodeBudget, decode_frame, start_texts
+from physai_ros.engine.language.kv_manager import KVCacheManager
 from physai_ros.protocol.text import REASON_REFUSED, SOURCE_TASK, QueryAnswer, RobotTextData, TextQuery
 
 from physai_ros.config.language import LanguageServerConfig, TaskLanguageConfig

@@ -13,12 +13,12 @@ import os
 from pathlib import Path
 
 from physai_ros.config_fields import FleetConfigError
-from physai_ros.engine.checkpoint_format import PHYSAI, CheckpointError, detect_format
+from physai_ros.engine.checkpoint.format import PHYSAI, CheckpointError, detect_format
 from physai_ros.errors import UserInputError
 
-from physai_ros.serving.component_backends import check_component_models
 from physai_ros.config.fleet import FleetConfig, fleet_dir, resolve_package_path, tokenizer_path
-from physai_ros.serving.normalizer import Normalizer
+from physai_ros.engine.processor.normalizer import Normalizer
+from physai_ros.serving.component_backends import check_component_models
 from physai_ros.serving.validation import camera_slots
 
 # A LeRobot checkpoint directory: config.json plus one file of weights or a shard index.

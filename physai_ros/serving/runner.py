@@ -20,8 +20,8 @@ import threading
 import time
 from typing import Callable, Sequence
 
-from physai_ros.serving.compute_threads import use_threads
 from physai_ros.protocol.chunk import ActionChunkData
+from physai_ros.serving.compute_threads import use_threads
 
 from physai_ros.serving.serving_core import BatchWork, ServingCore
 

@@ -30,14 +30,14 @@ from physai_ros.protocol.observation import ObservationData
 from physai_ros.protocol.registration import RegistrationResult, RobotRegistration
 from physai_ros.scheduler.types import ACTION, Request
 
+from physai_ros.engine.processor.normalizer import Normalizer
+from physai_ros.engine.processor.prompt import PromptStyle
+from physai_ros.engine.processor.tokenizer import PromptTokenizer
 from physai_ros.serving.action_runner import ActionModelRunner
 from physai_ros.serving.instances import EngineSlot, InstancePool
 from physai_ros.serving.language_stream import FrameRobot
-from physai_ros.serving.normalizer import Normalizer
-from physai_ros.serving.prompt_builder import PromptStyle
 from physai_ros.serving.registry import RobotRegistry, TaskEnded
 from physai_ros.serving.rtc_planner import RtcPlanner
-from physai_ros.serving.tokenizer import PromptTokenizer
 from physai_ros.serving.validation import ModelLimits, Refusal
 from physai_ros.serving.work import BatchWork, Dispatch, StepOutput, scheduler_task_key
 

@@ -1,7 +1,7 @@
-"""Streaming service of the policy server (issue 7, realtime-vla section 6), without ROS.
+"""Streaming service of the policy server (realtime-vla section 6), without ROS.
 
 Robots whose fleet.yaml task has `mode: streaming` get a slot in the shared streams of one
-`StreamingEngine` (VLM stream + action-expert stream; physai_ros.engine.streaming). The policy
+`StreamingEngine` (VLM stream + action-expert stream; physai_ros.engine.streaming.stream_engine). The policy
 server node feeds this service plain data and publishes what it hands back:
 
 - `admit(reg, task)` at registration: a slot, or (no slot free) the `server.streaming.when_full`
@@ -40,9 +40,9 @@ from physai_ros.protocol.observation import ObservationData
 from physai_ros.protocol.registration import RobotRegistration
 from physai_ros.protocol.segment import TrajectorySegmentData
 
-from physai_ros.serving.action_runner import ActionModelRunner
 from physai_ros.config.fleet import FleetConfig, FleetConfigError, TaskConfig
 from physai_ros.config.server import StreamingServerConfig
+from physai_ros.serving.action_runner import ActionModelRunner
 from physai_ros.serving.validation import ObservationValidator, Refusal
 
 STREAMING_CAPACITY = "streaming_capacity"
@@ -130,7 +130,7 @@ class StreamingService:
                  engine_factory: Optional[Callable[..., Any]] = None, log: Callable[[str], None] = print):
         """runner: the action model's runner, the chunked path's own (one way from an
         observation to engine inputs and from model actions to robot units)."""
-        from physai_ros.engine.streaming import StreamingEngine
+        from physai_ros.engine.streaming.stream_engine import StreamingEngine
 
         self.core = core  # StreamingCore (its clock is the stream clock)
         self.cfg = cfg
@@ -251,7 +251,7 @@ class StreamingService:
             except (ValueError, KeyError) as e:
                 return self.validator.count(obs.robot_id, Refusal("preprocessing", str(e)))
             captured = self.to_stream(obs.stamp)
-            from physai_ros.engine.streaming import StreamInputError
+            from physai_ros.engine.streaming.stream_engine import StreamInputError
 
             try:
                 if not slot.added:
@@ -279,7 +279,7 @@ class StreamingService:
             return f"{NOT_STREAMING}: robot {robot_id!r} has no streaming slot"
         if not slot.added:
             return "waiting_for_observation"  # its slot joins the streams with its first frame
-        from physai_ros.engine.streaming import StreamInputError
+        from physai_ros.engine.streaming.stream_engine import StreamInputError
 
         try:
             self.core.set_wrench(robot_id, wrench, self.to_stream(stamp) if stamp > 0 else None)
@@ -373,15 +373,15 @@ def build_streaming_service(fleet: FleetConfig, publish: Callable[[TrajectorySeg
                             log: Callable[[str], None] = print) -> StreamingService:
     """The streams for fleet.yaml's server.streaming over the server's model (the same weights
     as the chunked engine: the preset's seeded random weights, or the checkpoint's)."""
-    from physai_ros.engine.streaming import StreamingConfig, StreamingCore
-    from physai_ros.engine.streaming_expert import StreamingExpert
+    from physai_ros.engine.streaming.stream_engine import StreamingConfig, StreamingCore
+    from physai_ros.engine.streaming.expert import StreamingExpert
     from physai_ros.engine.types import Pi0Config
 
     srv, sc = fleet.server, fleet.server.streaming
     if srv.model.preset is not None:
         mcfg, weights = Pi0Config.preset(srv.model.preset), None
     else:
-        from physai_ros.engine.weights import load_lerobot_checkpoint
+        from physai_ros.engine.checkpoint.loader import load_lerobot_checkpoint
 
         from physai_ros.serving.preflight import checkpoint_dir
         mcfg, weights = load_lerobot_checkpoint(checkpoint_dir(fleet), **srv.model.load_args())

@@ -1,4 +1,4 @@
-"""Operator questions to a robot's policy, checked before they reach a frame (issue 22): the
+"""Operator questions to a robot's policy, checked before they reach a frame: the
 robot must be served, the text short, printable and of a bounded token count, each requester's
 rate of questions to a robot bounded (a token bucket) and its waiting questions few: a requester
 (the operator who signed the question) flooding a robot spends only its own bucket and places. A refused question gets its

@@ -1,4 +1,4 @@
-"""The VLM components a factory plan places on an engine worker (issue 24, docs/factory.md): the
+"""The VLM components a factory plan places on an engine worker (docs/factory.md): the
 questions the policy server forwards are answered by the served model's backbone on the worker's
 engine (pipeline.vla_backend, own prefill: System 1's prefix KV cache lives in another process).
 
@@ -15,9 +15,9 @@ from typing import Any, Sequence
 from physai_ros.pipeline.vla_backend import VLABackboneBackend
 from physai_ros.protocol.component import ComponentAnswerData, ComponentRequest
 
+from physai_ros.config.fleet import load_fleet
 from physai_ros.serving.action_runner import ActionModelRunner
 from physai_ros.serving.component_backends import answer_data, ask
-from physai_ros.config.fleet import load_fleet
 from physai_ros.serving.engine_builder import model_io
 
 

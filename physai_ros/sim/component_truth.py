@@ -1,4 +1,4 @@
-"""The pipeline components' questions and their ground-truth answers (issue 23): what the safety
+"""The pipeline components' questions and their ground-truth answers: what the safety
 checker, the progress monitor and the System 2 planner are asked through the VLA backbone
 (pipeline.vla_backend) and what a perfect one answers for a sim snapshot.
 

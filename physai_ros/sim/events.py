@@ -1,4 +1,4 @@
-"""Things that happen to a sim cell besides the robot's own actions (issue 23): a human arm that
+"""Things that happen to a sim cell besides the robot's own actions: a human arm that
 enters the workcell (a safety event) and injected failures (a cube dropped during transport, a
 cube knocked off the table), each with its ground truth.
 
@@ -12,12 +12,9 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Optional
+from typing import Optional, Protocol
 
 import numpy as np
-
-if TYPE_CHECKING:  # world imports this module; the type only
-    from physai_ros.sim.world import SimWorld
 
 # The workcell is the table's footprint (render.py draws the same rectangle).
 TABLE_X = (-0.2, 0.8)
@@ -30,7 +27,29 @@ PROGRESS_LABELS = (ONGOING, DONE, FAILED)
 DROPPED, KNOCKED, WRONG_ORDER, TIMEOUT = "dropped", "knocked", "wrong_order", "timeout"
 
 
+class EventWorld(Protocol):
+    """What the events read and change in a cell (sim.world.SimWorld is one): named here so that
+    the world imports its events and not the other way round."""
+
+    held: Optional[int]
+    objects: list
+    arm: object
+    time: float
+
+    @property
+    def episode_time(self) -> float: ...
+
+    def near_goal(self, pos: np.ndarray) -> bool: ...
+
+    def release(self, slipped: bool = False) -> None: ...
+
+    def mark_failure(self, reason: str) -> None: ...
+
+    def focus_index(self) -> int: ...
+
+
 @dataclass(frozen=True)
+
 class EventConfig:
     intruder_rate_per_min: float = 0.0  # mean arrivals per minute of sim time (Poisson); 0: never
     intruder_duration_s: float = 3.0  # mean time in the workcell (each visit 0.75-1.25 x this)
@@ -161,7 +180,7 @@ class FailureInjector:
         self.knock_target = None
         self.knocked_index = None
 
-    def step(self, w: "SimWorld", dt: float) -> None:
+    def step(self, w: EventWorld, dt: float) -> None:
         p = self.plan
         if p.drop and w.held is not None and not w.near_goal(w.objects[w.held]) and w.arm.tool()[2] > TRANSPORT_Z:
             self.transport_s += dt
@@ -217,7 +236,7 @@ class EventEngine:
     def new_episode(self) -> None:
         self.failures.new_episode()
 
-    def step(self, w: "SimWorld", dt: float) -> None:
+    def step(self, w: EventWorld, dt: float) -> None:
         """After the world's time has advanced by dt."""
         self.failures.step(w, dt)
         self.intruder.update(w.time)

@@ -1,5 +1,5 @@
 """Scripted expert for the sim tasks: the "built-in scripted motion" of the demo and the teacher
-a later issue distils a policy from.
+the trained sim policy is distilled from (training/).
 
 It is reactive: the phase (approach, descend, grasp, lift, carry, place, retreat) is re-derived
 from the observed state at every call, so it recovers from missed grasps and from chunks that were

@@ -1,4 +1,4 @@
-"""The multi-step task's planner ground truth and its scripted expert (issue 23).
+"""The multi-step task's planner ground truth and its scripted expert.
 
 place_in_order (sim.tasks.PlaceInOrderTask): "place the red cube then the blue cube on the green
 pad" (or blue then red: the prompt sets the order). A perfect System 2 planner splits it into

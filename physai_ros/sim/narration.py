@@ -1,5 +1,5 @@
 """What a sim cell's robot should say about itself: the current subtask and a short scene
-description, both from the simulator's ground truth (issue 22: "a model that says something true").
+description, both from the simulator's ground truth ("a model that says something true").
 
 The policy is co-trained to answer two fixed questions with these strings (training.text_data),
 and the live sim robot can publish the same ground truth so an answer can be checked against it.

@@ -50,10 +50,10 @@ class SimRobotConfig:
     reset_delay_s: float = 0.5
     max_catch_up_s: float = 0.1
     # A subtask change publishes a status at once (the ground truth a robot's text is checked
-    # against, issue 22), but no sooner than this after the last one: a label flickering at the
+    # against), but no sooner than this after the last one: a label flickering at the
     # "grasp" boundary must not turn the reliable status topic into a physics-rate stream.
     subtask_status_min_interval_s: float = 0.1
-    # Events (issue 23, sim.events; all off by default): a human arm entering the workcell
+    # Events (sim.events; all off by default): a human arm entering the workcell
     # (Poisson arrivals per minute of sim time, mean stay in seconds) and, per episode, the
     # probability that the held cube slips out during transport / the cube is knocked off the table.
     intruder_rate_per_min: float = 0.0
@@ -148,7 +148,7 @@ class TaskStatus:
     # "describe the scene.". Defaults keep statuses written before them readable.
     subtask: str = ""
     scene: str = ""
-    # Issue 23's ground truth (sim.events, sim.multi_step), for the safety checker, the progress
+    # The ground truth (sim.events, sim.multi_step), for the safety checker, the progress
     # monitor and the System 2 planner; the defaults again keep older statuses readable.
     intruder: bool = False  # a human arm is in the workcell now
     progress: str = ""  # "ongoing" / "done" / "failed" (SimWorld.progress); "": an older sim robot
@@ -284,7 +284,7 @@ class SimRobotRuntime:
 
     def request_reset(self) -> None:
         """End the episode at the next tick and start the next one (a task-progress monitor's
-        "failed" -> reset and retry, issue 23); counted in episodes_finished and resets_requested,
+        "failed" -> reset and retry); counted in episodes_finished and resets_requested,
         not as a timeout."""
         self._reset_requested = True
 

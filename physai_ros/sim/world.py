@@ -32,7 +32,7 @@ class WorldSnapshot:
     contacts: tuple[str, ...]
     success: bool
     done: bool
-    # Issue 23 (defaults keep snapshots built elsewhere valid). Every cube and its name (the
+    # Task-pipeline cells (defaults keep snapshots built elsewhere valid). Every cube and its name (the
     # task's colours), the held one's index (-1: none), the intruder's pose (None: absent) and
     # ground truth: intruder in the workcell, progress ongoing/done/failed and why it failed.
     objects: tuple[np.ndarray, ...] = ()

@@ -1,8 +1,8 @@
 """Write a trained policy as a checkpoint directory the serving path loads unchanged:
 
     config.json                 LeRobot PI0 config (sizes, chunk, tokenizer length, features)
-    model.safetensors           LeRobot PI0 tensor names (engine.weights.save_lerobot_checkpoint)
-    normalization_stats.json    {"state": {mean, std}, "action": {mean, std}} (serving.normalizer)
+    model.safetensors           LeRobot PI0 tensor names (engine.checkpoint.loader.save_lerobot_checkpoint)
+    normalization_stats.json    {"state": {mean, std}, "action": {mean, std}} (engine.processor.normalizer)
     manifest.json               how it was trained (data, seed, steps, command, time, loss, commit)
 
 The serving loader infers sizes from tensor shapes with its default head parameters (a single
@@ -18,10 +18,10 @@ from typing import Dict, Sequence
 import numpy as np
 import torch
 
-from physai_ros.engine.params import Weights
+from physai_ros.engine.checkpoint.params import Weights
+from physai_ros.engine.checkpoint.writer import save_lerobot_checkpoint
+from physai_ros.engine.processor.normalizer import STATS_FILE
 from physai_ros.engine.types import Pi0Config
-from physai_ros.engine.checkpoint_writer import save_lerobot_checkpoint
-from physai_ros.serving.normalizer import STATS_FILE
 
 MANIFEST_FILE = "manifest.json"
 
@@ -63,7 +63,7 @@ def git_commit(repo: Path) -> str:
 
 def weights_from_safetensors_dir(path) -> Weights:
     """Our-named weights of a checkpoint written by save_policy (through the serving loader)."""
-    from physai_ros.engine.weights import load_lerobot_checkpoint
+    from physai_ros.engine.checkpoint.loader import load_lerobot_checkpoint
 
     _, w = load_lerobot_checkpoint(path, dtype=torch.float32)
     return w

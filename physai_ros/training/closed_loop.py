@@ -44,8 +44,8 @@ def _core(checkpoint: Path, tokenizer_path: Path, max_token_len: int, clock):
     from physai_ros.scheduler.base import make_scheduler
     from physai_ros.serving.serving_core import ServingCore
     from physai_ros.serving.instances import EngineSlot, default_profile
-    from physai_ros.serving.normalizer import Normalizer
-    from physai_ros.serving.tokenizer import PromptTokenizer
+    from physai_ros.engine.processor.normalizer import Normalizer
+    from physai_ros.engine.processor.tokenizer import PromptTokenizer
 
     engine = Pi0Engine.from_lerobot_checkpoint(checkpoint)
     return ServingCore([EngineSlot("engine_0", engine, 1, default_profile(1))], make_scheduler("fifo"),

@@ -1,4 +1,4 @@
-"""Closed-loop action success of two checkpoints side by side, on the same episodes (issue 22:
+"""Closed-loop action success of two checkpoints side by side, on the same episodes (
 text co-training must not cost action success).
 
 Each (checkpoint, task, robot) setting runs exactly as bench/policy_eval.py's "fleet.yaml default"

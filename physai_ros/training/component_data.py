@@ -1,4 +1,4 @@
-"""Frames for the pipeline components' text co-training and evaluation (issue 23): scripted-expert
+"""Frames for the pipeline components' text co-training and evaluation: scripted-expert
 episodes with the sim's events on (intruder, injected drop / knock) and place_in_order, each
 frame kept with the components' ground truth (component_questions.truth).
 
@@ -24,7 +24,7 @@ from typing import Dict, List, Sequence
 
 import numpy as np
 
-from physai_ros.serving.preprocess import letterbox
+from physai_ros.engine.processor.images import letterbox
 from physai_ros.sim.events import EventConfig
 from physai_ros.sim.multi_step import make_expert
 from physai_ros.sim.render import Renderer

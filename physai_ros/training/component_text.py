@@ -1,4 +1,4 @@
-"""Text co-training batches for the pipeline components (issue 23): safety, monitor and planner
+"""Text co-training batches for the pipeline components: safety, monitor and planner
 questions over component_data's frames, asked after the same prefix the serving path builds
 (images + a prompt the robot may be serving), with the frame's ground-truth answer.
 
@@ -26,7 +26,7 @@ import numpy as np
 import torch
 
 from physai_ros.engine.batching import model_pixels
-from physai_ros.serving.tokenizer import PromptTokenizer
+from physai_ros.engine.processor.tokenizer import PromptTokenizer
 from physai_ros.pipeline.config import fill_task
 from physai_ros.sim.multi_step import DONE_SUBGOAL, subgoal_sequence
 

@@ -20,7 +20,7 @@ what was executed is not what should have been, so each frame carries its own la
 the scripted expert would command from the state reached, in an extra `action_chunk` column
 ([chunk, dim]); `action` is that chunk's first action. episodes.jsonl names the `driver`.
 
-Text targets (issue 22, sim.narration): `subtask` and `scene` string columns, the ground-truth
+Text targets (sim.narration): `subtask` and `scene` string columns, the ground-truth
 answers to narration's two questions at that frame; absent in datasets recorded before them.
 """
 from __future__ import annotations
@@ -33,7 +33,7 @@ from typing import Dict, List, Optional, Sequence
 import cv2
 import numpy as np
 
-from physai_ros.serving.preprocess import letterbox
+from physai_ros.engine.processor.images import letterbox
 
 from physai_ros.training.expert_data import Episode
 

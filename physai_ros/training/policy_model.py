@@ -2,12 +2,12 @@
 
 The engine is inference-only: PlainPi0's prefix / velocity are wrapped in torch.no_grad. Training
 calls the very same functions undecorated (`__wrapped__`) on a weight dict whose tensors are
-nn.Parameters, so there is exactly one definition of the architecture (physai_ros.engine.model)
+nn.Parameters, so there is exactly one definition of the architecture (physai_ros.engine.pi0.modeling)
 and the weights this module learns are, by construction, the weights the serving engine runs.
 
 Objective (LeRobot PI0.forward): t ~ Beta(1.5, 1) * 0.999 + 0.001, x_t = t noise + (1 - t) a,
 the expert predicts the velocity u = noise - a; MSE over the robot's real action dims.
-With text targets (issue 22) the same prefix pass also feeds text_loss: the VLM's LM head
+With text targets the same prefix pass also feeds text_loss: the VLM's LM head
 answering a question about the frame, next-token cross-entropy (pi0.5-style co-training).
 """
 from __future__ import annotations
@@ -17,8 +17,8 @@ from typing import Dict, Optional, Tuple
 import torch
 from torch import nn
 
-from physai_ros.engine.model import PlainPi0
-from physai_ros.engine.params import Weights, random_weights
+from physai_ros.engine.checkpoint.params import Weights, random_weights
+from physai_ros.engine.pi0.modeling import PlainPi0
 from physai_ros.engine.types import Pi0Config, PrefixCache
 
 from physai_ros.training.text_loss import text_logits, text_loss

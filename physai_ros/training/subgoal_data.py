@@ -1,4 +1,4 @@
-"""System 1 demonstrations of a multi-step task's subgoals (issue 23): what lets the action model
+"""System 1 demonstrations of a multi-step task's subgoals: what lets the action model
 execute a System 2 planner's answers.
 
 A planner hands System 1 one single-object instruction at a time (sim.multi_step.subgoal_text:

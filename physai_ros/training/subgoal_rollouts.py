@@ -1,4 +1,4 @@
-"""Recovery data for System 1 on a multi-step task's subgoals (issue 23): the policy drives
+"""Recovery data for System 1 on a multi-step task's subgoals: the policy drives
 place_in_order under a perfect planner, the expert labels every frame, and the episode is cut
 per subgoal into the step tasks the demonstrations train (training.subgoal_data).
 

@@ -14,7 +14,7 @@ from typing import Dict, List, Sequence, Tuple
 import numpy as np
 import torch
 
-from physai_ros.serving.tokenizer import PromptTokenizer
+from physai_ros.engine.processor.tokenizer import PromptTokenizer
 from physai_ros.sim.narration import SCENE_QUESTION, SUBTASK_QUESTION
 
 from physai_ros.training.text_loss import make_blocks

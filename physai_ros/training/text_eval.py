@@ -1,10 +1,10 @@
-"""Accuracy of a checkpoint's text answers on recorded frames (issue 22), against the ground truth
+"""Accuracy of a checkpoint's text answers on recorded frames, against the ground truth
 sim.narration recorded with them.
 
 Each frame goes in as the server feeds it (both views letterboxed and scaled by the engine's
 model_pixels, the prompt a robot running the task sends, tokenised by the checkpoint's
 tokenizer); each of the two questions is answered greedily (text_loss.greedy_answers: the serving
-decoder's greedy path, tested token for token against engine.language.PlainLanguage) and compared
+decoder's greedy path, tested token for token against engine.language.decoder.PlainLanguage) and compared
 with the recorded answer:
   subtask  exact match, per class, plus what each class was mistaken for;
   scene    exact match, and token accuracy: the teacher-forced argmax of every answer token and
@@ -26,8 +26,8 @@ import numpy as np
 import torch
 
 from physai_ros.engine.batching import model_pixels
-from physai_ros.engine.model import PlainPi0
-from physai_ros.serving.tokenizer import PromptTokenizer
+from physai_ros.engine.pi0.modeling import PlainPi0
+from physai_ros.engine.processor.tokenizer import PromptTokenizer
 
 from physai_ros.training.checkpoint import weights_from_safetensors_dir
 from physai_ros.training.dataset import LoadedDataset, load_dataset, merge_datasets

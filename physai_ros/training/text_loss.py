@@ -1,6 +1,6 @@
-"""Text from the pi0 prefix KV cache, differentiable (issue 22: co-training pi0.5-style).
+"""Text from the pi0 prefix KV cache, differentiable (co-training pi0.5-style).
 
-The serving decoder (engine/language.py, PlainLanguage) continues a robot's prefix as text; this
+The serving decoder (engine/language/decoder.py, PlainLanguage) continues a robot's prefix as text; this
 is the same computation for a whole text block at once, teacher-forced, so it can be trained:
 - the prefix (image + prompt tokens) is PlainPi0.prefix's cache, bidirectional over its valid
   tokens; nothing here changes it;
@@ -9,7 +9,7 @@ is the same computation for a whole text block at once, teacher-forced, so it ca
 - logits = RMSNorm_(1 + w)(h, vlm.norm) @ vlm.embed^T (the LM head tied to the embedding);
 - the loss is next-token cross-entropy on the answer tokens and the final <eos>: the logits at
   question[-1] predict answer[0].
-The layer loop is PlainPi0.velocity's own (engine.model.gemma_over_cache) with the VLM's
+The layer loop is PlainPi0.velocity's own (engine.pi0.modeling.gemma_over_cache) with the VLM's
 weights and a causal block, so there is one definition of the math; test_text_loss checks it
 against the engine's own decoder token by token.
 """
@@ -21,7 +21,7 @@ from typing import List, Mapping, Sequence, Tuple
 import torch
 import torch.nn.functional as F
 
-from physai_ros.engine.model import gemma_over_cache, rms_norm, rope_cos_sin
+from physai_ros.engine.pi0.modeling import gemma_over_cache, rms_norm, rope_cos_sin
 from physai_ros.engine.types import Pi0Config, PrefixCache
 
 

@@ -8,7 +8,7 @@ the next `chunk_size` action periods (dataset.chunk_indices). A share of samples
 second camera, since a one-camera robot sends one view (masking is the same as absence: padding
 never moves RoPE positions).
 
-With text_weight > 0 (issue 22) every observation also carries one of sim.narration's questions
+With text_weight > 0 every observation also carries one of sim.narration's questions
 and its recorded answer (text_data.TextTargets); the loss is flow matching + text_weight x the
 answer's next-token cross-entropy through the VLM's tied LM head (text_loss), one prefix pass.
 """
@@ -24,8 +24,8 @@ import numpy as np
 import torch
 
 from physai_ros.engine.batching import model_pixels
+from physai_ros.engine.processor.tokenizer import PromptTokenizer
 from physai_ros.engine.types import GemmaSpec, Pi0Config, VisionSpec
-from physai_ros.serving.tokenizer import PromptTokenizer
 
 from physai_ros.training.dataset import LoadedDataset, target_chunks
 from physai_ros.training.policy_model import TrainablePi0

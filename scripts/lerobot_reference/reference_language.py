@@ -1,6 +1,6 @@
 #!/usr/bin/env python3
 """Hugging Face transformers' Gemma as an independent reference for the language stream
-(physai_ros/engine/language.py): greedy text from a pi0 / pi0.5 VLM backbone continuing its prefix.
+(physai_ros/engine/language/decoder.py): greedy text from a pi0 / pi0.5 VLM backbone continuing its prefix.
 
 Runs in .venv-lerobot06 (transformers 5.5.4, the release LeRobot 0.6.1 builds its PaliGemma on;
 scripts/lerobot_reference/setup_venv06.sh). It imports nothing of physai_ros: the test in the main

@@ -15,7 +15,7 @@ total_ms_all (every repeat), build_s, weights ("checkpoint" or "random").
 
 Presets mirror physai_ros.engine Pi0Config presets (tiny, tiny_mqa, pi0, pi0_2layer, pi0_1layer). With
 --checkpoint, weights are loaded from a LeRobot-layout model.safetensors (e.g. one written by
-physai_ros.engine.weights.save_lerobot_checkpoint), so both engines run the same weights.
+physai_ros.engine.checkpoint.loader.save_lerobot_checkpoint), so both engines run the same weights.
 """
 from __future__ import annotations
 

@@ -18,7 +18,7 @@ Presets: fixture (test/fixtures/lerobot_pi05 sizes), tiny / tiny_mqa (physai_ros
 the same name), pi0 (gemma_2b + gemma_300m + So400m/14 at 224, vocabulary 257152), pi0_2layer /
 pi0_1layer (those widths and vocabulary, 2 / 1 layers per tower), auto (sizes read from
 --checkpoint's tensor shapes, chunk and padded dims from its config.json). With --checkpoint the
-weights come from its model.safetensors (e.g. one written by physai_ros.engine.weights.
+weights come from its model.safetensors (e.g. one written by physai_ros.engine.checkpoint.loader.
 save_lerobot_checkpoint, or the fixture's), so both engines run the same weights. Threads default
 to 1 (torch.set_num_threads(1)) so figures compare across machines and with our engine.
 """

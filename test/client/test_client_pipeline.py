@@ -7,12 +7,12 @@ import numpy as np
 import pytest
 import yaml
 
+from physai_ros.client.pipeline import ClientPipeline
+from physai_ros.client.robot_client import RobotClientCore
+from physai_ros.config.fleet import default_fleet_path, parse_fleet
 from physai_ros.pipeline.backend import ComponentAnswer
 from physai_ros.protocol.chunk import STATUS_OK, ActionChunkData
 from physai_ros.protocol.registration import RegistrationResult
-from physai_ros.client.robot_client import RobotClientCore
-from physai_ros.client.pipeline import ClientPipeline
-from physai_ros.config.fleet import default_fleet_path, parse_fleet
 
 from observation_builders import make_image
 

@@ -3,9 +3,9 @@ import dataclasses
 
 import numpy as np
 
+from physai_ros.client.robot_client import ClientState, RobotClientCore
 from physai_ros.protocol.chunk import STATUS_OK, STATUS_REFUSED, ActionChunkData
 from physai_ros.protocol.registration import RegistrationResult
-from physai_ros.client.robot_client import ClientState, RobotClientCore
 
 from observation_builders import make_image
 

@@ -3,8 +3,8 @@ import dataclasses
 
 import pytest
 
-from physai_ros.protocol.chunk import STATUS_ERROR, STATUS_OK, STATUS_REFUSED
 from physai_ros.client.round_ledger import KEEP_IDS, RoundLedger
+from physai_ros.protocol.chunk import STATUS_ERROR, STATUS_OK, STATUS_REFUSED
 
 from observation_builders import make_image
 from test_robot_client_core import client, ok_chunk, register

@@ -6,10 +6,10 @@ import json
 import pytest
 import yaml
 
+from physai_ros.config.factory import check_profiles, factory_problem, load_profiles
+from physai_ros.config.fleet import FleetConfigError, load_fleet, parse_fleet
 from physai_ros.install_paths import resolve_package_url
 from physai_ros.scheduler.factory.types import ModelProfile, ProfilePoint
-from physai_ros.config.fleet import FleetConfigError, load_fleet, parse_fleet
-from physai_ros.config.factory import check_profiles, factory_problem, load_profiles
 
 FACTORY_FILE = "package://physai_ros/config/fleet_factory.yaml"
 

@@ -17,7 +17,7 @@ def doc():
 def test_default_fleet_loads_with_four_robots_and_assets():
     cfg = load_fleet()
     assert len(cfg.robots) == 4
-    # The demo default is the trained sim policy shipped in the package (issue 9).
+    # The demo default is the trained sim policy shipped in the package.
     assert cfg.server.scheduler == "fifo" and cfg.server.model.preset is None
     assert cfg.server.model.checkpoint == "package://physai_ros/assets/policy/sim_pi0"
     assert (resolve_package_path(cfg.server.model.checkpoint) / "model.safetensors").is_file()

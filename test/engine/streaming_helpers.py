@@ -5,8 +5,8 @@ import pytest
 import torch
 
 from physai_ros.engine import Pi0Config
-from physai_ros.engine.streaming import StreamingConfig, StreamingCore
-from physai_ros.engine.streaming_expert import StreamingExpert
+from physai_ros.engine.streaming.expert import StreamingExpert
+from physai_ros.engine.streaming.stream_engine import StreamingConfig, StreamingCore
 
 from engine_helpers import make_input
 

@@ -1,4 +1,4 @@
-"""engine.checkpoint_format: the LeRobot family is read from a directory's files (processor files,
+"""engine.checkpoint.format: the LeRobot family is read from a directory's files (processor files,
 normalize_* buffers, config.json keys, our statistics file), contradictions are refused naming
 both sides, and a variant override that contradicts the family needs force_variant."""
 import json
@@ -8,7 +8,7 @@ import numpy as np
 import pytest
 from lerobot_layout import CONFIG_03, write_v03, write_v04, write_weights
 
-from physai_ros.engine.checkpoint_format import (LEROBOT_03, LEROBOT_04, PHYSAI, CheckpointError, config_overrides_for,
+from physai_ros.engine.checkpoint.format import (LEROBOT_03, LEROBOT_04, PHYSAI, CheckpointError, config_overrides_for,
                                                  detect_format, resolve_overrides, weight_keys)
 from physai_ros.errors import UserInputError
 
@@ -133,6 +133,6 @@ def test_a_variant_override_contradicting_the_format_needs_force(tmp_path):
 
 
 def test_checkpoint_error_is_one_class_and_a_user_error():
-    from physai_ros.engine import weights
+    from physai_ros.engine.checkpoint import loader as weights
 
     assert weights.CheckpointError is CheckpointError and issubclass(CheckpointError, (ValueError, UserInputError))

@@ -8,9 +8,9 @@ import torch
 
 from physai_ros.engine import Pi0Config, Pi0Engine
 from physai_ros.engine.batching import collate
-from physai_ros.engine.fast import FastPi0
-from physai_ros.engine.model import PlainPi0, sincos_time_embedding, siglip
-from physai_ros.engine.params import random_weights
+from physai_ros.engine.checkpoint.params import random_weights
+from physai_ros.engine.pi0.fast import FastPi0
+from physai_ros.engine.pi0.modeling import PlainPi0, sincos_time_embedding, siglip
 
 from engine_helpers import make_input, mixed_batch
 

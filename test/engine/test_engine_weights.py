@@ -6,9 +6,9 @@ import pytest
 import torch
 
 from physai_ros.engine import CheckpointError, Pi0Config, Pi0Engine, load_lerobot_checkpoint, random_weights
-from physai_ros.engine.checkpoint_writer import lerobot_key, save_lerobot_checkpoint
-from physai_ros.engine.weights import SafetensorsFile, map_key, normalization_stats
-from physai_ros.serving.normalizer import Normalizer
+from physai_ros.engine.checkpoint.loader import SafetensorsFile, map_key, normalization_stats
+from physai_ros.engine.checkpoint.writer import lerobot_key, save_lerobot_checkpoint
+from physai_ros.engine.processor.normalizer import Normalizer
 
 from engine_helpers import make_input
 
@@ -130,7 +130,7 @@ def test_truncated_file_is_reported(tmp_path):
 
 def test_progress_reported_for_large_checkpoints(tmp_path, monkeypatch):
     _write(tmp_path)
-    import physai_ros.engine.weights as wmod
+    import physai_ros.engine.checkpoint.loader as wmod
 
     monkeypatch.setattr(wmod, "PROGRESS_MIN_BYTES", 0)
     seen = []

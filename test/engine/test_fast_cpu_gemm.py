@@ -1,4 +1,4 @@
-"""Issue 19 part 3's rewrites of the fast path's CPU torch backend, each against the plain path
+"""The rewrites of the fast path's CPU torch backend, each against the plain path
 (fp32, atol 2e-5): the layers' GEMMs on oneDNN weights prepacked at load (kernels/onednn.py,
 with bias, GELU / SiLU, residual add and the gated product fused in the epilogue), and
 attention without a mask when no key is padded. Both the packed and the unpacked fast path are
@@ -10,11 +10,11 @@ import torch.nn.functional as F
 
 from physai_ros.engine import Pi0Config
 from physai_ros.engine.batching import collate
-from physai_ros.engine.fast import FastPi0
-from physai_ros.engine.fast_pi05 import FastPi05
-from physai_ros.engine.model import PlainPi0
-from physai_ros.engine.model_pi05 import PlainPi05
-from physai_ros.engine.params import random_weights
+from physai_ros.engine.checkpoint.params import random_weights
+from physai_ros.engine.pi0.fast import FastPi0
+from physai_ros.engine.pi0.modeling import PlainPi0
+from physai_ros.engine.pi05.fast import FastPi05
+from physai_ros.engine.pi05.modeling import PlainPi05
 from physai_ros.kernels import onednn
 
 from engine_helpers import make_input, mixed_batch

@@ -10,11 +10,11 @@ import torch
 
 from physai_ros.engine import Pi0Config, Pi0Engine, random_weights
 from physai_ros.engine.batching import collate
-from physai_ros.engine.language import SamplingParams
+from physai_ros.engine.language.decoder import SamplingParams
 from physai_ros.engine.op_count import count_dispatch
 from physai_ros.engine.rtc import RtcGuide
-from physai_ros.engine.streaming import StreamingConfig, StreamingCore
-from physai_ros.engine.streaming_expert import StreamingExpert
+from physai_ros.engine.streaming.expert import StreamingExpert
+from physai_ros.engine.streaming.stream_engine import StreamingConfig, StreamingCore
 
 from engine_helpers import make_input
 

@@ -1,4 +1,4 @@
-"""The unified KV cache manager (engine/kv_manager.py): OxyGen's STORE / RETRIEVE / UPDATE /
+"""The unified KV cache manager (engine/language/kv_manager.py): OxyGen's STORE / RETRIEVE / UPDATE /
 REMOVE / BATCH / UNBATCH, Algorithm 1's per-frame flow against decoding each request alone, and
 the per-robot memory bound."""
 import pytest
@@ -6,8 +6,8 @@ import torch
 
 from physai_ros.engine import Pi0Config, Pi0Engine, random_weights
 from physai_ros.engine.batching import collate
-from physai_ros.engine.kv_manager import DONE_MEMORY, KVBudgetError, KVCacheManager
-from physai_ros.engine.language import DONE_BUDGET, SamplingParams
+from physai_ros.engine.language.decoder import DONE_BUDGET, SamplingParams
+from physai_ros.engine.language.kv_manager import DONE_MEMORY, KVBudgetError, KVCacheManager
 
 from engine_helpers import make_input
 
@@ -109,7 +109,7 @@ def test_store_retrieve_update_remove_and_the_memory_bound(engine):
 
 
 def test_decode_budget_lowers_k_before_actions_slip():
-    from physai_ros.engine.language_frame import DecodeBudget
+    from physai_ros.engine.language.frame import DecodeBudget
 
     b = DecodeBudget(k_max=8, f_min_hz=10.0)  # 100 ms per frame
     assert b.choose(0.05, 2) == 8  # nothing measured yet: the configured k
@@ -127,7 +127,7 @@ def test_decode_budget_lowers_k_before_actions_slip():
 def test_run_frame_holds_the_floor_and_reports_texts(engine):
     """Algorithm 1 through run_frame with a fake clock: the frame's k follows the budget, new
     requests start from the frame's own cache, finished ones are reported and removed."""
-    from physai_ros.engine.language_frame import DecodeBudget, run_frame
+    from physai_ros.engine.language.frame import DecodeBudget, run_frame
 
     ticks = iter(float(i) * 0.01 for i in range(10_000))  # every clock read advances 10 ms
     dec, m = engine.language_decoder(), KVCacheManager(robot_budget_bytes=1 << 30)

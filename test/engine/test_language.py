@@ -1,6 +1,6 @@
-"""Language decoding on the prefix KV cache (engine/language.py) against an independent full
+"""Language decoding on the prefix KV cache (engine/language/decoder.py) against an independent full
 recompute, across frames in one batch, and without touching the actions (OxyGen's equivalence
-requirements, issue 22)."""
+requirements)."""
 import dataclasses
 import math
 
@@ -9,11 +9,11 @@ import torch
 
 from physai_ros.engine import Pi0Config, random_weights
 from physai_ros.engine.batching import collate
-from physai_ros.engine.language import (DONE_BUDGET, DONE_CANCELLED, DONE_EOS, DONE_STOP, PlainLanguage,
+from physai_ros.engine.language.decoder import (DONE_BUDGET, DONE_CANCELLED, DONE_EOS, DONE_STOP, PlainLanguage,
                                         SamplingParams)
-from physai_ros.engine.model import (PlainPi0, attention, embed_prefix, gemma_mlp, gemma_qkv, lin_nb, rms_norm,
+from physai_ros.engine.pi0.modeling import (PlainPi0, attention, embed_prefix, gemma_mlp, gemma_qkv, lin_nb, rms_norm,
                                      rope_cos_sin)
-from physai_ros.engine.model_pi05 import PlainPi05
+from physai_ros.engine.pi05.modeling import PlainPi05
 
 from engine_helpers import make_input
 
@@ -248,7 +248,7 @@ def test_a_question_is_answered_as_a_full_recompute_with_it_appended(policy):
 def test_a_request_decodes_at_most_its_own_tokens_per_frame():
     """A task's k below the frame's: the request sits the remaining steps out (no token, no K/V)
     and its text is still the one it gives alone."""
-    from physai_ros.engine.language import batch_requests, unbatch_requests
+    from physai_ros.engine.language.decoder import batch_requests, unbatch_requests
 
     model = _model("pi0", seed=14)
     b = _batch(model.cfg, seed=15)

@@ -1,7 +1,7 @@
-"""The language stream (engine/language.py, plain and fast paths) against an independent
+"""The language stream (engine/language/decoder.py, plain and fast paths) against an independent
 implementation: Hugging Face transformers' GemmaForCausalLM (tied LM head) with PaliGemma's
 prefix-LM mask, as installed in the LeRobot 0.6.1 reference venv (transformers 5.5.4), run by
-scripts/lerobot_reference/reference_language.py (issue 22: every model path matches an
+scripts/lerobot_reference/reference_language.py (every model path matches an
 independent implementation).
 
 The tiny pi0 and pi0.5 presets of test_language.py with random weights; four robots in one
@@ -40,8 +40,8 @@ from safetensors.torch import load_file, save_file
 
 from physai_ros.engine import Pi0Config, Pi0Engine, random_weights
 from physai_ros.engine.batching import collate
-from physai_ros.engine.language import SamplingParams
-from physai_ros.engine.model import embed_prefix, rope_angles
+from physai_ros.engine.language.decoder import SamplingParams
+from physai_ros.engine.pi0.modeling import embed_prefix, rope_angles
 
 from engine_helpers import make_input
 

@@ -15,12 +15,12 @@ import torch
 
 from physai_ros.engine import EngineInput, Pi0Config, Pi0Engine
 from physai_ros.engine.batching import collate
-from physai_ros.engine.language import SamplingParams
+from physai_ros.engine.checkpoint.params import param_shapes
+from physai_ros.engine.language.decoder import SamplingParams
 from physai_ros.engine.op_count import count_dispatch
-from physai_ros.engine.params import param_shapes
 from physai_ros.engine.rtc import RtcGuide
-from physai_ros.engine.streaming import StreamingConfig, StreamingCore
-from physai_ros.engine.streaming_expert import StreamingExpert
+from physai_ros.engine.streaming.expert import StreamingExpert
+from physai_ros.engine.streaming.stream_engine import StreamingConfig, StreamingCore
 
 PI05 = dict(policy="pi05", time_schedule="multiply", rope_style="multiply")
 PROMPT = 48  # tokens, as LeRobot pads pi0's prompt

@@ -21,11 +21,11 @@ from safetensors.torch import load_file, save_file
 
 from physai_ros.engine import Pi0Engine
 from physai_ros.engine.camera_frames import robots_model_pixels
+from physai_ros.engine.processor.normalizer import Normalizer
+from physai_ros.engine.processor.prompt import prompt_style_for
+from physai_ros.engine.processor.tokenizer import PromptTokenizer
 from physai_ros.protocol.observation import ImageData, ObservationData
 from physai_ros.serving.action_runner import ActionModelRunner
-from physai_ros.serving.normalizer import Normalizer
-from physai_ros.serving.prompt_builder import prompt_style_for
-from physai_ros.serving.tokenizer import PromptTokenizer
 
 from test_lerobot_pi05_equivalence import FIXTURE, MANIFEST, run_reference
 

@@ -18,13 +18,13 @@ import torch
 from safetensors.torch import load_file
 
 from physai_ros.engine import EngineInput, Pi0Engine
-from physai_ros.engine.weights import normalization_stats
+from physai_ros.engine.checkpoint.loader import normalization_stats
 
 ROOT = Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(ROOT / "scripts" / "lerobot_reference"))
 from reference_venvs import venv_python  # noqa: E402  (stdlib only)
 FIXTURE = ROOT / "test" / "fixtures" / "lerobot_pi0"
-TOL = 1e-4  # fp32, issue 3
+TOL = 1e-4  # fp32
 MANIFEST = json.loads((FIXTURE / "manifest.json").read_text())
 NUM_ROBOTS = MANIFEST["num_robots"]
 
@@ -165,7 +165,7 @@ def test_live_lerobot_runs_weights_our_engine_wrote_with_grouped_kv_heads(tmp_pa
     preset (4 query heads over 2 KV heads) with our random weights, written in LeRobot's layout,
     loaded and sampled by live LeRobot, then LeRobot's save loaded back into our engine."""
     from physai_ros.engine import Pi0Config, load_lerobot_checkpoint, random_weights
-    from physai_ros.engine.checkpoint_writer import save_lerobot_checkpoint
+    from physai_ros.engine.checkpoint.writer import save_lerobot_checkpoint
 
     config = Pi0Config.preset("tiny")
     weights = random_weights(config, seed=7)

@@ -25,11 +25,11 @@ from safetensors.torch import load_file, save_file
 from physai_ros.engine import Pi0Engine
 from physai_ros.engine.batching import collate
 from physai_ros.engine.camera_frames import robots_model_pixels
+from physai_ros.engine.processor.normalizer import Normalizer
+from physai_ros.engine.processor.prompt import prompt_style_for
+from physai_ros.engine.processor.tokenizer import PromptTokenizer
 from physai_ros.engine.types import EngineInput
 from physai_ros.serving.action_runner import ActionModelRunner
-from physai_ros.serving.normalizer import Normalizer
-from physai_ros.serving.prompt_builder import prompt_style_for
-from physai_ros.serving.tokenizer import PromptTokenizer
 
 ROOT = Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(ROOT / "scripts" / "lerobot_reference"))
@@ -105,7 +105,7 @@ def test_the_variant_is_not_cosmetic():
     """Running the 0.6-format pi0 with LeRobot 0.3's sampler variant (forced) moves the chunk by
     ~1e-5: small enough to pass a loose test, which is why the variant comes from the files and a
     contradicting override is refused."""
-    from physai_ros.engine.checkpoint_format import CheckpointError
+    from physai_ros.engine.checkpoint.format import CheckpointError
 
     with pytest.raises(CheckpointError, match="force_variant"):
         Pi0Engine.from_lerobot_checkpoint(FIXTURE / "pi0_v06", time_schedule="accumulate")

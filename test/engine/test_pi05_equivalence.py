@@ -12,9 +12,9 @@ import torch
 import torch.nn.functional as F
 
 from physai_ros.engine import Pi0Config, Pi0Engine
-from physai_ros.engine.fast_pi05 import FastPi05
-from physai_ros.engine.model_pi05 import PlainPi05, ada_rms_norm, time_condition
-from physai_ros.engine.params import param_shapes, random_weights
+from physai_ros.engine.checkpoint.params import param_shapes, random_weights
+from physai_ros.engine.pi05.fast import FastPi05
+from physai_ros.engine.pi05.modeling import PlainPi05, ada_rms_norm, time_condition
 
 from engine_helpers import make_input, mixed_batch
 

@@ -3,10 +3,10 @@ import pytest
 import torch
 
 from physai_ros.engine import Pi0Config
-from physai_ros.engine.force_token import ForceProjection
-from physai_ros.engine.params import random_weights
-from physai_ros.engine.streaming_expert import StreamingExpert
-from physai_ros.engine.streaming_schedule import StaggeredSchedule
+from physai_ros.engine.checkpoint.params import random_weights
+from physai_ros.engine.streaming.expert import StreamingExpert
+from physai_ros.engine.streaming.force_token import ForceProjection
+from physai_ros.engine.streaming.schedule import StaggeredSchedule
 
 from engine_helpers import make_input
 from streaming_helpers import one_torch_thread  # noqa: F401 (autouse)

@@ -4,7 +4,7 @@ import pytest
 import torch
 
 from physai_ros.engine import PrefixCache
-from physai_ros.engine.kv_exchange import KVDoubleBuffer
+from physai_ros.engine.streaming.kv_exchange import KVDoubleBuffer
 
 
 def cache(fill: float, b: int = 2, t: int = 5) -> PrefixCache:

@@ -4,7 +4,7 @@ import numpy as np
 import pytest
 import torch
 
-from physai_ros.engine.streaming_schedule import ScheduleError, StaggeredSchedule, dense_nodes
+from physai_ros.engine.streaming.schedule import ScheduleError, StaggeredSchedule, dense_nodes
 
 
 def test_tau_runs_from_noise_to_final_and_nearer_tokens_finish_first():

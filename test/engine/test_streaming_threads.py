@@ -5,7 +5,7 @@ import time
 
 import numpy as np
 
-from physai_ros.engine.streaming import StreamingEngine
+from physai_ros.engine.streaming.stream_engine import StreamingEngine
 
 from streaming_helpers import one_torch_thread  # noqa: F401 (autouse)
 from streaming_helpers import build, robot_input

@@ -10,7 +10,7 @@ import pytest
 import torch
 
 from physai_ros.engine.op_count import count_aten_ops
-from physai_ros.engine.streaming_expert import StreamingExpert
+from physai_ros.engine.streaming.expert import StreamingExpert
 
 from streaming_helpers import one_torch_thread  # noqa: F401 (autouse)
 from streaming_helpers import CFG, robot_input, run_ticks
@@ -64,7 +64,7 @@ def test_fused_tick_equals_the_plain_tick(force, b, prompts):
 
 def test_fused_tick_with_the_prefix_padded_to_its_maximum_equals_the_plain_tick():
     """The compiled tick's layout (one key count for every prompt length), run eagerly."""
-    from physai_ros.engine.streaming_tick import FusedTick
+    from physai_ros.engine.streaming.tick import FusedTick
 
     expert, kv = _pair("random", 3, [6, 11, 3])
     expert.fused = FusedTick(expert, pad_prefix=True)
@@ -90,7 +90,7 @@ def test_streams_with_the_fused_and_the_plain_tick_send_the_same_nodes():
     cores = []
     for tick in ("plain", "fused"):
         engine, expert = StreamingExpert.build(CFG, force="random", tick=tick)
-        from physai_ros.engine.streaming import StreamingConfig, StreamingCore
+        from physai_ros.engine.streaming.stream_engine import StreamingConfig, StreamingCore
         from streaming_helpers import FAST
 
         core = StreamingCore(engine, expert, StreamingConfig(**FAST), clock=lambda: 0.0)

@@ -6,9 +6,9 @@ import time
 
 import torch
 
-from physai_ros.engine.streaming import StreamingConfig, StreamingCore, StreamingEngine
-from physai_ros.engine.streaming_expert import StreamingExpert
-from physai_ros.engine.streaming_vlm import SharedKVDoubleBuffer
+from physai_ros.engine.streaming.expert import StreamingExpert
+from physai_ros.engine.streaming.stream_engine import StreamingConfig, StreamingCore, StreamingEngine
+from physai_ros.engine.streaming.vlm import SharedKVDoubleBuffer
 
 from streaming_helpers import one_torch_thread  # noqa: F401 (autouse)
 from streaming_helpers import CFG, robot_input

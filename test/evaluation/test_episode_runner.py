@@ -5,10 +5,10 @@ from __future__ import annotations
 import pytest
 import torch
 
+from physai_ros.config.fleet import load_fleet
 from physai_ros.evaluation.lockstep import LockstepConfig, SimClock, clone_robots, run_episodes
 from physai_ros.evaluation.servers import ExpertServer, build_policy_server
 from physai_ros.evaluation.sweep import Setting, run_setting, scale_setting, task_robot
-from physai_ros.config.fleet import load_fleet
 
 
 @pytest.fixture(scope="module")

@@ -1,4 +1,4 @@
-"""Issue 23: a shift with the task pipeline against the same shift with System 1 alone, through
+"""A shift with the task pipeline against the same shift with System 1 alone, through
 the robot client's own pipeline logic (ClientPipeline) in lockstep time. System 1 is the scripted
 expert and the components are an oracle reading the sim's ground truth, so what is tested is the
 loop: a truthful monitor's resets end failed episodes early (more tasks completed per shift), a
@@ -10,11 +10,11 @@ import dataclasses
 
 import pytest
 
+from physai_ros.config.fleet import default_fleet_path, load_fleet
 from physai_ros.evaluation.lockstep import LockstepConfig
 from physai_ros.evaluation.pipeline_shift import ShiftConfig, run_shifts, summarise, system1_only
 from physai_ros.evaluation.servers import ExpertServer
 from physai_ros.pipeline.scripted import ScriptedBackend
-from physai_ros.config.fleet import default_fleet_path, load_fleet
 
 FLEET = default_fleet_path().parent / "fleet_pipeline.yaml"
 

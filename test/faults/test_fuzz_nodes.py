@@ -1,4 +1,4 @@
-"""Bad input thrown at real nodes over real DDS (issue 8, "Bad input").
+"""Bad input thrown at real nodes over real DDS ("Bad input").
 
 Every malformed message is built from a valid one with one defect, so the reason it must be
 refused with is known; the test waits (bounded) for that refusal and, at the end, compares the

@@ -1,4 +1,4 @@
-"""A robot host's network is cut and restored (issue 8): the robots fall back within their SLO
+"""A robot host's network is cut and restored: the robots fall back within their SLO
 and resume; the server frees their state and restores it when they return.
 
 Host a ("server host"): policy_server and a probe recording /diagnostics.
@@ -20,9 +20,9 @@ from pathlib import Path
 import pytest
 import yaml
 
+from physai_ros.config.fleet import load_fleet
 from physai_ros.fleet import plan as fleet_plan
 from physai_ros.protocol.chunk import HOLD_ENGINE_INSTANCE
-from physai_ros.config.fleet import load_fleet
 
 import netns
 from netns_probe import ProbeLog

@@ -11,10 +11,10 @@ import numpy as np
 import pytest
 import yaml
 
-from physai_ros.protocol.chunk import STATUS_OK, STATUS_REFUSED
-from physai_ros.protocol.observation import ImageData, ObservationData
 from physai_ros.client.robot_client import RobotClientCore
 from physai_ros.config.fleet import parse_fleet
+from physai_ros.protocol.chunk import STATUS_OK, STATUS_REFUSED
+from physai_ros.protocol.observation import ImageData, ObservationData
 from physai_ros.serving.engine_builder import build_core
 
 HW = 32

@@ -1,4 +1,4 @@
-"""Issue 8, faults with real processes: admission beyond capacity, an engine failing on one
+"""Faults with real processes: admission beyond capacity, an engine failing on one
 batch, and a hot standby taking over from an engine instance whose thread died.
 
 One real policy_server process (tiny model, max_batch 1 so one batch is one robot's round,
@@ -16,10 +16,10 @@ import time
 
 import pytest
 
-from physai_ros.ros.codecs.observation import observation_to_msg
-from physai_ros.ros.codecs.registration import registration_to_request
 from physai_ros.client.robot_client import RobotClientCore
 from physai_ros.config.fleet import load_fleet
+from physai_ros.ros.codecs.observation import observation_to_msg
+from physai_ros.ros.codecs.registration import registration_to_request
 
 from fault_fleet import obs, write_fleet
 from process_rig import STARTUP_S, ProcessRig, server_spec

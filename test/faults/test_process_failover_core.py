@@ -9,9 +9,9 @@ import time
 
 import pytest
 
-from physai_ros.protocol.chunk import STATUS_ERROR, STATUS_OK, STATUS_REFUSED
 from physai_ros.client.robot_client import RobotClientCore
 from physai_ros.config.fleet import FleetConfigError, parse_fleet
+from physai_ros.protocol.chunk import STATUS_ERROR, STATUS_OK, STATUS_REFUSED
 from physai_ros.serving.engine_builder import build_core
 from physai_ros.serving.fault_injection import (ENV_VAR, FaultPlan, InjectedInstanceDeath,
                                                 parse_fault_spec)

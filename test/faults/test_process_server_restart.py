@@ -1,4 +1,4 @@
-"""Issue 8: the policy server process is SIGKILLed and restarted under a running fleet.
+"""The policy server process is SIGKILLed and restarted under a running fleet.
 
 Real processes over real DDS: policy_server, and per robot sim_robot + robot_client +
 trajectory_controller (fleet.plan). Robot `hold_bot` runs the `hold` fallback, `resend_bot`
@@ -18,9 +18,9 @@ import time
 import numpy as np
 import pytest
 
+from physai_ros.config.fleet import load_fleet
 from physai_ros.fleet import plan as fleet_plan
 from physai_ros.protocol.chunk import HOLD_ENGINE_INSTANCE
-from physai_ros.config.fleet import load_fleet
 
 from fault_fleet import robot_entry, write_fleet
 from process_rig import STARTUP_S, ProcessRig, server_spec, wait_quiet

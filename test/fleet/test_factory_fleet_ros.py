@@ -1,4 +1,4 @@
-"""A factory plan run by real processes over DDS (issue 24): a policy server with two engine
+"""A factory plan run by real processes over DDS: a policy server with two engine
 instances and `factory.apply: true` plans at start-up and puts System 1 on engine_0 and the
 safety checker and progress monitor (one model: the served VLA's backbone) on engine_1; two
 pick-and-place robots (sim_robot, robot_client, controller) are served by that plan. Checked against the plan the same solver makes in this process: every
@@ -22,13 +22,13 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "faults"))
 
 from process_rig import STARTUP_S, ProcessRig, server_spec  # noqa: E402
 
+from physai_ros.config.factory import factory_problem, load_profiles  # noqa: E402
+from physai_ros.config.fleet import load_fleet  # noqa: E402
 from physai_ros.fleet.plan import robot_specs  # noqa: E402
 from physai_ros.protocol.chunk import is_hold_chunk  # noqa: E402
 from physai_ros.scheduler.factory.profiling import profile_from_service_times  # noqa: E402
 from physai_ros.scheduler.factory.solver import solve  # noqa: E402
 from physai_ros.scheduler.factory.types import CONTINUOUS  # noqa: E402
-from physai_ros.config.fleet import load_fleet  # noqa: E402
-from physai_ros.config.factory import factory_problem, load_profiles  # noqa: E402
 
 pytestmark = [pytest.mark.ros, pytest.mark.slow]
 REPO = Path(__file__).resolve().parents[2]

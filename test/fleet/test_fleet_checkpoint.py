@@ -11,8 +11,8 @@ import pytest
 import yaml
 from lerobot_layout import dataset_stats, write_v03, write_v04
 
-from physai_ros.fleet.cli import build_fleet, parse_args
 from physai_ros.config.fleet import default_fleet_path, load_fleet
+from physai_ros.fleet.cli import build_fleet, parse_args
 from physai_ros.serving.preflight import ServerFilesError, check_server_files
 
 REPO = Path(__file__).resolve().parents[2]
@@ -124,7 +124,7 @@ def test_a_lerobot_checkpoint_with_another_tokenizer_is_refused(tmp_path):
     every id would be valid and the policy would read nonsense, so the core refuses to start."""
     from physai_ros.config.fleet import FleetConfigError
     from physai_ros.serving.engine_builder import build_core
-    from physai_ros.serving.tokenizer import build_default_tokenizer
+    from physai_ros.engine.processor.tokenizer import build_default_tokenizer
 
     tok = tmp_path / "other_tokenizer.json"
     build_default_tokenizer(300).save(str(tok))

@@ -1,4 +1,4 @@
-"""config/fleet_pipeline.yaml end to end as real processes (issue 23): physai-fleet runs one robot
+"""config/fleet_pipeline.yaml end to end as real processes: physai-fleet runs one robot
 of each pipeline task (pick and place with a monitor; place_in_order with planner, safety and
 monitor) on the tiny random preset, every component is asked over ROS and answered by the
 server's backbone, the tiny model's garbage answers are counted errors (never a crash), the robot

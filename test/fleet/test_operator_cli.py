@@ -6,9 +6,9 @@ from __future__ import annotations
 
 import yaml
 
+from physai_ros.config.fleet import default_fleet_path
 from physai_ros.fleet.cli import main
 from physai_ros.security.keystore import Keystore
-from physai_ros.config.fleet import default_fleet_path
 
 
 def _fleet(tmp_path, keystore: str) -> str:

@@ -1,5 +1,5 @@
 """monitoring.text_report: a robot's texts paired with the simulator's ground truth, the summary's
-language section and the contact sheet's captions (issue 22's demo). Plain data, no ROS."""
+language section and the contact sheet's captions (the language demo). Plain data, no ROS."""
 from __future__ import annotations
 
 import dataclasses
@@ -7,11 +7,11 @@ import dataclasses
 import numpy as np
 import pytest
 
+from physai_ros.config.fleet import load_fleet
 from physai_ros.fleet.report import CAPTION_LINE_PX, contact_sheet, run_frames, wrap_caption
 from physai_ros.monitoring.text_report import (GroundTruth, RobotTextLog, format_language, language_doc,
                                                normalise, printable, questions, sheet_captions)
 from physai_ros.protocol.text import RobotTextData
-from physai_ros.config.fleet import load_fleet
 from physai_ros.sim.narration import GRASP, PLACE, REACH_CUBE, SCENE_QUESTION, SUBTASK_QUESTION
 from physai_ros.sim.runtime import TaskStatus
 

@@ -7,9 +7,9 @@ from pathlib import Path
 
 import physai_ros
 import physai_ros_interfaces
+from physai_ros.config.fleet import load_fleet, tokenizer_path
 from physai_ros.fleet.cli import fastdds_profile_path
 from physai_ros.install_paths import install_layout
-from physai_ros.config.fleet import load_fleet, tokenizer_path
 from physai_ros.serving.preflight import check_server_files, checkpoint_dir
 
 

@@ -7,8 +7,8 @@ from pathlib import Path
 import pytest
 import yaml
 
-from physai_ros.pipeline.config import ComponentConfig, HfModel, TaskPipelineConfig
 from physai_ros.config.fleet import FleetConfigError, load_fleet, parse_fleet
+from physai_ros.pipeline.config import ComponentConfig, HfModel, TaskPipelineConfig
 
 from pipeline_helpers import task
 

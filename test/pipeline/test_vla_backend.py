@@ -1,4 +1,4 @@
-"""The VLA-backbone component backend (physai_ros.pipeline.vla_backend, issue 23): questions
+"""The VLA-backbone component backend (physai_ros.pipeline.vla_backend): questions
 decoded by the served model's own backbone, on its own prefill or on the prefix a System 1 round
 kept through the language stream, against the engine's language API token for token."""
 import dataclasses
@@ -10,17 +10,17 @@ import pytest
 import torch
 
 import physai_ros
+from physai_ros.config.language import LanguageServerConfig
 from physai_ros.engine import Pi0Config
 from physai_ros.engine.engine import Pi0Engine
-from physai_ros.engine.language import SamplingParams
+from physai_ros.engine.language.decoder import SamplingParams
+from physai_ros.engine.processor.prompt import prompt_style_for
+from physai_ros.engine.processor.tokenizer import PromptTokenizer
 from physai_ros.pipeline.backend import ComponentQuery
 from physai_ros.pipeline.vla_backend import PATH_OWN, PATH_SHARED, VLABackboneBackend, VLABackendSettings
 from physai_ros.protocol.observation import ImageData, ObservationData
 from physai_ros.serving.action_runner import ActionModelRunner
-from physai_ros.config.language import LanguageServerConfig
 from physai_ros.serving.language_stream import FrameRobot, LanguageStream
-from physai_ros.serving.prompt_builder import prompt_style_for
-from physai_ros.serving.tokenizer import PromptTokenizer
 
 TOKENIZER = Path(physai_ros.__file__).parent / "assets" / "tokenizer.json"
 QUESTION = "what is the current subtask?"

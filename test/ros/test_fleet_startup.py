@@ -8,9 +8,9 @@ import sys
 import pytest
 import yaml
 
+from physai_ros.config.fleet import default_fleet_path
 from physai_ros.fleet.startup import (DOMAIN_GAIN, PORT_BASE, UNICAST_OFFSET, StartupRelay, available_cores,
                                       choose_domain, domain_in_use, fleet_nodes_on, robots_that_fit)
-from physai_ros.config.fleet import default_fleet_path
 
 from ros_rig import wait_for
 

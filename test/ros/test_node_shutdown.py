@@ -25,10 +25,10 @@ from pathlib import Path
 import pytest
 import yaml
 
+from physai_ros.config.fleet import load_fleet
 from physai_ros.fleet import plan as fleet_plan
 from physai_ros.fleet.processes import ProcessSpec
 from physai_ros.ros.spin import EXIT_DEADLINE_S, describe_threads, node_main_name, time_left
-from physai_ros.config.fleet import load_fleet
 from physai_ros.serving.fault_injection import ENV_VAR, STALL_S, parse_fault_spec
 
 from faults.fault_fleet import fleet_doc

@@ -9,11 +9,12 @@ from physai_ros_interfaces.msg import ActionChunk
 from sensor_msgs.msg import Image
 from trajectory_msgs.msg import JointTrajectory, JointTrajectoryPoint
 
+from physai_ros.client.robot_client import HoldCommand
 from physai_ros.control.hold import hold_chunk
-from physai_ros.protocol.chunk import is_hold_chunk
 from physai_ros.control.joint_trajectory import JointTrajectoryPlan, TrajectoryPoint
 from physai_ros.control.types import ExecutionState
 from physai_ros.protocol import chunk as chunk_codes
+from physai_ros.protocol.chunk import is_hold_chunk
 from physai_ros.protocol.chunk import ActionChunkData
 from physai_ros.protocol.segment import TrajectorySegmentData
 from physai_ros.ros.codecs.chunk import ChunkMessageError, chunk_from_msg, chunk_to_msg, executable_chunk_from_msg
@@ -22,7 +23,6 @@ from physai_ros.ros.codecs.joint_trajectory import TrajectoryMessageError, msg_t
 from physai_ros.ros.codecs.segment import SegmentMessageError, segment_from_msg, segment_to_msg
 from physai_ros.ros.image import ImageBridge, ImageConversionError, make_bridge
 from physai_ros.ros.time_conv import duration_from_sec, time_from_sec, to_ns, to_sec
-from physai_ros.client.robot_client import HoldCommand
 
 
 def test_image_round_trip_reuses_one_buffer_and_reads_without_copy():

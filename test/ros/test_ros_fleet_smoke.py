@@ -12,10 +12,10 @@ import cv2
 import pytest
 import yaml
 
+from physai_ros.config.fleet import default_fleet_path
 from physai_ros.fleet.cli import build_fleet, fleet_env, parse_args
 from physai_ros.fleet.processes import ProcessSpec
 from physai_ros.monitoring.robot_health import TIMING_REASONS
-from physai_ros.config.fleet import default_fleet_path
 
 from machine_load import scaled
 from ros_rig import wait_for

@@ -14,13 +14,13 @@ import pytest
 from diagnostic_msgs.msg import DiagnosticArray
 from physai_ros_interfaces.msg import ActionChunk, ExecutionInfo
 
+from physai_ros.client.robot_client import HoldCommand
 from physai_ros.control.hold import hold_chunk
 from physai_ros.fleet.processes import ProcessSpec
 from physai_ros.protocol.chunk import ActionChunkData
 from physai_ros.ros.codecs.chunk import chunk_to_msg
 from physai_ros.ros.qos import reliable_qos
 from physai_ros.ros.time_conv import now_sec
-from physai_ros.client.robot_client import HoldCommand
 from physai_ros.sim.robot import ArmConfig
 from auth_rig import RobotKeys, ServerKeys
 from ros_test_helpers import fail_with_logs

@@ -1,4 +1,4 @@
-"""A task pipeline over real DDS between real processes (issue 23, robot side): a sim_robot and a
+"""A task pipeline over real DDS between real processes (robot side): a sim_robot and a
 robot_client whose task has safety and monitor components; this process stands in for the policy
 server (registration with the fleet's real keys, and the component service: it checks each
 query's session tag and answers scripted texts signed with the server's key). Checked: the sim's
@@ -19,13 +19,13 @@ from physai_ros_interfaces.msg import ActionChunk, ComponentAnswer, ComponentQue
 from physai_ros_interfaces.srv import OperatorCommand, RegisterRobot, ResetEpisode
 from std_msgs.msg import String
 
+from physai_ros.config.fleet import default_fleet_path, load_fleet
 from physai_ros.fleet import plan as fleet_plan
 from physai_ros.protocol.chunk import HOLD_ENGINE_INSTANCE
 from physai_ros.protocol.topics import REGISTER_SERVICE
 from physai_ros.ros.message_digest import digest
 from physai_ros.ros.qos import latched_qos, reliable_qos
 from physai_ros.security.endpoints import COMPONENT_ANSWER
-from physai_ros.config.fleet import default_fleet_path, load_fleet
 from physai_ros.sim.runtime import TaskStatus
 from auth_rig import server_auth, sign_as_operator
 from ros_test_helpers import fail_with_logs

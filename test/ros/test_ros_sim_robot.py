@@ -109,7 +109,7 @@ def test_large_images_arrive_with_the_shared_memory_profile(procs, tmp_path):
 
 
 def test_sim_robot_takes_the_event_params_and_publishes_their_ground_truth(ros, procs):
-    """Issue 23: the place_in_order task and an intruder from node parameters (as fleet.yaml's
+    """The place_in_order task and an intruder from node parameters (as fleet.yaml's
     `sim:` passes them); task_status carries both cubes, the subgoal and the intruder flag."""
     ns = f"/simevents{os.getpid()}"
     procs.start(ProcessSpec("sim_robot", "physai_ros.nodes.sim_robot", ns,

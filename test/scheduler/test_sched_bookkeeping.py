@@ -44,8 +44,8 @@ def test_execution_dominant_round_waits_on_the_execution_side():
 
 
 @pytest.mark.parametrize("reading, ratio, bucket", [("paper", 0.3125 / 3.0625, 1), ("lookahead", 1.25 / 3.0625, 4)])
-def test_issue_example_a_robot_busy_executing_is_not_waiting(reading, ratio, bucket):
-    """Issue 20's audit example: the task started at 0.75 s, G0 = [1.5625, 2.5], E0 = [2.5, 3.5]
+def test_the_audit_example_a_robot_busy_executing_is_not_waiting(reading, ratio, bucket):
+    """The audit example: the task started at 0.75 s, G0 = [1.5625, 2.5], E0 = [2.5, 3.5]
     (execution-dominant), round 1 queued since 3.0 s, now 3.8125 s. Paper: the robot waits
     since E0.end, W = 0.3125, w = 0.3125 / 3.0625 = 0.102 (bucket 1 of 10). Lookahead: W =
     3.8125 + 0.9375 - 3.5 = 1.25, w = 0.408 (bucket 4)."""

@@ -1,4 +1,4 @@
-"""Attacks on an authenticated fleet, with real processes over DDS (issue 21).
+"""Attacks on an authenticated fleet, with real processes over DDS.
 
 A policy server and the robot `victim` (sim_robot, robot_client, trajectory_controller) run as
 separate processes with a keystore made for the test; this process plays the attacker (and,
@@ -27,10 +27,10 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "faults"))
 from fault_fleet import fleet_doc  # noqa: E402
 from process_rig import STARTUP_S, ProcessRig, server_spec  # noqa: E402
 
+from physai_ros.config.fleet import load_fleet  # noqa: E402
 from physai_ros.fleet.plan import robot_specs  # noqa: E402
 from physai_ros.fleet.processes import stop_processes  # noqa: E402
 from physai_ros.security.keystore import Identity, Keystore  # noqa: E402
-from physai_ros.config.fleet import load_fleet  # noqa: E402
 
 pytestmark = [pytest.mark.ros, pytest.mark.slow]
 HERE = Path(__file__).resolve().parent

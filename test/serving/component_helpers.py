@@ -1,4 +1,4 @@
-"""A small fleet with a pipeline task on the tiny preset (issue 23's component service), and
+"""A small fleet with a pipeline task on the tiny preset (the component service), and
 query builders, shared by the in-process and the real-process component service tests."""
 from __future__ import annotations
 

@@ -9,8 +9,8 @@ from collections import defaultdict
 
 import yaml
 
-from physai_ros.fleet.processes import start_process, stop_processes
 from physai_ros.config.fleet import load_fleet
+from physai_ros.fleet.processes import start_process, stop_processes
 
 from ros_rig import SpunNode, log_of, wait_for
 

@@ -13,9 +13,9 @@ from rclpy.executors import SingleThreadedExecutor
 from rclpy.parameter import Parameter
 from sensor_msgs.msg import CompressedImage, Image
 
+from physai_ros.config.fleet import FleetConfigError, default_fleet_path, parse_fleet
 from physai_ros.ros.codecs.observation import compressed_image_data, image_msg
 from physai_ros.ros.qos import sensor_data_qos
-from physai_ros.config.fleet import FleetConfigError, default_fleet_path, parse_fleet
 
 from ros_rig import wait_for
 

@@ -11,11 +11,11 @@ from pathlib import Path
 
 import pytest
 
+from physai_ros.client.robot_client import RobotClientCore
+from physai_ros.config.fleet import parse_fleet
 from physai_ros.config_fields import FleetConfigError
 from physai_ros.scheduler.factory.types import (ComponentSpec, FactoryProblem, FactorySchedule, Route,
                                                 ServerAssignment, ServerPool, TaskClass)
-from physai_ros.client.robot_client import RobotClientCore
-from physai_ros.config.fleet import parse_fleet
 from physai_ros.serving.engine_builder import build_core
 from physai_ros.serving.factory_runtime import FactoryRuntime, bind_servers
 

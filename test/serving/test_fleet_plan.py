@@ -1,7 +1,7 @@
 """The process plan physai-fleet, the launch file and the tests share."""
+from physai_ros.config.robot_params import sim_params
 from physai_ros.fleet.plan import fleet_plan
 from physai_ros.fleet.report import summary_fields
-from physai_ros.config.robot_params import sim_params
 
 
 def test_plan_has_server_then_sim_client_controller_per_robot(fleet):

@@ -1,16 +1,16 @@
-"""The language stream in the serving path (issue 22): texts from the same prefill as the chunks,
+"""The language stream in the serving path: texts from the same prefill as the chunks,
 with the real sim checkpoint's engine, the real tokenizer and the FIFO scheduler."""
 import dataclasses
 
 import numpy as np
 import pytest
 
-from physai_ros.engine.language import SamplingParams
-from physai_ros.protocol.text import SOURCE_OPERATOR, SOURCE_TASK, TextQuery
 from physai_ros.client.robot_client import RobotClientCore
 from physai_ros.config.fleet import FleetConfigError, parse_fleet
-from physai_ros.serving.engine_builder import build_core
 from physai_ros.config.language import LanguageServerConfig, TaskLanguageConfig
+from physai_ros.engine.language.decoder import SamplingParams
+from physai_ros.protocol.text import SOURCE_OPERATOR, SOURCE_TASK, TextQuery
+from physai_ros.serving.engine_builder import build_core
 
 from observation_builders import make_obs
 

@@ -1,4 +1,4 @@
-"""End-to-end chunks pinned before the serving redesign (issue 15): the same observations must
+"""End-to-end chunks pinned before the serving redesign: the same observations must
 give the same actions, horizons and confidences through every serving path, whatever the code
 around the engine looks like.
 
@@ -34,9 +34,9 @@ for extra in (HERE, HERE.parent / "streaming_ros"):
     if str(extra) not in sys.path:
         sys.path.insert(0, str(extra))
 
-from physai_ros.protocol.chunk import STATUS_OK  # noqa: E402
 from physai_ros.client.robot_client import RobotClientCore  # noqa: E402
 from physai_ros.config.fleet import load_fleet, parse_fleet  # noqa: E402
+from physai_ros.protocol.chunk import STATUS_OK  # noqa: E402
 from physai_ros.serving.engine_builder import build_core  # noqa: E402
 
 from observation_builders import make_image, make_obs  # noqa: E402

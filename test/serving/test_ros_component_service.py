@@ -1,4 +1,4 @@
-"""Pipeline components served over real DDS by a real policy_server process (issue 23): the tiny
+"""Pipeline components served over real DDS by a real policy_server process: the tiny
 preset's own backbone (`model: vla`) answers a registered robot's ComponentQuery on
 /<ns>/component_answer, signed; hostile or careless queries are refused with reasons or dropped,
 counted on /diagnostics, and never take the server down. The codec is checked first, in process."""

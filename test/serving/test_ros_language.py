@@ -1,4 +1,4 @@
-"""The language stream over real DDS between real processes (issue 22): policy_server with the
+"""The language stream over real DDS between real processes: policy_server with the
 trained sim checkpoint, two simulated robots with their clients and controllers, a watcher on
 /<ns>/text and /diagnostics, and operator questions through /policy_server/ask_robot."""
 from collections import defaultdict
@@ -6,10 +6,10 @@ from collections import defaultdict
 import pytest
 import yaml
 
+from physai_ros.config.fleet import default_fleet_path, fleet_dir
 from physai_ros.fleet import plan as fleet_plan
 from physai_ros.protocol.chunk import HOLD_ENGINE_INSTANCE
 from physai_ros.protocol.text import ASK_SERVICE
-from physai_ros.config.fleet import default_fleet_path, fleet_dir
 
 from auth_rig import sign_as_operator
 from serving_ros_harness import Watcher, running_fleet

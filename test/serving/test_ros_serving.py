@@ -6,9 +6,9 @@ import numpy as np
 import pytest
 import yaml
 
+from physai_ros.config.fleet import default_fleet_path
 from physai_ros.fleet import plan as fleet_plan
 from physai_ros.protocol.chunk import HOLD_ENGINE_INSTANCE
-from physai_ros.config.fleet import default_fleet_path
 
 from serving_ros_harness import Watcher, running_fleet
 

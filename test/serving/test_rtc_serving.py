@@ -8,12 +8,12 @@ import numpy as np
 import pytest
 import yaml
 
-from physai_ros.engine.rtc import JACOBIANS, SCHEDULES
-from physai_ros.protocol.chunk import STATUS_OK
-from physai_ros.config.chunk_merge import RTC_JACOBIANS, RTC_SCHEDULES, ChunkMergeConfig
 from physai_ros.client.robot_client import RobotClientCore
+from physai_ros.config.chunk_merge import RTC_JACOBIANS, RTC_SCHEDULES, ChunkMergeConfig
 from physai_ros.config.fleet import FleetConfigError, default_fleet_path, parse_fleet
 from physai_ros.config.robot_params import controller_params
+from physai_ros.engine.rtc import JACOBIANS, SCHEDULES
+from physai_ros.protocol.chunk import STATUS_OK
 from physai_ros.serving.rtc_planner import RtcPlanner, SentChunk, plan_guide
 
 from observation_builders import make_obs

@@ -9,8 +9,8 @@ import threading
 
 import pytest
 
-from physai_ros.protocol.chunk import STATUS_OK
 from physai_ros.client.robot_client import RobotClientCore
+from physai_ros.protocol.chunk import STATUS_OK
 from physai_ros.serving.engine_builder import build_core
 from physai_ros.serving.runner import ServingRunner
 

@@ -1,4 +1,4 @@
-"""Issue 23 added events, several cubes and a task to the simulator; a default cell must still
+"""The task pipelines added events, several cubes and a task to the simulator; a default cell must still
 move, sense and render exactly as before (recorded datasets, trained policies and the pinned
 training/engine tests rely on it). The pins were taken from the simulator before that change
 (commit 3e9fb7a): expert trajectories (joint positions, cube, wrench with its seeded noise) every

@@ -1,4 +1,4 @@
-"""Issue 23's sim events (physai_ros/sim/events.py): the intruding arm and injected drop / knock
+"""The sim events (physai_ros/sim/events.py): the intruding arm and injected drop / knock
 failures, their ground truth (snapshot, TaskStatus) and their visibility in the rendered views."""
 from __future__ import annotations
 

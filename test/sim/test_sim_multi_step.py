@@ -1,4 +1,4 @@
-"""Issue 23's multi-step task (sim.tasks.PlaceInOrderTask) and its planner ground truth and expert
+"""The multi-step task (sim.tasks.PlaceInOrderTask) and its planner ground truth and expert
 (sim.multi_step): the first cube the prompt names on the pad, then the other on top of it (the
 default prompt: red, then blue)."""
 from __future__ import annotations

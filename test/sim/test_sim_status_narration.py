@@ -1,4 +1,4 @@
-"""The sim robot's task_status carries the narration ground truth (issue 22's demo): the subtask
+"""The sim robot's task_status carries the narration ground truth (the language demo): the subtask
 from a SubtaskTracker fed every tick (so a drop between two 2 Hz statuses is caught), the scene,
 a status on every subtask change (rate-limited), and old status JSON stays readable."""
 from __future__ import annotations

@@ -10,15 +10,15 @@ import pytest
 import torch
 import yaml
 
-from physai_ros.engine.streaming import StreamingConfig, StreamingCore
-from physai_ros.engine.streaming_expert import StreamingExpert
+from physai_ros.config.fleet import default_fleet_path, parse_fleet, tokenizer_path
+from physai_ros.engine.processor.tokenizer import PromptTokenizer
+from physai_ros.engine.streaming.expert import StreamingExpert
+from physai_ros.engine.streaming.stream_engine import StreamingConfig, StreamingCore
 from physai_ros.engine.types import Pi0Config
 from physai_ros.protocol.observation import ImageData
 from physai_ros.protocol.registration import RobotRegistration
 from physai_ros.serving.action_runner import ActionModelRunner
-from physai_ros.config.fleet import default_fleet_path, parse_fleet, tokenizer_path
 from physai_ros.serving.streaming_service import StreamingService
-from physai_ros.serving.tokenizer import PromptTokenizer
 
 from observation_builders import make_obs
 

@@ -10,8 +10,8 @@ import numpy as np
 import pytest
 import yaml
 
-from physai_ros.fleet import plan as fleet_plan
 from physai_ros.config.fleet import default_fleet_path
+from physai_ros.fleet import plan as fleet_plan
 from physai_ros.serving.stream_trace import matching_ticks
 
 from serving_ros_harness import running_fleet

@@ -4,11 +4,11 @@ import dataclasses
 
 import numpy as np
 
+from physai_ros.client.robot_client import RobotClientCore
+from physai_ros.client.streaming import StreamingClient
 from physai_ros.protocol.chunk import STATUS_OK, STATUS_REFUSED, ActionChunkData
 from physai_ros.protocol.observation import ImageData
 from physai_ros.protocol.registration import RegistrationResult
-from physai_ros.client.robot_client import RobotClientCore
-from physai_ros.client.streaming import StreamingClient
 
 from streaming_service_helpers import fleet
 

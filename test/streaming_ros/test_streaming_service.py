@@ -7,9 +7,9 @@ import time
 import numpy as np
 import pytest
 
-from physai_ros.control.trajectory_buffer import TrajectoryBuffer
 from physai_ros.config.fleet import FleetConfigError, parse_fleet
-from physai_ros.serving.normalizer import FeatureStats, Normalizer
+from physai_ros.control.trajectory_buffer import TrajectoryBuffer
+from physai_ros.engine.processor.normalizer import FeatureStats, Normalizer
 
 from streaming_service_helpers import one_torch_thread  # noqa: F401 (autouse)
 from streaming_service_helpers import (ROS_OFFSET, build_service, fleet, fleet_doc, observation,
@@ -57,7 +57,7 @@ def test_fleet_yaml_picks_the_vlm_process_the_ae_priority_and_the_tick():
     480 Hz on 2 cores); the engine is built, not started (no child process here)."""
     from physai_ros.serving.action_runner import ActionModelRunner
     from physai_ros.serving.streaming_service import build_streaming_service
-    from physai_ros.serving.tokenizer import PromptTokenizer
+    from physai_ros.engine.processor.tokenizer import PromptTokenizer
 
     doc = fleet_doc()
     doc["server"]["streaming"].update(vlm="process", ae_priority=7, tick="plain")

@@ -3,8 +3,8 @@ re-anchored to the tick's time, so the stream catches up instead of sending only
 import numpy as np
 import torch
 
-from physai_ros.engine.streaming import StreamingConfig, StreamingCore
-from physai_ros.engine.streaming_expert import StreamingExpert
+from physai_ros.engine.streaming.expert import StreamingExpert
+from physai_ros.engine.streaming.stream_engine import StreamingConfig, StreamingCore
 
 from streaming_service_helpers import CFG, one_torch_thread  # noqa: F401 (autouse)
 from streaming_service_helpers import fleet
@@ -20,7 +20,7 @@ def _core():
 def test_after_a_stall_longer_than_the_window_the_stream_has_future_nodes_again():
     core = _core()
     robot = fleet().robots[0]
-    from physai_ros.serving.tokenizer import PromptTokenizer
+    from physai_ros.engine.processor.tokenizer import PromptTokenizer
     from physai_ros.config.fleet import tokenizer_path
     from physai_ros.engine.types import EngineInput
 

@@ -1,4 +1,4 @@
-"""Issue 23: the pipeline components' co-training data and batches, the training hook, and the
+"""The pipeline components' co-training data and batches, the training hook, and the
 evaluation's confusion / detection-delay arithmetic."""
 from __future__ import annotations
 
@@ -6,18 +6,18 @@ import numpy as np
 import pytest
 import torch
 
-from physai_ros.evaluation.components import confusion, detection_delay, planner_report
 from physai_ros.config.fleet import default_fleet_path
-from physai_ros.serving.tokenizer import PromptTokenizer
+from physai_ros.engine.processor.tokenizer import PromptTokenizer
+from physai_ros.evaluation.components import confusion, detection_delay, planner_report
 from physai_ros.sim.multi_step import subgoal_sequence
+from physai_ros.sim.robot import ArmConfig
+from physai_ros.sim.tasks import PlaceInOrderTask
 from physai_ros.training.component_data import ComponentCell, record_component_cell
 from physai_ros.training.component_questions import LABELS, QUESTIONS
 from physai_ros.training.component_text import ComponentTextBatches, frame_prompts
 from physai_ros.training.dataset import EncodedEpisode, load_dataset, write_dataset
 from physai_ros.training.expert_data import RecordConfig, record_cell
 from physai_ros.training.policy_model import TrainablePi0
-from physai_ros.sim.robot import ArmConfig
-from physai_ros.sim.tasks import PlaceInOrderTask
 from physai_ros.training.train import ModelSize, TrainConfig, train
 
 TOKENIZER = str(default_fleet_path().parents[1] / "physai_ros" / "assets" / "tokenizer.json")

@@ -8,11 +8,11 @@ import copy
 import numpy as np
 import pytest
 
+from physai_ros.config.fleet import load_fleet
 from physai_ros.evaluation.lockstep import LockstepConfig
 from physai_ros.evaluation.sweep import scale_setting
 from physai_ros.protocol.observation import ObservationData
 from physai_ros.protocol.registration import RobotRegistration
-from physai_ros.config.fleet import load_fleet
 from physai_ros.sim.expert import ScriptedExpert
 from physai_ros.sim.robot import ArmConfig
 from physai_ros.sim.world import SimWorld

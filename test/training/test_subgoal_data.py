@@ -1,4 +1,4 @@
-"""Issue 23: place_in_order expert episodes cut into the planner's subgoals (System 1's training
+"""Place_in_order expert episodes cut into the planner's subgoals (System 1's training
 data for executing a plan), and the per-task weights of the action batches."""
 from __future__ import annotations
 
@@ -8,7 +8,7 @@ import numpy as np
 import pytest
 
 from physai_ros.config.fleet import default_fleet_path
-from physai_ros.serving.tokenizer import PromptTokenizer
+from physai_ros.engine.processor.tokenizer import PromptTokenizer
 from physai_ros.sim.multi_step import DONE_SUBGOAL, subgoal_sequence
 from physai_ros.sim.robot import ArmConfig
 from physai_ros.training.dataset import EncodedEpisode, load_dataset, write_dataset

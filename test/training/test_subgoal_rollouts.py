@@ -9,9 +9,9 @@ from types import SimpleNamespace
 import numpy as np
 import pytest
 
+from physai_ros.config.fleet import default_fleet_path, load_fleet
 from physai_ros.evaluation.lockstep import LockstepConfig
 from physai_ros.evaluation.sweep import scale_setting
-from physai_ros.config.fleet import default_fleet_path, load_fleet
 from physai_ros.sim.robot import ArmConfig
 from physai_ros.sim.tasks import order_prompt
 from physai_ros.sim.world import SimWorld

@@ -1,5 +1,5 @@
 """The training module's text forward (training/text_loss.py) is what the serving decoder runs
-(engine/language.py with a question): on small random weights the engine's greedy decode, plain
+(engine/language/decoder.py with a question): on small random weights the engine's greedy decode, plain
 and fast path, emits the argmax tokens of the teacher-forced training logits, step for step; the
 loss reads exactly the answer and <eos> targets; co-training lowers the text loss."""
 from __future__ import annotations
@@ -9,11 +9,11 @@ import pytest
 import torch
 import torch.nn.functional as F
 
-from physai_ros.engine import Pi0Engine
-from physai_ros.engine.language import PlainLanguage, SamplingParams
-from physai_ros.engine.params import random_weights
 from physai_ros.config.fleet import default_fleet_path
-from physai_ros.serving.tokenizer import PromptTokenizer
+from physai_ros.engine import Pi0Engine
+from physai_ros.engine.checkpoint.params import random_weights
+from physai_ros.engine.language.decoder import PlainLanguage, SamplingParams
+from physai_ros.engine.processor.tokenizer import PromptTokenizer
 from physai_ros.sim.narration import SCENE_QUESTION, SUBTASK_QUESTION
 from physai_ros.training.policy_model import TrainablePi0
 from physai_ros.training.text_loss import greedy_answers, make_blocks, text_logits, text_loss

@@ -10,8 +10,8 @@ from pathlib import Path
 
 import pytest
 
+from physai_ros.engine.processor.normalizer import STATS_FILE
 from physai_ros.evaluation.sweep import training_seeds
-from physai_ros.serving.normalizer import STATS_FILE
 
 SCRIPT = Path(__file__).resolve().parents[2] / "scripts" / "train_policy.py"
 
@@ -39,7 +39,7 @@ def test_one_command_records_trains_and_runs_a_recovery_round(tmp_path):
     assert rnd["driver_checkpoint"] == str(out) and rnd["recording"]["episodes"] == 2
     assert {310_000, 320_000} <= training_seeds(m)  # the episodes' seeds, so evaluation avoids them
     assert (out / STATS_FILE).is_file() and (out / "model.safetensors").is_file()
-    # Text co-training (issue 22) is on by default and the manifest says how and how well.
+    # Text co-training is on by default and the manifest says how and how well.
     text = m["text"]
     assert text["co_trained"] and text["weight"] == 0.1 and text["loss"]["last"] > 0
     acc = text["accuracy_unseen_seeds"]

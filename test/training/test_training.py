@@ -1,4 +1,4 @@
-"""Smoke tests of issue 9's data + training path on a tiny model: recording in the LeRobot
+"""Smoke tests of the data + training path on a tiny model: recording in the LeRobot
 layout, chunk labels, the flow-matching loss going down, and the checkpoint running unchanged in
 the serving path with the training module's own sampler's results."""
 from __future__ import annotations
@@ -10,13 +10,13 @@ import pytest
 import torch
 import yaml
 
+from physai_ros.config.fleet import default_fleet_path, parse_fleet
+from physai_ros.engine.processor.normalizer import STATS_FILE
+from physai_ros.engine.processor.tokenizer import PromptTokenizer
 from physai_ros.protocol.observation import ImageData, ObservationData
 from physai_ros.protocol.registration import RobotRegistration
-from physai_ros.config.fleet import default_fleet_path, parse_fleet
 from physai_ros.serving.engine_builder import build_core
-from physai_ros.serving.tokenizer import PromptTokenizer
 from physai_ros.sim.robot import ArmConfig
-from physai_ros.serving.normalizer import STATS_FILE
 from physai_ros.training.checkpoint import save_policy
 from physai_ros.training.dataset import (DatasetError, EncodedEpisode, chunk_indices, image_key, load_dataset,
                                          write_dataset)
@@ -63,7 +63,7 @@ def test_recording_is_a_lerobot_dataset(dataset_dir):
 
 
 def test_loaded_frames_match_what_the_server_would_feed(dataset_dir):
-    from physai_ros.serving.preprocess import to_model_pixels
+    from physai_ros.engine.processor.images import to_model_pixels
 
     data = load_dataset(dataset_dir, image_size=24)
     assert data.images.shape[1:] == (2, 3, 24, 24) and data.images.dtype == np.uint8
@@ -147,7 +147,7 @@ def test_loss_decreases_and_checkpoint_runs_unchanged_in_serving(dataset_dir, tm
 
 
 def test_text_columns_round_trip_and_co_training_lowers_the_text_loss(dataset_dir):
-    """Issue 22: every recorded frame carries sim.narration's answers; training with text_weight
+    """Every recorded frame carries sim.narration's answers; training with text_weight
     asks one of the two questions per observation and learns the answers."""
     data = load_dataset(dataset_dir, image_size=TINY.image_size)
     ep = next(record_cell(RecordConfig(task="reach", seed=5, episodes=1, image_width=48, image_height=32, fps=10)))

@@ -9,10 +9,10 @@ from collections import defaultdict
 import pytest
 import yaml
 
+from physai_ros.config.fleet import default_fleet_path, load_fleet
 from physai_ros.fleet import plan as fleet_plan
 from physai_ros.fleet.processes import start_process, stop_processes
 from physai_ros.protocol.chunk import HOLD_ENGINE_INSTANCE
-from physai_ros.config.fleet import default_fleet_path, load_fleet
 
 from ros_rig import SpunNode, log_of, wait_for
 from worker_harness import STARTUP_S, worker_spec

@@ -9,12 +9,12 @@ import numpy as np
 import pytest
 import yaml
 
-from physai_ros.protocol.chunk import STATUS_OK
-from physai_ros.protocol.observation import ImageData, ObservationData
 from physai_ros.client.robot_client import RobotClientCore
 from physai_ros.config.fleet import FleetConfigError, default_fleet_path, parse_fleet
-from physai_ros.serving.engine_builder import build_core
+from physai_ros.protocol.chunk import STATUS_OK
+from physai_ros.protocol.observation import ImageData, ObservationData
 from physai_ros.ros.remote_engine import RemoteEngine, remote_engines_on
+from physai_ros.serving.engine_builder import build_core
 
 from ros_rig import SpunNode
 

@@ -1,4 +1,4 @@
-"""physai_ros_interfaces ComponentQuery / ComponentAnswer <-> protocol.component (issue 23).
+"""physai_ros_interfaces ComponentQuery / ComponentAnswer <-> protocol.component.
 
 Images are handled as in ros/codecs/observation.py: on the way in the message's buffer is not
 copied (an rgb8 view is the buffer itself, bgr8 a reversed-channel view of it; mono8 is spread to
@@ -14,17 +14,17 @@ import numpy as np
 from physai_ros_interfaces.msg import ComponentAnswer, ComponentQuery
 from sensor_msgs.msg import Image
 
+from physai_ros.engine.processor.images import image_to_rgb
 from physai_ros.pipeline.backend import ComponentAnswer as BackendAnswer
 from physai_ros.pipeline.backend import ComponentQuery as BackendQuery
 from physai_ros.protocol.component import ComponentAnswerData, ComponentRequest
 from physai_ros.protocol.observation import ENCODINGS
 from physai_ros.ros.time_conv import to_sec
-from physai_ros.serving.preprocess import image_to_rgb
 
 from physai_ros.ros.codecs._arrays import f32_field, f32_values, safe_time
 from physai_ros.ros.codecs.observation import image_data
 
-# The encodings a component query's views may have (serving.preprocess.image_to_rgb's).
+# The encodings a component query's views may have (engine.processor.images.image_to_rgb's).
 QUERY_ENCODINGS = tuple(sorted(ENCODINGS))
 
 

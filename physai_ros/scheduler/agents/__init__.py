@@ -1,4 +1,4 @@
-"""Kairos multi-agent language-request scheduling (issue 24): workflow analysis from system
+"""Kairos multi-agent language-request scheduling: workflow analysis from system
 identifiers, per-agent latency distributions, agent priority by Wasserstein + 1-D MDS, priority
 queues, and a memory-aware time-slot dispatcher. Pure Python plain data; see each module."""
 from physai_ros.scheduler.agents.dispatcher import (

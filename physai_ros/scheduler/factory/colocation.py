@@ -1,4 +1,4 @@
-"""One server per MODEL for the obligation components (ROSA §3.4.1, issue 24).
+"""One server per MODEL for the obligation components (ROSA §3.4.1).
 
 ROSA §3.4.1 dedicates each GPU worker to a single model, not to a single component: what it
 avoids is interference between different models on one GPU. In physai_ros several obligation

@@ -1,4 +1,4 @@
-"""Issue 24: obligation components answered by one model share servers (ROSA §3.4.1 dedicates a
+"""Obligation components answered by one model share servers (ROSA §3.4.1 dedicates a
 server to a MODEL). Tiny profiles, every count below is worked out by hand.
 
 The "vla" curve (continuous batching, b = 1) is measured at 2, 4, ..., 20 Hz with
