@@ -58,7 +58,7 @@ def child(layout: str, calls: int, ask_period_s: float, serve_threads: int) -> d
     from physai_ros.ros.codecs.observation import observation_from_msg
     from physai_ros.ros.time_conv import time_from_sec
     from physai_ros.config.fleet import load_fleet
-    from physai_ros.serving.engine_builder import build_core
+    from physai_ros.serving.startup.engine_builder import build_core
     from physai_ros_interfaces.msg import Observation
     from sensor_msgs.msg import Image
 

@@ -3,7 +3,7 @@ safety / monitor / System 2 planner answers through the VLA backbone (accuracy, 
 matrices, safety detection delay at the component's freq_hz) and, optionally, closed-loop action
 success on bench/policy_eval.py's evaluation seeds (training.compare_policies, paired by seed).
 
-    .venv/bin/python -m physai_ros.training.component_data --out out/components/eval.npz \
+    .venv/bin/python -m physai_lab.training.component_data --out out/components/eval.npz \
         --cells pick_and_place=15,reach=8,place_in_order=12 --seed-base 900000   # unseen seeds
     .venv/bin/python bench/pipeline_components.py --old physai_ros/assets/policy/sim_pi0 \
         --new out/sim_pi0_pipeline --data out/components/eval.npz --action-episodes 100 \
@@ -77,8 +77,8 @@ def main(argv=None) -> int:
 
     import torch
 
-    from physai_ros.evaluation.components import evaluate
-    from physai_ros.training.component_data import load_components
+    from physai_lab.evaluation.components import evaluate
+    from physai_lab.training.component_data import load_components
 
     torch.set_num_threads(a.threads)
     sys.path.insert(0, str(REPO / "scripts"))
@@ -99,7 +99,7 @@ def main(argv=None) -> int:
         doc["load_average"][f"{name}_end"] = os.getloadavg()
     print(table(doc["components"]), flush=True)
     if a.action_episodes > 0 and a.new:
-        from physai_ros.training.compare_policies import compare
+        from physai_lab.training.compare_policies import compare
 
         settings = [("pick_and_place", ""), ("reach", "")] + [tuple(x.split("=", 1)) for x in a.robot]
         t0 = time.perf_counter()

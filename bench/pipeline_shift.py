@@ -66,10 +66,10 @@ def main(argv=None) -> int:
 
     import torch
 
-    from physai_ros.evaluation.lockstep import SimClock, clone_robots
-    from physai_ros.evaluation.pipeline_shift import ShiftConfig, run_shifts, summarise, system1_only
-    from physai_ros.evaluation.servers import ExpertServer, build_policy_server
-    from physai_ros.evaluation.sweep import scale_setting
+    from physai_lab.evaluation.lockstep import SimClock, clone_robots
+    from physai_lab.evaluation.pipeline_shift import ShiftConfig, run_shifts, summarise, system1_only
+    from physai_lab.evaluation.servers import ExpertServer, build_policy_server
+    from physai_lab.evaluation.sweep import scale_setting
     from physai_ros.pipeline.vla_backend import VLABackboneBackend
     from physai_ros.config.fleet import load_fleet
 
@@ -81,7 +81,7 @@ def main(argv=None) -> int:
     core = build_policy_server(cfg, clock)
     worlds: dict = {}
     if a.components == "truth":
-        from physai_ros.evaluation.truth_backend import TruthBackend
+        from physai_lab.evaluation.truth_backend import TruthBackend
 
         backend = TruthBackend(lambda rid: worlds[rid].runtime.world)
     else:

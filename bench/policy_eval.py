@@ -10,9 +10,9 @@ confidence-threshold t sweep).
         [--robot pick_and_place=robot_2] [--out out/policy_eval.json]
 
 Every episode runs through the real serving path (physai_ros.serving.serving_core.ServingCore built by
-serving.engine_builder from fleet.yaml: engine, tokenizer, normalisation, horizon policy, scheduler;
+serving.startup.engine_builder from fleet.yaml: engine, tokenizer, normalisation, horizon policy, scheduler;
 the robot client and trajectory buffer logic; the sim world and renderer) in simulated lockstep
-time (physai_ros.evaluation.lockstep). Seeds are disjoint from the training seeds listed in the
+time (physai_lab.evaluation.lockstep). Seeds are disjoint from the training seeds listed in the
 checkpoint's manifest (checked). --json prints the result document on stdout.
 """
 from __future__ import annotations
@@ -26,9 +26,9 @@ import time
 from concurrent.futures import ProcessPoolExecutor, as_completed
 from pathlib import Path
 
-from physai_ros.evaluation.lockstep import LockstepConfig
-from physai_ros.evaluation.results import dominance, summarize
-from physai_ros.evaluation.sweep import (Setting, disjoint_from_training, eval_seeds, run_setting,
+from physai_lab.evaluation.lockstep import LockstepConfig
+from physai_lab.evaluation.results import dominance, summarize
+from physai_lab.evaluation.sweep import (Setting, disjoint_from_training, eval_seeds, run_setting,
                                          fleet_for, task_robot, training_manifest)
 
 
@@ -95,7 +95,7 @@ def _chunk_size(cfg) -> int:
 
         return Pi0Config.preset(cfg.server.model.preset).chunk_size
     from physai_ros.engine.checkpoint.loader import read_lerobot_config
-    from physai_ros.serving.preflight import checkpoint_dir
+    from physai_ros.serving.startup.preflight import checkpoint_dir
 
     return int(read_lerobot_config(checkpoint_dir(cfg)).get("chunk_size", 50))
 

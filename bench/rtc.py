@@ -7,13 +7,13 @@ policy: how smoothly chunks join, task success, and what guidance costs per chun
         [--crossfade-s 0.05] [--beta 5] [--schedule exp] [--execution-horizon N]
         [--jobs 1] [--cost-reps 10] [--out out/rtc.json]
 
-Episodes run through the real serving path in lock-step simulated time (physai_ros.evaluation:
+Episodes run through the real serving path in lock-step simulated time (physai_lab.evaluation:
 ServingCore from fleet.yaml with the task's `chunk_merge` set per setting, the robot client,
 the trajectory buffer with the merge rule the controller would use, the sim world), with the
 observation -> chunk latency modelled as --latency-ms (inference itself takes no simulated
 time). Same seeds for every merge rule (policy_eval's evaluation seeds, checked disjoint from
 the checkpoint's training seeds). Per setting: success rate, the boundary jump of every chunk
-merge after an episode's first and the command jerk on the buffer grid (physai_ros.evaluation.
+merge after an episode's first and the command jerk on the buffer grid (physai_lab.evaluation.
 smoothness; arm joints, rad and rad/s^3), the guide statistics of the server. Separately, the
 per-chunk CPU cost of guidance: Pi0Engine.infer with and without guides on the same inputs,
 process CPU time, one torch thread, median of --cost-reps.
@@ -32,11 +32,11 @@ import numpy as np
 from pathlib import Path
 
 from physai_ros.config.chunk_merge import ChunkMergeConfig
-from physai_ros.evaluation.lockstep import LockstepConfig, SimClock, clone_robots, run_episodes
-from physai_ros.evaluation.results import wilson_interval
-from physai_ros.evaluation.servers import build_policy_server
-from physai_ros.evaluation.smoothness import SmoothnessRecorder, summary
-from physai_ros.evaluation.sweep import (disjoint_from_training, eval_seeds, fleet_for, task_robot,
+from physai_lab.evaluation.lockstep import LockstepConfig, SimClock, clone_robots, run_episodes
+from physai_lab.evaluation.results import wilson_interval
+from physai_lab.evaluation.servers import build_policy_server
+from physai_lab.evaluation.smoothness import SmoothnessRecorder, summary
+from physai_lab.evaluation.sweep import (disjoint_from_training, eval_seeds, fleet_for, task_robot,
                                          training_manifest)
 
 

@@ -1,7 +1,7 @@
 """The LIBERO-like scheduling benchmark behind `bench/scheduler.py --libero` (Kairos §5.3, §5.5).
 
 Why a separate module: bench/scheduler.py keeps the original pi0_edge.yaml / recorded-trace
-benches; this one drives workload files with `generator: libero` (physai_ros/sim/libero_workload.py)
+benches; this one drives workload files with `generator: libero` (lab/physai_lab/libero_workload.py)
 and reports what the paper reports: per arrival rate and per fleet size, avg / P25 / P95 task
 latency for FIFO, Autellix and wait ratio with the static horizon, FIFO / Autellix with the
 dynamic horizon and full Kairos (wait ratio + dynamic horizon); Table-2 reductions; the §5.5
@@ -18,8 +18,8 @@ import statistics
 from typing import Any, Optional, Sequence
 
 from physai_ros.scheduler import LatencyProfile, make_scheduler
-from physai_ros.sim.fleet_sim import FleetSim, InstanceSpec, SimConfig, poisson_arrivals
-from physai_ros.sim.libero_workload import (
+from physai_lab.fleet_sim import FleetSim, InstanceSpec, SimConfig, poisson_arrivals
+from physai_lab.libero_workload import (
     LiberoWorkload, build_traces, describe, mean_rounds, sample_tasks, saturation_rate,
 )
 

@@ -34,7 +34,7 @@ from pathlib import Path
 import yaml
 
 from physai_ros.scheduler import EngineInstanceInfo, LatencyProfile, Request, make_scheduler
-from physai_ros.sim.fleet_sim import InstanceSpec, SimConfig, poisson_arrivals, run_offline, run_online
+from physai_lab.fleet_sim import InstanceSpec, SimConfig, poisson_arrivals, run_offline, run_online
 from physai_ros.sim.traces import WorkloadSpec, build_trace, sample_task_specs
 
 SCHEDULERS = ("fifo", "autellix", "wait_ratio")

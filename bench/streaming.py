@@ -28,7 +28,7 @@ robot 0's topics:
                                 expert tick read that sample (or a later one)
   slow_loop_ms                  camera frame with new content published -> first joint_trajectory
                                 carrying a segment from a VLM pass that encoded it (or a later frame)
-Matching is exact on the controller's 480 Hz node grid (physai_ros.serving.stream_trace).
+Matching is exact on the controller's 480 Hz node grid (physai_lab.stream_trace).
 """
 from __future__ import annotations
 
@@ -183,7 +183,7 @@ def run_case(args, n_robots: int) -> dict:
 
 # ---------------------------------------------------------------- the tick itself
 def _count_ops(fn) -> dict:
-    from physai_ros.engine.op_count import count_aten_ops
+    from physai_lab.op_count import count_aten_ops
 
     n = count_aten_ops(fn)
     return {"aten_all": n.all, "aten_top": n.top, "gemm": n.gemm}
@@ -414,7 +414,7 @@ class _RosProbe:
 
     def _on_segment(self, m):
         from physai_ros.ros.codecs.segment import segment_from_msg
-        from physai_ros.serving.stream_trace import segment_grid
+        from physai_lab.stream_trace import segment_grid
 
         recv = time.time()
         seg = segment_from_msg(m)
@@ -424,7 +424,7 @@ class _RosProbe:
 
     def _on_command(self, m):
         from physai_ros.ros.codecs.joint_trajectory import msg_to_plan
-        from physai_ros.serving.stream_trace import command_grid
+        from physai_lab.stream_trace import command_grid
 
         recv = time.time()
         plan = msg_to_plan(m, now=recv)
@@ -453,7 +453,7 @@ class _RosProbe:
 def _loop_latencies(events, segments, commands, key) -> list:
     """For each event (stamp, us): the first command (receive time) carrying the tentative node
     of a segment with key(segment) >= the event's stamp and < the next event's."""
-    from physai_ros.serving.stream_trace import matching_ticks
+    from physai_lab.stream_trace import matching_ticks
 
     out = []
     events = [e for e in events if e is not None]

@@ -30,7 +30,7 @@ from physai_ros.pipeline.backend import ComponentQuery
 from physai_ros.pipeline.vla_backend import VLABackboneBackend, VLABackendSettings
 from physai_ros.protocol.observation import ImageData, ObservationData
 from physai_ros.serving.action_runner import ActionModelRunner
-from physai_ros.serving.language_stream import FrameRobot, LanguageStream
+from physai_ros.serving.language.stream import FrameRobot, LanguageStream
 
 QUESTION = "what is the current subtask?"
 PROMPT = "pick up the cube and place it on the goal"
@@ -103,7 +103,7 @@ def main(argv=None) -> int:
     rows += measure("tiny", Pi0Engine(cfg, seed=3, language=True),
                     ActionModelRunner(cfg, PromptTokenizer(tok_path, 48)), batches, a.reps)
     from physai_ros.config.fleet import load_fleet
-    from physai_ros.serving.engine_builder import build_core
+    from physai_ros.serving.startup.engine_builder import build_core
 
     core = build_core(load_fleet())  # the shipped sim_pi0, loaded and preprocessed as the server does
     rows += measure("sim_pi0", core.engines["engine_0"].engine, core.action_runner, batches, a.reps)

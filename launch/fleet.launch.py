@@ -28,7 +28,7 @@ from physai_ros.config.fleet import load_fleet
 from physai_ros.fleet.plan import aggregator_spec, robot_specs, server_spec
 from physai_ros.install_paths import default_fleet_file
 from physai_ros.ros.spin import EXIT_WITH_PARENT_ENV
-from physai_ros.serving.preflight import SERVING_LOG_MARK
+from physai_ros.serving.startup.preflight import SERVING_LOG_MARK
 
 PACKAGE = "physai_ros"
 

@@ -89,7 +89,7 @@ def parse_weights(text: str, option: str) -> dict:
 def rollout_jobs(round_index: int, dagger_n: dict, perturbed_n: dict, seed: int) -> list:
     """Seeds of round r: their own blocks above the expert cells' (which end below 200000) and
     far below the evaluation's (10 000 000 up), so no episode is seen twice."""
-    from physai_ros.training.rollouts import RolloutJob
+    from physai_lab.training.rollouts import RolloutJob
 
     jobs = []
     for d, (driver, counts) in enumerate((("policy", dagger_n), ("perturbed_expert", perturbed_n))):
@@ -165,7 +165,7 @@ def main(argv=None) -> int:
         ap.error("--dagger-rounds must be >= 0")
     try:
         dagger_n, perturbed_n = per_task(a.dagger_episodes), per_task(a.perturbed_episodes)
-        from physai_ros.training.component_questions import COMPONENTS
+        from physai_lab.training.component_questions import COMPONENTS
 
         parse_weights(a.task_weights, "--task-weights")
         unknown = sorted(set(parse_temper(a.component_answer_temper)) - set(COMPONENTS))
@@ -177,14 +177,14 @@ def main(argv=None) -> int:
     import torch
 
     from physai_ros.engine.processor.tokenizer import PromptTokenizer
-    from physai_ros.training.checkpoint import (git_commit, save_policy, stats_from_checkpoint,
+    from physai_lab.training.checkpoint import (git_commit, save_policy, stats_from_checkpoint,
                                                 weights_from_safetensors_dir)
-    from physai_ros.training.dataset import load_dataset, merge_datasets, read_info
-    from physai_ros.training.policy_model import TrainablePi0
-    from physai_ros.training.rollouts import record_rollouts
-    from physai_ros.training.expert_data import RecordConfig
-    from physai_ros.training.record import plan_cells, record_dataset
-    from physai_ros.training.train import TrainConfig, summarise_curve, train
+    from physai_lab.training.dataset import load_dataset, merge_datasets, read_info
+    from physai_lab.training.policy_model import TrainablePi0
+    from physai_lab.training.rollouts import record_rollouts
+    from physai_lab.training.expert_data import RecordConfig
+    from physai_lab.training.record import plan_cells, record_dataset
+    from physai_lab.training.train import TrainConfig, summarise_curve, train
 
     torch.set_num_threads(a.threads)
     t_start = time.perf_counter()
@@ -220,9 +220,9 @@ def main(argv=None) -> int:
     joint_names = info["features"]["observation.state"]["names"]
     components, component_info = None, {"co_trained": False}
     if a.component_data:
-        from physai_ros.training.component_data import load_components
-        from physai_ros.training.component_questions import LABELS, QUESTIONS
-        from physai_ros.training.component_text import ComponentTextBatches
+        from physai_lab.training.component_data import load_components
+        from physai_lab.training.component_questions import LABELS, QUESTIONS
+        from physai_lab.training.component_text import ComponentTextBatches
 
         temper = parse_temper(a.component_answer_temper)
         components = ComponentTextBatches(load_components(a.component_data), tokenizer, prompts,
@@ -354,7 +354,7 @@ def main(argv=None) -> int:
     if res is None:
         run_stage("expert demonstrations" + (" and --extra-data" if extra else ""), a.minutes, model, stats, True)
     if a.eval_episodes > 0:
-        from physai_ros.training.closed_loop import evaluate_checkpoint
+        from physai_lab.training.closed_loop import evaluate_checkpoint
 
         report = evaluate_checkpoint(out, episodes=a.eval_episodes, fleet_prompts=prompts, seed=10_000 + a.seed)
         print(json.dumps(report, indent=2), flush=True)
@@ -362,7 +362,7 @@ def main(argv=None) -> int:
         m["closed_loop_check"] = report
         (out / "manifest.json").write_text(json.dumps(m, indent=2))
     if a.text_eval_data and a.text_weight > 0:
-        from physai_ros.training.text_eval import evaluate_checkpoint_text
+        from physai_lab.training.text_eval import evaluate_checkpoint_text
 
         report = evaluate_checkpoint_text(out, a.text_eval_data, a.tokenizer)
         print(json.dumps(report, indent=2), flush=True)

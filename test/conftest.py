@@ -22,7 +22,7 @@ if "PHYSAI_ROS_AUTO_KEYSTORE" not in os.environ:
     _keys_dir = tempfile.mkdtemp(prefix="physai_keys_")
     atexit.register(shutil.rmtree, _keys_dir, True)
     os.environ["PHYSAI_ROS_AUTO_KEYSTORE"] = os.path.join(_keys_dir, "keystore")
-# Start-up latency profiles (serving/profile_cache.py) are kept per test session too: a test never
+# Start-up latency profiles (serving/startup/profile_cache.py) are kept per test session too: a test never
 # takes the user's measurement, nor leaves its tiny-model ones in the user's cache.
 if "PHYSAI_ROS_PROFILE_CACHE" not in os.environ:
     import atexit

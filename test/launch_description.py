@@ -107,7 +107,7 @@ def evaluate(mod, **args) -> Evaluated:
         """What an event handler starts when the server logs its serving line (and not before)."""
         from launch.events.process import ProcessIO
 
-        from physai_ros.serving.preflight import SERVING_LOG_MARK
+        from physai_ros.serving.startup.preflight import SERVING_LOG_MARK
 
         def line(text: bytes):
             return ProcessIO(text=text, fd=2, action=None, name="policy_server", cmd=[], cwd=None, env=None, pid=0)

@@ -11,7 +11,8 @@ Checked, over every module under physai_ros/ (and kernels/, installed as physai_
 - rclpy is imported at module level only by the ROS glue (ros/), the nodes and the launcher, so
   everything else imports and tests without it.
 - the robot side (client/, control/) imports nothing of the server (serving/, workers/, engine/);
-- nodes import no model code (engine/): they adapt the serving and worker logic.
+- nodes import no model code (engine/): they adapt the serving and worker logic;
+- nothing imports physai_lab (lab/), which a fleet's install does not carry.
 """
 from __future__ import annotations
 
@@ -37,7 +38,6 @@ LAYERS: list[tuple[str, tuple[str, ...]]] = [
     # The robot side (client/) and the server side (workers/, serving/) share a layer but not code:
     # test_robot_side_imports_nothing_of_the_server keeps them apart.
     ("robot side, server side", ("client", "workers", "serving")),
-    ("training, evaluation", ("training", "evaluation")),
     ("ros glue", ("ros",)),
     ("nodes", ("nodes",)),
     ("launcher", ("fleet",)),
@@ -244,6 +244,14 @@ def test_nodes_import_no_model_code():
     problems = [f"{imp.where()} {imp.source} imports {imp.target}"
                 for imp in INTERNAL if package_of(imp.source) == "nodes" and package_of(imp.target) == "engine"]
     assert not problems, "nodes importing model code:\n" + "\n".join(dict.fromkeys(problems))
+
+
+def test_the_package_imports_nothing_of_the_lab():
+    """physai_lab (lab/: training, evaluation, simulators) is not installed with a fleet: the
+    package never imports it, not even lazily."""
+    problems = [f"{imp.where()} {imp.source} imports {imp.target}"
+                for imp in IMPORTS if imp.target == "physai_lab" or imp.target.startswith("physai_lab.")]
+    assert not problems, "physai_ros imports physai_lab:\n" + "\n".join(dict.fromkeys(problems))
 
 
 def test_the_graph_sees_the_tree():

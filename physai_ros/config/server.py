@@ -62,14 +62,14 @@ class ProfileConfig:
     max_batch: int = 4       # measure batch sizes 1..min(this, server.max_batch)
     views: int = 2           # camera views of the synthetic inputs
     tokens: int | None = None  # prompt tokens; None: the model's max_token_len
-    cache: bool = True       # reuse this machine's earlier measurement (serving/profile_cache.py)
+    cache: bool = True       # reuse this machine's earlier measurement (serving/startup/profile_cache.py)
 
 
 @dataclass(frozen=True)
 class StreamingServerConfig:
     """server.streaming: the shared VLM + action-expert streams (realtime-vla section 6). Every
     streaming robot is a slot in the batch of the same two streams, so the rates are the
-    server's, not a task's (physai_ros.serving.streaming_service)."""
+    server's, not a task's (physai_ros.serving.streaming.service)."""
 
     slots: int = 1               # robots served in streaming mode at once
     vlm_hz: float = 30.0         # VLM stream (camera rate)
@@ -126,7 +126,7 @@ class ServerConfig:
     torch_threads: int = 0
     # The language stream's server side (config.language); None: off unless a task asks.
     language: LanguageServerConfig | None = None
-    # The pipeline components' queue (serving.component_service): order, batch, bound.
+    # The pipeline components' queue (serving.pipeline.service): order, batch, bound.
     components: "ComponentServerConfig" = field(default_factory=lambda: ComponentServerConfig())
 
     @property
@@ -266,7 +266,7 @@ def _parse_profile(v: Any, path: str) -> ProfileConfig | None:
 @dataclass(frozen=True)
 class ComponentServerConfig:
     """fleet.yaml server.components: how waiting component questions are served
-    (serving.component_service, serving.component_order; docs/factory.md)."""
+    (serving.pipeline.service, serving.pipeline.order; docs/factory.md)."""
 
     order: str = "kairos"  # kairos: Kairos multi-agent priority and application start | fifo: arrival
     max_batch: int = 8  # questions per backend call

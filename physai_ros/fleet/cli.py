@@ -85,7 +85,7 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     from physai_ros.install_paths import InstallLayoutError
     from physai_ros.config.fleet import FleetConfigError
     from physai_ros.security.keystore import KeystoreError
-    from physai_ros.serving.preflight import ServerFilesError, check_keystore, check_server_files
+    from physai_ros.serving.startup.preflight import ServerFilesError, check_keystore, check_server_files
 
     try:
         if args.scripted:
@@ -269,7 +269,7 @@ def main(argv: list[str] | None = None) -> int:
                                                    sheet_captions)
     from physai_ros.nodes.fleet_monitor import FleetMonitor
     from physai_ros.protocol.topics import REGISTER_SERVICE
-    from physai_ros.serving.preflight import STARTUP_LOG_PREFIX as STARTUP_PREFIX
+    from physai_ros.serving.startup.preflight import STARTUP_LOG_PREFIX as STARTUP_PREFIX
 
     stop = False
 

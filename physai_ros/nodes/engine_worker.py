@@ -81,7 +81,7 @@ class EngineWorkerNode(Node):
         # the queue, and so the engine, with the System 1 batches.
         self.components = None
         if p["components"]:
-            from physai_ros.serving.worker_components import WorkerComponents
+            from physai_ros.serving.pipeline.on_worker import WorkerComponents
 
             self.components = WorkerComponents(engine, p["fleet_file"], iid)
             self._answer_pub = self.create_publisher(ComponentAnswer, component_result_topic(iid), reliable_qos(50))

@@ -13,7 +13,7 @@ ROS I/O only; the logic is physai_ros.serving.serving_core.ServingCore.
 Parameters: fleet_file (default: the embedded config/fleet.yaml), num_robots (0: the robots
 listed; N: the first N, cloning the last entry beyond the list, as the launchers start them),
 checkpoint (a policy directory replacing server.model: physai-fleet --checkpoint).
-Inference runs in serving.runner's threads (one per engine instance, so instances compute
+Inference runs in serving.serving_threads's threads (one per engine instance, so instances compute
 concurrently); DDS callbacks never wait for the engine. Per-robot topics, ownership checks and
 signed publishing are ros.robot_router's; what is reported is monitoring.server_metrics's.
 """
@@ -51,11 +51,11 @@ from physai_ros.ros.spin import run_node
 from physai_ros.security.endpoints import CHUNK, ServerAuth
 from physai_ros.security.keystore import Identity
 from physai_ros.serving.compute_threads import build_for, serving_threads
-from physai_ros.serving.engine_builder import build_and_warm, model_format, serving_summary
 from physai_ros.serving.factory_runtime import apply_factory
-from physai_ros.serving.preflight import SERVING_LOG_MARK, STARTUP_LOG_PREFIX, check_server_files
 from physai_ros.serving.registration_desk import RegistrationDesk
-from physai_ros.serving.runner import ServingRunner
+from physai_ros.serving.serving_threads import ServingThreads
+from physai_ros.serving.startup.engine_builder import build_and_warm, model_format, serving_summary
+from physai_ros.serving.startup.preflight import SERVING_LOG_MARK, STARTUP_LOG_PREFIX, check_server_files
 
 
 class PolicyServerNode(Node):
@@ -113,7 +113,7 @@ class PolicyServerNode(Node):
             self.report.robot_extras = self.language.robot_metrics
         self.pipeline = PolicyServerPipeline.maybe(self, self.fleet, self.core)  # task pipelines: /<ns>/component_query
         # Each serving thread sets its own torch thread count (serving.compute_threads.use_threads).
-        self._runner = ServingRunner(self.core, self._publish_chunks, self._publish_refresh,
+        self._serving_threads = ServingThreads(self.core, self._publish_chunks, self._publish_refresh,
                                      self.get_logger().error, on_texts=self._publish_texts,
                                      torch_threads=serving_threads(torch_threads)).start()
         if self.fleet.server.robot_timeout_s is not None:
@@ -191,7 +191,7 @@ class PolicyServerNode(Node):
             if refused is not None:
                 self._publish(refused)
             return
-        for chunk in self._runner.submit(obs):  # and dispatched at once when an instance is idle
+        for chunk in self._serving_threads.submit(obs):  # and dispatched at once when an instance is idle
             self._publish(chunk)
 
     def _refuse_input(self, owner: str, reason: str, detail: str) -> None:
@@ -208,7 +208,7 @@ class PolicyServerNode(Node):
             if not self._stop.is_set():
                 self.get_logger().error(f"publishing a chunk for {chunk.robot_id} failed: {e}")
 
-    # ---- inference: serving.runner's threads call these -----------------------------------
+    # ---- inference: serving.serving_threads's threads call these -----------------------------------
 
     def _publish_chunks(self, chunks) -> None:
         for chunk in chunks:
@@ -274,7 +274,7 @@ class PolicyServerNode(Node):
             if self.pipeline is not None:
                 self.pipeline.close(max(0.0, end - time.monotonic()))
         finally:
-            self._runner.stop(timeout=max(0.0, end - time.monotonic()))
+            self._serving_threads.stop(timeout=max(0.0, end - time.monotonic()))
             if self.factory is not None:  # a rescheduling proposal still solving (seconds at most)
                 self.factory.wait_for_proposals(max(0.0, end - time.monotonic()))
 

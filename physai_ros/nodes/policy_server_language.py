@@ -1,5 +1,5 @@
 """The policy server's language stream on ROS 2: a thin adapter over
-physai_ros.serving.language_stream, mounted by policy_server when fleet.yaml turns it on.
+physai_ros.serving.language.stream, mounted by policy_server when fleet.yaml turns it on.
 
   pub      /<ns>/text                 (RobotText, reliable, depth 50): a robot's text as tokens
            arrive, the whole text so far in every update, done = true last; signed by the
@@ -55,7 +55,7 @@ class PolicyServerLanguage:
         self.router.publisher(self.router.bind(robot_id, namespace), RobotText, TEXT_TOPIC, reliable_qos(depth=50))
 
     def publish(self, texts) -> None:
-        """From serving.runner's instance threads (after the chunks) and the notice timer."""
+        """From serving.serving_threads's instance threads (after the chunks) and the notice timer."""
         for t in texts:
             if self.router.publish(t.robot_id, TEXT_TOPIC, text_to_msg(t), TEXT):
                 self.published += 1

@@ -1,5 +1,5 @@
 """The policy server's pipeline components on ROS 2: a thin adapter over
-physai_ros.serving.component_service, mounted by policy_server when a task of fleet.yaml has a
+physai_ros.serving.pipeline.service, mounted by policy_server when a task of fleet.yaml has a
 pipeline with System 2, safety or monitor (docs/pipelines.md "Serving the components").
 
   sub      /<ns>/component_query    (ComponentQuery, reliable): a robot client's question to one of
@@ -27,8 +27,8 @@ from physai_ros.ros.message_digest import digest
 from physai_ros.ros.qos import reliable_qos
 from physai_ros.ros.remote_components import RemoteComponentBackend
 from physai_ros.security.endpoints import COMPONENT_ANSWER
-from physai_ros.serving.component_backends import load_backends
-from physai_ros.serving.component_service import ComponentService, ComponentServiceSettings
+from physai_ros.serving.pipeline.backends import load_backends
+from physai_ros.serving.pipeline.service import ComponentService, ComponentServiceSettings
 
 
 def serves_components(fleet) -> bool:

@@ -1,5 +1,5 @@
 """The policy server's streaming mode on ROS 2: a thin adapter over
-physai_ros.serving.streaming_service, mounted by policy_server when a fleet.yaml task has
+physai_ros.serving.streaming.service, mounted by policy_server when a fleet.yaml task has
 `mode: streaming`.
 
 Per streaming robot (namespace <ns>):
@@ -33,7 +33,7 @@ from physai_ros.ros.qos import reliable_qos, sensor_data_qos
 from physai_ros.ros.time_conv import now_sec, to_sec
 from physai_ros.security.endpoints import SEGMENT, WRENCH
 from physai_ros.security.handshake import AuthError
-from physai_ros.serving.streaming_service import build_streaming_service, streaming_tasks
+from physai_ros.serving.streaming.service import build_streaming_service, streaming_tasks
 
 
 class PolicyServerStreaming:

@@ -1,6 +1,6 @@
 """Each robot's newest System 1 prefix, kept for its pipeline components (OxyGen's cross-task KV
 sharing): the language stream offers every frame's prefix KV cache
-(serving.language_stream.PrefixFrame); this keeps, per robot, a reference to the frame of its
+(serving.language.stream.PrefixFrame); this keeps, per robot, a reference to the frame of its
 latest round, so a component question can be decoded on it instead of prefilling the same
 observation again.
 
@@ -21,7 +21,7 @@ from typing import Any, Callable, Optional
 class KeptPrefix:
     """One robot's row of a System 1 frame."""
 
-    frame: Any  # serving.language_stream.PrefixFrame
+    frame: Any  # serving.language.stream.PrefixFrame
     row: int
     robot_id: str
     task_id: str

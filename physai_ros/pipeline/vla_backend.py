@@ -128,13 +128,13 @@ class VLABackboneBackend:
     # ---- the seam: the language stream's frames -----------------------------------------------
 
     def attach(self, stream: Any) -> None:
-        """Hear every frame's prefix from a serving.language_stream.LanguageStream (its clock
+        """Hear every frame's prefix from a serving.language.stream.LanguageStream (its clock
         dates them, so ages are read on it too)."""
         self.kept.clock = stream.clock
         stream.add_frame_listener(self.offer_frame)
 
     def offer_frame(self, frame: Any) -> None:
-        """A System 1 frame's prefix KV cache (serving.language_stream.PrefixFrame): its robots'
+        """A System 1 frame's prefix KV cache (serving.language.stream.PrefixFrame): its robots'
         component questions decode on it until their next round or max_prefix_age_s."""
         self.kept.offer(frame)
 

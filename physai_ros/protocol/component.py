@@ -1,5 +1,5 @@
 """A pipeline component's question and answer on the wire, as plain data: the robot
-client asks the policy server's component service (serving.component_service) on
+client asks the policy server's component service (serving.pipeline.service) on
 /<ns>/component_query and hears the answer on /<ns>/component_answer. The ROS codec is
 physai_ros.ros.codecs.component; the question itself is physai_ros.pipeline.backend.ComponentQuery
 (carried here as `query`, so this foundation module does not import the pipeline layer).

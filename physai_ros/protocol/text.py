@@ -1,6 +1,6 @@
 """The language stream's plain data: one update of a robot's text, and an operator's
 question. The ROS codec is physai_ros.ros.codecs.text; the serving side is
-physai_ros.serving.language_stream."""
+physai_ros.serving.language.stream."""
 from __future__ import annotations
 
 from dataclasses import dataclass

@@ -1,7 +1,7 @@
 """RemoteEngine: the server-side stand-in for an engine_worker, with the local engine's API.
 
 ROS glue (it publishes and subscribes through a node): the policy server node builds these and
-hands them to serving.engine_builder, which never touches ROS itself.
+hands them to serving.startup.engine_builder, which never touches ROS itself.
 
 It has `.config` and `.infer(list[EngineInput]) -> list[EngineOutput]`, so the serving core holds
 it in an EngineSlot like a local Pi0Engine. It publishes each batch on the worker's request
@@ -324,7 +324,7 @@ class RemoteEngine:
 
 
 def remote_engines_on(node: Any) -> Callable[[Any, Pi0Config], "RemoteEngine"]:
-    """serving.engine_builder's remote-engine factory: proxies for fleet.yaml's server.remote_engines
+    """serving.startup.engine_builder's remote-engine factory: proxies for fleet.yaml's server.remote_engines
     entries that publish and subscribe through `node` (the policy server's, whose executor
     delivers their results while an instance thread waits in infer())."""
     def make(entry: Any, model: Pi0Config) -> RemoteEngine:

@@ -1,13 +1,14 @@
 """The action model's runner: observation -> engine input, engine output -> action chunk.
 
 One runner per model kind (nano-vllm's model runner: prepare inputs, run the engine, finish
-outputs). The chunked path (serving.serving_core) and the streaming path (serving.streaming_service)
+outputs). The chunked path (serving.serving_core) and the streaming path (serving.streaming.service)
 both prepare their engine inputs here, so one observation becomes the same engine input
 whichever path serves it. Components added later (planner, monitor, language) get runners of
 their own beside this one, selected by the request's `component`.
 """
 from __future__ import annotations
 
+from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
@@ -24,6 +25,15 @@ from physai_ros.engine.processor.prompt import PromptStyle
 from physai_ros.engine.processor.tokenizer import PromptTokenizer
 from physai_ros.serving.validation import Refusal, camera_slots
 
+
+
+@dataclass(frozen=True)
+class HostOutput:
+    """One request's engine output on the host: actions float32 [chunk_size, max_action_dim] in
+    the model's normalised space, updates float32 [num_steps, chunk_size, max_action_dim]."""
+
+    actions: np.ndarray
+    updates: np.ndarray
 
 
 class ActionModelRunner:
@@ -123,16 +133,24 @@ class ActionModelRunner:
 
     # ---- outputs -----------------------------------------------------------------------
 
+    @staticmethod
+    def to_host(output: Any) -> "HostOutput":
+        """An engine output's tensors as numpy, once per request: the chunk, the horizon policy
+        and real-time chunking's memory all read these same arrays."""
+        return HostOutput(output.actions.detach().float().cpu().numpy(),
+                          output.updates.detach().float().cpu().numpy())
+
     def unnormalize(self, actions: np.ndarray, action_dim: int) -> np.ndarray:
         """[T, max_action_dim] model actions -> [T, action_dim] in robot units."""
         return self.normalizer.unnormalize_actions(actions, action_dim)
 
     def finish(self, obs: ObservationData, reg: RobotRegistration, output: Any, instance_id: str,
                queue_ms: float, inference_ms: float) -> ActionChunkData:
-        """The chunk a robot receives: robot-unit actions and the horizon its policy chose. A
-        user-supplied horizon policy that fails gives an ERROR chunk for that robot only."""
-        actions = self.unnormalize(output.actions.detach().float().cpu().numpy(), reg.action_dim)
-        updates = output.updates.detach().float().cpu().numpy()
+        """The chunk a robot receives (output: to_host's arrays): robot-unit actions and the
+        horizon its policy chose. A user-supplied horizon policy that fails gives an ERROR chunk
+        for that robot only."""
+        actions = self.unnormalize(output.actions, reg.action_dim)
+        updates = output.updates
         name = obs.horizon_policy or "static"
         params = tuple(obs.horizon_params) if obs.horizon_policy else (actions.shape[0],)
         try:

@@ -7,11 +7,10 @@ from __future__ import annotations
 
 from collections import Counter, deque
 from dataclasses import dataclass
-from typing import Any, Sequence
+from typing import Any, Callable, Sequence
 
 from physai_ros.scheduler.types import EngineInstanceInfo, LatencyProfile
 
-from physai_ros.serving.fault_injection import FaultPlan
 
 # While a batch runs its instance must look busy even past the scheduler's estimate, or a slow
 # batch would get a second one stacked on the same engine.
@@ -39,7 +38,9 @@ class EngineSlot:
     standby: bool = False
     failed: str = ""  # why this (local) instance is out of service for good; "" while usable
     batches: int = 0  # batches run_batch started on it
-    fault: FaultPlan | None = None  # test hook (serving.fault_injection); None in production
+    # Called before each served batch with (instance_id, batch number from 1): a process-level
+    # hook may set it (serving.slot_hook); None otherwise.
+    before_batch: Callable[[str, int], None] | None = None
 
     @property
     def remote(self) -> bool:

@@ -173,10 +173,11 @@ class RtcPlanner:
         g = self.guide(obs, reg.action_dim, reg.control_period)
         return inp if g is None else dataclasses.replace(inp, rtc=g)
 
-    def record(self, obs: ObservationData, output, chunk) -> None:
-        """An answered chunk (engine output + the ActionChunkData sent): remember it if it is OK."""
+    def record(self, obs: ObservationData, actions: np.ndarray, chunk) -> None:
+        """An answered chunk (the engine's normalised, padded actions on the host + the
+        ActionChunkData sent): remember it if it is OK."""
         if obs.task_id in self.settings and chunk.status == STATUS_OK and not chunk.error:
-            self.remember(obs, output.actions.detach().float().cpu().numpy(), chunk.dt, chunk.horizon)
+            self.remember(obs, actions, chunk.dt, chunk.horizon)
 
     def remember(self, obs: ObservationData, actions: np.ndarray, dt: float, horizon: int) -> None:
         """The chunk just answered for `obs` (actions: the engine's normalised, padded output)."""

@@ -10,7 +10,7 @@ Who owns what (vLLM v1's split: the scheduler returns plain data, a runner execu
 - a model runner per component (serving.action_runner): engine inputs and finished chunks.
 
 The node feeds the core plain data (register / submit) from its ROS callbacks; the
-serving.runner threads call dispatch (the scheduler's batches for idle instances) and
+serving.serving_threads threads call dispatch (the scheduler's batches for idle instances) and
 run_batch (one per instance thread, so instances compute concurrently), which returns the
 chunks to publish. step() does both in one call. Public methods take the lock where they touch
 shared state, so callbacks and threads may interleave freely; engines run outside it.
@@ -35,7 +35,7 @@ from physai_ros.engine.processor.prompt import PromptStyle
 from physai_ros.engine.processor.tokenizer import PromptTokenizer
 from physai_ros.serving.action_runner import ActionModelRunner
 from physai_ros.serving.instances import EngineSlot, InstancePool
-from physai_ros.serving.language_stream import FrameRobot
+from physai_ros.serving.language.stream import FrameRobot
 from physai_ros.serving.registry import RobotRegistry, TaskEnded
 from physai_ros.serving.rtc_planner import RtcPlanner
 from physai_ros.serving.validation import ModelLimits, Refusal
@@ -64,7 +64,7 @@ class ServingCore:
         self.action_runner = ActionModelRunner(cfg, tokenizer, normalizer, prompt_style, tuple(cameras))
         self.runners = {ACTION: self.action_runner}
         self.rtc = RtcPlanner({})  # real-time chunking per task (docs/rtc.md); the factory sets it
-        self.language = None  # serving.language_stream.LanguageStream: enable_language sets it
+        self.language = None  # serving.language.stream.LanguageStream: enable_language sets it
         self.factory = None  # serving.factory_runtime.FactoryRuntime: apply_factory sets it
         self.limits = ModelLimits(cfg.max_views, cfg.max_state_dim, cfg.max_action_dim, tuple(cameras))
         self.instance_id = instance_id or uuid.uuid4().hex[:12]
@@ -83,7 +83,7 @@ class ServingCore:
         self._work = threading.Condition(self._lock)
 
     def enable_language(self, stream) -> None:
-        """Text from every local instance's frames (serving.language_stream, docs/language.md)."""
+        """Text from every local instance's frames (serving.language.stream, docs/language.md)."""
         for iid, slot in self.engines.items():
             if not slot.remote:
                 stream.attach(iid, slot.engine)
@@ -193,8 +193,8 @@ class ServingCore:
     def submit(self, obs: ObservationData, now: float | None = None, notify: bool = True) -> list[ActionChunkData]:
         """Queue a valid observation. Returns the chunks to publish at once: a REFUSED chunk for
         a bad observation, and for requests this one superseded (an older queued round or the
-        previous task's). notify=False: the caller dispatches itself right after (serving.runner
-        ServingRunner.submit), so the dispatcher thread is not woken for nothing."""
+        previous task's). notify=False: the caller dispatches itself right after (serving.serving_threads
+        ServingThreads.submit), so the dispatcher thread is not woken for nothing."""
         now = self.clock() if now is None else now
         with self._lock:
             reg, refusal = self.registry.check(obs, now)
@@ -369,7 +369,7 @@ class ServingCore:
     def step(self, now: float | None = None) -> StepOutput:
         """One scheduling cycle run to completion: every dispatched batch, each on its own
         instance concurrently, chunks in dispatch order. (The policy server instead hands
-        dispatch()'s batches to one long-lived thread per instance: serving.runner.)"""
+        dispatch()'s batches to one long-lived thread per instance: serving.serving_threads.)"""
         d = self.dispatch(now)
         results: list[list[ActionChunkData]] = [[] for _ in d.work]
 
@@ -426,9 +426,10 @@ class ServingCore:
             t0 = self.clock()
             if inputs:
                 try:
-                    if slot.fault is not None:
-                        slot.fault.before_batch(slot.instance_id, batch_no)
-                    outputs = runner.execute(slot.engine, inputs)
+                    if slot.before_batch is not None:
+                        slot.before_batch(slot.instance_id, batch_no)
+                    # On the host once: the chunks and RTC's memory read the same arrays.
+                    outputs = [runner.to_host(o) for o in runner.execute(slot.engine, inputs)]
                     if speaks:  # the same prefill feeds the text (OxyGen): its cache, kept by infer
                         cache, collated = slot.engine.take_prefix() or (None, None)
                 except Exception as e:  # one bad batch must not take the server down
@@ -479,7 +480,7 @@ class ServingCore:
         f0 = self.clock()
         chunk = runner.finish(req.payload, reg, output, slot.instance_id, queue_ms, inference_ms)
         chunk = replace(chunk, prepare_ms=(prepare_s + self.clock() - f0) * 1e3)
-        self.rtc.record(req.payload, output, chunk)
+        self.rtc.record(req.payload, output.actions, chunk)
         if chunk.error:
             self.registry.record_error(req.robot_id)
         else:

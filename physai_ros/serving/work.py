@@ -1,5 +1,5 @@
 """Plain data of the request path: what the scheduler's decision becomes on the way to the
-engine instances (serving.serving_core dispatches it, serving.runner's threads execute it)."""
+engine instances (serving.serving_core dispatches it, serving.serving_threads's threads execute it)."""
 from __future__ import annotations
 
 from dataclasses import dataclass

@@ -27,7 +27,7 @@ def test_default_fleet_loads_with_four_robots_and_assets():
 
 
 def test_scheduler_parameters_reach_the_scheduler(doc):
-    from physai_ros.serving.engine_builder import build_core
+    from physai_ros.serving.startup.engine_builder import build_core
 
     sched = {"name": "wait_ratio", "buckets": 7, "aging_interval": 3, "stale_after_s": 0.2,
              "refresh_timeout_s": 0.1, "task_ttl_s": 60, "count_first_wait": True}
@@ -58,7 +58,7 @@ def test_engine_arithmetic_follows_the_device_and_names_mistakes(doc):
     """server.dtype / server.cuda_graphs: float32 eager on the CPU, bf16 with CUDA graphs on a GPU
     unless told otherwise; YAML's on/off booleans are accepted; a typo or graphs without CUDA is
     refused by key."""
-    from physai_ros.serving.engine_builder import build_core
+    from physai_ros.serving.startup.engine_builder import build_core
 
     cpu = parse_fleet(doc).server
     assert (cpu.torch_dtype, cpu.cuda_graphs) == ("float32", "auto")

@@ -11,7 +11,7 @@ import torch
 from physai_ros.engine import Pi0Config, Pi0Engine, random_weights
 from physai_ros.engine.batching import collate
 from physai_ros.engine.language.decoder import SamplingParams
-from physai_ros.engine.op_count import count_dispatch
+from physai_lab.op_count import count_dispatch
 from physai_ros.engine.rtc import RtcGuide
 from physai_ros.engine.streaming.expert import StreamingExpert
 from physai_ros.engine.streaming.stream_engine import StreamingConfig, StreamingCore

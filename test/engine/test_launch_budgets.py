@@ -1,5 +1,5 @@
 """Launch and synchronisation budgets of the GPU code path at pi0's real sizes, counted on the meta
-device (engine/op_count.count_dispatch: an op that does work is about one kernel launch on a GPU;
+device (physai_lab.op_count.count_dispatch: an op that does work is about one kernel launch on a GPU;
 an H200 profile of one eager pi0 chunk, bench/results/gpu, counted 8,873 launches where this
 counts 9,648 ops). The ceilings are the counts of today's code: a change that adds launches,
 host synchronisations or host<->device copies fails here, on a CPU, before a GPU pays for it.
@@ -17,7 +17,7 @@ from physai_ros.engine import EngineInput, Pi0Config, Pi0Engine
 from physai_ros.engine.batching import collate
 from physai_ros.engine.checkpoint.params import param_shapes
 from physai_ros.engine.language.decoder import SamplingParams
-from physai_ros.engine.op_count import count_dispatch
+from physai_lab.op_count import count_dispatch
 from physai_ros.engine.rtc import RtcGuide
 from physai_ros.engine.streaming.expert import StreamingExpert
 from physai_ros.engine.streaming.stream_engine import StreamingConfig, StreamingCore

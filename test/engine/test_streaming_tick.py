@@ -9,7 +9,7 @@ import shutil
 import pytest
 import torch
 
-from physai_ros.engine.op_count import count_aten_ops
+from physai_lab.op_count import count_aten_ops
 from physai_ros.engine.streaming.expert import StreamingExpert
 
 from streaming_helpers import one_torch_thread  # noqa: F401 (autouse)
@@ -143,7 +143,7 @@ def test_compiled_tick_equals_the_plain_tick():
 
 
 def test_turning_the_force_token_off_after_build_re_prepares_the_fused_tick():
-    """serving/streaming_service.py sets `expert.force = None` for `force: none`."""
+    """serving/streaming/service.py sets `expert.force = None` for `force: none`."""
     engine, expert = StreamingExpert.build(CFG, force="random")
     expert.force = None
     assert expert.context_tokens == 1 and not expert.fused.has_force

@@ -3,7 +3,7 @@ import numpy as np
 import pytest
 
 from physai_ros.engine.horizon import ConfidenceHorizon, action_confidence
-from physai_ros.evaluation.calibrate import horizons_for, thresholds_for
+from physai_lab.evaluation.calibrate import horizons_for, thresholds_for
 
 
 def test_horizons_from_confidence_match_the_policy():

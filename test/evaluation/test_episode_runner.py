@@ -6,9 +6,9 @@ import pytest
 import torch
 
 from physai_ros.config.fleet import load_fleet
-from physai_ros.evaluation.lockstep import LockstepConfig, SimClock, clone_robots, run_episodes
-from physai_ros.evaluation.servers import ExpertServer, build_policy_server
-from physai_ros.evaluation.sweep import Setting, run_setting, scale_setting, task_robot
+from physai_lab.evaluation.lockstep import LockstepConfig, SimClock, clone_robots, run_episodes
+from physai_lab.evaluation.servers import ExpertServer, build_policy_server
+from physai_lab.evaluation.sweep import Setting, run_setting, scale_setting, task_robot
 
 
 @pytest.fixture(scope="module")

@@ -11,10 +11,10 @@ import dataclasses
 import pytest
 
 from physai_ros.config.fleet import default_fleet_path, load_fleet
-from physai_ros.evaluation.lockstep import LockstepConfig
-from physai_ros.evaluation.pipeline_shift import ShiftConfig, run_shifts, summarise, system1_only
-from physai_ros.evaluation.servers import ExpertServer
-from physai_ros.pipeline.scripted import ScriptedBackend
+from physai_lab.evaluation.lockstep import LockstepConfig
+from physai_lab.evaluation.pipeline_shift import ShiftConfig, run_shifts, summarise, system1_only
+from physai_lab.evaluation.servers import ExpertServer
+from physai_lab.scripted_backend import ScriptedBackend
 
 FLEET = default_fleet_path().parent / "fleet_pipeline.yaml"
 

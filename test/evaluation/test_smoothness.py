@@ -1,11 +1,11 @@
-"""Chunk-boundary smoothness metrics (physai_ros/evaluation/smoothness.py), checked by hand and on
+"""Chunk-boundary smoothness metrics (lab/physai_lab/evaluation/smoothness.py), checked by hand and on
 the real trajectory buffer with each merge rule."""
 import numpy as np
 import pytest
 
 from physai_ros.control.trajectory_buffer import TrajectoryBuffer
 from physai_ros.control.types import TrajectoryNodes
-from physai_ros.evaluation.smoothness import (SmoothnessRecorder, boundary_jump, command_jerk,
+from physai_lab.evaluation.smoothness import (SmoothnessRecorder, boundary_jump, command_jerk,
                                               old_command_at, summary)
 from physai_ros.protocol.chunk import ActionChunkData
 

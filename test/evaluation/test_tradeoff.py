@@ -5,9 +5,9 @@ import math
 
 import pytest
 
-from physai_ros.evaluation.results import (EpisodeResult, TradeoffPoint, average_horizon, dominance,
+from physai_lab.evaluation.results import (EpisodeResult, TradeoffPoint, average_horizon, dominance,
                                            static_success_at, summarize, wilson_interval)
-from physai_ros.evaluation.sweep import disjoint_from_training, eval_seeds, training_seeds
+from physai_lab.evaluation.sweep import disjoint_from_training, eval_seeds, training_seeds
 
 
 def ep(success: bool, horizons, seed: int = 0) -> EpisodeResult:

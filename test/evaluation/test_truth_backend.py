@@ -2,7 +2,7 @@
 planner, safety checker and monitor), for bench/pipeline_shift.py --components truth."""
 import numpy as np
 
-from physai_ros.evaluation.truth_backend import TruthBackend
+from physai_lab.evaluation.truth_backend import TruthBackend
 from physai_ros.pipeline.answers import parse_answer
 from physai_ros.pipeline.backend import ComponentQuery
 from physai_ros.sim.events import EventConfig

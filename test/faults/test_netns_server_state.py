@@ -15,7 +15,7 @@ from physai_ros.client.robot_client import RobotClientCore
 from physai_ros.config.fleet import parse_fleet
 from physai_ros.protocol.chunk import STATUS_OK, STATUS_REFUSED
 from physai_ros.protocol.observation import ImageData, ObservationData
-from physai_ros.serving.engine_builder import build_core
+from physai_ros.serving.startup.engine_builder import build_core
 
 HW = 32
 

@@ -3,8 +3,8 @@ batch, and a hot standby taking over from an engine instance whose thread died.
 
 One real policy_server process (tiny model, max_batch 1 so one batch is one robot's round,
 server.max_robots 2, one active instance engine_0 and one standby engine_1) started with the
-test hook PHYSAI_FAULT_INJECTION="engine_0:raise@6,engine_0:die@14" (physai_ros.serving.
-fault_injection): engine_0's 6th batch raises, its 14th kills its thread. The test process plays
+test hook PHYSAI_FAULT_INJECTION="engine_0:raise@6,engine_0:die@14" (physai_lab.fault_injection,
+through the server's slot hook): engine_0's 6th batch raises, its 14th kills its thread. The test process plays
 three robots over real DDS: `a` and `b` (closed loops: send round r, wait for its answer, send
 r+2) and `c`, refused at registration because the server is full. Tests run in file order and
 share the server (each step needs the previous one's batches).
@@ -16,6 +16,7 @@ import time
 
 import pytest
 
+from physai_lab.fault_injection import fault_env
 from physai_ros.client.robot_client import RobotClientCore
 from physai_ros.config.fleet import load_fleet
 from physai_ros.ros.codecs.observation import observation_to_msg
@@ -86,7 +87,7 @@ def served(tmp_path_factory):
     rig = ProcessRig(d / "logs")
     loops = []
     try:
-        rig.start(server_spec("policy_server", fleet_file, {"PHYSAI_FAULT_INJECTION": FAULTS}))
+        rig.start(server_spec("policy_server", fleet_file, fault_env(FAULTS)))
         replies = {}
         for rid in ("a", "b", "c"):
             req = registration_to_request(RobotClientCore(cfg.robot(rid)).registration())

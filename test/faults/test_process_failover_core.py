@@ -1,4 +1,4 @@
-"""Engine failures, hot standby, admission and bounded tables in ServingCore / ServingRunner,
+"""Engine failures, hot standby, admission and bounded tables in ServingCore / ServingThreads,
 with real tiny pi0 engines and the real FIFO scheduler (no ROS). The real-process versions are
 test_process_engine_faults.py and test_process_server_restart.py."""
 from __future__ import annotations
@@ -12,11 +12,10 @@ import pytest
 from physai_ros.client.robot_client import RobotClientCore
 from physai_ros.config.fleet import FleetConfigError, parse_fleet
 from physai_ros.protocol.chunk import STATUS_ERROR, STATUS_OK, STATUS_REFUSED
-from physai_ros.serving.engine_builder import build_core
-from physai_ros.serving.fault_injection import (ENV_VAR, FaultPlan, InjectedInstanceDeath,
-                                                parse_fault_spec)
+from physai_lab.fault_injection import ENV_VAR, FaultPlan, InjectedInstanceDeath, fault_env, parse_fault_spec
 from physai_ros.serving.registry import CAPACITY
-from physai_ros.serving.runner import ServingRunner
+from physai_ros.serving.serving_threads import ServingThreads
+from physai_ros.serving.startup.engine_builder import build_core
 
 from fault_fleet import fleet_doc, obs
 from machine_load import Deadline
@@ -24,7 +23,8 @@ from machine_load import Deadline
 
 def _core(monkeypatch=None, fault="", robots=("r0", "r1", "r2"), **server):
     if monkeypatch is not None:
-        monkeypatch.setenv(ENV_VAR, fault)
+        for key, value in fault_env(fault).items():
+            monkeypatch.setenv(key, value)
     cfg = parse_fleet(fleet_doc(robots=robots, server=server))
     core = build_core(cfg, instance_id="faults")
     return cfg, core
@@ -181,7 +181,7 @@ def test_runner_notices_a_dead_thread_and_the_standby_serves(monkeypatch):
         with lock:
             got.extend(chunks)
 
-    runner = ServingRunner(core, on_chunks, lambda *a: None, errors.append).start()
+    runner = ServingThreads(core, on_chunks, lambda *a: None, errors.append).start()
     try:
         core.submit(obs("r0", 2))
         deadline = Deadline(60)

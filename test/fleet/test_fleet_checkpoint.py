@@ -13,7 +13,7 @@ from lerobot_layout import dataset_stats, write_v03, write_v04
 
 from physai_ros.config.fleet import default_fleet_path, load_fleet
 from physai_ros.fleet.cli import build_fleet, parse_args
-from physai_ros.serving.preflight import ServerFilesError, check_server_files
+from physai_ros.serving.startup.preflight import ServerFilesError, check_server_files
 
 REPO = Path(__file__).resolve().parents[2]
 FIXTURE_03 = REPO / "test" / "fixtures" / "lerobot_pi0" / "checkpoint"
@@ -93,7 +93,7 @@ def test_with_checkpoint_resolves_from_the_working_directory(tmp_path, monkeypat
     (FIXTURE_06 / "pi0_v06", ("multiply", "multiply")),
 ])
 def test_engines_run_the_checkpoint_familys_variant(ckpt, variant):
-    from physai_ros.serving.engine_builder import build_engine_slots, model_format
+    from physai_ros.serving.startup.engine_builder import build_engine_slots, model_format
 
     cfg = load_fleet(None).with_checkpoint(ckpt)
     assert (model_format(cfg).time_schedule, model_format(cfg).rope_style) == variant
@@ -123,7 +123,7 @@ def test_a_lerobot_checkpoint_with_another_tokenizer_is_refused(tmp_path):
     """The default fleet's tokenizer (512 tokens) against a model that embeds another vocabulary:
     every id would be valid and the policy would read nonsense, so the core refuses to start."""
     from physai_ros.config.fleet import FleetConfigError
-    from physai_ros.serving.engine_builder import build_core
+    from physai_ros.serving.startup.engine_builder import build_core
     from physai_ros.engine.processor.tokenizer import build_default_tokenizer
 
     tok = tmp_path / "other_tokenizer.json"
@@ -138,7 +138,7 @@ def test_a_lerobot_checkpoint_with_another_tokenizer_is_refused(tmp_path):
 
 def test_the_core_serves_a_pi05_checkpoint_with_the_state_in_its_prompt():
     """The default fleet with the pi0.5 fixture: the prompt style follows the checkpoint."""
-    from physai_ros.serving.engine_builder import build_core
+    from physai_ros.serving.startup.engine_builder import build_core
 
     cfg = load_fleet(None).with_checkpoint(FIXTURE_06 / "pi05")
     core = build_core(cfg)

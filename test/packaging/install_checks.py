@@ -10,7 +10,7 @@ import physai_ros_interfaces
 from physai_ros.config.fleet import load_fleet, tokenizer_path
 from physai_ros.fleet.cli import fastdds_profile_path
 from physai_ros.install_paths import install_layout
-from physai_ros.serving.preflight import check_server_files, checkpoint_dir
+from physai_ros.serving.startup.preflight import check_server_files, checkpoint_dir
 
 
 def main() -> int:

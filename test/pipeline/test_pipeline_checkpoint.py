@@ -7,8 +7,8 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from physai_ros.evaluation.components import ask, backend_for, robot_prompts, trained_questions
-from physai_ros.training.component_data import ComponentCell, record_component_cell
+from physai_lab.evaluation.components import ask, backend_for, robot_prompts, trained_questions
+from physai_lab.training.component_data import ComponentCell, record_component_cell
 
 CHECKPOINT = Path(__file__).resolve().parents[2] / "physai_ros" / "assets" / "policy" / "sim_pi0_pipeline"
 
@@ -50,7 +50,7 @@ def test_the_pipeline_checkpoint_sees_the_intruder_and_plans_the_next_cube(frame
 def test_the_evaluation_reports_the_planner_per_instruction(frames):
     """bench/pipeline_components.py's figures on this cell: every component judged, the planner
     also per instruction of a task that reads it (here the one order this cell was told)."""
-    from physai_ros.evaluation.components import evaluate
+    from physai_lab.evaluation.components import evaluate
 
     rep = evaluate(CHECKPOINT, frames, {}, every=3, log=lambda m: None)
     n = len(range(0, len(frames["task"]), 3))

@@ -1,8 +1,8 @@
 """The runner: a controller and a scripted backend over a simulated clock, end to end."""
 from physai_ros.pipeline.controller import PipelineController
 from physai_ros.pipeline.decisions import kinds
-from physai_ros.pipeline.runner import PipelineRunner
-from physai_ros.pipeline.scripted import NEVER, Scripted, ScriptedBackend
+from physai_lab.pipeline_runner import PipelineRunner
+from physai_lab.scripted_backend import NEVER, Scripted, ScriptedBackend
 
 from pipeline_helpers import pipeline_config
 

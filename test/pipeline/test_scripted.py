@@ -1,7 +1,7 @@
 import numpy as np
 
 from physai_ros.pipeline.backend import ComponentQuery
-from physai_ros.pipeline.scripted import NEVER, Scripted, ScriptedBackend
+from physai_lab.scripted_backend import NEVER, Scripted, ScriptedBackend
 
 
 def q(robot="robot_0", component="safety", question="is the workcell safe?"):

@@ -20,7 +20,7 @@ from physai_ros.pipeline.backend import ComponentQuery
 from physai_ros.pipeline.vla_backend import PATH_OWN, PATH_SHARED, VLABackboneBackend, VLABackendSettings
 from physai_ros.protocol.observation import ImageData, ObservationData
 from physai_ros.serving.action_runner import ActionModelRunner
-from physai_ros.serving.language_stream import FrameRobot, LanguageStream
+from physai_ros.serving.language.stream import FrameRobot, LanguageStream
 
 TOKENIZER = Path(physai_ros.__file__).parent / "assets" / "tokenizer.json"
 QUESTION = "what is the current subtask?"
@@ -259,7 +259,7 @@ def test_the_trained_sim_policy_names_the_subtask_through_the_backend(fleet_with
 def fleet_with_sim_pi0():
     """The default fleet (server.model: the shipped sim_pi0, its language stream on)."""
     from physai_ros.config.fleet import load_fleet
-    from physai_ros.serving.engine_builder import build_core
+    from physai_ros.serving.startup.engine_builder import build_core
 
     fleet = load_fleet()
     fleet = dataclasses.replace(fleet, server=dataclasses.replace(fleet.server, max_observation_age_s=30.0))

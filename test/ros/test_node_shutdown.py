@@ -29,7 +29,7 @@ from physai_ros.config.fleet import load_fleet
 from physai_ros.fleet import plan as fleet_plan
 from physai_ros.fleet.processes import ProcessSpec
 from physai_ros.ros.spin import EXIT_DEADLINE_S, describe_threads, node_main_name, time_left
-from physai_ros.serving.fault_injection import ENV_VAR, STALL_S, parse_fault_spec
+from physai_lab.fault_injection import STALL_S, fault_env, parse_fault_spec
 
 from faults.fault_fleet import fleet_doc
 from faults.process_rig import STARTUP_S, ProcessRig, server_spec
@@ -114,7 +114,7 @@ def rig(tmp_path_factory):
         ProcessSpec("warmup_server", "physai_ros.nodes.policy_server", "warmup", {"fleet_file": warm}),
         ProcessSpec("engine_worker", "physai_ros.nodes.engine_worker", "",
                     {"instance_id": "shutdown_worker", "max_batch": 4, "profile_reps": 500}),
-        server_spec("policy_server", serving, env={ENV_VAR: f"engine_0:stall@{STALL_BATCH}"}),
+        server_spec("policy_server", serving, env=fault_env(f"engine_0:stall@{STALL_BATCH}")),
         *(s for s in robot if s is not client),  # the client starts in its test, once these are up
         *(ProcessSpec(n, "ros_stuck_node", "", {"stuck_in": where}, env={"PYTHONPATH": os.pathsep.join(
             [str(HERE), os.environ.get("PYTHONPATH", "")])})

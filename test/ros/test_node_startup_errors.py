@@ -51,7 +51,7 @@ def test_policy_server_with_cut_weights(tmp_path):
     import shutil
 
     from physai_ros.config.fleet import load_fleet
-    from physai_ros.serving.preflight import checkpoint_dir
+    from physai_ros.serving.startup.preflight import checkpoint_dir
 
     ckpt = tmp_path / "ckpt"
     shutil.copytree(checkpoint_dir(load_fleet(None)), ckpt)

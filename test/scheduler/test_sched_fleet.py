@@ -6,7 +6,7 @@ import pytest
 from hypothesis import given, settings, strategies as st
 
 from physai_ros.scheduler import EngineInstanceInfo, LatencyProfile, Request, make_scheduler
-from physai_ros.sim.fleet_sim import InstanceSpec, SimConfig, poisson_arrivals, run_offline, run_online
+from physai_lab.fleet_sim import InstanceSpec, SimConfig, poisson_arrivals, run_offline, run_online
 from physai_ros.sim.traces import (
     RoundTrace, TaskTrace, TraceRecorder, WorkloadSpec, build_trace, load_traces,
     sample_task_specs, save_traces,

@@ -16,7 +16,7 @@ from physai_ros.ros.codecs.chunk import chunk_from_msg
 from physai_ros.ros.codecs.observation import observation_from_msg
 from physai_ros.ros.time_conv import time_from_sec
 from physai_ros.scheduler import LatencyProfile
-from physai_ros.sim.fleet_sim import InstanceSpec, SimConfig, poisson_arrivals, run_offline, run_online
+from physai_lab.fleet_sim import InstanceSpec, SimConfig, poisson_arrivals, run_offline, run_online
 from physai_ros.sim.trace_capture import FleetTraceCapture
 from physai_ros.sim.traces import RoundTrace, load_traces, save_traces
 

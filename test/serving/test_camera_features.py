@@ -11,8 +11,8 @@ from physai_ros.client.robot_client import RobotClientCore
 from physai_ros.config.fleet import default_fleet_path, load_fleet
 from physai_ros.engine.processor.prompt import PromptStyle
 from physai_ros.serving.action_runner import ActionModelRunner
-from physai_ros.serving.engine_builder import build_core
-from physai_ros.serving.preflight import ServerFilesError, check_server_files, checkpoint_cameras
+from physai_ros.serving.startup.engine_builder import build_core
+from physai_ros.serving.startup.preflight import ServerFilesError, check_server_files, checkpoint_cameras
 from physai_ros.serving.validation import BAD_REGISTRATION, ModelLimits, camera_slots, check_registration
 
 from observation_builders import make_image, make_obs

@@ -1,4 +1,4 @@
-"""The policy server's component service without ROS (serving.component_service):
+"""The policy server's component service without ROS (serving.pipeline.service):
 validation refusals with reasons and counts, supersede, busy, batching, a bad query or a failing
 backend costing nobody else, shutdown; a scripted backend, then the tiny preset's own VLA
 backbone through the real serving core."""
@@ -11,12 +11,12 @@ import pytest
 from physai_ros.client.robot_client import RobotClientCore
 from physai_ros.config.fleet import parse_fleet
 from physai_ros.config_fields import FleetConfigError
-from physai_ros.pipeline.scripted import Scripted, ScriptedBackend
+from physai_lab.scripted_backend import Scripted, ScriptedBackend
 from physai_ros.protocol.component import ComponentRequest
-from physai_ros.serving.component_backends import check_component_models, distinct, load_backends, plan_routes
-from physai_ros.serving.component_service import ComponentService, ComponentServiceSettings
-from physai_ros.serving.engine_builder import build_core
-from physai_ros.serving.preflight import ServerFilesError, check_server_files
+from physai_ros.serving.pipeline.backends import check_component_models, distinct, load_backends, plan_routes
+from physai_ros.serving.pipeline.service import ComponentService, ComponentServiceSettings
+from physai_ros.serving.startup.engine_builder import build_core
+from physai_ros.serving.startup.preflight import ServerFilesError, check_server_files
 
 from component_helpers import PROMPT, fleet_doc, request
 

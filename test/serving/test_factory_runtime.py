@@ -16,8 +16,8 @@ from physai_ros.config.fleet import parse_fleet
 from physai_ros.config_fields import FleetConfigError
 from physai_ros.scheduler.factory.types import (ComponentSpec, FactoryProblem, FactorySchedule, Route,
                                                 ServerAssignment, ServerPool, TaskClass)
-from physai_ros.serving.engine_builder import build_core
 from physai_ros.serving.factory_runtime import FactoryRuntime, bind_servers
+from physai_ros.serving.startup.engine_builder import build_core
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "faults"))
 from fault_fleet import fleet_doc, obs, robot_entry  # noqa: E402
@@ -203,7 +203,7 @@ def test_start_up_plan_measures_system1_and_the_backbone_components_on_this_serv
     import yaml
 
     from physai_ros.scheduler.factory.types import CONTINUOUS, STATIC
-    from physai_ros.serving.engine_builder import profile_local_engines
+    from physai_ros.serving.startup.engine_builder import profile_local_engines
     from physai_ros.serving.factory_runtime import apply_factory
 
     sys.path.insert(0, str(Path(__file__).resolve().parent))
@@ -237,7 +237,7 @@ def test_component_questions_follow_each_robots_route_to_its_instance():
     instance, one worker thread per instance."""
     import threading
 
-    from physai_ros.serving.component_service import ComponentService
+    from physai_ros.serving.pipeline.service import ComponentService
 
     sys.path.insert(0, str(Path(__file__).resolve().parent))
     from component_helpers import fleet_doc as component_fleet

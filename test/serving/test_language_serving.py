@@ -10,7 +10,7 @@ from physai_ros.config.fleet import FleetConfigError, parse_fleet
 from physai_ros.config.language import LanguageServerConfig, TaskLanguageConfig
 from physai_ros.engine.language.decoder import SamplingParams
 from physai_ros.protocol.text import SOURCE_OPERATOR, SOURCE_TASK, TextQuery
-from physai_ros.serving.engine_builder import build_core
+from physai_ros.serving.startup.engine_builder import build_core
 
 from observation_builders import make_obs
 

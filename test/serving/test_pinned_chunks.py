@@ -37,7 +37,7 @@ for extra in (HERE, HERE.parent / "streaming_ros"):
 from physai_ros.client.robot_client import RobotClientCore  # noqa: E402
 from physai_ros.config.fleet import load_fleet, parse_fleet  # noqa: E402
 from physai_ros.protocol.chunk import STATUS_OK  # noqa: E402
-from physai_ros.serving.engine_builder import build_core  # noqa: E402
+from physai_ros.serving.startup.engine_builder import build_core  # noqa: E402
 
 from observation_builders import make_image, make_obs  # noqa: E402
 

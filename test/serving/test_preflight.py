@@ -1,4 +1,4 @@
-"""serving.preflight: the policy server's files are checked before anything heavy starts, and
+"""serving.startup.preflight: the policy server's files are checked before anything heavy starts, and
 the error names the fleet.yaml key, the resolved path and the reason."""
 import json
 import shutil
@@ -8,7 +8,7 @@ import pytest
 import yaml
 
 from physai_ros.config.fleet import default_fleet_path, load_fleet
-from physai_ros.serving.preflight import ServerFilesError, check_server_files, checkpoint_dir
+from physai_ros.serving.startup.preflight import ServerFilesError, check_server_files, checkpoint_dir
 
 SHIPPED = checkpoint_dir(load_fleet(None))
 

@@ -13,8 +13,8 @@ from physai_ros.client.robot_client import RobotClientCore
 from physai_ros.monitoring.refusals import RefusalLog
 from physai_ros.security.endpoints import OBSERVATION, RobotAuth, ServerAuth
 from physai_ros.security.keystore import Identity, Keystore
-from physai_ros.serving.engine_builder import build_core
 from physai_ros.serving.registration_desk import RegistrationDesk
+from physai_ros.serving.startup.engine_builder import build_core
 
 SERVER = Identity("server", "policy_server")
 DIGEST = hashlib.sha256(b"the request, without its proof").digest()

@@ -92,7 +92,7 @@ def _with_doc(doc, task, merge):
 
 
 def test_execution_horizon_beyond_the_model_chunk_is_refused(doc):
-    from physai_ros.serving.engine_builder import build_core
+    from physai_ros.serving.startup.engine_builder import build_core
 
     with pytest.raises(FleetConfigError, match=r"^tasks\.pick_place\.chunk_merge\.execution_horizon: expected "
                                                r"at most the model's chunk size 8, got 9"):
@@ -178,7 +178,7 @@ def test_planner_reads_the_execution_info(doc):
 # ---- the serving core, RTC and non-RTC robots in one batch -----------------------------------
 
 def test_core_guides_rtc_robots_and_leaves_the_others_alone(doc):
-    from physai_ros.serving.engine_builder import build_core
+    from physai_ros.serving.startup.engine_builder import build_core
 
     cfg = _with(doc, {"name": "rtc", "max_guidance_weight": 5.0}, tiny=True)
     rtc_robot, plain_robot = cfg.robot("robot_0"), cfg.robot("robot_1")
@@ -252,7 +252,7 @@ def test_rtc_is_refused_where_it_cannot_run(doc):
 
     from physai_ros.engine import EngineInputError, Pi0Config
     from physai_ros.engine.rtc import RtcGuide
-    from physai_ros.serving.engine_builder import build_core
+    from physai_ros.serving.startup.engine_builder import build_core
     from physai_ros.workers import codec
 
     class Remote:

@@ -11,8 +11,8 @@ import pytest
 
 from physai_ros.client.robot_client import RobotClientCore
 from physai_ros.protocol.chunk import STATUS_OK
-from physai_ros.serving.engine_builder import build_core
-from physai_ros.serving.runner import ServingRunner
+from physai_ros.serving.serving_threads import ServingThreads
+from physai_ros.serving.startup.engine_builder import build_core
 
 from observation_builders import make_obs
 
@@ -82,7 +82,7 @@ def test_runner_feeds_each_instance_its_own_thread(fleet):
             if len(got) >= 2:
                 done.set()
 
-    runner = ServingRunner(core, on_chunks, lambda rid, rnd: None, errors.append).start()
+    runner = ServingThreads(core, on_chunks, lambda rid, rnd: None, errors.append).start()
     try:
         for r in fleet.robots[:2]:
             assert core.submit(make_obs(r, 20)) == []
@@ -130,7 +130,7 @@ def test_a_running_instance_gets_no_second_batch(fleet):
 
 
 def test_runner_submit_places_a_request_on_an_idle_instance_itself(fleet):
-    """ServingRunner.submit dispatches in the caller's thread (the node's executor): with the
+    """ServingThreads.submit dispatches in the caller's thread (the node's executor): with the
     dispatcher thread never started, the chunk still comes back; the chunk says how long the
     server's own pre- and post-processing took."""
     server = dataclasses.replace(fleet.server, engine_instances=1, max_observation_age_s=30.0)
@@ -138,7 +138,7 @@ def test_runner_submit_places_a_request_on_an_idle_instance_itself(fleet):
     r = fleet.robots[0]
     assert core.register(RobotClientCore(r).registration()).accepted
     got, done = [], threading.Event()
-    runner = ServingRunner(core, lambda chunks: (got.extend(chunks), done.set()), lambda rid, rnd: None)
+    runner = ServingThreads(core, lambda chunks: (got.extend(chunks), done.set()), lambda rid, rnd: None)
     (instance_thread,) = runner._instance_threads.values()  # the instance only: no dispatcher
     instance_thread.start()
     try:
@@ -151,7 +151,7 @@ def test_runner_submit_places_a_request_on_an_idle_instance_itself(fleet):
 
 
 def test_runner_instance_threads_compute_with_the_threads_they_are_given(fleet):
-    """ServingRunner(torch_threads=n): each instance's engine runs with n intra-op threads,
+    """ServingThreads(torch_threads=n): each instance's engine runs with n intra-op threads,
     whatever the thread that built it used (serving.compute_threads)."""
     import torch
 
@@ -164,7 +164,7 @@ def test_runner_instance_threads_compute_with_the_threads_they_are_given(fleet):
     slot.engine.infer = lambda inputs: (seen.append(torch.get_num_threads()), real(inputs))[1]
     want = 1 if torch.get_num_threads() != 1 else 2
     got, done = [], threading.Event()
-    runner = ServingRunner(core, lambda chunks: (got.extend(chunks), done.set()), lambda rid, rnd: None,
+    runner = ServingThreads(core, lambda chunks: (got.extend(chunks), done.set()), lambda rid, rnd: None,
                            torch_threads=want).start()
     try:
         assert runner.submit(make_obs(r, 50)) == []
@@ -204,7 +204,7 @@ def test_runner_submit_leaves_a_busy_instance_to_the_dispatcher(fleet):
             if len(got) >= 2:
                 two.set()
 
-    runner = ServingRunner(core, on_chunks, lambda rid, rnd: None).start()
+    runner = ServingThreads(core, on_chunks, lambda rid, rnd: None).start()
     try:
         assert runner.submit(make_obs(robots[0], 40)) == []
         assert entered.wait(BARRIER_TIMEOUT_S)

@@ -11,7 +11,7 @@ from physai_ros.config.fleet import default_fleet_path, parse_fleet
 from physai_ros.protocol.chunk import STATUS_ERROR, STATUS_OK, STATUS_REFUSED
 from physai_ros.protocol.observation import ImageData
 from physai_ros.serving import validation as V
-from physai_ros.serving.engine_builder import build_core
+from physai_ros.serving.startup.engine_builder import build_core
 
 from observation_builders import make_image, make_obs
 

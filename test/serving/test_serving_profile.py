@@ -2,8 +2,8 @@
 import dataclasses
 
 from physai_ros.config.server import ProfileConfig
-from physai_ros.serving.engine_builder import build_core, profile_local_engines
 from physai_ros.serving.instances import default_profile
+from physai_ros.serving.startup.engine_builder import build_core, profile_local_engines
 
 
 class CountingEngine:

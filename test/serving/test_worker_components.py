@@ -1,4 +1,4 @@
-"""serving.worker_components: an engine worker answering the pipeline components' questions on
+"""serving.pipeline.on_worker: an engine worker answering the pipeline components' questions on
 its own engine (no ROS; the real-process run is test/fleet/test_factory_fleet_ros.py). Tiny random
 preset: the answers are the model's (garbage text), what is checked is the contract."""
 from __future__ import annotations
@@ -7,7 +7,7 @@ import yaml
 
 from physai_ros.engine.engine import Pi0Engine
 from physai_ros.engine.types import Pi0Config
-from physai_ros.serving.worker_components import WorkerComponents
+from physai_ros.serving.pipeline.on_worker import WorkerComponents
 
 from component_helpers import fleet_doc, request
 

@@ -1,4 +1,4 @@
-"""The LIBERO-like workload generator (physai_ros/sim/libero_workload.py): distribution shape,
+"""The LIBERO-like workload generator (lab/physai_lab/libero_workload.py): distribution shape,
 determinism per seed, and traces the fleet simulator accepts. Fast; no timing thresholds."""
 import random
 import statistics
@@ -8,8 +8,8 @@ import pytest
 import yaml
 
 from physai_ros.scheduler import LatencyProfile
-from physai_ros.sim.fleet_sim import InstanceSpec, SimConfig, poisson_arrivals, run_online
-from physai_ros.sim.libero_workload import (
+from physai_lab.fleet_sim import InstanceSpec, SimConfig, poisson_arrivals, run_online
+from physai_lab.libero_workload import (
     LONGEST_DEMO, LiberoWorkload, build_libero_trace, build_traces, capacity_rps, describe,
     mean_rounds, sample_tasks, saturation_rate,
 )

@@ -8,7 +8,7 @@ import time
 
 import numpy as np
 
-from physai_ros.serving.stream_trace import command_grid, segment_grid
+from physai_lab.stream_trace import command_grid, segment_grid
 
 from serving_ros_harness import StatusWatcher
 

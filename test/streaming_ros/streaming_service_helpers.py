@@ -18,7 +18,7 @@ from physai_ros.engine.types import Pi0Config
 from physai_ros.protocol.observation import ImageData
 from physai_ros.protocol.registration import RobotRegistration
 from physai_ros.serving.action_runner import ActionModelRunner
-from physai_ros.serving.streaming_service import StreamingService
+from physai_ros.serving.streaming.service import StreamingService
 
 from observation_builders import make_obs
 

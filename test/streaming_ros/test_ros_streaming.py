@@ -12,7 +12,7 @@ import yaml
 
 from physai_ros.config.fleet import default_fleet_path
 from physai_ros.fleet import plan as fleet_plan
-from physai_ros.serving.stream_trace import matching_ticks
+from physai_lab.stream_trace import matching_ticks
 
 from serving_ros_harness import running_fleet
 from streaming_ros_harness import StreamWatcher

@@ -56,7 +56,7 @@ def test_fleet_yaml_picks_the_vlm_process_the_ae_priority_and_the_tick():
     """server.streaming's vlm / ae_priority / tick reach the streams (docs/streaming.md: what held
     480 Hz on 2 cores); the engine is built, not started (no child process here)."""
     from physai_ros.serving.action_runner import ActionModelRunner
-    from physai_ros.serving.streaming_service import build_streaming_service
+    from physai_ros.serving.streaming.service import build_streaming_service
     from physai_ros.engine.processor.tokenizer import PromptTokenizer
 
     doc = fleet_doc()

@@ -7,8 +7,8 @@ import shutil
 import pytest
 
 from physai_ros.config.fleet import default_fleet_path
-from physai_ros.evaluation.sweep import eval_seeds
-from physai_ros.training.compare_policies import compare
+from physai_lab.evaluation.sweep import eval_seeds
+from physai_lab.training.compare_policies import compare
 
 SHIPPED = default_fleet_path().parents[1] / "physai_ros" / "assets" / "policy" / "sim_pi0"
 

@@ -8,17 +8,17 @@ import torch
 
 from physai_ros.config.fleet import default_fleet_path
 from physai_ros.engine.processor.tokenizer import PromptTokenizer
-from physai_ros.evaluation.components import confusion, detection_delay, planner_report
+from physai_lab.evaluation.components import confusion, detection_delay, planner_report
 from physai_ros.sim.multi_step import subgoal_sequence
 from physai_ros.sim.robot import ArmConfig
 from physai_ros.sim.tasks import PlaceInOrderTask
-from physai_ros.training.component_data import ComponentCell, record_component_cell
-from physai_ros.training.component_questions import LABELS, QUESTIONS
-from physai_ros.training.component_text import ComponentTextBatches, frame_prompts
-from physai_ros.training.dataset import EncodedEpisode, load_dataset, write_dataset
-from physai_ros.training.expert_data import RecordConfig, record_cell
-from physai_ros.training.policy_model import TrainablePi0
-from physai_ros.training.train import ModelSize, TrainConfig, train
+from physai_lab.training.component_data import ComponentCell, record_component_cell
+from physai_lab.training.component_questions import LABELS, QUESTIONS
+from physai_lab.training.component_text import ComponentTextBatches, frame_prompts
+from physai_lab.training.dataset import EncodedEpisode, load_dataset, write_dataset
+from physai_lab.training.expert_data import RecordConfig, record_cell
+from physai_lab.training.policy_model import TrainablePi0
+from physai_lab.training.train import ModelSize, TrainConfig, train
 
 TOKENIZER = str(default_fleet_path().parents[1] / "physai_ros" / "assets" / "tokenizer.json")
 TINY = ModelSize(image_size=28, patch_size=14, vision_width=32, vision_depth=1, vlm_width=32, expert_width=32,
@@ -184,7 +184,7 @@ def test_a_checkpoint_is_asked_the_wording_it_was_trained_on(tmp_path):
     the planner's question carried {task} keeps its own), the current ones where it has none."""
     import json
 
-    from physai_ros.evaluation.components import trained_questions
+    from physai_lab.evaluation.components import trained_questions
 
     assert trained_questions(tmp_path) == {c: qs[0] for c, qs in QUESTIONS.items()}
     (tmp_path / "manifest.json").write_text(json.dumps({"components": {"questions": {

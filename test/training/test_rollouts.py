@@ -9,17 +9,17 @@ import numpy as np
 import pytest
 
 from physai_ros.config.fleet import load_fleet
-from physai_ros.evaluation.lockstep import LockstepConfig
-from physai_ros.evaluation.sweep import scale_setting
+from physai_lab.evaluation.lockstep import LockstepConfig
+from physai_lab.evaluation.sweep import scale_setting
 from physai_ros.protocol.observation import ObservationData
 from physai_ros.protocol.registration import RobotRegistration
 from physai_ros.sim.expert import ScriptedExpert
 from physai_ros.sim.robot import ArmConfig
 from physai_ros.sim.world import SimWorld
-from physai_ros.training.dataset import (EncodedEpisode, chunk_indices, load_dataset, merge_datasets,
+from physai_lab.training.dataset import (EncodedEpisode, chunk_indices, load_dataset, merge_datasets,
                                          write_dataset)
-from physai_ros.training.expert_data import RecordConfig, record_cell
-from physai_ros.training.rollouts import PerturbedExpertServer, RolloutJob, expert_label, run_job
+from physai_lab.training.expert_data import RecordConfig, record_cell
+from physai_lab.training.rollouts import PerturbedExpertServer, RolloutJob, expert_label, run_job
 
 NAMES = ArmConfig().joint_names
 

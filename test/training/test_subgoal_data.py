@@ -11,10 +11,10 @@ from physai_ros.config.fleet import default_fleet_path
 from physai_ros.engine.processor.tokenizer import PromptTokenizer
 from physai_ros.sim.multi_step import DONE_SUBGOAL, subgoal_sequence
 from physai_ros.sim.robot import ArmConfig
-from physai_ros.training.dataset import EncodedEpisode, load_dataset, write_dataset
-from physai_ros.training.expert_data import RecordConfig, record_cell
-from physai_ros.training.subgoal_data import split_by_subgoal
-from physai_ros.training.train import BatchMaker, ModelSize, TrainConfig
+from physai_lab.training.dataset import EncodedEpisode, load_dataset, write_dataset
+from physai_lab.training.expert_data import RecordConfig, record_cell
+from physai_lab.training.subgoal_data import split_by_subgoal
+from physai_lab.training.train import BatchMaker, ModelSize, TrainConfig
 
 TOKENIZER = str(default_fleet_path().parents[1] / "physai_ros" / "assets" / "tokenizer.json")
 TINY = ModelSize(image_size=28, patch_size=14, vision_width=32, vision_depth=1, vlm_width=32, expert_width=32,
@@ -75,7 +75,7 @@ def test_both_orders_record_each_cube_first_and_keep_one_prompt_per_task(tmp_pat
     bare pad and the one onto the stack; the steps' task names keep the four apart. A dataset whose
     task carries two prompts is refused (it would be trained on the first prompt only)."""
     from physai_ros.sim.tasks import PlaceInOrderTask
-    from physai_ros.training.subgoal_data import plan_subgoal_cells
+    from physai_lab.training.subgoal_data import plan_subgoal_cells
 
     base = RecordConfig(task="place_in_order", episodes=1, image_width=48, image_height=32, fps=10)
     cells = plan_subgoal_cells(base, 2, 4, both_orders=True)

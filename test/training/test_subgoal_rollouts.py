@@ -10,14 +10,14 @@ import numpy as np
 import pytest
 
 from physai_ros.config.fleet import default_fleet_path, load_fleet
-from physai_ros.evaluation.lockstep import LockstepConfig
-from physai_ros.evaluation.sweep import scale_setting
+from physai_lab.evaluation.lockstep import LockstepConfig
+from physai_lab.evaluation.sweep import scale_setting
 from physai_ros.sim.robot import ArmConfig
 from physai_ros.sim.tasks import order_prompt
 from physai_ros.sim.world import SimWorld
-from physai_ros.training.dataset import EncodedEpisode, load_dataset, write_dataset
-from physai_ros.training.rollouts import RolloutJob
-from physai_ros.training.subgoal_rollouts import (TruthPlanner, lost, plan_jobs, run_subgoal_job,
+from physai_lab.training.dataset import EncodedEpisode, load_dataset, write_dataset
+from physai_lab.training.rollouts import RolloutJob
+from physai_lab.training.subgoal_rollouts import (TruthPlanner, lost, plan_jobs, run_subgoal_job,
                                                   split_encoded)
 
 FLEET = default_fleet_path().parent / "fleet_pipeline.yaml"
@@ -52,7 +52,7 @@ def test_the_policy_is_served_the_planners_subgoal(tiny_fleet):
     seen = []
     job = RolloutJob("place_in_order", "policy", (840_124,), slots=1, prompt=BLUE_FIRST)
     lock = LockstepConfig(latency_s=0.05, max_episode_s=0.6)
-    import physai_ros.evaluation.servers as servers
+    import physai_lab.evaluation.servers as servers
 
     build = servers.build_policy_server
 

@@ -15,9 +15,9 @@ from physai_ros.engine.checkpoint.params import random_weights
 from physai_ros.engine.language.decoder import PlainLanguage, SamplingParams
 from physai_ros.engine.processor.tokenizer import PromptTokenizer
 from physai_ros.sim.narration import SCENE_QUESTION, SUBTASK_QUESTION
-from physai_ros.training.policy_model import TrainablePi0
-from physai_ros.training.text_loss import greedy_answers, make_blocks, text_logits, text_loss
-from physai_ros.training.train import ModelSize
+from physai_lab.training.policy_model import TrainablePi0
+from physai_lab.training.text_loss import greedy_answers, make_blocks, text_logits, text_loss
+from physai_lab.training.train import ModelSize
 
 TOKENIZER = str(default_fleet_path().parents[1] / "physai_ros" / "assets" / "tokenizer.json")
 TINY = ModelSize(image_size=28, patch_size=14, vision_width=32, vision_depth=1, vlm_width=32, expert_width=32,

@@ -11,7 +11,7 @@ from pathlib import Path
 import pytest
 
 from physai_ros.engine.processor.normalizer import STATS_FILE
-from physai_ros.evaluation.sweep import training_seeds
+from physai_lab.evaluation.sweep import training_seeds
 
 SCRIPT = Path(__file__).resolve().parents[2] / "scripts" / "train_policy.py"
 

@@ -15,14 +15,14 @@ from physai_ros.engine.processor.normalizer import STATS_FILE
 from physai_ros.engine.processor.tokenizer import PromptTokenizer
 from physai_ros.protocol.observation import ImageData, ObservationData
 from physai_ros.protocol.registration import RobotRegistration
-from physai_ros.serving.engine_builder import build_core
+from physai_ros.serving.startup.engine_builder import build_core
 from physai_ros.sim.robot import ArmConfig
-from physai_ros.training.checkpoint import save_policy
-from physai_ros.training.dataset import (DatasetError, EncodedEpisode, chunk_indices, image_key, load_dataset,
+from physai_lab.training.checkpoint import save_policy
+from physai_lab.training.dataset import (DatasetError, EncodedEpisode, chunk_indices, image_key, load_dataset,
                                          write_dataset)
-from physai_ros.training.expert_data import RecordConfig, record_cell
-from physai_ros.training.policy_model import TrainablePi0, sample_noise_and_time
-from physai_ros.training.train import BatchMaker, ModelSize, TrainConfig, train
+from physai_lab.training.expert_data import RecordConfig, record_cell
+from physai_lab.training.policy_model import TrainablePi0, sample_noise_and_time
+from physai_lab.training.train import BatchMaker, ModelSize, TrainConfig, train
 
 TOKENIZER = str(default_fleet_path().parents[1] / "physai_ros" / "assets" / "tokenizer.json")
 TINY = ModelSize(image_size=28, patch_size=14, vision_width=32, vision_depth=1, vlm_width=32, expert_width=32,

@@ -14,7 +14,7 @@ from physai_ros.config.fleet import FleetConfigError, default_fleet_path, parse_
 from physai_ros.protocol.chunk import STATUS_OK
 from physai_ros.protocol.observation import ImageData, ObservationData
 from physai_ros.ros.remote_engine import RemoteEngine, remote_engines_on
-from physai_ros.serving.engine_builder import build_core
+from physai_ros.serving.startup.engine_builder import build_core
 
 from ros_rig import SpunNode
 

@@ -10,7 +10,7 @@ LeRobot changed two things at 0.4 that a loader must know, and neither is visibl
   (docs/lerobot_reference.md item 3). The engine follows either (Pi0Config.time_schedule and
   rope_style), so the checkpoint's family picks them.
 
-Our own trained checkpoints (physai_ros.training.checkpoint) carry normalization_stats.json and
+Our own trained checkpoints (physai_lab.training.checkpoint) carry normalization_stats.json and
 no LeRobot normalisation files; the engine trained them with its defaults (accumulate, divide).
 
 Every fact used is recorded in CheckpointFormat.evidence, and facts that point at different
@@ -46,7 +46,7 @@ VARIANT_FIELDS = ("time_schedule", "rope_style")
 CONFIG_FILE = "config.json"
 PREPROCESSOR_FILE = "policy_preprocessor.json"
 POSTPROCESSOR_FILE = "policy_postprocessor.json"
-# Written beside our checkpoints by physai_ros.training.checkpoint (read by engine.processor.normalizer).
+# Written beside our checkpoints by physai_lab.training.checkpoint (read by engine.processor.normalizer).
 OWN_STATS_FILE = "normalization_stats.json"
 WEIGHTS_FILE = "model.safetensors"
 WEIGHTS_INDEX = "model.safetensors.index.json"

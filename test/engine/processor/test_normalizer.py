@@ -194,7 +194,7 @@ def test_a_served_lerobot_checkpoint_uses_its_stored_statistics(tmp_path):
 
     from physai_ros.engine.checkpoint.loader import normalization_stats
     from physai_ros.config.fleet import default_fleet_path, parse_fleet
-    from physai_ros.serving.engine_builder import build_core
+    from physai_ros.serving.startup.engine_builder import build_core
     from physai_ros.engine.processor.tokenizer import build_default_tokenizer
 
     # The fixture's random model embeds 1024 tokens; a LeRobot checkpoint is refused with a far
