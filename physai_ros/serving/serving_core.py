@@ -39,7 +39,7 @@ from physai_ros.serving.language.stream import FrameRobot
 from physai_ros.serving.registry import RobotRegistry, TaskEnded
 from physai_ros.serving.rtc_planner import RtcPlanner
 from physai_ros.serving.validation import ModelLimits, Refusal
-from physai_ros.serving.work import BatchWork, Dispatch, StepOutput, scheduler_task_key
+from physai_ros.serving.work import BatchRun, BatchWork, Dispatch, StepOutput, scheduler_task_key
 
 # A request whose instance was lost (worker gone) is dispatched at most this many times.
 MAX_DISPATCH_ATTEMPTS = 3
@@ -387,89 +387,102 @@ class ServingCore:
         return StepOutput([c for r in results for c in r], d.refresh)
 
     def run_batch(self, work: BatchWork) -> list[ActionChunkData]:
-        """Execute one dispatched batch on its instance. With the language stream on, the
-        instance stays busy until run_language(instance) has decoded the frame's text. A failing engine never makes this
-        raise: the batch's requests get ERROR chunks and the instance serves on. Two cases
+        """Execute one dispatched batch on its instance: prepare (engine inputs, per request),
+        execute (the engine call, outside the lock), complete (chunks, the scheduler told, the
+        instance freed, under the lock). With the language stream on, the instance stays busy
+        until run_language(instance) has decoded the frame's text. A failing engine never makes
+        this raise: the batch's requests get ERROR chunks and the instance serves on. Two cases
         are the instance's fault, not the batch's, and the requests run again elsewhere: an
         engine error marked `instance_lost` (a remote worker that is gone), and a fatal
         BaseException (the instance is dead; it is re-raised so its thread ends with it)."""
-        batch, reqs, dispatched = work.batch, work.requests, work.dispatched
-        slot = self.engines[batch.instance_id]
+        slot = self.engines[work.batch.instance_id]
         # One model per batch: the scheduler batches requests of one component per instance.
-        runner = self.runners.get(reqs[0].component)
-        inputs, ok_reqs, out, outputs, lost = [], [], [], [], []
-        speaks = self.language is not None and self.language.speaks_on(slot.instance_id, slot.engine)
-        cache = collated = None
-        fatal: BaseException | None = None
-        lost_why = ""
-        t0 = t1 = self.clock()
-        rows: list[FrameRobot] = []
-        prepare_s: dict[str, float] = {}  # per request: its own pre-processing
-        with self._lock:
-            slot.batches += 1
-            batch_no = slot.batches
-            regs = {r.robot_id: self.registry.get(r.robot_id) for r in reqs}
+        run = BatchRun(work, slot, self.runners.get(work.requests[0].component))
+        run.t0 = run.t1 = self.clock()
         try:
-            for req in reqs:
-                try:
-                    if runner is None or req.component != runner.component:
-                        raise ValueError(f"no model runner for a {req.component!r} request in this batch")
-                    reg = regs[req.robot_id]
-                    if reg is None:
-                        raise KeyError(req.robot_id)
-                    p0 = self.clock()
-                    inputs.append(self.rtc.attach(runner.prepare(req.payload, reg), req.payload, reg))
-                    prepare_s[req.request_id] = self.clock() - p0
-                    ok_reqs.append(req)
-                except (ValueError, KeyError) as e:
-                    out.append(self._error(req, f"preprocessing failed: {e}", slot, locked=False))
-            t0 = self.clock()
-            if inputs:
-                try:
-                    if slot.before_batch is not None:
-                        slot.before_batch(slot.instance_id, batch_no)
-                    # On the host once: the chunks and RTC's memory read the same arrays.
-                    outputs = [runner.to_host(o) for o in runner.execute(slot.engine, inputs)]
-                    if speaks:  # the same prefill feeds the text (OxyGen): its cache, kept by infer
-                        cache, collated = slot.engine.take_prefix() or (None, None)
-                except Exception as e:  # one bad batch must not take the server down
-                    msg = f"engine failed: {type(e).__name__}: {e}"
-                    if getattr(e, "instance_lost", False):
-                        lost, lost_why = ok_reqs, msg
-                    else:
-                        out.extend(self._error(r, msg, slot, locked=False) for r in ok_reqs)
-                    ok_reqs = []
-                except BaseException as e:  # the instance itself is gone
-                    fatal, lost, lost_why, ok_reqs = e, ok_reqs, f"{type(e).__name__}: {e}", []
-                    raise
-            t1 = self.clock()
-            rows = [FrameRobot(r.robot_id, r.payload.task_id, r.round_id) for r in ok_reqs]
-            # Kept only for a frame with text work; otherwise (or if asking raises) the instance
-            # is free with the chunks rather than held for a run_language that may never come.
-            frame, cache, collated = (cache, collated), None, None
-            if frame[0] is not None and self.language.wants_frame(slot.instance_id, rows):
-                cache, collated = frame
+            self._prepare(run)
+            self._execute(run)
         finally:
             # Whatever happened, the instance is free again and the scheduler hears about it.
-            inference_ms = (t1 - t0) * 1e3
-            with self._lock:
-                held = cache is not None and bool(ok_reqs) and fatal is None
-                if held:  # run_language decodes this frame's text next and frees the instance
-                    self.language.hold(slot.instance_id, cache, collated, rows, t1 - t0)
-                slot.running = held
-                slot.busy_until = t1
-                if fatal is not None:
-                    self.pool.fail(slot, lost_why)
-                again = self._retry_lost(lost, slot, lost_why, out, limit=fatal is None, now=t1)
-                for req, eo in zip(ok_reqs, outputs):
-                    out.append(self._finish(runner, req, eo, slot, (dispatched - req.arrival_time) * 1e3,
-                                            inference_ms, prepare_s.get(req.request_id, 0.0)))
-                for req in reqs:
-                    if req.request_id not in again:
-                        self._attempts.pop(req.request_id, None)
-                        self.scheduler.on_completed(req.request_id, t1, (t1 - t0))
-                self._work.notify_all()
-        return out
+            self._complete(run)
+        return run.out
+
+    def _prepare(self, run: BatchRun) -> None:
+        """Each request's engine input; a request that cannot be converted gets an ERROR chunk."""
+        reqs, slot, runner = run.work.requests, run.slot, run.runner
+        with self._lock:
+            slot.batches += 1
+            run.batch_no = slot.batches
+            regs = {r.robot_id: self.registry.get(r.robot_id) for r in reqs}
+        for req in reqs:
+            try:
+                if runner is None or req.component != runner.component:
+                    raise ValueError(f"no model runner for a {req.component!r} request in this batch")
+                reg = regs[req.robot_id]
+                if reg is None:
+                    raise KeyError(req.robot_id)
+                p0 = self.clock()
+                run.inputs.append(self.rtc.attach(runner.prepare(req.payload, reg), req.payload, reg))
+                run.prepare_s[req.request_id] = self.clock() - p0
+                run.ok.append(req)
+            except (ValueError, KeyError) as e:
+                run.out.append(self._error(req, f"preprocessing failed: {e}", slot, locked=False))
+
+    def _execute(self, run: BatchRun) -> None:
+        """The engine call, outside the lock; its outputs on the host, and the frame's prefix kept
+        when the language stream wants it. Sorts failures into the batch's (ERROR chunks) and
+        the instance's (lost requests, run again elsewhere; a fatal one re-raised)."""
+        slot, runner = run.slot, run.runner
+        speaks = self.language is not None and self.language.speaks_on(slot.instance_id, slot.engine)
+        frame = (None, None)
+        run.t0 = self.clock()
+        if run.inputs:
+            try:
+                if slot.before_batch is not None:
+                    slot.before_batch(slot.instance_id, run.batch_no)
+                # On the host once: the chunks and RTC's memory read the same arrays.
+                run.outputs = [runner.to_host(o) for o in runner.execute(slot.engine, run.inputs)]
+                if speaks:  # the same prefill feeds the text (OxyGen): its cache, kept by infer
+                    frame = slot.engine.take_prefix() or (None, None)
+            except Exception as e:  # one bad batch must not take the server down
+                msg = f"engine failed: {type(e).__name__}: {e}"
+                if getattr(e, "instance_lost", False):
+                    run.lost, run.lost_why = run.ok, msg
+                else:
+                    run.out.extend(self._error(r, msg, slot, locked=False) for r in run.ok)
+                run.ok = []
+            except BaseException as e:  # the instance itself is gone
+                run.fatal, run.lost, run.lost_why, run.ok = e, run.ok, f"{type(e).__name__}: {e}", []
+                raise
+        run.t1 = self.clock()
+        run.rows = [FrameRobot(r.robot_id, r.payload.task_id, r.round_id) for r in run.ok]
+        # Kept only for a frame with text work; otherwise (or if asking raises) the instance is
+        # free with the chunks rather than held for a run_language that may never come.
+        if frame[0] is not None and self.language.wants_frame(slot.instance_id, run.rows):
+            run.frame = frame
+
+    def _complete(self, run: BatchRun) -> None:
+        """Under the lock: the chunks, lost requests back to the queue, the scheduler told, the
+        instance free (or held for the frame's text)."""
+        slot, work = run.slot, run.work
+        inference_ms = (run.t1 - run.t0) * 1e3
+        with self._lock:
+            held = run.frame is not None and bool(run.ok) and run.fatal is None
+            if held:  # run_language decodes this frame's text next and frees the instance
+                self.language.hold(slot.instance_id, run.frame[0], run.frame[1], run.rows, run.t1 - run.t0)
+            slot.running = held
+            slot.busy_until = run.t1
+            if run.fatal is not None:
+                self.pool.fail(slot, run.lost_why)
+            again = self._retry_lost(run.lost, slot, run.lost_why, run.out, limit=run.fatal is None, now=run.t1)
+            for req, eo in zip(run.ok, run.outputs):
+                run.out.append(self._finish(run.runner, req, eo, slot, (work.dispatched - req.arrival_time) * 1e3,
+                                            inference_ms, run.prepare_s.get(req.request_id, 0.0)))
+            for req in work.requests:
+                if req.request_id not in again:
+                    self._attempts.pop(req.request_id, None)
+                    self.scheduler.on_completed(req.request_id, run.t1, (run.t1 - run.t0))
+            self._work.notify_all()
 
     def _finish(self, runner: Any, req: Request, output: Any, slot: EngineSlot, queue_ms: float,
                 inference_ms: float, prepare_s: float = 0.0) -> ActionChunkData:

@@ -2,7 +2,8 @@
 engine instances (serving.serving_core dispatches it, serving.serving_threads's threads execute it)."""
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
+from typing import Any, Optional
 
 from physai_ros.protocol.chunk import ActionChunkData
 from physai_ros.scheduler.types import ACTION, Batch, Request
@@ -19,6 +20,30 @@ class BatchWork:
     @property
     def instance_id(self) -> str:
         return self.batch.instance_id
+
+
+@dataclass
+class BatchRun:
+    """One batch on its way through ServingCore.run_batch: prepare fills the inputs, execute the
+    outputs (or the failure), complete turns them into chunks. `ok` are the requests still
+    expected to get a chunk from the outputs; `out` the chunks so far (errors included)."""
+
+    work: BatchWork
+    slot: Any  # serving.instances.EngineSlot
+    runner: Any  # the component's model runner (None: no runner for it)
+    batch_no: int = 0
+    t0: float = 0.0
+    t1: float = 0.0
+    inputs: list = field(default_factory=list)
+    ok: list[Request] = field(default_factory=list)
+    out: list[ActionChunkData] = field(default_factory=list)
+    prepare_s: dict[str, float] = field(default_factory=dict)
+    outputs: list = field(default_factory=list)
+    lost: list[Request] = field(default_factory=list)
+    lost_why: str = ""
+    fatal: Optional[BaseException] = None
+    rows: list = field(default_factory=list)  # the frame's robots (serving.language.stream.FrameRobot)
+    frame: Optional[tuple] = None  # (prefix cache, collated inputs) held for the language stream
 
 
 @dataclass(frozen=True)
