@@ -48,7 +48,8 @@ import torch  # noqa: E402
 
 from physai_ros.engine import EngineInput, Pi0Config  # noqa: E402
 from physai_ros.engine.streaming.expert import StreamingExpert  # noqa: E402
-from physai_ros.engine.streaming.stream_engine import StreamingConfig, StreamingCore, StreamingEngine  # noqa: E402
+from physai_ros.engine.streaming.stream_engine import StreamingEngine
+from physai_ros.engine.streaming.streams import StreamingConfig, StreamingCore  # noqa: E402
 
 
 def observation(cfg: Pi0Config, seed: int, views: int = 2, prompt: int = 16) -> EngineInput:

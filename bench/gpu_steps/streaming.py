@@ -32,7 +32,8 @@ def alone(core, device, reps: int) -> dict:
 
 
 def run(args, robots: int, built) -> dict:
-    from physai_ros.engine.streaming.stream_engine import StreamingConfig, StreamingCore, StreamingEngine
+    from physai_ros.engine.streaming.stream_engine import StreamingEngine
+    from physai_ros.engine.streaming.streams import StreamingConfig, StreamingCore
 
     engine, expert = built
     cfg = engine.config

@@ -118,6 +118,19 @@ class Pi0Engine:
         engine.checkpoint_format = fmt
         return engine
 
+    @classmethod
+    def from_preset_or_checkpoint(cls, preset: Optional[str], checkpoint: Optional[str], device="cpu", seed: int = 0,
+                                  language: bool = False, checkpoint_args: Optional[dict] = None,
+                                  **engine_args) -> "Pi0Engine":
+        """What a server or an engine worker serves: a LeRobot checkpoint directory when one is
+        named (its family's float32 variant; checkpoint_args: from_lerobot_checkpoint's config
+        overrides), else the preset's random weights from `seed`. engine_args (dtype,
+        cuda_graphs, ...) apply to both."""
+        if checkpoint:
+            return cls.from_lerobot_checkpoint(checkpoint, device=device, language=language, **engine_args,
+                                               **(checkpoint_args or {}))
+        return cls(Pi0Config.preset(preset), device=device, seed=seed, language=language, **engine_args)
+
     def language_decoder(self):
         """Text decoding on this engine's prefix caches (language.py): the plain path always; the
         fast path when built with language=True."""

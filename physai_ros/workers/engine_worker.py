@@ -93,13 +93,9 @@ def build_engine(preset: str, checkpoint: str, seed: int, device: str, log=None,
     """The worker's engine: the LeRobot checkpoint when one is named, else the preset's random
     weights from `seed`; returns (engine, a description of the model for its status)."""
     from physai_ros.engine.engine import Pi0Engine
-    from physai_ros.engine.types import Pi0Config
 
-    if checkpoint:
-        # The loader runs the float32 variant of the checkpoint's LeRobot family, as the server's does.
-        engine = Pi0Engine.from_lerobot_checkpoint(checkpoint, device=device, language=language)
-        if log is not None:
-            log(engine.checkpoint_format.summary())
-        return engine, checkpoint
-    return (Pi0Engine(Pi0Config.preset(preset), device=device, seed=seed, language=language),
-            f"{preset} (seed {seed})")
+    engine = Pi0Engine.from_preset_or_checkpoint(preset, checkpoint or None, device=device, seed=seed,
+                                                 language=language)
+    if checkpoint and log is not None:
+        log(engine.checkpoint_format.summary())
+    return engine, (checkpoint if checkpoint else f"{preset} (seed {seed})")

@@ -6,7 +6,7 @@ import torch
 
 from physai_ros.engine import Pi0Config
 from physai_ros.engine.streaming.expert import StreamingExpert
-from physai_ros.engine.streaming.stream_engine import StreamingConfig, StreamingCore
+from physai_ros.engine.streaming.streams import StreamingConfig, StreamingCore
 
 from engine_helpers import make_input
 

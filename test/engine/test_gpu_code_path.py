@@ -14,7 +14,7 @@ from physai_ros.engine.language.decoder import SamplingParams
 from physai_lab.op_count import count_dispatch
 from physai_ros.engine.rtc import RtcGuide
 from physai_ros.engine.streaming.expert import StreamingExpert
-from physai_ros.engine.streaming.stream_engine import StreamingConfig, StreamingCore
+from physai_ros.engine.streaming.streams import StreamingConfig, StreamingCore
 
 from engine_helpers import make_input
 

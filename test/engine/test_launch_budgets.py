@@ -20,7 +20,7 @@ from physai_ros.engine.language.decoder import SamplingParams
 from physai_lab.op_count import count_dispatch
 from physai_ros.engine.rtc import RtcGuide
 from physai_ros.engine.streaming.expert import StreamingExpert
-from physai_ros.engine.streaming.stream_engine import StreamingConfig, StreamingCore
+from physai_ros.engine.streaming.streams import StreamingConfig, StreamingCore
 
 PI05 = dict(policy="pi05", time_schedule="multiply", rope_style="multiply")
 PROMPT = 48  # tokens, as LeRobot pads pi0's prompt

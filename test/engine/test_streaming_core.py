@@ -5,7 +5,7 @@ import pytest
 import torch
 
 from physai_ros.control.trajectory_buffer import TrajectoryBuffer
-from physai_ros.engine.streaming.stream_engine import StreamCapacityError, StreamInputError
+from physai_ros.engine.streaming.streams import StreamCapacityError, StreamInputError
 
 from streaming_helpers import one_torch_thread  # noqa: F401 (autouse)
 from streaming_helpers import CFG, build, robot_input, run_ticks

@@ -90,7 +90,7 @@ def test_streams_with_the_fused_and_the_plain_tick_send_the_same_nodes():
     cores = []
     for tick in ("plain", "fused"):
         engine, expert = StreamingExpert.build(CFG, force="random", tick=tick)
-        from physai_ros.engine.streaming.stream_engine import StreamingConfig, StreamingCore
+        from physai_ros.engine.streaming.streams import StreamingConfig, StreamingCore
         from streaming_helpers import FAST
 
         core = StreamingCore(engine, expert, StreamingConfig(**FAST), clock=lambda: 0.0)

@@ -7,7 +7,8 @@ import time
 import torch
 
 from physai_ros.engine.streaming.expert import StreamingExpert
-from physai_ros.engine.streaming.stream_engine import StreamingConfig, StreamingCore, StreamingEngine
+from physai_ros.engine.streaming.stream_engine import StreamingEngine
+from physai_ros.engine.streaming.streams import StreamingConfig, StreamingCore
 from physai_ros.engine.streaming.vlm import SharedKVDoubleBuffer
 
 from streaming_helpers import one_torch_thread  # noqa: F401 (autouse)

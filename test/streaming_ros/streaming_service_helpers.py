@@ -13,7 +13,7 @@ import yaml
 from physai_ros.config.fleet import default_fleet_path, parse_fleet, tokenizer_path
 from physai_ros.engine.processor.tokenizer import PromptTokenizer
 from physai_ros.engine.streaming.expert import StreamingExpert
-from physai_ros.engine.streaming.stream_engine import StreamingConfig, StreamingCore
+from physai_ros.engine.streaming.streams import StreamingConfig, StreamingCore
 from physai_ros.engine.types import Pi0Config
 from physai_ros.protocol.observation import ImageData
 from physai_ros.protocol.registration import RobotRegistration

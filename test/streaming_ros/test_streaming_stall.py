@@ -4,7 +4,7 @@ import numpy as np
 import torch
 
 from physai_ros.engine.streaming.expert import StreamingExpert
-from physai_ros.engine.streaming.stream_engine import StreamingConfig, StreamingCore
+from physai_ros.engine.streaming.streams import StreamingConfig, StreamingCore
 
 from streaming_service_helpers import CFG, one_torch_thread  # noqa: F401 (autouse)
 from streaming_service_helpers import fleet

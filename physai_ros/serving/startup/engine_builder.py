@@ -42,13 +42,9 @@ def build_engine_slots(cfg: FleetConfig, remote_engine: RemoteEngineFactory | No
     # Standby instances are built (weights loaded) and warmed up like the others, then wait:
     # engine_<engine_instances> ... are the standbys.
     for i in range(srv.engine_instances + srv.standby_instances):
-        if srv.model.preset is not None:
-            engine = Pi0Engine(Pi0Config.preset(srv.model.preset), device=srv.device,
-                               seed=srv.model.seed, language=language, **arith)
-        else:
-            # The loader reads the checkpoint's LeRobot family and runs its float32 variant.
-            engine = Pi0Engine.from_lerobot_checkpoint(checkpoint_dir(cfg), device=srv.device, language=language,
-                                                       **arith, **srv.model.load_args())
+        engine = Pi0Engine.from_preset_or_checkpoint(
+            srv.model.preset, None if srv.model.preset is not None else str(checkpoint_dir(cfg)), device=srv.device,
+            seed=srv.model.seed, language=language, checkpoint_args=srv.model.load_args(), **arith)
         slots.append(EngineSlot(f"engine_{i}", engine, srv.max_batch, default_profile(srv.max_batch),
                                 standby=i >= srv.engine_instances))
     if srv.remote_engines:

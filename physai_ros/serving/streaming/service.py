@@ -251,7 +251,7 @@ class StreamingService:
             except (ValueError, KeyError) as e:
                 return self.validator.count(obs.robot_id, Refusal("preprocessing", str(e)))
             captured = self.to_stream(obs.stamp)
-            from physai_ros.engine.streaming.stream_engine import StreamInputError
+            from physai_ros.engine.streaming.streams import StreamInputError
 
             try:
                 if not slot.added:
@@ -279,7 +279,7 @@ class StreamingService:
             return f"{NOT_STREAMING}: robot {robot_id!r} has no streaming slot"
         if not slot.added:
             return "waiting_for_observation"  # its slot joins the streams with its first frame
-        from physai_ros.engine.streaming.stream_engine import StreamInputError
+        from physai_ros.engine.streaming.streams import StreamInputError
 
         try:
             self.core.set_wrench(robot_id, wrench, self.to_stream(stamp) if stamp > 0 else None)
@@ -373,7 +373,7 @@ def build_streaming_service(fleet: FleetConfig, publish: Callable[[TrajectorySeg
                             log: Callable[[str], None] = print) -> StreamingService:
     """The streams for fleet.yaml's server.streaming over the server's model (the same weights
     as the chunked engine: the preset's seeded random weights, or the checkpoint's)."""
-    from physai_ros.engine.streaming.stream_engine import StreamingConfig, StreamingCore
+    from physai_ros.engine.streaming.streams import StreamingConfig, StreamingCore
     from physai_ros.engine.streaming.expert import StreamingExpert
     from physai_ros.engine.types import Pi0Config
 
