@@ -18,7 +18,8 @@ from trajectory_msgs.msg import JointTrajectory
 from physai_ros_interfaces.msg import ActionChunk, ExecutionInfo, Observation, RobotText
 
 from physai_ros.control.types import ExecutionState
-from physai_ros.monitoring.robot_summary import PublishedRate, RateCounter, RobotSummary
+from physai_ros.monitoring.diagnostics_reader import DiagnosticsReader
+from physai_ros.monitoring.robot_summary import RateCounter, RobotSummary
 from physai_ros.monitoring.text_report import GroundTruth, RobotTextLog
 from physai_ros.protocol import topics
 from physai_ros.protocol.chunk import STATUS_OK, is_hold_chunk
@@ -32,11 +33,6 @@ from physai_ros.ros.image import ImageBridge
 from physai_ros.ros.time_conv import now_sec, to_sec
 from physai_ros.sim.runtime import TaskStatus
 from physai_ros.sim.trace_capture import FleetTraceCapture
-
-
-# The publisher-side rates the robots' nodes report in their FrequencyStatus diagnostics: the sim
-# robot's sensors and the trajectory controller's commands.
-PUBLISHED_STREAMS = ("wrench", "joint_states", "camera", "joint_trajectory")
 
 
 class FleetMonitor(Node):
@@ -53,23 +49,13 @@ class FleetMonitor(Node):
         self.status: dict[str, TaskStatus] = {}
         self.info: dict[str, ExecutionState] = {}
         self.frames: dict[str, list[tuple[float, np.ndarray]]] = {}
-        self.published: dict[str, dict[str, PublishedRate]] = {}
-        # "<ns>/<stream>" -> (t since start, Hz) from each diagnostics update
-        self.rate_series: dict[str, tuple[list[float], list[float]]] = {}
-        self.refused: dict[str, dict[str, int]] = {}
-        self.holds: dict[str, int] = {}
+        self.diagnostics = DiagnosticsReader(robots)  # rates, refusals, holds, server series
         self._newest: dict[str, list[np.ndarray | None]] = {}
         self.latency_ms: dict[str, list[float]] = {}
-        self.slo_ms: dict[str, float] = {}
-        # from the policy server's /diagnostics: "<robot>" -> wait ratio, "<instance>" -> queue depth
-        self.server_series: dict[str, dict[str, tuple[list[float], list[float]]]] = {"wait_ratio": {}, "queue_depth": {}}
         self.text_logs: dict[str, RobotTextLog] = {}
         self.t0 = now_sec(self)
         for ns, views in robots.items():
             self.rates[ns] = {}
-            # Every stream a robot's nodes report is in the summary: one with no report in the
-            # window reads 0 Hz (it was missing, and readers of the JSON met a KeyError).
-            self.published[ns] = {stream: PublishedRate() for stream in PUBLISHED_STREAMS}
             self.frames[ns] = []
             self._newest[ns] = [None] * views
             sd, rel = qos.sensor_data_qos(), qos.reliable_qos()
@@ -99,9 +85,6 @@ class FleetMonitor(Node):
         """Seconds since this monitor started: the time base of its series and snapshots."""
         return now_sec(self) - self.t0
 
-    def _pub_rate(self, ns: str, stream: str) -> PublishedRate:
-        return self.published[ns].setdefault(stream, PublishedRate())
-
     def _on_chunk(self, ns: str, msg: ActionChunk) -> None:
         # Served rounds only: not refusals, not a robot_client's own hold chunk.
         if msg.status != STATUS_OK or is_hold_chunk(msg.status, msg.error, msg.engine_instance):
@@ -113,48 +96,12 @@ class FleetMonitor(Node):
         if len(samples) > 6000:
             del samples[:-5000]
 
-    def _on_server_status(self, name: str, values: dict[str, str], t: float) -> None:
-        """policy_server statuses: per robot wait ratio and SLO, the fleet's queue depth."""
-        task = name.split(": ", 1)[1]
-        key, label = ("queue_depth", "scheduler") if task == "fleet" else ("wait_ratio", task)
-        if task != "fleet" and task not in self.latency_ms:
-            return  # engines, registrations, inputs, robots this monitor does not watch
-        try:
-            value = float(values[key])
-            if task != "fleet" and values.get("slo_ms") not in (None, "n/a"):
-                self.slo_ms[task] = float(values["slo_ms"])
-        except (KeyError, ValueError):
-            return  # "n/a": no data yet
-        ts, vs = self.server_series[key].setdefault(label, ([], []))
-        ts.append(round(t, 3))
-        vs.append(round(value, 4))
-
     def _on_diagnostics(self, msg: DiagnosticArray) -> None:
-        stamp = to_sec(msg.header.stamp)
-        t = now_sec(self) - self.t0
+        stamp, t = to_sec(msg.header.stamp), now_sec(self) - self.t0
         for st in msg.status:
-            if st.name.startswith("policy_server: "):
-                self._on_server_status(st.name, {kv.key: kv.value for kv in st.values}, t)
-                continue
-            ns = st.hardware_id
-            if ns not in self.published or ": " not in st.name:
-                continue
-            node, task = st.name.rsplit(": ", 1)
-            values = {kv.key: kv.value for kv in st.values}
-            try:
-                if task.endswith(" rate"):  # a FrequencyStatus: "<stream> rate"
-                    stream = task[:-len(" rate")]
-                    self._pub_rate(ns, stream).add(stamp, int(values["Events since startup"]))
-                    ts, vs = self.rate_series.setdefault(f"{ns}/{stream}", ([], []))
-                    ts.append(round(t, 3))
-                    vs.append(round(float(values["Actual frequency (Hz)"]), 2))
-                elif node.endswith("trajectory_controller") and task == "rejections":
-                    self.refused[ns] = {k.split(".", 1)[1]: int(v) for k, v in values.items()
-                                        if k.startswith("rejected.")}
-                elif node.endswith("trajectory_controller") and task == "buffer":
-                    self.holds[ns] = int(values["holds_applied"])
-            except (KeyError, ValueError):
-                self.get_logger().warning(f"unreadable diagnostics status {st.name!r}", throttle_duration_sec=5.0)
+            why = self.diagnostics.on_status(st.name, st.hardware_id, {kv.key: kv.value for kv in st.values}, stamp, t)
+            if why is not None:
+                self.get_logger().warning(why, throttle_duration_sec=5.0)
 
     def _count(self, ns: str, msg_type, topic: str, profile, then=None) -> None:
         counter = self.rates[ns].setdefault(topic, RateCounter())
@@ -222,25 +169,21 @@ class FleetMonitor(Node):
                 s.chunks_executed, s.chunks_rejected, s.underruns = (
                     int(info.chunks_accepted), int(info.chunks_rejected), int(info.underruns))
                 s.last_reject_reason = info.last_reject_reason
-            s.refused_inputs = dict(self.refused.get(ns, {}))
+            d = self.diagnostics
+            s.refused_inputs = dict(d.refused.get(ns, {}))
             if not s.refused_inputs and s.chunks_rejected:  # no diagnostics yet: reasons unknown
                 s.refused_inputs = {"unknown": s.chunks_rejected}
-            s.holds_applied = self.holds.get(ns, 0)
+            s.holds_applied = d.holds.get(ns, 0)
             s.rates_hz = {k: round(c.rate_hz, 2) for k, c in self.rates[ns].items()}
-            s.published_hz = {k: round(c.rate_hz, 2) for k, c in self.published[ns].items()}
+            s.published_hz = {k: round(c.rate_hz, 2) for k, c in d.published[ns].items()}
             s.counts = {k: c.count for k, c in self.rates[ns].items()}
             s.latency_samples_ms = list(self.latency_ms.get(ns, [])[-5000:])
-            s.slo_ms = self.slo_ms.get(ns)
+            s.slo_ms = d.slo_ms.get(ns)
             out.append(s)
         return out
 
     def series(self) -> dict[str, dict[str, dict[str, list[float]]]]:
-        """The run report's `series` block: publisher-side stream rates, and the policy server's
-        per-robot wait ratio and scheduler queue depth, over time."""
-        out = {"stream_rates_hz": {label: {"t": ts, "v": vs} for label, (ts, vs) in self.rate_series.items()}}
-        for kind, series in self.server_series.items():
-            out[kind] = {label: {"t": ts, "v": vs} for label, (ts, vs) in series.items()}
-        return out
+        return self.diagnostics.series()
 
 
 def _same_width(views: list) -> list:

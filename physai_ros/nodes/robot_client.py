@@ -17,6 +17,7 @@ ROS I/O only; the logic is physai_ros.client.robot_client.RobotClientCore.
 A wrench sample with a NaN/inf component is dropped and counted (wrench_dropped); the newest
 good sample stays the one sent, so one bad force reading does not cost a round.
   call /policy_server/register_robot (RegisterRobot), async, again after a server restart
+A streaming task adds its ROS I/O from nodes/robot_client_streaming.py (stream_wrench).
 A task with a pipeline (fleet.yaml `components:` ..., docs/pipelines.md) adds its ROS I/O from
 nodes/robot_client_pipeline.py (component_query/component_answer, pipeline_event,
 reset_episode, the "pipeline" diagnostic); an operator's resume then clears the pipeline's
@@ -30,7 +31,7 @@ import time
 
 import numpy as np
 from geometry_msgs.msg import WrenchStamped
-from physai_ros_interfaces.msg import ActionChunk, ExecutionInfo, Observation, WrenchSample
+from physai_ros_interfaces.msg import ActionChunk, ExecutionInfo, Observation
 from physai_ros_interfaces.srv import RegisterRobot
 from rclpy.duration import Duration
 from rclpy.node import Node
@@ -39,7 +40,7 @@ from std_msgs.msg import String, UInt64
 
 from physai_ros.client.registration import RegistrationExchange
 from physai_ros.client.robot_client import RobotClientCore
-from physai_ros.client.streaming import StreamingClient
+from physai_ros.client.status import core_status
 from physai_ros.config.fleet import load_fleet
 from physai_ros.control.hold import hold_chunk
 from physai_ros.monitoring.client_view import ClientView
@@ -48,10 +49,10 @@ from physai_ros.monitoring.diagnostics import MetricsTask
 from physai_ros.monitoring.metrics import MetricsPublisher
 from physai_ros.nodes.robot_client_operator import OperatorIO
 from physai_ros.nodes.robot_client_pipeline import PipelineIO
+from physai_ros.nodes.robot_client_streaming import StreamingIO
 from physai_ros.protocol.chunk import is_hold_chunk
-from physai_ros.protocol.topics import (ACTION_CHUNK_TOPIC, CLIENT_STATUS_TOPIC, EXECUTION_INFO_TOPIC,
-                                        OBSERVATION_TOPIC, REFRESH_TOPIC,
-                                        REGISTER_SERVICE, STREAM_WRENCH_TOPIC)
+from physai_ros.protocol.topics import (ACTION_CHUNK_TOPIC, CLIENT_STATUS_TOPIC, EXECUTION_INFO_TOPIC, OBSERVATION_TOPIC,
+                                        REFRESH_TOPIC, REGISTER_SERVICE)
 from physai_ros.ros.codecs.chunk import chunk_from_msg, chunk_to_msg
 from physai_ros.ros.codecs.execution_info import execution_state_from_msg
 from physai_ros.ros.codecs.observation import compressed_image_data, image_data, observation_to_msg
@@ -62,7 +63,7 @@ from physai_ros.ros.node_security import node_security, open_endpoint, security_
 from physai_ros.ros.qos import reliable_qos, sensor_data_qos
 from physai_ros.ros.spin import run_node
 from physai_ros.ros.time_conv import now_sec, to_sec
-from physai_ros.security.endpoints import HOLD, WRENCH, RobotAuth
+from physai_ros.security.endpoints import HOLD, RobotAuth
 from physai_ros.security.handshake import AuthError
 from physai_ros.security.keystore import Identity
 from physai_ros.security.message_auth import RefusalLog
@@ -84,10 +85,6 @@ class RobotClientNode(Node):
                                   lambda ks: RobotAuth(ks, self.robot.id, sec.server))
         self.auth_refusals = RefusalLog(self.get_logger().warning)
         self.core = RobotClientCore(self.robot)
-        # Streaming mode: None unless the robot's task has `mode: streaming`.
-        self.streaming = StreamingClient.for_robot(self.robot, self.core)
-        self.stream_wrench_pub = (self.create_publisher(WrenchSample, STREAM_WRENCH_TOPIC, sensor_data_qos(10))
-                                  if self.streaming is not None else None)
         sensor = sensor_data_qos()
         compressed = self.robot.camera_format == "compressed"
         on_image = self._on_compressed if compressed else self._on_image
@@ -100,11 +97,14 @@ class RobotClientNode(Node):
         self.create_subscription(ActionChunk, ACTION_CHUNK_TOPIC, self._on_chunk, reliable_qos(50))
         self.create_subscription(UInt64, REFRESH_TOPIC, self._on_refresh, reliable_qos())
         self.obs_pub = self.create_publisher(Observation, OBSERVATION_TOPIC, reliable_qos())
+        # Streaming mode: None unless the robot's task has `mode: streaming`.
+        self.streaming = StreamingIO.for_node(self)
         self.hold_pub = self.create_publisher(ActionChunk, ACTION_CHUNK_TOPIC, reliable_qos())
         self.status_pub = self.create_publisher(String, CLIENT_STATUS_TOPIC, reliable_qos())
         self.register_client = self.create_client(RegisterRobot, REGISTER_SERVICE)
         self._register_future = None
-        self.registration = RegistrationExchange(self.core, self.auth, self.auth_refusals, self.streaming)
+        self.registration = RegistrationExchange(self.core, self.auth, self.auth_refusals,
+                                                 self.streaming.client if self.streaming is not None else None)
         self._unreadable = 0
         self._unreadable_images = 0
         self._escalations_logged = 0
@@ -124,7 +124,8 @@ class RobotClientNode(Node):
         self.view.on_camera(view, time.monotonic())
         stamp = to_sec(msg.header.stamp) or now_sec(self)
         self.core.on_image(view, image_data(msg), stamp)
-        self._stream_frame(view, stamp)
+        if self.streaming is not None:
+            self.streaming.on_frame(view, stamp)
 
     def _on_compressed(self, view: int, msg: CompressedImage) -> None:
         try:
@@ -136,15 +137,8 @@ class RobotClientNode(Node):
         self.view.on_camera(view, time.monotonic())
         stamp = to_sec(msg.header.stamp) or now_sec(self)
         self.core.on_image(view, image, stamp)
-        self._stream_frame(view, stamp)
-
-    def _stream_frame(self, view: int, stamp: float) -> None:
-        """Streaming mode: every complete set of new frames goes out at once (camera rate)."""
-        if self.streaming is None or self.obs_pub.get_subscription_count() == 0:
-            return
-        obs = self.streaming.on_frame(view, stamp)
-        if obs is not None:
-            self._send(obs)
+        if self.streaming is not None:
+            self.streaming.on_frame(view, stamp)
 
     def _on_wrench(self, msg: WrenchStamped) -> None:
         f, t = msg.wrench.force, msg.wrench.torque
@@ -155,16 +149,8 @@ class RobotClientNode(Node):
                                       throttle_duration_sec=1.0)
             return
         self.core.on_wrench(np.array(sample, np.float32), to_sec(msg.header.stamp))
-        if self.streaming is not None and self.streaming.on_wrench():
-            # As received, at its native rate, in the robot's name and with its session MAC.
-            sample = WrenchSample(header=msg.header, robot_id=self.robot.id, wrench=msg.wrench)
-            if self.auth is not None:
-                try:
-                    sample.auth = self.auth.tag_session(WRENCH, digest(sample))
-                except AuthError as e:
-                    self.auth_refusals.refused("sending a wrench sample", e)
-                    return
-            self.stream_wrench_pub.publish(sample)
+        if self.streaming is not None:
+            self.streaming.on_wrench(msg)
 
     def _on_joints(self, msg: JointState) -> None:
         self.view.on_joint_state(time.monotonic())
@@ -195,7 +181,7 @@ class RobotClientNode(Node):
         if self.pipeline is not None:
             self.pipeline.on_chunk_taken()
         if self.streaming is not None:
-            self.streaming.on_chunk(chunk)
+            self.streaming.client.on_chunk(chunk)
         if self.core.counters.chunks_ok > served:
             lat = self.core.counters.latencies_s[-1]
             self.view.on_served(lat, time.monotonic())
@@ -204,7 +190,7 @@ class RobotClientNode(Node):
     def _on_refresh(self, msg: UInt64) -> None:
         obs = self.core.refresh(int(msg.data), now_sec(self))
         if obs is not None:
-            self._send(obs)
+            self.send(obs)
 
     # ---- periodic work ------------------------------------------------------------------
 
@@ -219,7 +205,7 @@ class RobotClientNode(Node):
         if out.hold is not None:
             self.publish_hold(out.hold, "SLO fallback")
         if out.observation is not None:
-            self._send(out.observation)
+            self.send(out.observation)
         while self._escalations_logged < len(self.core.escalations):
             self.get_logger().error(self.core.escalations[self._escalations_logged])
             self._escalations_logged += 1
@@ -231,7 +217,7 @@ class RobotClientNode(Node):
         self.hold_pub.publish(msg)
         self.get_logger().warning(f"{why}: hold (round {h.round_id}): {h.reason}", throttle_duration_sec=1.0)
 
-    def _send(self, obs) -> None:
+    def send(self, obs) -> None:
         msg = observation_to_msg(obs)
         if self.auth is not None:
             try:
@@ -274,26 +260,13 @@ class RobotClientNode(Node):
                 self.get_logger().info(text)
 
     def status(self) -> dict:
-        c = self.core.counters
-        lat = np.array(c.latencies_s[-2000:]) * 1e3
-        ledger = self.core.ledger.summary(now_sec(self))
         return {
-            "robot_id": self.robot.id, "state": self.core.state.value,
-            "server_instance": self.core.server_instance, "round_id": self.core.round_id,
-            "sent": ledger.sent, "chunks_ok": c.chunks_ok, "refused": c.refused, "errors": c.errors,
-            "slo_misses": c.slo_misses, "slo_startup_misses": c.slo_startup_misses, "fallbacks": dict(c.fallbacks),
-            "registrations": c.registrations, "server_restarts": c.server_restarts,
-            "latency_ms_p50": float(np.percentile(lat, 50)) if lat.size else None,
-            "latency_ms_p99": float(np.percentile(lat, 99)) if lat.size else None,
+            **core_status(self.core, now_sec(self)),
             "unreadable_chunks": self._unreadable,
             "unreadable_images": self._unreadable_images,
             "wrench_dropped": self.view.wrench_dropped,
             "insecure": self.security.insecure,
             "auth_refused": dict(self.auth_refusals.counts),
-            "round_ledger": ledger.as_dict(),
-            # The factory schedule's word at registration (docs/factory.md); 0 / {} without one.
-            "max_request_rate_hz": self.core.trigger.max_rate_hz,
-            "routes": dict(self.core.routes),
             **(self.streaming.status() if self.streaming is not None else {}),
             **(self.pipeline.status() if self.pipeline is not None else {}),
             **self.operator.status(),

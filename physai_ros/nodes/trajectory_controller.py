@@ -10,9 +10,7 @@ client's hold chunk (physai_ros.control.hold) stops the buffer instead of being 
 """
 from __future__ import annotations
 
-import dataclasses
 import sys
-from collections import Counter
 
 from rclpy.node import Node
 from sensor_msgs.msg import JointState
@@ -20,7 +18,7 @@ from trajectory_msgs.msg import JointTrajectory
 from physai_ros_interfaces.msg import ActionChunk, ExecutionInfo, TrajectorySegment
 
 from physai_ros.config.fleet import load_fleet
-from physai_ros.control.hold import apply_hold
+from physai_ros.control.execution_gate import ExecutionGate
 from physai_ros.control.joint_trajectory import hold_plan, to_joint_trajectory
 from physai_ros.control.joints import default_joint_names
 from physai_ros.control.trajectory_buffer import TrajectoryBuffer
@@ -60,13 +58,8 @@ class TrajectoryControllerNode(Node):
         self.buffer = TrajectoryBuffer(self.joint_names, rate_hz=float(p("buffer_rate_hz", 480.0).value),
                                        merge=p("merge", "replace").value,
                                        crossfade_s=float(p("crossfade_s", 0.05).value))
-        self.message_rejections: Counter = Counter()
+        self.gate = ExecutionGate(self.robot_id, self.buffer)  # what reaches the buffer, counted
         self.publish_failures = 0
-        self.last_message_reject = ""
-        self._have_hold = False
-        self._seen_chunk = False
-        self.holds: Counter = Counter()
-        self._holding_round: int | None = None  # a robot_client hold in effect (until the next chunk)
         # Only what the fleet's server signed (chunks, segments) or this robot's client signed
         # (holds) is executed; public keys only, no secret in the process that moves the arm.
         fleet_file = p("fleet_file", "").value or None
@@ -93,7 +86,7 @@ class TrajectoryControllerNode(Node):
                                            dry_error_s=float(p("dry_error_s", mon.buffer_dry_error_s).value))
         self._rejection_health = RejectionHealth()
         self.updater.add("buffer", self._diagnose_buffer)
-        self.updater.add("rejections", lambda stat: self._rejection_health.run(stat, self.rejections()))
+        self.updater.add("rejections", lambda stat: self._rejection_health.run(stat, self.gate.rejections()))
         self.cmd_rate = FrequencyStatus(FrequencyStatusParam({"min": self.control_rate, "max": self.control_rate},
                                                              mon.rate_tolerance, 5), "joint_trajectory rate")
         self.updater.add(self.cmd_rate)
@@ -102,53 +95,51 @@ class TrajectoryControllerNode(Node):
                                f"{self.control_rate:g} Hz, merge {self.buffer.merge.value}")
 
     def _on_joint_state(self, msg: JointState) -> None:
-        if self._have_hold:
-            return
-        index = {n: i for i, n in enumerate(msg.name)}
-        if all(n in index for n in self.joint_names) and len(msg.position) == len(msg.name):
-            self.buffer.set_hold_position([msg.position[index[n]] for n in self.joint_names])
-            self._have_hold = True
+        self.gate.on_joint_state(list(msg.name), list(msg.position))
 
-    def _reject_message(self, reason: str, detail: str) -> None:
-        self.message_rejections[reason] += 1
-        self.last_message_reject = reason  # a code, like the buffer's reasons; the detail goes to the log
-        self.get_logger().warning(f"rejected input ({self.rejected_total} rejected): {reason}: {detail}",
+    def _refused(self, reason: str, detail: str) -> None:
+        self.gate.reject(reason)
+        self._warn_rejected(f"{reason}: {detail}")
+
+    def _warn_rejected(self, text: str) -> None:
+        self.get_logger().warning(f"rejected input ({self.gate.rejected_total} rejected): {text}",
                                   throttle_duration_sec=1.0)
 
-    @property
-    def rejected_total(self) -> int:
-        return self.buffer.chunks_rejected + self.buffer.segments_rejected + sum(self.message_rejections.values())
-
-    def rejections(self) -> Counter:
-        return Counter(self.buffer.rejections) + self.message_rejections
-
-    def _accepted(self) -> None:
-        self._seen_chunk = True
-        self._holding_round = None
-
     def _on_chunk(self, msg: ActionChunk) -> None:
-        if msg.robot_id and msg.robot_id != self.robot_id:
-            self._reject_message("wrong_robot", f"chunk for robot {msg.robot_id!r} reached {self.robot_id!r}")
-            return
+        wrong = self.gate.wrong_robot(msg.robot_id, "chunk")
+        if wrong is not None:
+            return self._warn_rejected(f"wrong_robot: {wrong}")
         hold = is_hold_chunk(msg.status, msg.error, msg.engine_instance)
         if not self._authentic(msg, "hold" if hold else "chunk"):
             return
         if hold:
-            self._on_hold(int(msg.round_id))
+            detail = self.gate.on_hold(int(msg.round_id), now_sec(self))
+            self.get_logger().info(f"robot_client hold round {msg.round_id}: {detail}", throttle_duration_sec=1.0)
             return
         try:
             chunk = executable_chunk_from_msg(msg)
         except ChunkMessageError as exc:
-            self._reject_message("malformed_message", str(exc))
+            return self._refused("malformed_message", str(exc))
+        out = self.gate.insert_chunk(chunk, now_sec(self))
+        if not out.accepted:
+            self.get_logger().warning(f"rejected chunk round {chunk.round_id} ({self.gate.rejected_total} rejected): "
+                                      f"{out.reason} {out.detail}", throttle_duration_sec=1.0)
+
+    def _on_segment(self, msg: TrajectorySegment) -> None:
+        """Streaming mode: dense nodes the buffer commits as their time comes."""
+        wrong = self.gate.wrong_robot(msg.robot_id, "segment")
+        if wrong is not None:
+            return self._warn_rejected(f"wrong_robot: {wrong}")
+        if not self._authentic(msg, "segment"):
             return
-        out = self.buffer.insert(chunk, now_sec(self))
-        if out.accepted:
-            self._accepted()
-        else:
-            self.last_message_reject = ""
-            self.get_logger().warning(
-                f"rejected chunk round {chunk.round_id} ({self.rejected_total} rejected): {out.reason} {out.detail}",
-                throttle_duration_sec=1.0)
+        try:
+            seg = segment_from_msg(msg)
+        except SegmentMessageError as exc:
+            return self._refused("malformed_segment", str(exc))
+        out = self.gate.insert_segment(seg, now_sec(self))
+        if not out.accepted:
+            self.get_logger().warning(f"rejected segment {seg.segment_id}: {out.reason} {out.detail}",
+                                      throttle_duration_sec=1.0)
 
     def _authentic(self, msg, kind: str) -> bool:
         """A refused message leaves the buffer untouched; it is counted by reason (rejections
@@ -161,37 +152,8 @@ class TrajectoryControllerNode(Node):
             return True
         except AuthError as e:
             self.auth_refusals.refused(f"{kind} round {msg.round_id}", e)
-            self.message_rejections[f"unauthenticated_{e.reason}"] += 1
-            self.last_message_reject = f"unauthenticated_{e.reason}"
+            self.gate.reject(f"unauthenticated_{e.reason}")
             return False
-
-    def _on_hold(self, round_id: int) -> None:
-        out = apply_hold(self.buffer, round_id, now_sec(self))
-        self.holds["applied" if out.applied else "ignored"] += 1
-        if out.applied:
-            self._holding_round = round_id
-        self.get_logger().info(f"robot_client hold round {round_id}: {out.detail}", throttle_duration_sec=1.0)
-
-    def _on_segment(self, msg: TrajectorySegment) -> None:
-        """Streaming mode: dense nodes the buffer commits as their time comes."""
-        if msg.robot_id and msg.robot_id != self.robot_id:
-            self._reject_message("wrong_robot", f"segment for robot {msg.robot_id!r} reached {self.robot_id!r}")
-            return
-        if not self._authentic(msg, "segment"):
-            return
-        try:
-            seg = segment_from_msg(msg)
-        except SegmentMessageError as exc:
-            self._reject_message("malformed_segment", str(exc))
-            return
-        out = self.buffer.insert_segment(seg.start_time, seg.dt, seg.positions, seg.committed, seg.round_id,
-                                         now_sec(self), joint_names=seg.joint_names)
-        if out.accepted:
-            self._accepted()
-        else:
-            self.last_message_reject = ""
-            self.get_logger().warning(f"rejected segment {seg.segment_id}: {out.reason} {out.detail}",
-                                      throttle_duration_sec=1.0)
 
     def _tick(self) -> None:
         now = now_sec(self)
@@ -205,15 +167,9 @@ class TrajectoryControllerNode(Node):
         if self._publish(self.traj_pub, plan_to_msg(plan)):
             self.cmd_rate.tick()
 
-    def _last_reason(self) -> str:
-        return self.last_message_reject or self.buffer.last_reject_reason
-
     def _publish_info(self) -> None:
         now = now_sec(self)
-        # Rejections count the messages refused before the buffer saw them too.
-        st = dataclasses.replace(self.buffer.execution_state(now), chunks_rejected=self.rejected_total,
-                                 last_reject_reason=self._last_reason())
-        self._publish(self.info_pub, execution_info_to_msg(st, self.robot_id, now))
+        self._publish(self.info_pub, execution_info_to_msg(self.gate.execution_state(now), self.robot_id, now))
 
     def _publish(self, pub, msg) -> bool:
         """Publish; a failure of the middleware (seen once in a 49-process soak at load 170:
@@ -230,9 +186,9 @@ class TrajectoryControllerNode(Node):
 
     def _diagnose_buffer(self, stat):
         now = now_sec(self)
-        return self._buffer_health.run(stat, now, self.buffer.execution_state(now), have_start=self._have_hold,
-                                       seen_chunk=self._seen_chunk, holding_round=self._holding_round,
-                                       holds=self.holds)
+        g = self.gate
+        return self._buffer_health.run(stat, now, self.buffer.execution_state(now), have_start=g.have_start,
+                                       seen_chunk=g.seen_chunk, holding_round=g.holding_round, holds=g.holds)
 
 
 def main(args: list[str] | None = None) -> int:
