@@ -28,7 +28,7 @@ from physai_ros.protocol.observation import ImageData, ObservationData
 from physai_ros.protocol.registration import RegistrationResult, RobotRegistration
 
 from physai_ros.client.round_ledger import RoundLedger
-from physai_ros.config.fleet import RobotConfig
+from physai_ros.config.robot import RobotConfig
 
 
 class ClientState(str, enum.Enum):

@@ -21,7 +21,7 @@ from physai_ros.protocol.observation import ObservationData
 from physai_ros.protocol.registration import RegistrationResult, RobotRegistration
 
 from physai_ros.client.robot_client import ClientState, RobotClientCore
-from physai_ros.config.fleet import RobotConfig
+from physai_ros.config.robot import RobotConfig
 
 
 class StreamingClient:

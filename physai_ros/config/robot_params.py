@@ -7,7 +7,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from physai_ros.config.fleet import RobotConfig
+from physai_ros.config.robot import RobotConfig
 
 
 def sim_params(robot: RobotConfig) -> dict[str, Any]:

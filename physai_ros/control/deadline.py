@@ -104,7 +104,7 @@ class DeadlineConfig:
 
     @classmethod
     def from_task(cls, task: Any) -> "DeadlineConfig":
-        """From a fleet.yaml task (physai_ros.config.fleet.TaskConfig, already validated
+        """From a fleet.yaml task (physai_ros.config.task.TaskConfig, already validated
         there): ``slo_ms``, ``fallback``, ``max_consecutive_slo_violation``."""
         return cls(slo_s=float(task.slo_ms) / 1000.0, fallback=Fallback(task.fallback),
                    max_consecutive_misses=int(task.max_consecutive_slo_violation),

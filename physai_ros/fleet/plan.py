@@ -9,7 +9,8 @@ from __future__ import annotations
 
 import dataclasses
 
-from physai_ros.config.fleet import FleetConfig, RobotConfig
+from physai_ros.config.fleet import FleetConfig
+from physai_ros.config.robot import RobotConfig
 from physai_ros.config.robot_params import controller_params, sim_params
 from physai_ros.fleet.processes import ProcessSpec
 

@@ -26,7 +26,7 @@ from typing import Callable, Iterable, Protocol, Sequence
 import numpy as np
 
 from physai_ros.client.robot_client import RobotClientCore
-from physai_ros.config.fleet import RobotConfig
+from physai_ros.config.robot import RobotConfig
 from physai_ros.config.robot_params import merge_params, sim_params
 from physai_ros.control.hold import apply_hold
 from physai_ros.control.joint_trajectory import hold_plan, to_joint_trajectory

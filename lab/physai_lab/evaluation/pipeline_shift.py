@@ -26,7 +26,7 @@ from typing import Callable, Sequence
 import numpy as np
 
 from physai_ros.client.pipeline import ClientPipeline, OutgoingQuery, PipelineOutput
-from physai_ros.config.fleet import RobotConfig
+from physai_ros.config.robot import RobotConfig
 from physai_ros.control.hold import apply_hold
 from physai_ros.pipeline.backend import ComponentBackend, ComponentQuery
 from physai_ros.protocol.observation import ImageData

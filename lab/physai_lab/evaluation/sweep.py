@@ -10,7 +10,8 @@ import json
 from dataclasses import dataclass
 from typing import Sequence
 
-from physai_ros.config.fleet import FleetConfig, RobotConfig
+from physai_ros.config.fleet import FleetConfig
+from physai_ros.config.robot import RobotConfig
 from physai_ros.serving.startup.preflight import checkpoint_dir
 
 from physai_lab.evaluation.lockstep import LockstepConfig, SimClock, clone_robots, run_episodes, with_horizon
