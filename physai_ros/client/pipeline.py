@@ -41,7 +41,8 @@ from physai_ros.pipeline.decisions import (Acknowledged, Decision, DropPlan, End
                                            ResetEpisode, SetPrompt)
 from physai_ros.protocol.observation import ImageData
 
-from physai_ros.client.robot_client import ClientState, HoldCommand, RobotClientCore
+from physai_ros.client.robot_client import RobotClientCore
+from physai_ros.client.types import ClientState, HoldCommand
 
 SOURCES = ("system1", "system2", "safety", "monitor")
 

@@ -12,10 +12,8 @@ hold that gives round r up uses r+1 (the controller then refuses r as a stale ro
 from __future__ import annotations
 
 import dataclasses
-import enum
 import math
 import uuid
-from dataclasses import dataclass, field
 
 import numpy as np
 
@@ -28,58 +26,8 @@ from physai_ros.protocol.observation import ImageData, ObservationData
 from physai_ros.protocol.registration import RegistrationResult, RobotRegistration
 
 from physai_ros.client.round_ledger import RoundLedger
+from physai_ros.client.types import ClientCounters, ClientState, ExecutionReport, HoldCommand, TickOutput
 from physai_ros.config.robot import RobotConfig
-
-
-class ClientState(str, enum.Enum):
-    UNREGISTERED = "unregistered"
-    RUNNING = "running"
-    STOPPED = "stopped"  # escalated: needs an operator
-
-
-@dataclass(frozen=True)
-class HoldCommand:
-    """Publish a hold chunk: `num_actions` copies of `positions`, `dt` apart from `capture_time`.
-
-    The controller refuses a chunk whose capture time is older than the last one it accepted, so
-    a hold that keeps waiting for round r carries r's capture time (r is then still taken), and
-    the hold spans until one SLO past now (the buffer drops the part already due)."""
-
-    round_id: int
-    positions: np.ndarray
-    reason: str
-    capture_time: float
-    dt: float
-    num_actions: int
-
-
-@dataclass
-class TickOutput:
-    observation: ObservationData | None = None
-    hold: HoldCommand | None = None
-    register: bool = False
-
-
-@dataclass
-class ClientCounters:
-    chunks_ok: int = 0
-    refused: int = 0
-    errors: int = 0
-    slo_misses: int = 0
-    slo_startup_misses: int = 0  # of slo_misses, those in the start-up grace (not escalated)
-    fallbacks: dict[str, int] = field(default_factory=dict)
-    registrations: int = 0
-    server_restarts: int = 0
-    latencies_s: list[float] = field(default_factory=list)
-
-
-@dataclass(frozen=True)
-class _Exec:
-    received: float
-    actions_remaining: int
-    control_period: float
-    exec_phase_start: float
-    executing_round_id: int = 0
 
 
 class RobotClientCore:
@@ -109,7 +57,7 @@ class RobotClientCore:
         self._positions: np.ndarray | None = None
         self._wrench = np.zeros(6, dtype=np.float32)
         self._wrench_stamp = 0.0
-        self._exec: _Exec | None = None
+        self._exec: ExecutionReport | None = None
         # (round, receive time, end of its horizon) of the newest chunk taken for execution; the
         # controller gets it at the same time (both subscribe), before its next report reaches us.
         self._taken: tuple[int, float, float] | None = None
@@ -148,7 +96,7 @@ class RobotClientCore:
 
     def on_exec_info(self, now: float, actions_remaining: int, control_period: float,
                      exec_phase_start: float, executing_round_id: int = 0) -> None:
-        self._exec = _Exec(now, int(actions_remaining), float(control_period), float(exec_phase_start),
+        self._exec = ExecutionReport(now, int(actions_remaining), float(control_period), float(exec_phase_start),
                            int(executing_round_id))
 
     def ready(self) -> bool:

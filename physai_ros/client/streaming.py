@@ -20,7 +20,8 @@ from physai_ros.protocol.chunk import STATUS_REFUSED, ActionChunkData
 from physai_ros.protocol.observation import ObservationData
 from physai_ros.protocol.registration import RegistrationResult, RobotRegistration
 
-from physai_ros.client.robot_client import ClientState, RobotClientCore
+from physai_ros.client.robot_client import RobotClientCore
+from physai_ros.client.types import ClientState
 from physai_ros.config.robot import RobotConfig
 
 

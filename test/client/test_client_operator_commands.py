@@ -1,7 +1,7 @@
 """A robot client's operator commands: authenticated first, for this robot, meaningful now;
 every refusal has its reason and is counted."""
 from physai_ros.client.operator_commands import OperatorCommands, OperatorRequest
-from physai_ros.client.robot_client import ClientState
+from physai_ros.client.types import ClientState
 from physai_ros.security.handshake import AuthError
 
 from test_robot_client_core import client, register

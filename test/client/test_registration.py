@@ -2,7 +2,8 @@
 request goes out, when one in flight is given up, and what a server's answer changes, with
 authentication's checks on refusals and grants."""
 from physai_ros.client.registration import RegistrationExchange
-from physai_ros.client.robot_client import ClientState, RobotClientCore
+from physai_ros.client.robot_client import RobotClientCore
+from physai_ros.client.types import ClientState
 from physai_ros.protocol.registration import RegistrationResult
 from physai_ros.security.handshake import AuthError
 from physai_ros.security.message_auth import RefusalLog

@@ -3,7 +3,8 @@ import dataclasses
 
 import numpy as np
 
-from physai_ros.client.robot_client import ClientState, RobotClientCore
+from physai_ros.client.robot_client import RobotClientCore
+from physai_ros.client.types import ClientState
 from physai_ros.protocol.chunk import STATUS_OK, STATUS_REFUSED, ActionChunkData
 from physai_ros.protocol.registration import RegistrationResult
 

@@ -2,7 +2,7 @@
 and both hold variants keep or refuse the awaited answer as intended."""
 import numpy as np
 
-from physai_ros.client.robot_client import HoldCommand
+from physai_ros.client.types import HoldCommand
 from physai_ros.control.hold import apply_hold, hold_chunk
 from physai_ros.control.trajectory_buffer import TrajectoryBuffer
 from physai_ros.protocol.chunk import is_hold_chunk

@@ -9,7 +9,7 @@ from physai_ros_interfaces.msg import ActionChunk
 from sensor_msgs.msg import Image
 from trajectory_msgs.msg import JointTrajectory, JointTrajectoryPoint
 
-from physai_ros.client.robot_client import HoldCommand
+from physai_ros.client.types import HoldCommand
 from physai_ros.control.hold import hold_chunk
 from physai_ros.control.joint_trajectory import JointTrajectoryPlan, TrajectoryPoint
 from physai_ros.control.types import ExecutionState

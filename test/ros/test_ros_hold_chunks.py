@@ -14,7 +14,7 @@ import pytest
 from diagnostic_msgs.msg import DiagnosticArray
 from physai_ros_interfaces.msg import ActionChunk, ExecutionInfo
 
-from physai_ros.client.robot_client import HoldCommand
+from physai_ros.client.types import HoldCommand
 from physai_ros.control.hold import hold_chunk
 from physai_ros.fleet.processes import ProcessSpec
 from physai_ros.protocol.chunk import ActionChunkData
