@@ -35,14 +35,13 @@ from typing import Callable
 
 import numpy as np
 
+from physai_ros.client.robot_client import RobotClientCore
+from physai_ros.client.types import ClientState, HoldCommand
 from physai_ros.pipeline.backend import ComponentAnswer
 from physai_ros.pipeline.controller import PipelineController
 from physai_ros.pipeline.decisions import (Acknowledged, Decision, DropPlan, EndTask, Escalate, Hold, Replan,
                                            ResetEpisode, SetPrompt)
 from physai_ros.protocol.observation import ImageData
-
-from physai_ros.client.robot_client import RobotClientCore
-from physai_ros.client.types import ClientState, HoldCommand
 
 SOURCES = ("system1", "system2", "safety", "monitor")
 

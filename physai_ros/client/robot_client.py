@@ -17,6 +17,9 @@ import uuid
 
 import numpy as np
 
+from physai_ros.client.round_ledger import RoundLedger
+from physai_ros.client.types import ClientCounters, ClientState, ExecutionReport, HoldCommand, TickOutput
+from physai_ros.config.robot import RobotConfig
 from physai_ros.control.async_trigger import AsyncTrigger
 from physai_ros.control.deadline import (ActionKind, DeadlineConfig, DeadlineMonitor,
                                          DeadlineState)
@@ -24,10 +27,6 @@ from physai_ros.control.latency import LatencyEstimator
 from physai_ros.protocol.chunk import STATUS_OK, STATUS_REFUSED, ActionChunkData
 from physai_ros.protocol.observation import ImageData, ObservationData
 from physai_ros.protocol.registration import RegistrationResult, RobotRegistration
-
-from physai_ros.client.round_ledger import RoundLedger
-from physai_ros.client.types import ClientCounters, ClientState, ExecutionReport, HoldCommand, TickOutput
-from physai_ros.config.robot import RobotConfig
 
 
 class RobotClientCore:

@@ -16,13 +16,12 @@ from __future__ import annotations
 import dataclasses
 import math
 
-from physai_ros.protocol.chunk import STATUS_REFUSED, ActionChunkData
-from physai_ros.protocol.observation import ObservationData
-from physai_ros.protocol.registration import RegistrationResult, RobotRegistration
-
 from physai_ros.client.robot_client import RobotClientCore
 from physai_ros.client.types import ClientState
 from physai_ros.config.robot import RobotConfig
+from physai_ros.protocol.chunk import STATUS_REFUSED, ActionChunkData
+from physai_ros.protocol.observation import ObservationData
+from physai_ros.protocol.registration import RegistrationResult, RobotRegistration
 
 
 class StreamingClient:

@@ -31,7 +31,6 @@ import torch
 
 from physai_ros.engine.batching import collate
 from physai_ros.engine.language.decoder import SamplingParams, batch_requests
-
 from physai_ros.pipeline.backend import ComponentAnswer, ComponentQuery
 from physai_ros.pipeline.kept_prefix import KeptPrefix, KeptPrefixes
 from physai_ros.pipeline.vla_inputs import QueryError, check_query, engine_input, question_ids

@@ -14,9 +14,8 @@ from typing import Any
 
 import numpy as np
 
-from physai_ros.protocol.observation import ImageData, ObservationData
-
 from physai_ros.pipeline.backend import VLM_COMPONENTS, ComponentQuery
+from physai_ros.protocol.observation import ImageData, ObservationData
 
 
 class QueryError(ValueError):

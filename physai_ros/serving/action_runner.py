@@ -13,16 +13,15 @@ from typing import Any
 
 import numpy as np
 
-from physai_ros.protocol.chunk import STATUS_ERROR, STATUS_OK, STATUS_REFUSED, ActionChunkData
-from physai_ros.protocol.observation import ObservationData
-from physai_ros.protocol.registration import RobotRegistration
-from physai_ros.scheduler.types import ACTION
-
 from physai_ros.engine.processor.images import image_to_rgb, to_model_pixels
 from physai_ros.engine.processor.normalizer import Normalizer
 from physai_ros.engine.processor.postprocess import decide_horizon
 from physai_ros.engine.processor.prompt import PromptStyle
 from physai_ros.engine.processor.tokenizer import PromptTokenizer
+from physai_ros.protocol.chunk import STATUS_ERROR, STATUS_OK, STATUS_REFUSED, ActionChunkData
+from physai_ros.protocol.observation import ObservationData
+from physai_ros.protocol.registration import RobotRegistration
+from physai_ros.scheduler.types import ACTION
 from physai_ros.serving.validation import Refusal, camera_slots
 
 

@@ -17,7 +17,6 @@ import numpy as np
 
 from physai_ros.protocol.observation import ObservationData
 from physai_ros.protocol.registration import RegistrationResult, RobotRegistration
-
 from physai_ros.serving.validation import UNKNOWN_ROBOT, ModelLimits, ObservationValidator, Refusal, check_registration
 
 # Registration refusal when the server is full (ROSA 3.4.4 admission control).

@@ -41,10 +41,9 @@ from typing import Mapping, Optional
 
 import numpy as np
 
+from physai_ros.config.chunk_merge import ChunkMergeConfig
 from physai_ros.protocol.chunk import STATUS_OK
 from physai_ros.protocol.observation import ObservationData
-
-from physai_ros.config.chunk_merge import ChunkMergeConfig
 
 
 @dataclass(frozen=True)

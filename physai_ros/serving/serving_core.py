@@ -25,14 +25,13 @@ from collections import deque
 from dataclasses import replace
 from typing import Any, Callable, Sequence
 
+from physai_ros.engine.processor.normalizer import Normalizer
+from physai_ros.engine.processor.prompt import PromptStyle
+from physai_ros.engine.processor.tokenizer import PromptTokenizer
 from physai_ros.protocol.chunk import ActionChunkData
 from physai_ros.protocol.observation import ObservationData
 from physai_ros.protocol.registration import RegistrationResult, RobotRegistration
 from physai_ros.scheduler.types import ACTION, Request
-
-from physai_ros.engine.processor.normalizer import Normalizer
-from physai_ros.engine.processor.prompt import PromptStyle
-from physai_ros.engine.processor.tokenizer import PromptTokenizer
 from physai_ros.serving.action_runner import ActionModelRunner
 from physai_ros.serving.instances import EngineSlot, InstancePool
 from physai_ros.serving.language.stream import FrameRobot

@@ -22,7 +22,6 @@ from typing import Callable, Sequence
 
 from physai_ros.protocol.chunk import ActionChunkData
 from physai_ros.serving.compute_threads import use_threads
-
 from physai_ros.serving.serving_core import BatchWork, ServingCore
 
 # How long the dispatcher sleeps when requests wait but nothing could be placed (held for a

@@ -32,12 +32,11 @@ from typing import Dict, List, Optional, Tuple
 import torch
 import torch.nn.functional as F
 
-from physai_ros.kernels import onednn, ops
-
 from physai_ros.engine.checkpoint.params import Weights
 from physai_ros.engine.pi0.modeling import MASK_VALUE, rope_angles, sincos_time_embedding
 from physai_ros.engine.rtc import RtcBatch, guide_rows
 from physai_ros.engine.types import GemmaSpec, Pi0Config, PrefixCache
+from physai_ros.kernels import onednn, ops
 
 
 @dataclass

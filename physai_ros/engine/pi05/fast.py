@@ -27,12 +27,11 @@ from typing import Dict, List, Optional, Tuple
 import torch
 import torch.nn.functional as F
 
-from physai_ros.kernels import onednn, ops
-
 from physai_ros.engine.checkpoint.params import Weights
 from physai_ros.engine.pi0.fast import FastPi0, _take
 from physai_ros.engine.pi0.modeling import sincos_time_embedding
 from physai_ros.engine.types import PrefixCache
+from physai_ros.kernels import onednn, ops
 
 
 @dataclass

@@ -25,7 +25,6 @@ import numpy as np
 from physai_ros.engine.checkpoint.format import (CONFIG_FILE, LEROBOT_03, LEROBOT_04, OWN_STATS_FILE, PHYSAI,
                                                  CheckpointError, CheckpointFormat, detect_format, read_json,
                                                  weight_files)
-
 from physai_ros.engine.processor import lerobot_steps as lp
 
 STATS_FILE = OWN_STATS_FILE

@@ -28,8 +28,6 @@ from typing import List, Optional, Tuple
 import torch
 import torch.nn.functional as F
 
-from physai_ros.kernels import ops
-
 from physai_ros.engine.checkpoint.params import Weights, random_weights
 from physai_ros.engine.engine import Pi0Engine
 from physai_ros.engine.pi0.fast import FastPi0
@@ -37,6 +35,7 @@ from physai_ros.engine.pi0.modeling import rope_angles, sincos_time_embedding
 from physai_ros.engine.streaming.force_token import ForceProjection
 from physai_ros.engine.streaming.tick import FusedKV, FusedTick
 from physai_ros.engine.types import Pi0Config, PrefixCache
+from physai_ros.kernels import ops
 
 
 @dataclass

@@ -10,9 +10,8 @@ import numpy as np
 from physai_ros_interfaces.msg import ActionChunk
 
 from physai_ros.protocol.chunk import STATUS_OK, ActionChunkData
-from physai_ros.ros.time_conv import to_sec
-
 from physai_ros.ros.codecs._arrays import f32_field, f32_values, safe_time
+from physai_ros.ros.time_conv import to_sec
 
 
 class ChunkMessageError(ValueError):

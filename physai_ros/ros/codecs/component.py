@@ -19,10 +19,9 @@ from physai_ros.pipeline.backend import ComponentAnswer as BackendAnswer
 from physai_ros.pipeline.backend import ComponentQuery as BackendQuery
 from physai_ros.protocol.component import ComponentAnswerData, ComponentRequest
 from physai_ros.protocol.observation import ENCODINGS
-from physai_ros.ros.time_conv import to_sec
-
 from physai_ros.ros.codecs._arrays import f32_field, f32_values, safe_time
 from physai_ros.ros.codecs.observation import image_data
+from physai_ros.ros.time_conv import to_sec
 
 # The encodings a component query's views may have (engine.processor.images.image_to_rgb's).
 QUERY_ENCODINGS = tuple(sorted(ENCODINGS))

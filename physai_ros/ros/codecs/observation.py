@@ -12,9 +12,8 @@ from physai_ros_interfaces.msg import Observation
 from sensor_msgs.msg import CompressedImage, Image
 
 from physai_ros.protocol.observation import ImageData, ObservationData
-from physai_ros.ros.time_conv import time_from_sec, to_sec
-
 from physai_ros.ros.codecs._arrays import f32_field, f32_values, safe_time
+from physai_ros.ros.time_conv import time_from_sec, to_sec
 
 
 def image_data(msg: Image) -> ImageData:

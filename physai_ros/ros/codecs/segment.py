@@ -5,9 +5,8 @@ import numpy as np
 from physai_ros_interfaces.msg import TrajectorySegment
 
 from physai_ros.protocol.segment import TrajectorySegmentData
-from physai_ros.ros.time_conv import time_from_sec, to_sec
-
 from physai_ros.ros.codecs._arrays import f32_field, f32_values
+from physai_ros.ros.time_conv import time_from_sec, to_sec
 
 
 class SegmentMessageError(ValueError):

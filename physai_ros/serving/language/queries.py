@@ -11,9 +11,8 @@ from collections import Counter, deque
 from dataclasses import dataclass, field
 from typing import Callable
 
-from physai_ros.protocol.text import SOURCE_OPERATOR, TextQuery
-
 from physai_ros.config.language import LanguageServerConfig
+from physai_ros.protocol.text import SOURCE_OPERATOR, TextQuery
 
 MAX_ANSWER_TOKENS = 256  # an operator's max_tokens above this is refused (KV memory per text)
 

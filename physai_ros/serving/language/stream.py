@@ -23,12 +23,11 @@ from collections import Counter, deque
 from dataclasses import dataclass, field
 from typing import Any, Callable, Mapping, Sequence
 
+from physai_ros.config.language import LanguageServerConfig, TaskLanguageConfig
 from physai_ros.engine.language.decoder import SamplingParams
 from physai_ros.engine.language.frame import DecodeBudget, decode_frame, start_texts
 from physai_ros.engine.language.kv_manager import KVCacheManager
 from physai_ros.protocol.text import REASON_REFUSED, SOURCE_TASK, QueryAnswer, RobotTextData, TextQuery
-
-from physai_ros.config.language import LanguageServerConfig, TaskLanguageConfig
 from physai_ros.serving.language.queries import PendingQuestion, QueryGate
 
 UNKNOWN_ROBOT_KEY = "(not served here)"  # refusals of questions for robots this server does not serve

@@ -6,12 +6,11 @@ from __future__ import annotations
 import time
 from typing import Any, Callable, Mapping, Sequence
 
+from physai_ros.config.fleet import FleetConfig, fleet_dir, resolve_package_path
 from physai_ros.config_fields import FleetConfigError
 from physai_ros.pipeline.backend import VLM_COMPONENTS, ComponentAnswer
 from physai_ros.pipeline.config import VLA_MODEL, HfModel
 from physai_ros.protocol.component import BACKEND_ERROR, ComponentAnswerData, ComponentRequest
-
-from physai_ros.config.fleet import FleetConfig, fleet_dir, resolve_package_path
 
 VLA_KEY = VLA_MODEL  # the backend key of `model: vla`
 

@@ -12,10 +12,9 @@ import time
 from dataclasses import replace
 from typing import Any, Sequence
 
+from physai_ros.config.fleet import load_fleet
 from physai_ros.pipeline.vla_backend import VLABackboneBackend
 from physai_ros.protocol.component import ComponentAnswerData, ComponentRequest
-
-from physai_ros.config.fleet import load_fleet
 from physai_ros.serving.action_runner import ActionModelRunner
 from physai_ros.serving.pipeline.backends import answer_data, ask
 from physai_ros.serving.startup.engine_builder import model_io

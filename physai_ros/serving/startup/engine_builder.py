@@ -3,16 +3,15 @@ from __future__ import annotations
 
 from typing import Any, Callable
 
-from physai_ros.engine.checkpoint.format import CheckpointFormat, detect_format
-from physai_ros.scheduler.base import make_scheduler
-
 from physai_ros.config.chunk_merge import check_against_model
 from physai_ros.config.fleet import FleetConfig, FleetConfigError, tokenizer_path
 from physai_ros.config.language import LanguageServerConfig
 from physai_ros.config.server import RemoteEngineConfig
+from physai_ros.engine.checkpoint.format import CheckpointFormat, detect_format
 from physai_ros.engine.processor.normalizer import Normalizer
 from physai_ros.engine.processor.prompt import PromptStyle, prompt_style_for
 from physai_ros.engine.processor.tokenizer import PromptTokenizer
+from physai_ros.scheduler.base import make_scheduler
 from physai_ros.serving.instances import EngineSlot, default_profile
 from physai_ros.serving.language.stream import LanguageStream
 from physai_ros.serving.rtc_planner import RtcPlanner

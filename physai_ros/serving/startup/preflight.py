@@ -12,12 +12,11 @@ from __future__ import annotations
 import os
 from pathlib import Path
 
+from physai_ros.config.fleet import FleetConfig, fleet_dir, resolve_package_path, tokenizer_path
 from physai_ros.config_fields import FleetConfigError
 from physai_ros.engine.checkpoint.format import PHYSAI, CheckpointError, detect_format
-from physai_ros.errors import UserInputError
-
-from physai_ros.config.fleet import FleetConfig, fleet_dir, resolve_package_path, tokenizer_path
 from physai_ros.engine.processor.normalizer import Normalizer
+from physai_ros.errors import UserInputError
 from physai_ros.serving.pipeline.backends import check_component_models
 from physai_ros.serving.validation import camera_slots
 
