@@ -35,14 +35,11 @@ from physai_ros.scheduler.types import ACTION, Request
 from physai_ros.serving.action_runner import ActionModelRunner
 from physai_ros.serving.instances import EngineSlot, InstancePool
 from physai_ros.serving.language.stream import FrameRobot
+from physai_ros.serving.redispatch import Redispatch
 from physai_ros.serving.registry import RobotRegistry, TaskEnded
 from physai_ros.serving.rtc_planner import RtcPlanner
 from physai_ros.serving.validation import ModelLimits, Refusal
 from physai_ros.serving.work import BatchRun, BatchWork, Dispatch, StepOutput, scheduler_task_key
-
-# A request whose instance was lost (worker gone) is dispatched at most this many times.
-MAX_DISPATCH_ATTEMPTS = 3
-
 
 class ServingCore:
     def __init__(self, engines: Sequence[EngineSlot], scheduler: Any, tokenizer: PromptTokenizer,
@@ -71,7 +68,8 @@ class ServingCore:
                                       allowed_horizon_policies, max_robots, robot_idle_release_s)
         self.scheduler = scheduler
         self.clock = clock
-        self._attempts: dict[str, int] = {}  # request_id -> dispatches so far (lost ones only)
+        # Requests lost with their instance go back to the queue (serving.redispatch).
+        self.redispatch = Redispatch(scheduler, self.failover)
         # Answers for accepted requests dropped outside submit (a restarted robot's queued round,
         # a lost request that cannot run again): every accepted round gets an answer. Drained by
         # take_notices() and submit().
@@ -233,7 +231,7 @@ class ServingCore:
         for comp in self.runners:
             key = scheduler_task_key(ended.robot_id, ended.task_id, comp)
             for req in self.scheduler.on_task_finished(key):
-                self._attempts.pop(req.request_id, None)  # a requeued one ends here too
+                self.redispatch.done(req.request_id)  # a requeued one ends here too
                 self._notices.append(self.runners.get(req.component, self.action_runner).refused(
                     req.payload, ended.registration, Refusal("superseded", ended.why)))
         self._last_task.pop(ended.robot_id, None)
@@ -315,30 +313,17 @@ class ServingCore:
                                      count=False)
             for req in work.requests:
                 if req.request_id not in again:  # answered with an error: no longer in flight
-                    self._attempts.pop(req.request_id, None)
+                    self.redispatch.done(req.request_id)
                     self.scheduler.on_completed(req.request_id, now, 0.0)
             self._work.notify_all()
             return out
 
     def _retry_lost(self, lost: list[Request], slot: EngineSlot, why: str, out: list[ActionChunkData],
                     limit: bool, now: float, count: bool = True) -> set[str]:
-        """Queue requests lost with their instance for another one, through the scheduler (under
-        the lock). With `limit`, a request lost MAX_DISPATCH_ATTEMPTS times gets an ERROR chunk
-        instead (a worker that keeps vanishing must not bounce a request forever), as does one
-        whose task ended meanwhile. Returns the ids queued again."""
-        again = set()
-        for req in lost:
-            n = self._attempts.get(req.request_id, 1)
-            if limit and n >= MAX_DISPATCH_ATTEMPTS:
-                self.failover["redispatch_exhausted"] += 1
-                out.append(self._error(req, f"{why} (after {n} instances)", slot))
-            elif not self.scheduler.requeue(req.request_id, now):
-                out.append(self._error(req, f"{why} (its task ended meanwhile)", slot))
-            else:
-                if count:
-                    self._attempts[req.request_id] = n + 1
-                again.add(req.request_id)
-        self.failover["redispatched"] += len(again)
+        """Under the lock: `lost` back to the queue (serving.redispatch); the requests it gives up
+        on get ERROR chunks in `out`. Returns the ids queued again."""
+        again, given_up = self.redispatch.retry(lost, now, limit=limit, count=count)
+        out.extend(self._error(req, f"{why} ({reason})", slot) for req, reason in given_up)
         return again
 
     # ---- dispatching and running batches -------------------------------------------------
@@ -479,7 +464,7 @@ class ServingCore:
                                             inference_ms, run.prepare_s.get(req.request_id, 0.0)))
             for req in work.requests:
                 if req.request_id not in again:
-                    self._attempts.pop(req.request_id, None)
+                    self.redispatch.done(req.request_id)
                     self.scheduler.on_completed(req.request_id, run.t1, (run.t1 - run.t0))
             self._work.notify_all()
 
