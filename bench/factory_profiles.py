@@ -28,7 +28,7 @@ heads x 128). The profile key is model:role because the same weights answer with
 output lengths (the System 2 plan vs the monitor's one-word verdict).
 
     .venv/bin/python bench/factory_profiles.py                 # table of service times, H100 and H200
-    .venv/bin/python bench/factory_profiles.py --write h100    # config/factory_profiles_h100.json (fleet_factory.yaml's)
+    .venv/bin/python bench/factory_profiles.py --write h100    # config/factory_profiles_h100.json
 """
 from __future__ import annotations
 
@@ -257,7 +257,8 @@ def _table() -> None:
 
 def main(argv=None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    ap.add_argument("--write", choices=[h.lower() for h in HARDWARE], help="write config/factory_profiles_<hw>.json, beside the fleet files that name it")
+    ap.add_argument("--write", choices=[h.lower() for h in HARDWARE],
+                    help="write config/factory_profiles_<hw>.json, beside the fleet files that name it")
     ap.add_argument("--requests", type=int, default=2000, help="requests per profiled rate")
     args = ap.parse_args(argv)
     if args.write:

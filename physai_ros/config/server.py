@@ -6,7 +6,8 @@ from dataclasses import dataclass, field
 from typing import Any, Mapping
 
 from physai_ros.config.language import LanguageServerConfig, parse_server_language
-from physai_ros.config_fields import FleetConfigError, boolean, integer, join_key, mapping, no_unknown, number, required, string
+from physai_ros.config_fields import (FleetConfigError, boolean, integer, join_key, mapping, no_unknown, number,
+                                      required, string)
 from physai_ros.protocol.chunk import HOLD_ENGINE_INSTANCE
 
 SCHEDULERS = ("fifo", "autellix", "wait_ratio")

@@ -114,8 +114,8 @@ class PolicyServerNode(Node):
         self.pipeline = PolicyServerPipeline.maybe(self, self.fleet, self.core)  # task pipelines: /<ns>/component_query
         # Each serving thread sets its own torch thread count (serving.compute_threads.use_threads).
         self._serving_threads = ServingThreads(self.core, self._publish_chunks, self._publish_refresh,
-                                     self.get_logger().error, on_texts=self._publish_texts,
-                                     torch_threads=serving_threads(torch_threads)).start()
+                                               self.get_logger().error, on_texts=self._publish_texts,
+                                               torch_threads=serving_threads(torch_threads)).start()
         if self.fleet.server.robot_timeout_s is not None:
             # A robot silent past server.robot_timeout_s (network cut, client dead) is freed.
             self.create_timer(1.0, self._release_idle_robots)

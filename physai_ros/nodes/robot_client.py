@@ -51,8 +51,8 @@ from physai_ros.nodes.robot_client_operator import OperatorIO
 from physai_ros.nodes.robot_client_pipeline import PipelineIO
 from physai_ros.nodes.robot_client_streaming import StreamingIO
 from physai_ros.protocol.chunk import is_hold_chunk
-from physai_ros.protocol.topics import (ACTION_CHUNK_TOPIC, CLIENT_STATUS_TOPIC, EXECUTION_INFO_TOPIC, OBSERVATION_TOPIC,
-                                        REFRESH_TOPIC, REGISTER_SERVICE)
+from physai_ros.protocol.topics import (ACTION_CHUNK_TOPIC, CLIENT_STATUS_TOPIC, EXECUTION_INFO_TOPIC,
+                                        OBSERVATION_TOPIC, REFRESH_TOPIC, REGISTER_SERVICE)
 from physai_ros.ros.codecs.chunk import chunk_from_msg, chunk_to_msg
 from physai_ros.ros.codecs.execution_info import execution_state_from_msg
 from physai_ros.ros.codecs.observation import compressed_image_data, image_data, observation_to_msg

@@ -15,8 +15,9 @@ from dataclasses import dataclass
 from physai_ros.pipeline.answers import Parsed, parse_answer
 from physai_ros.pipeline.backend import ComponentAnswer
 from physai_ros.pipeline.config import PERIODIC, TaskPipelineConfig
-from physai_ros.pipeline.decisions import (Acknowledged, ComponentCounters, Decision, DropPlan, DueQuery, EndTask, Escalate, Hold,
-                        PipelineCounters, Replan, ResetEpisode, Resume, SetPrompt, Step)
+from physai_ros.pipeline.decisions import (Acknowledged, ComponentCounters, Decision, DropPlan, DueQuery, EndTask,
+                                           Escalate, Hold, PipelineCounters, Replan, ResetEpisode, Resume, SetPrompt,
+                                           Step)
 
 ASK_ORDER = ("system2", "safety", "monitor")
 # Issued ids remembered so a late answer to a given-up query is counted on its component.

@@ -38,7 +38,7 @@ from physai_ros.scheduler.types import LatencyProfile
 from physai_ros.security.endpoints import BATCH_REQUEST, BATCH_RESULT, WORKER_STATUS
 from physai_ros.security.handshake import AuthError
 from physai_ros.workers.codec import (BadResult, WorkerStatus, config_from_json, decode_result,
-                                     decode_status, encode_request)
+                                      decode_status, encode_request)
 
 
 # How often a waiting infer() checks the worker's heartbeat.

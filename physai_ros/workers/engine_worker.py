@@ -15,7 +15,7 @@ from physai_ros_interfaces.msg import EngineBatchRequest, EngineBatchResult
 from physai_ros.protocol.topics import check_instance_id
 from physai_ros.scheduler.types import LatencyProfile
 from physai_ros.workers.codec import (BadRequest, WorkerStatus, config_to_json, decode_request, encode_result,
-                    error_result)
+                                      error_result)
 from physai_ros.workers.profiling import measure_profile
 
 

@@ -6,7 +6,7 @@ import torch
 import yaml
 
 from physai_ros.config.fleet import (FleetConfigError, default_fleet_path, load_fleet,
-                                       parse_fleet, resolve_package_path, tokenizer_path)
+                                     parse_fleet, resolve_package_path, tokenizer_path)
 
 
 @pytest.fixture(scope="module")

@@ -10,9 +10,9 @@ import torch
 from physai_ros.engine import Pi0Config, random_weights
 from physai_ros.engine.batching import collate
 from physai_ros.engine.language.decoder import (DONE_BUDGET, DONE_CANCELLED, DONE_EOS, DONE_STOP, PlainLanguage,
-                                        SamplingParams)
+                                                SamplingParams)
 from physai_ros.engine.pi0.modeling import (PlainPi0, attention, embed_prefix, gemma_mlp, gemma_qkv, lin_nb, rms_norm,
-                                     rope_cos_sin)
+                                            rope_cos_sin)
 from physai_ros.engine.pi05.modeling import PlainPi05
 
 from engine_helpers import make_input

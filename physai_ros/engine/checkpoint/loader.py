@@ -23,7 +23,9 @@ from typing import Callable, Dict, List, Optional, Tuple
 
 import torch
 
-from physai_ros.engine.checkpoint.format import CheckpointError, CheckpointFormat, detect_format, resolve_overrides, weight_files  # CheckpointError: torch-free there (preflight), re-exported
+# CheckpointError: torch-free there (preflight), re-exported
+from physai_ros.engine.checkpoint.format import (CheckpointError, CheckpointFormat, detect_format, resolve_overrides,
+                                                 weight_files)
 from physai_ros.engine.checkpoint.params import Weights, infer_config, param_shapes
 from physai_ros.engine.types import Pi0Config
 

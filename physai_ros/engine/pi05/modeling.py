@@ -22,7 +22,8 @@ from typing import Tuple
 import torch
 import torch.nn.functional as F
 
-from physai_ros.engine.pi0.modeling import PlainPi0, attention, gemma_mlp, gemma_qkv, lin, lin_nb, rope_cos_sin, sincos_time_embedding
+from physai_ros.engine.pi0.modeling import (PlainPi0, attention, gemma_mlp, gemma_qkv, lin, lin_nb, rope_cos_sin,
+                                            sincos_time_embedding)
 from physai_ros.engine.types import PrefixCache
 
 

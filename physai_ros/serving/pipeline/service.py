@@ -37,8 +37,8 @@ from physai_ros.protocol.component import (BAD_IMAGES, BAD_QUESTION, BAD_STATE, 
                                            MAX_TOKENS, SUPERSEDED, UNKNOWN_COMPONENT, UNKNOWN_ROBOT, WRONG_TASK,
                                            ComponentAnswerData, ComponentRequest, refusal)
 from physai_ros.serving.compute_threads import use_threads
-from physai_ros.serving.pipeline.backends import (VLA_KEY, _key_paths, answer_data, ask, distinct, instance_key, load_backends,
-                                 plan_routes)
+from physai_ros.serving.pipeline.backends import (VLA_KEY, _key_paths, answer_data, ask, distinct, instance_key,
+                                                  load_backends, plan_routes)
 from physai_ros.serving.pipeline.order import ComponentOrder
 
 @dataclass(frozen=True)
