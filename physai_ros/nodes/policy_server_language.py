@@ -16,7 +16,6 @@ f_min per instance); per robot, its status carries text_tokens_per_s, text_activ
 """
 from __future__ import annotations
 
-
 from physai_ros_interfaces.msg import RobotText
 from physai_ros_interfaces.srv import AskRobot
 

@@ -16,7 +16,6 @@ segment never waits for the executor.
 from __future__ import annotations
 
 import dataclasses
-
 import time
 
 from physai_ros_interfaces.msg import TrajectorySegment, WrenchSample

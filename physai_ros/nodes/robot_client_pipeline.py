@@ -35,7 +35,6 @@ from physai_ros.ros.time_conv import now_sec
 from physai_ros.security.handshake import AuthError
 
 
-
 def query_msg(q: OutgoingQuery) -> ComponentQuery:
     """The robot's camera Images are reused as received (no copy), as in its Observations."""
     query = BackendQuery(robot_id=q.robot_id, component=q.component, question=q.question,

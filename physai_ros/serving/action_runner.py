@@ -25,7 +25,6 @@ from physai_ros.scheduler.types import ACTION
 from physai_ros.serving.validation import Refusal, camera_slots
 
 
-
 @dataclass(frozen=True)
 class HostOutput:
     """One request's engine output on the host: actions float32 [chunk_size, max_action_dim] in

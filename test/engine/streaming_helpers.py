@@ -11,7 +11,6 @@ from physai_ros.engine.streaming.streams import StreamingConfig, StreamingCore
 from engine_helpers import make_input
 
 
-
 @pytest.fixture(autouse=True)
 def one_torch_thread():
     """Tiny tensors: a second intra-op thread only adds hand-offs (and on a loaded 2-core
