@@ -21,7 +21,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Mapping
 
-from physai_ros.monitoring.diagnostics import Thresholds
+from physai_ros.monitoring.thresholds import Thresholds
 
 # Defaults for the default fleet (slo_ms 500): p99 latency near the SLO warns, past it errors.
 DEFAULT_THRESHOLDS = {

@@ -29,7 +29,7 @@ from std_msgs.msg import UInt64
 
 from physai_ros.config.fleet import load_fleet
 from physai_ros.monitoring.config import load_monitoring
-from physai_ros.monitoring.diagnostics import MetricsTask
+from physai_ros.monitoring.thresholds import MetricsTask
 from physai_ros.monitoring.metrics import MetricsPublisher
 from physai_ros.monitoring.refusals import RefusalHealth
 from physai_ros.monitoring.server_metrics import ServerMetrics, model_status

@@ -45,7 +45,7 @@ from physai_ros.config.fleet import load_fleet
 from physai_ros.control.hold import hold_chunk
 from physai_ros.monitoring.client_view import ClientView
 from physai_ros.monitoring.config import load_monitoring
-from physai_ros.monitoring.diagnostics import MetricsTask
+from physai_ros.monitoring.thresholds import MetricsTask
 from physai_ros.monitoring.metrics import MetricsPublisher
 from physai_ros.nodes.robot_client_operator import OperatorIO
 from physai_ros.nodes.robot_client_pipeline import PipelineIO

@@ -15,7 +15,7 @@ import rclpy
 from rclpy.executors import SingleThreadedExecutor
 from rclpy.signals import SignalHandlerOptions
 
-from physai_ros.monitoring.diagnostics import MetricsTask, Thresholds
+from physai_ros.monitoring.thresholds import MetricsTask, Thresholds
 from physai_ros.monitoring.metrics import MetricsPublisher
 from physai_ros.monitoring.window import SlidingWindow
 from physai_ros.ros.diagnostics_updater import BACKEND, FrequencyStatus, FrequencyStatusParam, Updater

@@ -4,9 +4,8 @@ import math
 
 import pytest
 
-from physai_ros.monitoring.diagnostics import (
-    ERROR, OK, STALE, WARN, DiagnosticStatusWrapper, DiagnosticTaskVector, FrequencyStatus,
-    FrequencyStatusParam, FunctionDiagnosticTask, MetricsTask, Thresholds, as_level, level_byte)
+from physai_ros.monitoring.diagnostics import (ERROR, OK, STALE, WARN, DiagnosticStatusWrapper, DiagnosticTaskVector, FrequencyStatus, FrequencyStatusParam, FunctionDiagnosticTask, as_level, level_byte)
+from physai_ros.monitoring.thresholds import MetricsTask, Thresholds
 
 
 class FakeClock:

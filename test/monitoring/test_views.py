@@ -11,7 +11,8 @@ from hypothesis import strategies as st
 
 from physai_ros.monitoring.client_view import ClientView, finite_wrench
 from physai_ros.monitoring.config import MonitoringConfig, load_monitoring
-from physai_ros.monitoring.diagnostics import ERROR, OK, WARN, DiagnosticStatusWrapper, MetricsTask
+from physai_ros.monitoring.diagnostics import ERROR, OK, WARN, DiagnosticStatusWrapper
+from physai_ros.monitoring.thresholds import MetricsTask
 from physai_ros.monitoring.refusals import MAX_ID_CHARS, OTHER, RefusalHealth, RefusalLog
 from physai_ros.monitoring.server_view import ServerView
 from physai_ros.monitoring.window import CounterRate
