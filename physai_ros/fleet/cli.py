@@ -404,7 +404,8 @@ def main(argv: list[str] | None = None) -> int:
             Path(args.summary_json).parent.mkdir(parents=True, exist_ok=True)
             Path(args.summary_json).write_text(json.dumps(doc, indent=2))
         if args.report:
-            from physai_ros.monitoring.report import parse_summary, render_dashboard
+            from physai_ros.monitoring.report import render_dashboard
+            from physai_ros.monitoring.run_summary import parse_summary
 
             try:
                 print(f"physai-fleet: report {render_dashboard(parse_summary(doc), args.report)}", flush=True)

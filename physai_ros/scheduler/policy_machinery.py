@@ -2,13 +2,13 @@
 stale-observation refresh, placement and counters. A policy only supplies `order_slots()`."""
 from __future__ import annotations
 
-import math
 from collections import Counter
 from typing import Any, Optional, Sequence
 
 import numpy as np
 
 from physai_ros.scheduler.bookkeeping import TaskBook
+from physai_ros.scheduler.pending import PendingEntry, finite, validate
 from physai_ros.scheduler.placement import PLACEMENT_RULES, place
 from physai_ros.scheduler.table import OrderedView, PendingTable
 from physai_ros.scheduler.types import (
@@ -23,84 +23,6 @@ from physai_ros.scheduler.types import (
 # How a pending round's ongoing wait is counted (bookkeeping.py): "paper" from when the robot
 # actually waits; "lookahead" from when the next generation must start (our earlier reading).
 PROVISIONAL_WAITS = ("paper", "lookahead")
-
-
-class PendingEntry:
-    """A queued request plus what the policies need to rank it in O(1)."""
-
-    __slots__ = ("request", "book", "seq", "skip_base", "wait_sum", "anchor", "t_start",
-                 "ratio_floor", "hold_floor", "exec_est", "refresh_asked_at", "refreshed", "priority",
-                 "first_rank", "slot")
-
-    def __init__(self, request: Request, book: TaskBook, seq: int, cycle: int, now: float,
-                 default_exec_s: float, hold_floor: bool = False) -> None:
-        self.request = request
-        self.book = book
-        self.seq = seq                     # submission order (FIFO and tie-breaks)
-        self.skip_base = cycle             # skipped = scheduler cycle - skip_base
-        self.hold_floor = hold_floor       # hold_ratio_floor (not the paper's; see rebind)
-        # Order among requests served ahead of all (requeued, or selected and held for a
-        # refresh): the order they were selected in, not the order they arrived in.
-        self.first_rank: tuple = (0, seq)
-        self.refresh_asked_at: Optional[float] = None
-        self.refreshed = False             # a refresh was done (or timed out): never ask twice
-        self.priority = False              # selected before but held for a refresh: serve first
-        self.slot = -1                     # row in the PendingTable
-        self.rebind(now, default_exec_s)
-
-    def rebind(self, now: float, default_exec_s: float) -> None:
-        """Freeze the task's wait-ratio parameters for this round (they are constant while the
-        request is queued). With hold_floor (hold_ratio_floor=True, not in the paper, which
-        relies on aging) the ratio never drops below its value now, at submission."""
-        book, req = self.book, self.request
-        self.wait_sum = book.wait_sum
-        self.anchor = book.wait_anchor(req.round_id)
-        self.t_start = book.t_start
-        self.ratio_floor = 0.0
-        if self.hold_floor:
-            self.ratio_floor = self.wait_ratio(now)
-        last = book.last_exec_s if book.last_exec_s is not None else req.last_exec_duration
-        # Floor at one control period: an estimate of 0 could never age (0 x (1 + skipped)).
-        self.exec_est = max(last if last is not None else default_exec_s, req.control_period)
-
-    def wait_ratio(self, now: float) -> float:
-        """Reference (scalar) form of the ratio the policies compute vectorised."""
-        w = self.wait_sum + (now - self.anchor if now > self.anchor else 0.0)
-        life = now - self.t_start
-        r = (1.0 if w > 0.0 else 0.0) if life <= 0.0 else w / life
-        if r > 1.0:
-            r = 1.0
-        return r if r > self.ratio_floor else self.ratio_floor
-
-
-def _finite(x: Any) -> bool:
-    return isinstance(x, (int, float)) and not isinstance(x, bool) and math.isfinite(x)
-
-
-def validate(req: Any) -> str:
-    """Empty string when the request is well formed, else the reason it is not."""
-    if not isinstance(req, Request):
-        return f"not a Request: {type(req).__name__}"
-    if not isinstance(req.request_id, str) or not req.request_id:
-        return "request_id must be a non-empty string"
-    if not isinstance(req.task_id, str) or not req.task_id:
-        return "task_id must be a non-empty string"
-    if not isinstance(req.round_id, int) or isinstance(req.round_id, bool) or req.round_id < 0:
-        return f"round_id must be an int >= 0, got {req.round_id!r}"
-    for name in ("arrival_time", "obs_capture_time"):
-        if not _finite(getattr(req, name)):
-            return f"{name} must be a finite number, got {getattr(req, name)!r}"
-    if req.exec_phase_start is not None and not _finite(req.exec_phase_start):
-        return f"exec_phase_start must be None or finite, got {req.exec_phase_start!r}"
-    if not isinstance(req.actions_remaining, int) or isinstance(req.actions_remaining, bool) \
-            or req.actions_remaining < 0:
-        return f"actions_remaining must be an int >= 0, got {req.actions_remaining!r}"
-    if not _finite(req.control_period) or req.control_period <= 0:
-        return f"control_period must be > 0, got {req.control_period!r}"
-    if req.last_exec_duration is not None and (not _finite(req.last_exec_duration)
-                                               or req.last_exec_duration < 0):
-        return f"last_exec_duration must be None or >= 0, got {req.last_exec_duration!r}"
-    return ""
 
 
 class QueueScheduler:
@@ -153,7 +75,7 @@ class QueueScheduler:
     def submit(self, request: Request, now: float) -> SubmitResult:
         self._counts["submitted"] += 1
         reason = validate(request)
-        if not reason and not _finite(now):
+        if not reason and not finite(now):
             reason = f"now must be finite, got {now!r}"
         if not reason and request.request_id in self._inflight:
             reason = f"request_id {request.request_id!r} is already in flight"
@@ -209,14 +131,14 @@ class QueueScheduler:
 
     def on_completed(self, request_id: str, now: float, generation_s: float) -> None:
         item = self._inflight.pop(request_id, None)
-        if item is None or not _finite(now):
+        if item is None or not finite(now):
             self._counts["unknown_completion"] += 1
             return
         req, _ = item
         self._counts["completed"] += 1
         book = self._books.get(req.task_id)
         if book is not None:
-            book.on_complete(req.round_id, now, generation_s if _finite(generation_s) else 0.0)
+            book.on_complete(req.round_id, now, generation_s if finite(generation_s) else 0.0)
 
     def on_task_finished(self, task_id: str) -> list[Request]:
         dropped = [e.request for e in self._pending.values() if e.request.task_id == task_id]

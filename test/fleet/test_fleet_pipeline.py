@@ -81,7 +81,7 @@ def test_the_report_counts_components_events_and_renders_lines():
     assert caps[0][0] == [] and caps[0][1] == dashboard_lines(serving[0]) and caps[1] == [[]]
     assert with_pipeline_lines(None, rows, [{"id": "robot_0"}]) is None
     # The PNG dashboard's table gets the same text per robot (monitoring.report).
-    from physai_ros.monitoring.report import parse_summary
+    from physai_ros.monitoring.run_summary import parse_summary
 
     run = parse_summary({"robots": serving})
     assert run.robots[0].pipeline == "; ".join(dashboard_lines(serving[0])) and run.robots[1].pipeline == ""

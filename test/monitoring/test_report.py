@@ -7,7 +7,8 @@ import cv2
 import numpy as np
 import pytest
 
-from physai_ros.monitoring.report import load_summary, parse_summary, render_dashboard
+from physai_ros.monitoring.report import render_dashboard
+from physai_ros.monitoring.run_summary import load_summary, parse_summary
 
 from synthetic import synthetic_summary
 
