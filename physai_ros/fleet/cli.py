@@ -20,7 +20,9 @@ import threading
 import time
 from pathlib import Path
 
+from physai_ros.fleet.arguments import fleet_config, parse_args
 from physai_ros.fleet.processes import ProcessGroup, ProcessSpec
+from physai_ros.fleet.run_watch import trace_meta, watch_clients, watch_pipeline_events, write_trace
 
 SHM_PROFILE_BYTES = 300_000  # frames above this need the 16 MB shared-memory profile
 # With localhost discovery Fast DDS announces a participant to 32 participant ids by default; a
@@ -43,88 +45,6 @@ def fastdds_profile_path() -> Path | None:
     return path if path.exists() else None
 
 
-def parse_args(argv: list[str] | None) -> argparse.Namespace:
-    ap = argparse.ArgumentParser(prog="physai-fleet", description=__doc__.split("\n\n")[0])
-    ap.add_argument("--fleet", default=None, help="fleet.yaml (default: the embedded config/fleet.yaml)")
-    ap.add_argument("--scripted", action="store_true",
-                    help="drive the robots with the scripted expert instead of the policy server")
-    ap.add_argument("--robots", type=int, default=None,
-                    help="number of robots (default: as listed in the fleet file; 2 with --scripted)")
-    ap.add_argument("--duration", type=float, default=30.0,
-                    help="seconds to run, counted from when the policy server serves (its start-up, "
-                         "which can take a minute on a busy machine, is not counted; default 30)")
-    ap.add_argument("--dry-run", action="store_true",
-                    help="print the install layout, fleet file, ROS domain and the processes, and exit")
-    ap.add_argument("--tasks", default="pick_and_place,reach", help="comma list, assigned round robin")
-    ap.add_argument("--views", type=int, default=1, help="camera views per robot, 1..3")
-    ap.add_argument("--width", type=int, default=224)
-    ap.add_argument("--height", type=int, default=224)
-    ap.add_argument("--num-joints", type=int, default=4)
-    ap.add_argument("--seed", type=int, default=0, help="robot k uses seed+k")
-    ap.add_argument("--control-rate", type=float, default=480.0, help="trajectory controller rate, Hz")
-    ap.add_argument("--merge", default="replace", help="chunk merge rule: replace, crossfade, weighted_average")
-    ap.add_argument("--contact-sheet", default="out/demo_contact_sheet.png")
-    ap.add_argument("--summary-json", default=None)
-    ap.add_argument("--report", default=None, metavar="PATH",
-                    help="render the PNG run dashboard (physai_ros.monitoring.report) to PATH")
-    ap.add_argument("--log-dir", default="out/fleet_logs")
-    ap.add_argument("--probe-all-streams", action="store_true",
-                    help="also subscribe to the 480 Hz wrench and joint_trajectory streams (costly)")
-    ap.add_argument("--snapshot-period", type=float, default=None,
-                    help="seconds between contact-sheet frames (default duration/6)")
-    ap.add_argument("--checkpoint", default=None, metavar="DIR", help="serve this policy directory (LeRobot "
-                    "<= 0.3 or >= 0.4, or ours) instead of the fleet file's server.model")
-    ap.add_argument("--record-trace", default=None, metavar="PATH",
-                    help="write one task trace per robot (physai-trace/1 JSON, physai_ros.sim.traces) "
-                         "from the observation/action_chunk/execution_info topics; needs the policy server")
-    args = ap.parse_args(argv)
-    if args.record_trace and args.scripted:
-        ap.error("--record-trace records the policy server's rounds: it cannot be used with --scripted")
-    if args.checkpoint and args.scripted:
-        ap.error("--checkpoint sets the policy server's model: it cannot be used with --scripted")
-    from physai_ros.install_paths import InstallLayoutError
-    from physai_ros.config.fleet import FleetConfigError
-    from physai_ros.security.keystore import KeystoreError
-    from physai_ros.serving.startup.preflight import ServerFilesError, check_keystore, check_server_files
-
-    try:
-        if args.scripted:
-            args.robots = 2 if args.robots is None else args.robots
-        else:
-            cfg = _fleet_config(args.fleet, checkpoint=args.checkpoint)
-            if args.robots is None and args.fleet is None:
-                args.robots = demo_robots(len(cfg.robots))
-            args.robots = len(cfg.robots) if args.robots is None else args.robots
-            from physai_ros.fleet.plan import check_sim
-
-            check_sim(cfg)
-            # Before any process starts: a missing checkpoint is named now, not a minute later
-            # (the robots that will run: --robots may run fewer than the file lists).
-            check_server_files(cfg.with_num_robots(args.robots))
-            check_keystore(cfg.with_num_robots(args.robots))
-    except (FleetConfigError, ServerFilesError, InstallLayoutError, KeystoreError) as e:
-        ap.exit(2, f"physai-fleet: error: {e}\n")
-    if args.robots < 1:
-        ap.error("--robots must be >= 1")
-    if args.duration <= 0:
-        ap.error("--duration must be positive")
-    return args
-
-
-def demo_robots(listed: int) -> int:
-    """The default demo's robots run on this machine: as many as its cores carry beside the
-    server (fleet.startup.robots_that_fit), said when that is fewer than the file lists."""
-    from physai_ros.fleet.startup import ROBOT_SIDE_CORES, SERVER_CORES, available_cores, robots_that_fit
-
-    cores = available_cores()
-    fit = robots_that_fit(cores, listed)
-    if fit < listed:
-        print(f"physai-fleet: {cores:g} core(s) here: running {fit} of the demo's {listed} simulated robots "
-              f"(each takes ~{ROBOT_SIDE_CORES:g} of a core beside the server's ~{SERVER_CORES:g}); "
-              f"--robots {listed} runs all", flush=True)
-    return fit
-
-
 def scripted_robot_specs(k: int, args: argparse.Namespace) -> list[ProcessSpec]:
     """--scripted: robot k with the scripted planner instead of a policy server and client."""
     tasks = [t.strip() for t in args.tasks.split(",") if t.strip()]
@@ -141,22 +61,13 @@ def scripted_robot_specs(k: int, args: argparse.Namespace) -> list[ProcessSpec]:
     ]
 
 
-def _fleet_config(path, robots=None, checkpoint=None):
-    from physai_ros.config.fleet import load_fleet
-
-    cfg = load_fleet(path)
-    if checkpoint:
-        cfg = cfg.with_checkpoint(checkpoint)
-    return cfg.with_num_robots(robots) if robots else cfg
-
-
 def build_fleet(args: argparse.Namespace) -> list[ProcessSpec]:
     """The fleet's processes, and the diagnostics aggregator rqt_robot_monitor needs (last)."""
     from physai_ros.fleet.plan import aggregator_spec, fleet_plan
 
     if args.scripted:
         return [spec for k in range(args.robots) for spec in scripted_robot_specs(k, args)] + [aggregator_spec()]
-    cfg = _fleet_config(args.fleet, args.robots, args.checkpoint)
+    cfg = fleet_config(args.fleet, args.robots, args.checkpoint)
     specs = fleet_plan(cfg)
     if args.checkpoint:
         # The server reads the fleet file itself; this parameter carries the replacement.
@@ -179,7 +90,7 @@ def monitored_robots(args: argparse.Namespace) -> dict[str, int]:
     """namespace -> camera views, for the monitor."""
     if args.scripted:
         return {f"robot_{k}": args.views for k in range(args.robots)}
-    return {r.namespace: r.num_views for r in _fleet_config(args.fleet, args.robots).robots}
+    return {r.namespace: r.num_views for r in fleet_config(args.fleet, args.robots).robots}
 
 
 def fleet_env(args: argparse.Namespace) -> dict[str, str]:
@@ -187,7 +98,7 @@ def fleet_env(args: argparse.Namespace) -> dict[str, str]:
     env.setdefault("ROS_AUTOMATIC_DISCOVERY_RANGE", "LOCALHOST")
     frame = args.width * args.height * 3
     if not args.scripted:
-        frame = max(h * w * 3 for r in _fleet_config(args.fleet, args.robots).robots
+        frame = max(h * w * 3 for r in fleet_config(args.fleet, args.robots).robots
                     for h, w in map(r.camera_size, range(r.num_views)))
     participants = 3 * args.robots + 2  # per robot sim, client, controller; server; this monitor
     if (frame > SHM_PROFILE_BYTES or participants > DEFAULT_DISCOVERY_PEERS) \
@@ -366,12 +277,12 @@ def main(argv: list[str] | None = None) -> int:
         print(task_completion_line(summaries), flush=True)
         serving = [] if args.scripted else serving_summary(summaries, client_status)
         fleet_tasks = {} if args.scripted else {rb.id: rb.task.name
-                                                for rb in _fleet_config(args.fleet, args.robots).robots}
+                                                for rb in fleet_config(args.fleet, args.robots).robots}
         for r in serving:  # task pipelines: the pipeline's counters and the PipelineEvents seen, per robot
             r.update(pipeline_fields(client_status.get(r["id"]), pipeline_events.doc(r["id"]), elapsed,
                                      fleet_tasks.get(r["id"], "")))
         pipelines = fleet_totals(serving)
-        asked = {} if args.scripted else questions(_fleet_config(args.fleet, args.robots).robots)
+        asked = {} if args.scripted else questions(fleet_config(args.fleet, args.robots).robots)
         off = "--scripted: no policy server, no language stream" if args.scripted else NO_LANGUAGE
         for line in (format_serving(serving) + format_pipeline(serving) + format_totals(pipelines)
                      + format_language(monitor.text_logs, asked, elapsed, off_reason=off)):
@@ -443,73 +354,9 @@ def print_plan(args: argparse.Namespace, env: dict[str, str]) -> None:
     layout = install_layout()
     print(f"physai-fleet: install {layout.kind}: package {layout.package_dir}, share {layout.share_dir}")
     if not args.scripted:
-        cfg = _fleet_config(args.fleet, args.robots, args.checkpoint)
+        cfg = fleet_config(args.fleet, args.robots, args.checkpoint)
         print(f"physai-fleet: fleet file {cfg.source} ({len(cfg.robots)} robot(s)), model "
               f"{cfg.server.model.checkpoint or 'preset ' + str(cfg.server.model.preset)}")
     print(f"physai-fleet: Fast DDS profile {env.get('FASTDDS_DEFAULT_PROFILES_FILE', '(none needed)')}")
     for spec in build_fleet(args):
         print("  " + " ".join(spec.argv()))
-
-
-def trace_meta(args: argparse.Namespace) -> dict:
-    cfg = _fleet_config(args.fleet, args.robots, args.checkpoint)
-    m = cfg.server.model
-    return {"source": "physai-fleet --record-trace", "fleet": args.fleet or "embedded config/fleet.yaml",
-            "model": m.checkpoint or f"preset {m.preset} (random weights, seed {m.seed})",
-            "device": cfg.server.device, "scheduler": cfg.server.scheduler,
-            "engine_instances": cfg.server.engine_instances,
-            "robots": {r.namespace: {"task": r.task.name, "horizon_policy": r.task.horizon_policy,
-                                     "horizon_params": list(r.task.horizon_params),
-                                     "action_rate_hz": r.task.action_rate_hz} for r in cfg.robots}}
-
-
-def write_trace(capture, path: str, elapsed: float) -> bool:
-    """Save the recorded traces; False (and a message) when no robot completed a round."""
-    from physai_ros.sim.traces import save_traces
-
-    traces = capture.trace_set()
-    traces.meta["duration_s"] = round(elapsed, 3)
-    if not traces.tasks:
-        print(f"physai-fleet: no trace written: no robot completed a round (ignored messages "
-              f"{traces.meta['ignored_messages']})", file=sys.stderr)
-        return False
-    Path(path).parent.mkdir(parents=True, exist_ok=True)
-    save_traces(path, traces)
-    rounds = ", ".join(f"{t.robot_id} {len(t.rounds)}" for t in traces.tasks)
-    print(f"physai-fleet: trace {path} (rounds per robot: {rounds}; ignored messages "
-          f"{traces.meta['ignored_messages']}, dropped rounds {traces.meta['dropped_rounds']})", flush=True)
-    return True
-
-
-def watch_clients(monitor, robots: dict[str, int]) -> dict[str, dict]:
-    """Newest client_status JSON per robot (robot_client publishes it at 1 Hz)."""
-    import json
-
-    from std_msgs.msg import String
-
-    from physai_ros.protocol.topics import CLIENT_STATUS_TOPIC, robot_topic
-    from physai_ros.ros import qos
-
-    status: dict[str, dict] = {}
-    for ns in robots:
-        monitor.create_subscription(String, robot_topic(ns, CLIENT_STATUS_TOPIC),
-                                    lambda m, ns=ns: status.__setitem__(ns, json.loads(m.data)),
-                                    qos.reliable_qos())
-    return status
-
-
-def watch_pipeline_events(monitor, robots: dict[str, int]):
-    """PipelineEvents per robot (robot_client publishes one per pipeline decision), counted. Transient
-    local, as the clients publish them: events from before discovery matched (a tiny model's
-    first answers come within a second of registration) arrive once it does."""
-    from physai_ros_interfaces.msg import PipelineEvent
-
-    from physai_ros.monitoring.pipeline_report import EventTally
-    from physai_ros.protocol.topics import PIPELINE_EVENT_TOPIC, robot_topic
-    from physai_ros.ros import qos
-
-    tally = EventTally()
-    for ns in robots:
-        monitor.create_subscription(PipelineEvent, robot_topic(ns, PIPELINE_EVENT_TOPIC),
-                                    lambda m, ns=ns: tally.add_msg(ns, m), qos.latched_qos(100))
-    return tally

@@ -12,7 +12,8 @@ import yaml
 from lerobot_layout import dataset_stats, write_v03, write_v04
 
 from physai_ros.config.fleet import default_fleet_path, load_fleet
-from physai_ros.fleet.cli import build_fleet, parse_args
+from physai_ros.fleet.arguments import parse_args
+from physai_ros.fleet.cli import build_fleet
 from physai_ros.serving.startup.preflight import ServerFilesError, check_server_files
 
 REPO = Path(__file__).resolve().parents[2]

@@ -36,7 +36,7 @@ def test_physai_fleet_checks_a_named_keystore_before_starting_anything(tmp_path,
     import pytest
     import yaml
 
-    from physai_ros.fleet.cli import parse_args
+    from physai_ros.fleet.arguments import parse_args
     from physai_ros.config.fleet import default_fleet_path
 
     doc = yaml.safe_load(default_fleet_path().read_text())

@@ -13,7 +13,8 @@ import pytest
 import yaml
 
 from physai_ros.config.fleet import default_fleet_path
-from physai_ros.fleet.cli import build_fleet, fleet_env, parse_args
+from physai_ros.fleet.arguments import parse_args
+from physai_ros.fleet.cli import build_fleet, fleet_env
 from physai_ros.fleet.processes import ProcessSpec
 from physai_ros.monitoring.robot_health import TIMING_REASONS
 
