@@ -52,7 +52,7 @@ class OperatorCommands:
             try:
                 authenticate()
             except AuthError as e:
-                return self._refuse(f"unauthenticated_{e.reason}", e.detail)
+                return self._refuse(e.refusal_reason, e.detail)
         if req.robot_id != self.robot_id:
             return self._refuse("wrong_robot", f"for {req.robot_id[:64]!r}, this is {self.robot_id}")
         if req.command == "resume":

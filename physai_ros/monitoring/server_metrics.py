@@ -12,11 +12,11 @@ from typing import Any, Callable, Optional
 from physai_ros.monitoring.diagnostics import ERROR, OK, level_byte
 from physai_ros.monitoring.refusals import RefusalLog
 from physai_ros.monitoring.server_view import ServerView
+from physai_ros.security.handshake import AUTH_REFUSAL_PREFIX
 
 # The per-robot values also published as /<robot_id>/metrics/<name> (rqt_plot).
 PLOTTED_ROBOT_KEYS = ("latency_ms_p50", "latency_ms_p99", "slo_meet_rate", "wait_ratio", "rounds", "refused_total",
                       "errors", "queue_ms_p50", "inference_ms_p50")
-AUTH_REFUSAL_PREFIX = "unauthenticated_"
 
 
 class ServerMetrics:

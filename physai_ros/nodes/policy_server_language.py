@@ -66,7 +66,7 @@ class PolicyServerLanguage:
                 try:
                     self.operators.check(q.requester, "ask", q.robot_id, digest(request), request.auth)
                 except AuthError as e:  # counted with the robot it names, as every refusal is
-                    refused = self.stream.refuse(q, f"unauthenticated_{e.reason}", e.detail,
+                    refused = self.stream.refuse(q, e.refusal_reason, e.detail,
                                                  registered=self.core.registration(q.robot_id) is not None)
                     return self._answer(request, refused, response)
             answer = self.stream.ask(q, registered=self.core.registration(q.robot_id) is not None)

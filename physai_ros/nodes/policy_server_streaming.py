@@ -109,7 +109,7 @@ class PolicyServerStreaming:
             try:
                 auth.check_session(robot_id, WRENCH, digest(msg), msg.auth)
             except AuthError as e:
-                self.input_refusals.add(robot_id, f"unauthenticated_{e.reason}", f"wrench sample: {e}", time.time())
+                self.input_refusals.add(robot_id, e.refusal_reason, f"wrench sample: {e}", time.time())
                 self.node.get_logger().warning(f"streaming: refused wrench of {robot_id}: {e}",
                                                throttle_duration_sec=5.0)
                 return

@@ -152,7 +152,7 @@ class TrajectoryControllerNode(Node):
             return True
         except AuthError as e:
             self.auth_refusals.refused(f"{kind} round {msg.round_id}", e)
-            self.gate.reject(f"unauthenticated_{e.reason}")
+            self.gate.reject(e.refusal_reason)
             return False
 
     def _tick(self) -> None:

@@ -87,7 +87,7 @@ class RemoteComponentBackend:
             try:
                 self._verifier.check(WORKER_COMPONENT_ANSWER, digest(msg), msg.auth)
             except AuthError as e:
-                self.refused[f"unauthenticated_{e.reason}"] += 1
+                self.refused[e.refusal_reason] += 1
                 return
         a = answer_from_msg(msg)
         with self._cv:

@@ -38,12 +38,22 @@ NONCE_BYTES = 16
 MAX_PENDING = 8  # registration proofs a requester keeps waiting for an answer
 
 
+# Every refusal counted for failed authentication is "unauthenticated_<AuthError.reason>", so the
+# "security" statuses can total them whoever counted them.
+AUTH_REFUSAL_PREFIX = "unauthenticated_"
+
+
 class AuthError(Exception):
     """A refused authentication; `reason` is a short stable word for counters."""
 
     def __init__(self, reason: str, detail: str):
         super().__init__(f"{reason}: {detail}")
         self.reason, self.detail = reason, detail
+
+    @property
+    def refusal_reason(self) -> str:
+        """The reason a refusal for this failure is counted under."""
+        return f"{AUTH_REFUSAL_PREFIX}{self.reason}"
 
 
 @dataclass(frozen=True)

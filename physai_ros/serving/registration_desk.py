@@ -15,8 +15,6 @@ from typing import Any, Callable, Optional
 from physai_ros.protocol.registration import RegistrationResult, RobotRegistration
 from physai_ros.security.handshake import AuthError
 
-AUTH_REFUSAL_PREFIX = "unauthenticated_"
-
 
 @dataclass(frozen=True)
 class RegistrationOutcome:
@@ -47,7 +45,7 @@ class RegistrationDesk:
                 try:
                     session = self.auth.register(reg.robot_id, request_digest(), proof)
                 except AuthError as e:
-                    return self._refused(str(reg.robot_id)[:64], f"{AUTH_REFUSAL_PREFIX}{e.reason}", str(e))
+                    return self._refused(str(reg.robot_id)[:64], e.refusal_reason, str(e))
             res = self.core.register(reg)
             if self.streaming is not None:
                 res = self.streaming.on_register(reg, res)
@@ -81,7 +79,7 @@ class RegistrationDesk:
         except AuthError as e:
             if e.reason == "no_session" and self.core.registration(robot_id) is None:
                 return None
-            return f"{AUTH_REFUSAL_PREFIX}{e.reason}", str(e)
+            return e.refusal_reason, str(e)
 
     def _refused(self, robot_id: str, reason: str, detail: str, warn: bool = True) -> RegistrationOutcome:
         self.refusals.add(robot_id, reason, detail, time.time())
