@@ -47,9 +47,12 @@ class ServerView:
             w = self._robots[robot_id] = RobotWindow(self.window_s, self._slo_ms(robot_id), self.clock())
         return w
 
-    def track(self, robot_id: str) -> None:
+    def track(self, robot_id: str) -> bool:
+        """Follow `robot_id` from now on; True when it was not followed before."""
         with self._lock:
+            new = robot_id not in self._robots
             self._robot(robot_id)
+            return new
 
     def on_chunk(self, robot_id: str, status: int, capture_stamp: float, now: float | None = None,
                  queue_ms: float = 0.0) -> None:

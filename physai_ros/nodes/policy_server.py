@@ -86,8 +86,6 @@ class PolicyServerNode(Node):
             [Identity("worker", w.instance_id) for w in self.fleet.server.remote_engines]
         self.auth = open_endpoint(self, sec, base, need, lambda ks: ServerAuth(ks, sec.server, sec.max_skew_s))
         self.router = RobotRouter(self, self.auth)
-        self._tracked: set[str] = set()  # robots with a diagnostics task
-        self._track_lock = threading.Lock()
         model = self.fleet.server.model
         self._startup(f"loading {model.checkpoint or 'preset ' + str(model.preset)} on "
                       f"{self.fleet.server.device} ({self.fleet.server.engine_instances} engine instance(s))")
@@ -159,11 +157,7 @@ class PolicyServerNode(Node):
         self.router.subscribe(ns, Observation, OBSERVATION_TOPIC, self._on_observation, reliable_qos())
         if getattr(self, "language", None) is not None:
             self.language.ensure_topics(robot_id, namespace)
-        with self._track_lock:
-            new_robot = robot_id not in self._tracked
-            self._tracked.add(robot_id)
-        if new_robot:
-            self.view.track(robot_id)
+        if self.view.track(robot_id):  # a robot new to the server gets its diagnostics task
             self.updater.add(MetricsTask(robot_id, lambda rid=robot_id: self.report.robot_metrics(rid),
                                          self.monitoring.thresholds,
                                          ok_message=lambda rid=robot_id: self.report.robot_ok_message(rid)))

@@ -124,7 +124,7 @@ def test_client_view_rates_latency_and_drops():
 
 def test_server_view_latency_slo_and_refusal_rate_only_for_tracked_robots():
     v = ServerView(window_s=30.0, slo_ms=lambda rid: {"r0": 200.0}.get(rid))
-    v.track("r0")
+    assert v.track("r0") and not v.track("r0")  # new once: the server adds one diagnostics task
     v.on_chunk("r0", 0, capture_stamp=100.0, now=100.1)   # 100 ms: met
     v.on_chunk("r0", 0, capture_stamp=100.0, now=100.3)   # 300 ms: missed
     v.on_chunk("r0", 2, capture_stamp=100.0, now=100.3)   # a refusal is no served round
