@@ -64,17 +64,57 @@ def marked_processes(token: str) -> dict[int, str]:
         entries = os.listdir("/proc")
     except OSError:  # no procfs: nothing to sweep on this platform
         return found
+    mid_exec = []
     for name in entries:
         if not name.isdigit() or int(name) == own or int(name) in helpers:
             continue
-        try:
-            with open(f"/proc/{name}/environ", "rb") as f:
-                env = f.read()
-        except OSError:  # gone, or another user's
+        env = _environ(int(name))
+        if env is None:  # gone, or another user's
             continue
-        if wanted in env.split(b"\0"):  # a zombie's environ is empty: it is not counted
+        if wanted in env.split(b"\0"):
             found[int(name)] = _cmdline(int(name))
+        elif not env and _may_be_mid_exec(int(name)):
+            mid_exec.append(int(name))
+    # A process caught in exec reads an empty environ until its new image is mapped (a busy host
+    # makes that window milliseconds wide): read those again before deciding they are not ours.
+    for _ in range(20):
+        if not mid_exec:
+            break
+        time.sleep(0.005)
+        again = []
+        for pid in mid_exec:
+            env = _environ(pid)
+            if env and wanted in env.split(b"\0"):
+                found[pid] = _cmdline(pid)
+            elif env == b"" and _may_be_mid_exec(pid):
+                again.append(pid)
+        mid_exec = again
     return found
+
+
+def _environ(pid: int) -> bytes | None:
+    try:
+        with open(f"/proc/{pid}/environ", "rb") as f:
+            return f.read()
+    except OSError:
+        return None
+
+
+_PF_KTHREAD = 0x00200000
+
+
+def _may_be_mid_exec(pid: int) -> bool:
+    """Started in the last few seconds, not a kernel thread (whose environ is always empty) and
+    not a zombie (whose environ is empty too: it is not counted). The age bound keeps a
+    long-lived process that cleared its environment from costing every scan its retries."""
+    try:
+        with open(f"/proc/{pid}/stat") as f:
+            fields = f.read().rsplit(") ", 1)[1].split()
+        started = int(fields[19]) / os.sysconf("SC_CLK_TCK")
+    except (OSError, IndexError, ValueError):
+        return False
+    young = time.clock_gettime(time.CLOCK_BOOTTIME) - started < 5.0
+    return young and fields[0] not in "ZX" and not int(fields[6]) & _PF_KTHREAD
 
 
 class ProcessSweep:
@@ -89,16 +129,25 @@ class ProcessSweep:
             self.first_seen.setdefault(pid, nodeid)
 
     def started_during(self, pid: int) -> str:
-        """The test that was running when pid started, from its start time. For a process the
-        scan after its test missed: one caught mid-exec reads an empty environ, and a busy host
-        makes that window wide enough to hit."""
+        """The test that was running when pid started, from its start time: for a process the
+        scan after its test missed (one still in exec after the scan's retries). The start time
+        is kept in clock ticks, so a test that ended within the start's tick is named together
+        with the next one rather than guessed."""
         try:
             with open(f"/proc/{pid}/stat") as f:
                 ticks = int(f.read().rsplit(") ", 1)[1].split()[19])
         except (OSError, IndexError, ValueError):
             return "the last test"
-        started = ticks / os.sysconf("SC_CLK_TCK")
-        return next((nodeid for end, nodeid in self.test_ends if end >= started), "the last test")
+        tick = 1.0 / os.sysconf("SC_CLK_TCK")
+        started = ticks * tick  # truncated to a tick: the start lies in [started, started + tick)
+        candidates = [nodeid for end, nodeid in self.test_ends if end >= started]
+        if not candidates:
+            return "the last test"
+        # A test that ended within that tick may have ended just before the process started.
+        ends = [end for end, _ in self.test_ends if end >= started]
+        if ends[0] < started + tick and len(candidates) > 1:
+            return f"{candidates[0]} or {candidates[1]}"
+        return candidates[0]
 
     def survivors(self, grace_s: float = 10.0) -> dict[int, str]:
         """Marked processes still alive after grace_s (time for processes being stopped to exit)."""

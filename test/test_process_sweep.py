@@ -87,6 +87,11 @@ def test_this_processs_multiprocessing_helpers_are_not_survivors():
         shm.unlink()
 
 
+def _start_time(pid: int) -> float:
+    with open(f"/proc/{pid}/stat") as f:
+        return int(f.read().rsplit(") ", 1)[1].split()[19]) / os.sysconf("SC_CLK_TCK")
+
+
 def test_a_survivor_the_scan_missed_is_traced_by_its_start_time():
     """A process caught mid-exec reads an empty environ, so the scan after its test can miss it;
     its start time still names the test that was running."""
@@ -97,10 +102,13 @@ def test_a_survivor_the_scan_missed_is_traced_by_its_start_time():
     time.sleep(0.05)  # clock ticks are 10 ms: the start must fall after the first test's end
     late = subprocess.Popen(["sleep", "60"])
     try:
+        time.sleep(0.05)  # and its test must end a tick after it, else either test may have started it
         sweep.seen_at("test_that_started_it")
         sweep.seen_at("test_after")
         assert late.pid not in sweep.first_seen
         assert f"pid {late.pid}, first seen after test_that_started_it: sleep 60" in sweep.report({late.pid: "sleep 60"})
+        sweep.test_ends[1] = (_start_time(late.pid) + 0.001, "test_that_started_it")  # ended in its start tick
+        assert "first seen after test_that_started_it or test_after: sleep 60" in sweep.report({late.pid: "sleep 60"})
     finally:
         late.kill()
         late.wait()
