@@ -10,7 +10,8 @@ from collections import Counter
 from typing import Optional, Sequence
 
 from physai_ros.control.hold import apply_hold
-from physai_ros.control.trajectory_buffer import InsertOutcome, TrajectoryBuffer
+from physai_ros.control.plan_checks import InsertOutcome
+from physai_ros.control.trajectory_buffer import TrajectoryBuffer
 
 
 class ExecutionGate:

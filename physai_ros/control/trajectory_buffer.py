@@ -12,23 +12,22 @@ time has already passed are dropped (latency compensation). A newer chunk supers
 tentative node from its first node on: the overlap is merged by the rule and the older plan's
 tail beyond the newer chunk is dropped, because it answers an older observation.
 
-Every rejected input leaves the buffer exactly as it was; only the counters change.
+Every rejected input leaves the buffer exactly as it was; only the counters change. The checks
+an input passes are in ``control.plan_checks``, the grid mapping in ``control.tick_grid``; this
+module holds the plan, commits it as time passes and merges new plans into it.
 """
 from __future__ import annotations
 
 import collections
 import enum
 import math
-from dataclasses import dataclass
 
 import numpy as np
 
+from physai_ros.control.plan_checks import InsertOutcome, PlanChecks, PlanRejected, RejectReason
+from physai_ros.control.tick_grid import TickGrid
 from physai_ros.control.types import ExecutionState, TrajectoryNodes
 from physai_ros.protocol.chunk import ActionChunkData
-
-# Slack, in ticks, for float rounding when mapping times onto the grid: a time within a
-# millionth of a tick of a node is that node.
-_TICK_EPS = 1e-6
 
 
 class MergeRule(enum.Enum):
@@ -45,44 +44,6 @@ class MergeRule(enum.Enum):
         except ValueError:
             names = ", ".join(m.value for m in cls)
             raise ValueError(f"unknown merge rule {value!r}; expected one of: {names}") from None
-
-
-class RejectReason(str, enum.Enum):
-    """Named reasons an input is refused. Members compare equal to their string value."""
-
-    MALFORMED = "malformed"
-    EMPTY = "empty"
-    WRONG_DIMENSION = "wrong_dimension"
-    UNKNOWN_JOINT = "unknown_joint"
-    DUPLICATE_JOINT = "duplicate_joint"
-    NON_FINITE = "non_finite"
-    BAD_TIME = "bad_time"
-    BAD_DT = "bad_dt"
-    BAD_HORIZON = "bad_horizon"
-    BAD_CONFIDENCE = "bad_confidence"
-    STALE_ROUND = "stale_round"
-    TIME_BACKWARDS = "time_backwards"
-    CAPTURE_IN_FUTURE = "capture_in_future"
-    TOO_LONG = "too_long"
-    EXPIRED = "expired"
-
-    def __str__(self) -> str:
-        return self.value
-
-
-@dataclass(frozen=True)
-class InsertOutcome:
-    accepted: bool
-    reason: str | None
-    nodes_added: int
-    detail: str = ""
-
-
-class _Rejected(Exception):
-    def __init__(self, reason: RejectReason, detail: str):
-        super().__init__(detail)
-        self.reason = reason
-        self.detail = detail
 
 
 class TrajectoryBuffer:
@@ -123,10 +84,9 @@ class TrajectoryBuffer:
         self.merge = MergeRule.parse(merge)
         self.crossfade_s = float(crossfade_s)
         self.average_weight = float(average_weight)
-        self.max_dt = float(max_dt)
-        self.max_span_s = float(max_span_s)
-        self.future_tolerance_s = float(future_tolerance_s)
-        self._index = {n: i for i, n in enumerate(names)}
+        self._grid = TickGrid(rate_hz)
+        self._checks = PlanChecks(names, max_dt=max_dt, max_span_s=max_span_s,
+                                  future_tolerance_s=future_tolerance_s)
 
         self._hold = None if hold_position is None else self._check_position(hold_position)
         # Tentative nodes, sorted by tick.
@@ -158,12 +118,6 @@ class TrajectoryBuffer:
         self._rejections: collections.Counter = collections.Counter()
 
     # ------------------------------------------------------------------ grid helpers
-    def _tick_floor(self, t: float) -> int:
-        return math.floor(t * self.rate_hz + _TICK_EPS)
-
-    def _tick_ceil(self, t: float) -> int:
-        return math.ceil(t * self.rate_hz - _TICK_EPS)
-
     def _check_position(self, position) -> np.ndarray:
         pos = np.asarray(position, dtype=np.float64).reshape(-1)
         if pos.shape != (self.dim,) or not np.all(np.isfinite(pos)):
@@ -171,7 +125,7 @@ class TrajectoryBuffer:
         return pos.copy()
 
     def _first_free_tick(self, now: float) -> int:
-        first = self._tick_floor(now) + 1
+        first = self._grid.floor(now) + 1
         if self._last_tick is not None:
             first = max(first, self._last_tick + 1)
         return first
@@ -220,14 +174,14 @@ class TrajectoryBuffer:
         """
         self._commit_until(now)
         # A call with an older ``now`` (clock jitter) still has a node: not dry.
-        dry = self._last_tick is None or self._last_tick < self._tick_floor(now)
+        dry = self._last_tick is None or self._last_tick < self._grid.floor(now)
         if dry and not self._dry and not self._stopped:
             self.underruns += 1
         self._dry = dry
         return self.last_command
 
     def _commit_until(self, now: float) -> None:
-        n = int(np.searchsorted(self._ticks, self._tick_floor(now), side="right"))
+        n = int(np.searchsorted(self._ticks, self._grid.floor(now), side="right"))
         if n == 0:
             return
         for i in range(n):
@@ -266,7 +220,7 @@ class TrajectoryBuffer:
         return dropped
 
     def execution_state(self, now: float) -> ExecutionState:
-        tick_now = self._tick_floor(now)
+        tick_now = self._grid.floor(now)
         remaining = int(self._ticks.shape[0] - np.searchsorted(self._ticks, tick_now, "right"))
         has_node = (self._last_tick is not None and self._last_tick >= tick_now) or bool(
             self._ticks.size and np.any(self._ticks == tick_now))
@@ -288,117 +242,28 @@ class TrajectoryBuffer:
     # ------------------------------------------------------------------ chunks
     def insert(self, chunk: ActionChunkData, now: float) -> InsertOutcome:
         try:
-            actions, horizon, dt, t0 = self._validate_chunk(chunk, now)
-            ticks, pos = self._chunk_to_grid(actions[:horizon], t0, dt, now)
-        except _Rejected as rej:
+            checked = self._checks.chunk(chunk, now, self._last_round, self._last_capture)
+            ticks, pos = self._grid.chunk_nodes(checked.actions[:checked.horizon], checked.stamp,
+                                                checked.dt, self._first_free_tick(now), now)
+        except PlanRejected as rej:
             self.chunks_rejected += 1
             return self._reject(rej)
         except Exception as exc:  # bad input must never take the controller down
             self.chunks_rejected += 1
-            return self._reject(_Rejected(RejectReason.MALFORMED, f"{type(exc).__name__}: {exc}"))
+            return self._reject(PlanRejected(RejectReason.MALFORMED, f"{type(exc).__name__}: {exc}"))
         self._merge_chunk(ticks, pos, int(chunk.round_id))
         self._last_round = int(chunk.round_id)
-        self._last_capture = t0
-        self._last_dt = dt
+        self._last_capture = checked.stamp
+        self._last_dt = checked.dt
         self._stopped = False
         self.chunks_accepted += 1
         return InsertOutcome(True, None, int(ticks.shape[0]))
 
-    def _reject(self, rej: _Rejected) -> InsertOutcome:
+    def _reject(self, rej: PlanRejected) -> InsertOutcome:
         self._rejections[rej.reason.value] += 1
         self.last_reject_reason = rej.reason.value
         self.last_reject_detail = rej.detail
         return InsertOutcome(False, rej.reason.value, 0, rej.detail)
-
-    def _plan_matrix(self, values, what: str, empty_message: str) -> np.ndarray:
-        """`values` as a float64 [N, D] array with N >= 1 and D = the buffer's joints, or a
-        rejection (shared by chunks and streamed segments)."""
-        arr = np.asarray(values, dtype=np.float64)
-        if arr.ndim != 2:
-            raise _Rejected(RejectReason.WRONG_DIMENSION, f"{what} must be [N, D], got shape {arr.shape}")
-        if arr.shape[0] == 0:
-            raise _Rejected(RejectReason.EMPTY, empty_message)
-        if arr.shape[1] != self.dim:
-            raise _Rejected(RejectReason.WRONG_DIMENSION,
-                            f"{what} have {arr.shape[1]} columns, buffer has {self.dim} joints")
-        return arr
-
-    def _validate_chunk(self, chunk: ActionChunkData, now: float):
-        if not isinstance(chunk, ActionChunkData):
-            raise _Rejected(RejectReason.MALFORMED, f"expected ActionChunkData, got {type(chunk)}")
-        if not math.isfinite(float(now)):
-            raise _Rejected(RejectReason.BAD_TIME, f"now={now!r} is not finite")
-        actions = self._plan_matrix(chunk.actions, "actions", "chunk has no actions")
-        actions = self._reorder(actions, tuple(chunk.joint_names))
-        if not np.all(np.isfinite(actions)):
-            bad = int(np.count_nonzero(~np.isfinite(actions)))
-            raise _Rejected(RejectReason.NON_FINITE, f"{bad} action values are NaN or inf")
-        t0 = float(chunk.stamp)
-        if not math.isfinite(t0):
-            raise _Rejected(RejectReason.BAD_TIME, f"stamp={chunk.stamp!r}")
-        dt = float(chunk.dt)
-        if not (math.isfinite(dt) and 0.0 < dt <= self.max_dt):
-            raise _Rejected(RejectReason.BAD_DT, f"dt={chunk.dt!r} not in (0, {self.max_dt}]")
-        horizon = chunk.horizon
-        if isinstance(horizon, (bool, np.bool_)) or int(horizon) != horizon:
-            raise _Rejected(RejectReason.BAD_HORIZON, f"horizon={horizon!r} is not an integer")
-        horizon = int(horizon)
-        if not 1 <= horizon <= actions.shape[0]:
-            raise _Rejected(RejectReason.BAD_HORIZON,
-                            f"horizon={horizon} not in [1, {actions.shape[0]}]")
-        if chunk.confidence is not None and np.size(chunk.confidence):  # empty: none sent
-            conf = np.asarray(chunk.confidence, dtype=np.float64)
-            if conf.shape != (actions.shape[0],):
-                raise _Rejected(RejectReason.BAD_CONFIDENCE,
-                                f"confidence shape {conf.shape}, expected ({actions.shape[0]},)")
-            if not np.all(np.isfinite(conf)):
-                raise _Rejected(RejectReason.NON_FINITE, "confidence has NaN or inf")
-        rnd = chunk.round_id
-        if isinstance(rnd, (bool, np.bool_)) or int(rnd) != rnd:
-            raise _Rejected(RejectReason.MALFORMED, f"round_id={rnd!r} is not an integer")
-        if int(rnd) <= self._last_round:
-            raise _Rejected(RejectReason.STALE_ROUND,
-                            f"round {int(rnd)} <= last accepted round {self._last_round}")
-        if t0 < self._last_capture:
-            raise _Rejected(RejectReason.TIME_BACKWARDS,
-                            f"stamp {t0:.6f} older than last accepted "
-                            f"{self._last_capture:.6f}")
-        if t0 > now + self.future_tolerance_s:
-            raise _Rejected(RejectReason.CAPTURE_IN_FUTURE,
-                            f"stamp {t0:.6f} is {t0 - now:.3f} s ahead of now")
-        if horizon * dt > self.max_span_s:
-            raise _Rejected(RejectReason.TOO_LONG,
-                            f"horizon*dt = {horizon * dt:.3f} s > {self.max_span_s} s")
-        return actions, horizon, dt, t0
-
-    def _reorder(self, values: np.ndarray, names: tuple[str, ...]) -> np.ndarray:
-        """Columns in the buffer's joint order; an empty name list means already in order."""
-        if not names:
-            return values
-        if len(names) != self.dim:
-            raise _Rejected(RejectReason.WRONG_DIMENSION,
-                            f"{len(names)} joint names for a {self.dim}-joint buffer")
-        unknown = [n for n in names if n not in self._index]
-        if unknown:
-            raise _Rejected(RejectReason.UNKNOWN_JOINT, f"unknown joints {unknown}")
-        if len(set(names)) != len(names):
-            raise _Rejected(RejectReason.DUPLICATE_JOINT, f"duplicate joints in {list(names)}")
-        if names == self.joint_names:
-            return values
-        out = np.empty_like(values)
-        out[:, [self._index[n] for n in names]] = values
-        return out
-
-    def _chunk_to_grid(self, actions: np.ndarray, t0: float, dt: float, now: float):
-        h = actions.shape[0]
-        first = max(self._tick_ceil(t0), self._first_free_tick(now))
-        last = self._tick_ceil(t0 + h * dt) - 1
-        if last < first:
-            raise _Rejected(RejectReason.EXPIRED,
-                            f"every action of the horizon is due before now={now:.6f}")
-        ticks = np.arange(first, last + 1, dtype=np.int64)
-        s = (ticks / self.rate_hz - t0) / dt
-        return ticks, _interp_rows(s, actions)
 
     def _merge_chunk(self, ticks: np.ndarray, pos: np.ndarray, round_id: int) -> None:
         start = int(ticks[0])
@@ -466,14 +331,15 @@ class TrajectoryBuffer:
         (several segments per round) but may not decrease.
         """
         try:
-            ticks, pos, locked, seg_dt = self._segment_to_grid(
-                start_time, dt, positions, committed_flags, round_id, now, joint_names)
-        except _Rejected as rej:
+            seg = self._checks.segment(start_time, dt, positions, committed_flags, round_id, now,
+                                       joint_names, self._last_round)
+            ticks, pos, locked = self._grid.segment_nodes(seg, self._first_free_tick(now), now)
+        except PlanRejected as rej:
             self.segments_rejected += 1
             return self._reject(rej)
         except Exception as exc:
             self.segments_rejected += 1
-            return self._reject(_Rejected(RejectReason.MALFORMED, f"{type(exc).__name__}: {exc}"))
+            return self._reject(PlanRejected(RejectReason.MALFORMED, f"{type(exc).__name__}: {exc}"))
         lo = int(np.searchsorted(self._ticks, ticks[0], "left"))
         hi = int(np.searchsorted(self._ticks, ticks[-1], "right"))
         old_ticks, old_pos, old_locked = self._ticks[lo:hi], self._pos[lo:hi], self._locked[lo:hi]
@@ -491,59 +357,7 @@ class TrajectoryBuffer:
         self._rounds = np.concatenate([self._rounds[:lo], rounds, self._rounds[hi:]])
         self._locked = np.concatenate([self._locked[:lo], locked, self._locked[hi:]])
         self._last_round = int(round_id)
-        self._last_dt = seg_dt
+        self._last_dt = seg.dt
         self._stopped = False
         self.segments_accepted += 1
         return InsertOutcome(True, None, int(ticks.shape[0]))
-
-    def _segment_to_grid(self, start_time, dt, positions, committed_flags, round_id, now,
-                         joint_names):
-        if not math.isfinite(float(now)):
-            raise _Rejected(RejectReason.BAD_TIME, f"now={now!r} is not finite")
-        pos = self._plan_matrix(positions, "positions", "segment has no nodes")
-        pos = self._reorder(pos, tuple(joint_names))
-        if not np.all(np.isfinite(pos)):
-            raise _Rejected(RejectReason.NON_FINITE, "segment positions have NaN or inf")
-        flags = np.asarray(committed_flags, dtype=bool).reshape(-1)
-        if flags.shape != (pos.shape[0],):
-            raise _Rejected(RejectReason.WRONG_DIMENSION,
-                            f"{flags.shape[0]} committed flags for {pos.shape[0]} nodes")
-        t0 = float(start_time)
-        if not math.isfinite(t0):
-            raise _Rejected(RejectReason.BAD_TIME, f"start_time={start_time!r}")
-        dt = float(dt)
-        if not (math.isfinite(dt) and 0.0 < dt <= self.max_dt):
-            raise _Rejected(RejectReason.BAD_DT, f"dt={dt!r} not in (0, {self.max_dt}]")
-        if isinstance(round_id, (bool, np.bool_)) or int(round_id) != round_id:
-            raise _Rejected(RejectReason.MALFORMED, f"round_id={round_id!r} is not an integer")
-        if int(round_id) < self._last_round:
-            raise _Rejected(RejectReason.STALE_ROUND,
-                            f"round {int(round_id)} < last round {self._last_round}")
-        if t0 > now + self.future_tolerance_s + self.max_span_s:
-            raise _Rejected(RejectReason.CAPTURE_IN_FUTURE,
-                            f"start_time {t0:.6f} is {t0 - now:.3f} s ahead of now")
-        n = pos.shape[0]
-        if (n - 1) * dt > self.max_span_s:
-            raise _Rejected(RejectReason.TOO_LONG, f"segment spans {(n - 1) * dt:.3f} s")
-        first = max(self._tick_ceil(t0), self._first_free_tick(now))
-        last = self._tick_floor(t0 + (n - 1) * dt)
-        if last < first:
-            raise _Rejected(RejectReason.EXPIRED, f"no segment node is due after now={now:.6f}")
-        ticks = np.arange(first, last + 1, dtype=np.int64)
-        s = np.clip((ticks / self.rate_hz - t0) / dt, 0.0, n - 1)
-        grid_pos = _interp_rows(s, pos)
-        # Snap s that is a node index up to float noise, so on-grid nodes keep their own flag.
-        lo = np.clip(np.floor(s + _TICK_EPS).astype(np.int64), 0, n - 1)
-        hi = np.clip(np.ceil(s - _TICK_EPS).astype(np.int64), 0, n - 1)
-        locked = flags[lo] & flags[hi]
-        return ticks, grid_pos, locked, dt
-
-
-def _interp_rows(s: np.ndarray, rows: np.ndarray) -> np.ndarray:
-    """Linear interpolation of ``rows`` (indexed 0..N-1) at fractional indices ``s``, held at
-    the ends."""
-    idx = np.arange(rows.shape[0], dtype=np.float64)
-    out = np.empty((s.shape[0], rows.shape[1]))
-    for j in range(rows.shape[1]):
-        out[:, j] = np.interp(s, idx, rows[:, j])
-    return out

@@ -7,7 +7,8 @@ import numpy as np
 import pytest
 from hypothesis import given, settings, strategies as st
 
-from physai_ros.control.trajectory_buffer import MergeRule, RejectReason, TrajectoryBuffer
+from physai_ros.control.plan_checks import RejectReason
+from physai_ros.control.trajectory_buffer import MergeRule, TrajectoryBuffer
 from physai_ros.protocol.chunk import ActionChunkData
 
 JOINTS = ("j1", "j2", "j3")
