@@ -22,70 +22,24 @@ Rewrites, each checked against the plain path in test/engine/test_engine_fast_eq
 - attention skips the mask when every key is valid (no padding in the batch).
 
 All other GEMMs and gated FFNs go through physai_ros.kernels.ops with `backend=` passed through.
+The folding lives in engine/pi0/fast_weights.py, attention and RoPE in engine/pi0/fast_attention.py.
 """
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass
 from typing import Dict, List, Optional, Tuple
 
 import torch
 import torch.nn.functional as F
 
 from physai_ros.engine.checkpoint.params import Weights
-from physai_ros.engine.pi0.modeling import MASK_VALUE, rope_angles, sincos_time_embedding
+from physai_ros.engine.pi0.fast_attention import attention, rope
+from physai_ros.engine.pi0.fast_weights import (GemmaLayer, VisionLayer, fold_rms, gemma_layers,
+                                                siglip_weights, take)
+from physai_ros.engine.pi0.modeling import rope_angles, sincos_time_embedding
 from physai_ros.engine.rtc import RtcBatch, guide_rows
 from physai_ros.engine.types import GemmaSpec, Pi0Config, PrefixCache
 from physai_ros.kernels import onednn, ops
-
-
-@dataclass
-class VisionLayer:
-    w_qkv: Optional[torch.Tensor]  # dense weights: None once packed (`packed` holds them)
-    b_qkv: torch.Tensor
-    w_o: Optional[torch.Tensor]
-    b_o: torch.Tensor
-    w_fc1: Optional[torch.Tensor]
-    b_fc1: torch.Tensor
-    w_fc2: Optional[torch.Tensor]
-    b_fc2: torch.Tensor
-    packed: Optional[Dict[str, torch.Tensor]] = None  # oneDNN weights: qkv, o, fc1, fc2
-
-
-@dataclass
-class GemmaLayer:
-    w_qkv: Optional[torch.Tensor]  # [(H + 2 KV) hd, D], (1 + ln_attn) folded, Q rows pre-scaled
-    w_o: Optional[torch.Tensor]  # None (and kv_only): the layer only produces K/V
-    w_gate_up: Optional[torch.Tensor]  # [2 F, D], (1 + ln_mlp) folded
-    w_down: Optional[torch.Tensor]
-    kv_only: bool = False
-    # oneDNN weights (onednn.pack): qkv, o, gate, up, down (kv only: qkv). Where the dense ones
-    # are None, only these exist.
-    packed: Optional[Dict[str, torch.Tensor]] = None
-
-    def pack(self, drop_dense: bool) -> None:
-        dense = {"qkv": self.w_qkv}
-        if not self.kv_only:
-            f = self.w_gate_up.shape[0] // 2
-            dense.update(o=self.w_o, gate=self.w_gate_up[:f], up=self.w_gate_up[f:], down=self.w_down)
-        self.packed = {k: onednn.pack(w) for k, w in dense.items()}
-        if drop_dense:
-            self.w_qkv = self.w_o = self.w_gate_up = self.w_down = None
-
-
-def _take(w: Weights, name: str, consume: bool) -> torch.Tensor:
-    return w.pop(name) if consume else w[name]
-
-
-def _fold_rms(weight: torch.Tensor, norm_w: torch.Tensor) -> torch.Tensor:
-    return weight.float() * (1.0 + norm_w.float())[None, :]
-
-
-def _fold_ln(weight: torch.Tensor, bias: Optional[torch.Tensor], g: torch.Tensor, b: torch.Tensor):
-    """W (xhat * g + b) + c = (W * g) xhat + (W b + c)."""
-    w32 = weight.float()
-    new_b = w32 @ b.float() + (bias.float() if bias is not None else 0.0)
-    return w32 * g.float()[None, :], new_b
 
 
 class FastPi0:
@@ -108,48 +62,23 @@ class FastPi0:
         # --- SigLIP ---
         v = cfg.vision
         self.v_heads, self.v_hd = v.num_heads, v.width // v.num_heads
-        self.patch_w = _take(weights, "vision.patch.weight", c).reshape(v.width, -1).to(dt)
-        self.patch_b = _take(weights, "vision.patch.bias", c).to(dt)
-        self.pos = _take(weights, "vision.pos", c).to(dt)
-        self.vision_layers: List[VisionLayer] = []
-        vscale = self.v_hd**-0.5
-        for i in range(v.depth):
-            p = f"vision.layers.{i}."
-            g1, b1 = _take(weights, p + "ln1.weight", c), _take(weights, p + "ln1.bias", c)
-            ws, bs = [], []
-            for n, s in (("q", vscale), ("k", 1.0), ("v", 1.0)):
-                wf, bf = _fold_ln(_take(weights, p + n + ".weight", c), _take(weights, p + n + ".bias", c), g1, b1)
-                ws.append(wf * s)
-                bs.append(bf * s)
-            g2, b2 = _take(weights, p + "ln2.weight", c), _take(weights, p + "ln2.bias", c)
-            w1, bb1 = _fold_ln(_take(weights, p + "fc1.weight", c), _take(weights, p + "fc1.bias", c), g2, b2)
-            self.vision_layers.append(VisionLayer(
-                w_qkv=torch.cat(ws).to(dt), b_qkv=torch.cat(bs).to(dt),
-                w_o=_take(weights, p + "o.weight", c).to(dt), b_o=_take(weights, p + "o.bias", c).to(dt),
-                w_fc1=w1.to(dt), b_fc1=bb1.to(dt),
-                w_fc2=_take(weights, p + "fc2.weight", c).to(dt), b_fc2=_take(weights, p + "fc2.bias", c).to(dt),
-            ))
-        wp, bp = _fold_ln(_take(weights, "projector.weight", c), _take(weights, "projector.bias", c),
-                          _take(weights, "vision.post_ln.weight", c), _take(weights, "vision.post_ln.bias", c))
-        self.proj_w, self.proj_b = wp.to(dt), bp.to(dt)
-
+        sig = siglip_weights(weights, v, dt, c)
+        self.patch_w, self.patch_b, self.pos = sig.patch_w, sig.patch_b, sig.pos
+        self.vision_layers: List[VisionLayer] = sig.layers
+        self.proj_w, self.proj_b = sig.proj_w, sig.proj_b
         # --- Gemma towers ---
-        self.embed = _take(weights, "vlm.embed", c).to(dt)
+        self.embed = take(weights, "vlm.embed", c).to(dt)
         self.embed_scale = torch.tensor(math.sqrt(cfg.vlm.width), dtype=dt)
         self.language = language
-        self.vlm_norm = _take(weights, "vlm.norm", c).to(dt) if language else None
+        self.vlm_norm = take(weights, "vlm.norm", c).to(dt) if language else None
         if c:
             weights.pop("vlm.norm", None)  # feeds only the VLM's token head, never run for actions
-        self.vlm_layers = self._gemma_layers(weights, "vlm", cfg.vlm, c, kv_only_last=not language)
+        self.vlm_layers = gemma_layers(weights, "vlm", cfg.vlm, dt, c, kv_only_last=not language)
         self.vlm_last_full: Optional[GemmaLayer] = None
         if language:
-            # The prefix keeps its K/V-only last layer (the rows of the whole layer's fused weight,
-            # the same values and GEMM shape: actions stay bit-identical); text reads the whole one.
-            full = self.vlm_layers[-1]
-            q_rows = cfg.vlm.num_heads * cfg.vlm.head_dim
-            self.vlm_last_full = full
-            self.vlm_layers[-1] = GemmaLayer(w_qkv=full.w_qkv[q_rows:], w_o=None, w_gate_up=None, w_down=None,
-                                             kv_only=True)
+            # The prefix keeps its K/V-only last layer (actions stay bit-identical); text reads the whole one.
+            self.vlm_last_full = self.vlm_layers[-1]
+            self.vlm_layers[-1] = self.vlm_last_full.kv_only_copy(cfg.vlm)
         self._prepare_expert(weights, c)
 
         # RoPE tables for every position a prefix + state + chunk can reach.
@@ -173,8 +102,7 @@ class FastPi0:
         the packed path reads them); the expert's layers keep theirs (real-time chunking
         differentiates through them)."""
         for L in self.vision_layers:
-            L.packed = {k: onednn.pack(getattr(L, "w_" + k)) for k in ("qkv", "o", "fc1", "fc2")}
-            L.w_qkv = L.w_o = L.w_fc1 = L.w_fc2 = None
+            L.pack()
         for layer in self.vlm_layers + ([self.vlm_last_full] if self.vlm_last_full is not None else []):
             layer.pack(drop_dense=True)
         for layer in self.expert_layers:
@@ -189,14 +117,14 @@ class FastPi0:
     def _prepare_expert(self, weights: Weights, c: bool) -> None:
         """The action expert's layers, head and tail (pi0: state token and action-time MLP)."""
         cfg, dt = self.cfg, self.dtype
-        self.expert_layers = self._gemma_layers(weights, "expert", cfg.expert, c, kv_only_last=False)
+        self.expert_layers = gemma_layers(weights, "expert", cfg.expert, dt, c, kv_only_last=False)
         e = cfg.expert.width
-        self.state_w = _take(weights, "state_proj.weight", c).to(dt)
-        self.state_b = _take(weights, "state_proj.bias", c).to(dt)
-        w_ai = _take(weights, "action_in.weight", c).double()
-        b_ai = _take(weights, "action_in.bias", c).double()
-        w_in = _take(weights, "action_time_in.weight", c).double()
-        b_in = _take(weights, "action_time_in.bias", c).double()
+        self.state_w = take(weights, "state_proj.weight", c).to(dt)
+        self.state_b = take(weights, "state_proj.bias", c).to(dt)
+        w_ai = take(weights, "action_in.weight", c).double()
+        b_ai = take(weights, "action_in.bias", c).double()
+        w_in = take(weights, "action_time_in.weight", c).double()
+        b_in = take(weights, "action_time_in.bias", c).double()
         w_a, w_t = w_in[:, :e], w_in[:, e:]
         times = torch.tensor(cfg.step_times(), dtype=torch.float32)
         # Computed on the CPU as the plain path does, then moved beside the weights (Pi0Engine on CUDA
@@ -204,83 +132,17 @@ class FastPi0:
         temb = sincos_time_embedding(times, e, cfg.min_period, cfg.max_period).float().double().to(w_in.device)
         self.act_w = (w_a @ w_ai).to(dt)
         self.act_b_table = (w_a @ b_ai + temb @ w_t.T + b_in).to(dt)  # [num_steps, E]
-        self.act_out_w = _take(weights, "action_time_out.weight", c).to(dt)
-        self.act_out_b = _take(weights, "action_time_out.bias", c).to(dt)
-        norm = _take(weights, "expert.norm", c)
-        self.out_w = (_fold_rms(_take(weights, "action_out.weight", c), norm) * cfg.dt).to(dt)
-        self.out_b = (_take(weights, "action_out.bias", c).float() * cfg.dt).to(dt)
-
-    def _gemma_layers(self, w, prefix: str, spec: GemmaSpec, c: bool, kv_only_last: bool) -> List[GemmaLayer]:
-        dt = self.dtype
-        scale = spec.head_dim**-0.5
-        layers = []
-        for i in range(spec.depth):
-            p = f"{prefix}.layers.{i}."
-            ln_a, ln_m = _take(w, p + "ln_attn", c), _take(w, p + "ln_mlp", c)
-            last_kv = kv_only_last and i == spec.depth - 1
-            q = _take(w, p + "q", c)
-            parts = [] if last_kv else [q.float() * scale]
-            parts += [_take(w, p + "k", c).float(), _take(w, p + "v", c).float()]
-            w_qkv = _fold_rms(torch.cat(parts), ln_a).to(dt)
-            del q
-            o, gate, up, down = (_take(w, p + n, c) for n in ("o", "gate", "up", "down"))
-            if last_kv:
-                layers.append(GemmaLayer(w_qkv=w_qkv, w_o=None, w_gate_up=None, w_down=None, kv_only=True))
-                continue
-            gu = _fold_rms(torch.cat([gate, up]), ln_m).to(dt)
-            del gate, up
-            layers.append(GemmaLayer(w_qkv=w_qkv, w_o=o.to(dt), w_gate_up=gu, w_down=down.to(dt)))
-        return layers
+        self.act_out_w = take(weights, "action_time_out.weight", c).to(dt)
+        self.act_out_b = take(weights, "action_time_out.bias", c).to(dt)
+        norm = take(weights, "expert.norm", c)
+        self.out_w = (fold_rms(take(weights, "action_out.weight", c), norm) * cfg.dt).to(dt)
+        self.out_b = (take(weights, "action_out.bias", c).float() * cfg.dt).to(dt)
 
     # ------------------------------------------------------------------ helpers
-    @staticmethod
-    def _rope(x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor) -> torch.Tensor:
-        """x [B, T, H, hd]; cos/sin [B, T, hd]."""
-        half = x.shape[-1] // 2
-        rot = torch.cat([-x[..., half:], x[..., :half]], dim=-1)
-        return x * cos[:, :, None] + rot * sin[:, :, None]
+    _rope = staticmethod(rope)
 
     def _attention(self, q, k, v, mask, backend: Optional[str] = None):
-        """q [B, Tq, H, D] (scale folded into W_q), k/v [B, Tk, KV, D], mask bool [B, Tq, Tk] or
-        None (every key valid for every query). The torch backend uses a lean grouped matmul (no
-        K/V repeat, no fp32 round trip): on the CPU the reference op's validation and upcasts
-        cost more than the tiny attention itself. Query rows are token-major within a KV group,
-        so with one KV head (pi0) q and the output need no transposed copy."""
-        be = backend or self.backend
-        b, tq, h, d = q.shape
-        if be != "torch":
-            if mask is None:
-                mask = torch.ones(b, tq, k.shape[1], dtype=torch.bool, device=q.device)
-            return ops.attention(q, k, v, mask, 1.0, backend=be)
-        kv = k.shape[2]
-        r = h // kv
-        if kv == 1 and self.packed and not (torch.is_grad_enabled() and q.requires_grad):
-            return self._attention_onednn(q, k, v, mask)
-        qg = q.reshape(b, 1, tq * h, d) if kv == 1 else q.view(b, tq, kv, r, d).transpose(1, 2).reshape(b, kv, tq * r, d)
-        s = torch.matmul(qg, k.permute(0, 2, 3, 1))
-        if mask is not None:
-            s.view(b, kv, tq, r, -1).masked_fill_(~mask[:, None, :, None], MASK_VALUE)
-        p = torch.softmax(s, dim=-1, dtype=torch.float32).to(q.dtype)
-        o = torch.matmul(p, v.permute(0, 2, 1, 3))  # [B, KV, Tq * r, D]
-        if kv == 1:
-            return o.view(b, tq, h, d)
-        return o.view(b, kv, tq, r, d).transpose(1, 2).reshape(b, tq, h, d)
-
-    @staticmethod
-    def _attention_onednn(q, k, v, mask):
-        """_attention for one KV head on the CPU: per robot, the scores q K^T as a oneDNN
-        product with K [Tk, D] as the (unpacked) weight, which runs ~1.5x faster than MKL's
-        batched matmul at pi0's shapes ([400, 256] x [256, 611]); softmax; P V with matmul."""
-        b, tq, h, d = q.shape
-        out = torch.empty(b, tq, h, d, dtype=q.dtype, device=q.device)
-        for i in range(b):
-            s = torch.ops.mkldnn._linear_pointwise(q[i].reshape(tq * h, d), k[i, :, 0].contiguous(), None,
-                                                   "none", [], "")
-            if mask is not None:
-                s.view(tq, h, -1).masked_fill_(~mask[i][:, None, :], MASK_VALUE)
-            p = torch.softmax(s, dim=-1, dtype=torch.float32).to(q.dtype)
-            torch.matmul(p, v[i, :, 0], out=out[i].view(tq * h, d))
-        return out
+        return attention(q, k, v, mask, backend or self.backend, self.packed)
 
     def _normed(self, x, backend: Optional[str] = None):
         """(input, row_scale) for a GEMM whose weight carries the folded norm affine. A fused

@@ -28,7 +28,8 @@ import torch
 import torch.nn.functional as F
 
 from physai_ros.engine.checkpoint.params import Weights
-from physai_ros.engine.pi0.fast import FastPi0, _take
+from physai_ros.engine.pi0.fast import FastPi0
+from physai_ros.engine.pi0.fast_weights import take
 from physai_ros.engine.pi0.modeling import sincos_time_embedding
 from physai_ros.engine.types import PrefixCache
 from physai_ros.kernels import onednn, ops
@@ -70,30 +71,30 @@ class FastPi05(FastPi0):
         # cond(t_s) for every step, in float32 exactly as the plain path forms it per call.
         times = torch.tensor(cfg.step_times(), dtype=torch.float32)
         temb = sincos_time_embedding(times, spec.width, cfg.min_period, cfg.max_period).to(torch.float32)
-        w_ti, b_ti = _take(weights, "time_in.weight", c).float(), _take(weights, "time_in.bias", c).float()
-        w_to, b_to = _take(weights, "time_out.weight", c).float(), _take(weights, "time_out.bias", c).float()
+        w_ti, b_ti = take(weights, "time_in.weight", c).float(), take(weights, "time_in.bias", c).float()
+        w_to, b_to = take(weights, "time_out.weight", c).float(), take(weights, "time_out.bias", c).float()
         cond = F.silu(F.linear(F.silu(F.linear(temb.to(w_ti.device), w_ti, b_ti)), w_to, b_to))
         scale = spec.head_dim**-0.5
         self.expert_layers: List[Pi05ExpertLayer] = []
         for i in range(spec.depth):
             p = f"expert.layers.{i}."
-            w_qkv = torch.cat([_take(weights, p + "q", c).float() * scale, _take(weights, p + "k", c).float(),
-                               _take(weights, p + "v", c).float()]).to(dt)
-            w_gu = torch.cat([_take(weights, p + "gate", c), _take(weights, p + "up", c)]).to(dt)
+            w_qkv = torch.cat([take(weights, p + "q", c).float() * scale, take(weights, p + "k", c).float(),
+                               take(weights, p + "v", c).float()]).to(dt)
+            w_gu = torch.cat([take(weights, p + "gate", c), take(weights, p + "up", c)]).to(dt)
             self.expert_layers.append(Pi05ExpertLayer(
-                w_qkv=w_qkv, w_o=_take(weights, p + "o", c).to(dt), w_gate_up=w_gu,
-                w_down=_take(weights, p + "down", c).to(dt),
-                attn_norm=_modulation(cond, _take(weights, p + "ada_attn.weight", c), _take(weights, p + "ada_attn.bias", c), dt),
-                mlp_norm=_modulation(cond, _take(weights, p + "ada_mlp.weight", c), _take(weights, p + "ada_mlp.bias", c), dt),
+                w_qkv=w_qkv, w_o=take(weights, p + "o", c).to(dt), w_gate_up=w_gu,
+                w_down=take(weights, p + "down", c).to(dt),
+                attn_norm=_modulation(cond, take(weights, p + "ada_attn.weight", c), take(weights, p + "ada_attn.bias", c), dt),
+                mlp_norm=_modulation(cond, take(weights, p + "ada_mlp.weight", c), take(weights, p + "ada_mlp.bias", c), dt),
             ))
-        final = _modulation(cond, _take(weights, "expert.ada_norm.weight", c), _take(weights, "expert.ada_norm.bias", c), dt)
+        final = _modulation(cond, take(weights, "expert.ada_norm.weight", c), take(weights, "expert.ada_norm.bias", c), dt)
         self.final_scale1p = final.scale1p
-        w_out = _take(weights, "action_out.weight", c).double()
-        b_out = _take(weights, "action_out.bias", c).double()
+        w_out = take(weights, "action_out.weight", c).double()
+        b_out = take(weights, "action_out.bias", c).double()
         self.out_w = (w_out * cfg.dt).to(dt)
         self.out_b_table = ((final.shift.double() @ w_out.T + b_out) * cfg.dt).to(dt)  # [num_steps, A]
-        self.act_in_w = _take(weights, "action_in.weight", c).to(dt)
-        self.act_in_b = _take(weights, "action_in.bias", c).to(dt)
+        self.act_in_w = take(weights, "action_in.weight", c).to(dt)
+        self.act_in_b = take(weights, "action_in.bias", c).to(dt)
 
     def _pack_expert_layer(self, layer: Pi05ExpertLayer) -> None:
         f = layer.w_gate_up.shape[0] // 2
