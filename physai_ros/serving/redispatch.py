@@ -45,6 +45,14 @@ class Redispatch:
         self.failover["redispatched"] += len(again)
         return again, given_up
 
+    def settle(self, requests: Iterable[Request], again: set[str], now: float, service_s: float) -> None:
+        """A batch's requests are over, except those queued `again`: answered, no longer in flight,
+        and the scheduler told (service_s: the batch's time on the instance)."""
+        for req in requests:
+            if req.request_id not in again:
+                self.done(req.request_id)
+                self.scheduler.on_completed(req.request_id, now, service_s)
+
     def done(self, request_id: str) -> None:
         """The request is answered (or dropped): no longer in flight."""
         self._attempts.pop(request_id, None)

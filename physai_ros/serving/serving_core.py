@@ -2,12 +2,15 @@
 instances, chunks out.
 
 Who owns what (vLLM v1's split: the scheduler returns plain data, a runner executes it):
+- serving.intake.RobotIntake: robots in (register, release, submit) up to the queue, and the
+  answers owed to accepted rounds dropped before they ran;
 - serving.registry.RobotRegistry: which robots may send work (registration, admission,
   release, validation, per-robot counters);
 - the scheduler (physai_ros.scheduler): the only queue. Every queued request lives there,
   payload included; a request whose instance was lost goes back through `requeue`;
 - serving.instances.InstancePool: which engine instances serve now (failures, hot standby);
-- a model runner per component (serving.action_runner): engine inputs and finished chunks.
+- a model runner per component (serving.action_runner): engine inputs and finished chunks;
+- serving.language.frame_hold.FrameHold: a batch's frame handed to the language stream.
 
 The node feeds the core plain data (register / submit) from its ROS callbacks; the
 serving.serving_threads threads call dispatch (the scheduler's batches for idle instances) and
@@ -17,11 +20,9 @@ shared state, so callbacks and threads may interleave freely; engines run outsid
 """
 from __future__ import annotations
 
-import itertools
 import threading
 import time
 import uuid
-from collections import deque
 from dataclasses import replace
 from typing import Any, Callable, Sequence
 
@@ -34,12 +35,14 @@ from physai_ros.protocol.registration import RegistrationResult, RobotRegistrati
 from physai_ros.scheduler.types import ACTION, Request
 from physai_ros.serving.action_runner import ActionModelRunner
 from physai_ros.serving.instances import EngineSlot, InstancePool
-from physai_ros.serving.language.stream import FrameRobot
+from physai_ros.serving.intake import RobotIntake
+from physai_ros.serving.language.frame_hold import FrameHold
 from physai_ros.serving.redispatch import Redispatch
-from physai_ros.serving.registry import RobotRegistry, TaskEnded
+from physai_ros.serving.registry import RobotRegistry
 from physai_ros.serving.rtc_planner import RtcPlanner
-from physai_ros.serving.validation import ModelLimits, Refusal
-from physai_ros.serving.work import BatchRun, BatchWork, Dispatch, StepOutput, scheduler_task_key
+from physai_ros.serving.validation import ModelLimits
+from physai_ros.serving.work import BatchRun, BatchWork, Dispatch, StepOutput
+
 
 class ServingCore:
     def __init__(self, engines: Sequence[EngineSlot], scheduler: Any, tokenizer: PromptTokenizer,
@@ -61,6 +64,7 @@ class ServingCore:
         self.runners = {ACTION: self.action_runner}
         self.rtc = RtcPlanner({})  # real-time chunking per task (docs/rtc.md); the factory sets it
         self.language = None  # serving.language.stream.LanguageStream: enable_language sets it
+        self.frames = None  # serving.language.frame_hold.FrameHold, the batches' link to it
         self.factory = None  # serving.factory_runtime.FactoryRuntime: apply_factory sets it
         self.limits = ModelLimits(cfg.max_views, cfg.max_state_dim, cfg.max_action_dim, tuple(cameras))
         self.instance_id = instance_id or uuid.uuid4().hex[:12]
@@ -70,58 +74,43 @@ class ServingCore:
         self.clock = clock
         # Requests lost with their instance go back to the queue (serving.redispatch).
         self.redispatch = Redispatch(scheduler, self.failover)
-        # Answers for accepted requests dropped outside submit (a restarted robot's queued round,
-        # a lost request that cannot run again): every accepted round gets an answer. Drained by
-        # take_notices() and submit().
-        self._notices: deque[ActionChunkData] = deque(maxlen=1024)
-        self._last_task: dict[str, str] = {}  # robot_id -> task_id of its newest observation
-        self._ids = itertools.count(1)
         self._lock = threading.Lock()
         self._work = threading.Condition(self._lock)
+        self.intake = RobotIntake(self.registry, scheduler, self.runners, self.redispatch, self._work, clock,
+                                  self.events)
 
     def enable_language(self, stream) -> None:
         """Text from every local instance's frames (serving.language.stream, docs/language.md)."""
         for iid, slot in self.engines.items():
             if not slot.remote:
                 stream.attach(iid, slot.engine)
-        self.language = stream
+        self.language = self.intake.language = stream
+        self.frames = FrameHold(stream)
 
     def run_language(self, instance_id: str) -> list:
         """After run_batch's chunks are published: the frame's text (the instance stays busy
         until this returns, so the scheduler's idea of it holds). [] when nothing was held, and
         then the instance is left alone: it was freed with its chunks and may already run the
         next batch (marking it free here would stack batches on it)."""
-        if self.language is None or not self.language.is_holding(instance_id):
+        if self.frames is None or not self.frames.holding(instance_id):
             return []
-        slot = self.engines[instance_id]
-        try:
-            return self.language.run_held(instance_id)
-        except Exception as e:  # text failing must not take the actions down
-            with self._lock:
-                self.events.append(f"language frame on {instance_id} failed: {type(e).__name__}: {e}")
-            return []
-        finally:
-            with self._lock:
-                slot.running = False
-                slot.busy_until = self.clock()
-                self._work.notify_all()
+        texts, failure = self.frames.decode(instance_id)
+        with self._lock:
+            if failure:
+                self.events.append(failure)
+            slot = self.engines[instance_id]
+            slot.running, slot.busy_until = False, self.clock()
+            self._work.notify_all()
+        return texts
 
     def take_text_notices(self) -> list:
         """Texts ended by robots leaving or switching task (cancelled), to publish."""
         return self.language.drain_ended() if self.language is not None else []
 
     def warm_up(self, views: int = 1) -> float:
-        """One inference per local engine instance on a blank input, so the first robot's first
-        round does not pay for lazy initialisation (and miss its SLO). Returns the slowest, s."""
-        blank = self.action_runner.blank_input(views)
-        worst = 0.0
-        for slot in self.engines.values():
-            if slot.remote:
-                continue  # an engine_worker warms itself up while measuring its profile
-            t0 = time.perf_counter()
-            self.action_runner.execute(slot.engine, [blank])
-            worst = max(worst, time.perf_counter() - t0)
-        return worst
+        """Each local engine instance's first inference, before any robot's (ActionModelRunner.warm_up);
+        an engine_worker warms itself up while measuring its profile. Returns the slowest, s."""
+        return self.action_runner.warm_up([s.engine for s in self.engines.values() if not s.remote], views)
 
     def apply_factory(self, runtime) -> None:
         """Run a factory schedule (serving.factory_runtime): System 1 batches only on its System 1
@@ -131,7 +120,7 @@ class ServingCore:
                 cap = runtime.batch_cap(iid)
                 if cap is not None:
                     slot.max_batch = min(slot.max_batch, cap)
-            self.factory = runtime
+            self.factory = self.intake.factory = runtime
             self._work.notify_all()
 
     def _action_slots(self) -> list[EngineSlot]:
@@ -142,67 +131,22 @@ class ServingCore:
         hosts = self.factory.action_instances(lambda iid: self.pool.usable(self.engines[iid]))
         return [e for e in slots if e.instance_id in hosts]
 
-    # ---- robot-facing entry points -------------------------------------------------------
+    # ---- robot-facing entry points (serving.intake) -------------------------------------
 
     def register(self, reg: RobotRegistration) -> RegistrationResult:
-        plan = None
-        if self.factory is not None:  # the plan admits (or refuses) before the registry does
-            plan = self.factory.register(reg.robot_id, reg.task_id)
-            if not plan.accepted:
-                return RegistrationResult(False, plan.reason, self.instance_id)
-        with self._lock:
-            result, ended = self.registry.register(reg, self.clock(), self._queued_robots())
-            for e in ended:
-                self._end_task(e)
-            if result.accepted:
-                self.runners[ACTION].warm(reg)
-                if plan is not None:
-                    result = replace(result, max_request_rate_hz=plan.rate_hz, routes=plan.routes)
-        if not result.accepted and plan is not None:
-            self.factory.release(reg.robot_id)  # the plan made room the registry did not take
-        return result
+        return self.intake.register(reg)
 
     def release(self, robot_id: str) -> bool:
-        """Forget a robot: registration, history, counters. Returns whether it was registered."""
-        with self._lock:
-            ended = self.registry.release(robot_id)
-            if ended is not None:
-                self._end_task(ended)
-        if self.factory is not None:
-            self.factory.release(robot_id)
-        return ended is not None
+        return self.intake.release(robot_id)
 
     def release_idle(self, timeout_s: float, now: float | None = None) -> list[str]:
-        """Free every robot silent (no observation, no registration) for longer than timeout_s
-        (server.robot_timeout_s: link cut, client dead) whether or not a new robot needs its
-        place; the policy server calls this periodically. A robot that comes back registers
-        again (its client does so by itself) and continues above its own round ids. A robot
-        with a request queued (requeued ones included) is not silent. Returns the robots freed."""
-        now = self.clock() if now is None else now
-        with self._lock:
-            ended = self.registry.release_silent(now, timeout_s, self._queued_robots())
-            for e in ended:
-                self._end_task(e)
-        for e in ended if self.factory is not None else ():
-            self.factory.release(e.robot_id)
-        return [e.robot_id for e in ended]
+        return self.intake.release_idle(timeout_s, now)
 
     def submit(self, obs: ObservationData, now: float | None = None, notify: bool = True) -> list[ActionChunkData]:
-        """Queue a valid observation. Returns the chunks to publish at once: a REFUSED chunk for
-        a bad observation, and for requests this one superseded (an older queued round or the
-        previous task's). notify=False: the caller dispatches itself right after (serving.serving_threads
-        ServingThreads.submit), so the dispatcher thread is not woken for nothing."""
-        now = self.clock() if now is None else now
-        with self._lock:
-            reg, refusal = self.registry.check(obs, now)
-            notices: list[ActionChunkData] = []
-            if refusal is None:
-                refusal = self._enqueue(obs, reg, now, notices)
-            if refusal is not None:
-                return [self.action_runner.refused(obs, reg, refusal)]
-            if notify:
-                self._work.notify_all()
-            return notices + self._drain_notices()
+        return self.intake.submit(obs, now, notify)
+
+    def take_notices(self) -> list[ActionChunkData]:
+        return self.intake.take_notices()
 
     def registration(self, robot_id: str) -> RobotRegistration | None:
         with self._lock:
@@ -211,57 +155,6 @@ class ServingCore:
     def registered_robots(self) -> int:
         with self._lock:
             return len(self.registry)
-
-    def take_notices(self) -> list[ActionChunkData]:
-        """Answers for accepted requests that were dropped (see _end_task), to publish."""
-        with self._lock:
-            return self._drain_notices()
-
-    def _drain_notices(self) -> list[ActionChunkData]:
-        out = list(self._notices)  # under the lock
-        self._notices.clear()
-        return out
-
-    def _queued_robots(self) -> set[str]:
-        return {r.robot_id for r in self.scheduler.queued()}
-
-    def _end_task(self, ended: TaskEnded) -> None:
-        """Under the lock: the scheduler forgets the task and hands back its queued requests,
-        which were accepted, so they are answered (refused) rather than left without one."""
-        for comp in self.runners:
-            key = scheduler_task_key(ended.robot_id, ended.task_id, comp)
-            for req in self.scheduler.on_task_finished(key):
-                self.redispatch.done(req.request_id)  # a requeued one ends here too
-                self._notices.append(self.runners.get(req.component, self.action_runner).refused(
-                    req.payload, ended.registration, Refusal("superseded", ended.why)))
-        self._last_task.pop(ended.robot_id, None)
-        if self.language is not None:
-            self.language.robot_ended(ended.robot_id, ended.why)
-        if ended.released:
-            self.events.append(f"released robot {ended.robot_id!r}")
-
-    def _enqueue(self, obs: ObservationData, reg: RobotRegistration, now: float,
-                 notices: list[ActionChunkData]) -> Refusal | None:
-        prev = self._last_task.get(obs.robot_id)
-        if prev is not None and prev != obs.task_id:
-            self._end_task(TaskEnded(obs.robot_id, prev, f"the robot switched to task {obs.task_id!r}",
-                                     registration=reg))
-        self._last_task[obs.robot_id] = obs.task_id
-        req = Request(
-            request_id=f"{obs.robot_id}#{obs.round_id}#{next(self._ids)}", robot_id=obs.robot_id,
-            task_id=scheduler_task_key(obs.robot_id, obs.task_id), round_id=obs.round_id,
-            arrival_time=now, obs_capture_time=obs.stamp,
-            exec_phase_start=obs.exec_phase_start if obs.exec_phase_start > 0 else None,
-            actions_remaining=obs.actions_remaining, control_period=obs.control_period,
-            refresh=obs.refresh, component=ACTION, payload=obs)
-        res = self.scheduler.submit(req, now)
-        if not res.accepted:
-            return self.registry.count_refusal(obs.robot_id, Refusal("scheduler", res.reason))
-        for old in res.superseded:
-            if old.round_id != obs.round_id:  # the same round is a refresh: nothing to answer
-                notices.append(self.runners.get(old.component, self.action_runner).refused(
-                    old.payload, reg, Refusal("superseded", f"round {obs.round_id} replaced it")))
-        return None
 
     def pending(self) -> int:
         with self._lock:
@@ -309,12 +202,8 @@ class ServingCore:
             out: list[ActionChunkData] = []
             now = self.clock()
             again = self._retry_lost(work.requests, self.engines[work.instance_id],
-                                     "its instance was lost before it ran", out, limit=False, now=now,
-                                     count=False)
-            for req in work.requests:
-                if req.request_id not in again:  # answered with an error: no longer in flight
-                    self.redispatch.done(req.request_id)
-                    self.scheduler.on_completed(req.request_id, now, 0.0)
+                                     "its instance was lost before it ran", out, limit=False, now=now, count=False)
+            self.redispatch.settle(work.requests, again, now, 0.0)  # the others got an error
             self._work.notify_all()
             return out
 
@@ -351,9 +240,8 @@ class ServingCore:
         return Dispatch(work, refresh)
 
     def step(self, now: float | None = None) -> StepOutput:
-        """One scheduling cycle run to completion: every dispatched batch, each on its own
-        instance concurrently, chunks in dispatch order. (The policy server instead hands
-        dispatch()'s batches to one long-lived thread per instance: serving.serving_threads.)"""
+        """One scheduling cycle run to completion, the batches concurrently, chunks in dispatch
+        order (the policy server runs them on long-lived threads: serving.serving_threads)."""
         d = self.dispatch(now)
         results: list[list[ActionChunkData]] = [[] for _ in d.work]
 
@@ -371,23 +259,19 @@ class ServingCore:
         return StepOutput([c for r in results for c in r], d.refresh)
 
     def run_batch(self, work: BatchWork) -> list[ActionChunkData]:
-        """Execute one dispatched batch on its instance: prepare (engine inputs, per request),
-        execute (the engine call, outside the lock), complete (chunks, the scheduler told, the
-        instance freed, under the lock). With the language stream on, the instance stays busy
-        until run_language(instance) has decoded the frame's text. A failing engine never makes
-        this raise: the batch's requests get ERROR chunks and the instance serves on. Two cases
-        are the instance's fault, not the batch's, and the requests run again elsewhere: an
-        engine error marked `instance_lost` (a remote worker that is gone), and a fatal
-        BaseException (the instance is dead; it is re-raised so its thread ends with it)."""
-        slot = self.engines[work.batch.instance_id]
+        """One dispatched batch on its instance: prepare (engine inputs), execute (the engine
+        call, outside the lock), complete (chunks, the scheduler told, the instance freed or held
+        for run_language, under the lock). A failing engine never makes this raise: the requests
+        get ERROR chunks and the instance serves on. The instance's own faults send the requests
+        elsewhere: an engine error marked `instance_lost` (a remote worker gone), and a fatal
+        BaseException (the instance is dead; re-raised so its thread ends with it)."""
         # One model per batch: the scheduler batches requests of one component per instance.
-        run = BatchRun(work, slot, self.runners.get(work.requests[0].component))
+        run = BatchRun(work, self.engines[work.batch.instance_id], self.runners.get(work.requests[0].component))
         run.t0 = run.t1 = self.clock()
         try:
             self._prepare(run)
             self._execute(run)
-        finally:
-            # Whatever happened, the instance is free again and the scheduler hears about it.
+        finally:  # whatever happened, the instance is free again and the scheduler hears of it
             self._complete(run)
         return run.out
 
@@ -417,8 +301,6 @@ class ServingCore:
         when the language stream wants it. Sorts failures into the batch's (ERROR chunks) and
         the instance's (lost requests, run again elsewhere; a fatal one re-raised)."""
         slot, runner = run.slot, run.runner
-        speaks = self.language is not None and self.language.speaks_on(slot.instance_id, slot.engine)
-        frame = (None, None)
         run.t0 = self.clock()
         if run.inputs:
             try:
@@ -426,8 +308,8 @@ class ServingCore:
                     slot.before_batch(slot.instance_id, run.batch_no)
                 # On the host once: the chunks and RTC's memory read the same arrays.
                 run.outputs = [runner.to_host(o) for o in runner.execute(slot.engine, run.inputs)]
-                if speaks:  # the same prefill feeds the text (OxyGen): its cache, kept by infer
-                    frame = slot.engine.take_prefix() or (None, None)
+                if self.frames is not None:
+                    self.frames.capture(run)
             except Exception as e:  # one bad batch must not take the server down
                 msg = f"engine failed: {type(e).__name__}: {e}"
                 if getattr(e, "instance_lost", False):
@@ -439,11 +321,8 @@ class ServingCore:
                 run.fatal, run.lost, run.lost_why, run.ok = e, run.ok, f"{type(e).__name__}: {e}", []
                 raise
         run.t1 = self.clock()
-        run.rows = [FrameRobot(r.robot_id, r.payload.task_id, r.round_id) for r in run.ok]
-        # Kept only for a frame with text work; otherwise (or if asking raises) the instance is
-        # free with the chunks rather than held for a run_language that may never come.
-        if frame[0] is not None and self.language.wants_frame(slot.instance_id, run.rows):
-            run.frame = frame
+        if self.frames is not None:
+            self.frames.keep(run)
 
     def _complete(self, run: BatchRun) -> None:
         """Under the lock: the chunks, lost requests back to the queue, the scheduler told, the
@@ -451,10 +330,8 @@ class ServingCore:
         slot, work = run.slot, run.work
         inference_ms = (run.t1 - run.t0) * 1e3
         with self._lock:
-            held = run.frame is not None and bool(run.ok) and run.fatal is None
-            if held:  # run_language decodes this frame's text next and frees the instance
-                self.language.hold(slot.instance_id, run.frame[0], run.frame[1], run.rows, run.t1 - run.t0)
-            slot.running = held
+            # Held: run_language decodes this frame's text next and frees the instance.
+            slot.running = self.frames is not None and self.frames.hold(run)
             slot.busy_until = run.t1
             if run.fatal is not None:
                 self.pool.fail(slot, run.lost_why)
@@ -462,10 +339,7 @@ class ServingCore:
             for req, eo in zip(run.ok, run.outputs):
                 run.out.append(self._finish(run.runner, req, eo, slot, (work.dispatched - req.arrival_time) * 1e3,
                                             inference_ms, run.prepare_s.get(req.request_id, 0.0)))
-            for req in work.requests:
-                if req.request_id not in again:
-                    self.redispatch.done(req.request_id)
-                    self.scheduler.on_completed(req.request_id, run.t1, (run.t1 - run.t0))
+            self.redispatch.settle(work.requests, again, run.t1, run.t1 - run.t0)
             self._work.notify_all()
 
     def _finish(self, runner: Any, req: Request, output: Any, slot: EngineSlot, queue_ms: float,
