@@ -1,10 +1,8 @@
 """robot_client: the robot side of the serving path, in the robot's namespace.
 
 ROS I/O only; the logic is physai_ros.client.robot_client.RobotClientCore.
-  sub  camera topics (Image, or CompressedImage with camera_format: compressed; best effort), wrench (WrenchStamped, best effort),
-       joint_states (JointState, best effort: matches reliable publishers too),
-       execution_info (ExecutionInfo), action_chunk (ActionChunk, reliable),
-       observation_refresh (std_msgs/UInt64)
+  sub  the robot's cameras, wrench, joint states and execution_info (nodes/robot_client_sensors.py),
+       action_chunk (ActionChunk, reliable), observation_refresh (std_msgs/UInt64)
   srv  operator_command (OperatorCommand): an operator's signed resume / acknowledge
        (nodes/robot_client_operator.py; `physai-fleet operator resume ROBOT`)
   pub  observation (Observation, reliable) -> policy_server
@@ -14,9 +12,7 @@ ROS I/O only; the logic is physai_ros.client.robot_client.RobotClientCore.
        monitoring thresholds (stream rates, latency, SLO meet rate, refusals, fallbacks,
        underruns, dropped wrench samples, buffer fill)
        /<robot_id>/metrics/<name> (std_msgs/Float64, for rqt_plot)
-A wrench sample with a NaN/inf component is dropped and counted (wrench_dropped); the newest
-good sample stays the one sent, so one bad force reading does not cost a round.
-  call /policy_server/register_robot (RegisterRobot), async, again after a server restart
+  call /policy_server/register_robot (nodes/robot_client_registration.py)
 A streaming task adds its ROS I/O from nodes/robot_client_streaming.py (stream_wrench).
 A task with a pipeline (fleet.yaml `components:` ..., docs/pipelines.md) adds its ROS I/O from
 nodes/robot_client_pipeline.py (component_query/component_answer, pipeline_event,
@@ -29,13 +25,9 @@ from __future__ import annotations
 import json
 import time
 
-import numpy as np
-from geometry_msgs.msg import WrenchStamped
-from physai_ros_interfaces.msg import ActionChunk, ExecutionInfo, Observation
-from physai_ros_interfaces.srv import RegisterRobot
+from physai_ros_interfaces.msg import ActionChunk, Observation
 from rclpy.duration import Duration
 from rclpy.node import Node
-from sensor_msgs.msg import CompressedImage, Image, JointState
 from std_msgs.msg import String, UInt64
 
 from physai_ros.client.registration import RegistrationExchange
@@ -45,24 +37,23 @@ from physai_ros.config.fleet import load_fleet
 from physai_ros.control.hold import hold_chunk
 from physai_ros.monitoring.client_view import ClientView
 from physai_ros.monitoring.config import load_monitoring
-from physai_ros.monitoring.thresholds import MetricsTask
 from physai_ros.monitoring.metrics import MetricsPublisher
+from physai_ros.monitoring.thresholds import MetricsTask
 from physai_ros.nodes.robot_client_operator import OperatorIO
 from physai_ros.nodes.robot_client_pipeline import PipelineIO
+from physai_ros.nodes.robot_client_registration import RegistrationCall
+from physai_ros.nodes.robot_client_sensors import SensorInputs
 from physai_ros.nodes.robot_client_streaming import StreamingIO
 from physai_ros.protocol.chunk import is_hold_chunk
-from physai_ros.protocol.topics import (ACTION_CHUNK_TOPIC, CLIENT_STATUS_TOPIC, EXECUTION_INFO_TOPIC,
-                                        OBSERVATION_TOPIC, REFRESH_TOPIC, REGISTER_SERVICE)
+from physai_ros.protocol.topics import ACTION_CHUNK_TOPIC, CLIENT_STATUS_TOPIC, OBSERVATION_TOPIC, REFRESH_TOPIC
 from physai_ros.ros.codecs.chunk import chunk_from_msg, chunk_to_msg
-from physai_ros.ros.codecs.execution_info import execution_state_from_msg
-from physai_ros.ros.codecs.observation import compressed_image_data, image_data, observation_to_msg
-from physai_ros.ros.codecs.registration import registration_to_request, result_from_response
+from physai_ros.ros.codecs.observation import observation_to_msg
 from physai_ros.ros.diagnostics_updater import Updater
 from physai_ros.ros.message_digest import digest
 from physai_ros.ros.node_security import node_security, open_endpoint, security_diagnostics
-from physai_ros.ros.qos import reliable_qos, sensor_data_qos
+from physai_ros.ros.qos import reliable_qos
 from physai_ros.ros.spin import run_node
-from physai_ros.ros.time_conv import now_sec, to_sec
+from physai_ros.ros.time_conv import now_sec
 from physai_ros.security.endpoints import HOLD, RobotAuth
 from physai_ros.security.handshake import AuthError
 from physai_ros.security.keystore import Identity
@@ -85,15 +76,7 @@ class RobotClientNode(Node):
                                   lambda ks: RobotAuth(ks, self.robot.id, sec.server))
         self.auth_refusals = RefusalLog(self.get_logger().warning)
         self.core = RobotClientCore(self.robot)
-        sensor = sensor_data_qos()
-        compressed = self.robot.camera_format == "compressed"
-        on_image = self._on_compressed if compressed else self._on_image
-        for i, topic in enumerate(self.robot.camera_topics):
-            self.create_subscription(CompressedImage if compressed else Image, topic,
-                                     lambda m, i=i: on_image(i, m), sensor)
-        self.create_subscription(WrenchStamped, self.robot.wrench_topic, self._on_wrench, sensor)
-        self.create_subscription(JointState, self.robot.joint_states_topic, self._on_joints, sensor_data_qos(10))
-        self.create_subscription(ExecutionInfo, EXECUTION_INFO_TOPIC, self._on_exec, sensor_data_qos(10))
+        self.sensors = SensorInputs(self)
         self.create_subscription(ActionChunk, ACTION_CHUNK_TOPIC, self._on_chunk, reliable_qos(50))
         self.create_subscription(UInt64, REFRESH_TOPIC, self._on_refresh, reliable_qos())
         self.obs_pub = self.create_publisher(Observation, OBSERVATION_TOPIC, reliable_qos())
@@ -101,12 +84,9 @@ class RobotClientNode(Node):
         self.streaming = StreamingIO.for_node(self)
         self.hold_pub = self.create_publisher(ActionChunk, ACTION_CHUNK_TOPIC, reliable_qos())
         self.status_pub = self.create_publisher(String, CLIENT_STATUS_TOPIC, reliable_qos())
-        self.register_client = self.create_client(RegisterRobot, REGISTER_SERVICE)
-        self._register_future = None
-        self.registration = RegistrationExchange(self.core, self.auth, self.auth_refusals,
-                                                 self.streaming.client if self.streaming is not None else None)
+        self.registration = RegistrationCall(self, RegistrationExchange(
+            self.core, self.auth, self.auth_refusals, self.streaming.client if self.streaming is not None else None))
         self._unreadable = 0
-        self._unreadable_images = 0
         self._escalations_logged = 0
         self.create_timer(1.0 / tick_hz, self._tick)
         self.create_timer(1.0, self._publish_status)
@@ -119,48 +99,6 @@ class RobotClientNode(Node):
                                f"fallback {self.robot.task.fallback}")
 
     # ---- inputs -------------------------------------------------------------------------
-
-    def _on_image(self, view: int, msg: Image) -> None:
-        self.view.on_camera(view, time.monotonic())
-        stamp = to_sec(msg.header.stamp) or now_sec(self)
-        self.core.on_image(view, image_data(msg), stamp)
-        if self.streaming is not None:
-            self.streaming.on_frame(view, stamp)
-
-    def _on_compressed(self, view: int, msg: CompressedImage) -> None:
-        try:
-            image = compressed_image_data(msg)
-        except ValueError as e:  # a corrupt frame is counted and skipped; the previous one stays
-            self._unreadable_images += 1
-            self.get_logger().warning(f"camera {view}: {e}", throttle_duration_sec=1.0)
-            return
-        self.view.on_camera(view, time.monotonic())
-        stamp = to_sec(msg.header.stamp) or now_sec(self)
-        self.core.on_image(view, image, stamp)
-        if self.streaming is not None:
-            self.streaming.on_frame(view, stamp)
-
-    def _on_wrench(self, msg: WrenchStamped) -> None:
-        f, t = msg.wrench.force, msg.wrench.torque
-        sample = (f.x, f.y, f.z, t.x, t.y, t.z)
-        if not self.view.on_wrench(sample, time.monotonic()):
-            # Dropped and counted; the core keeps the newest good sample for the next round.
-            self.get_logger().warning(f"dropped wrench sample: {self.view.last_wrench_drop}",
-                                      throttle_duration_sec=1.0)
-            return
-        self.core.on_wrench(np.array(sample, np.float32), to_sec(msg.header.stamp))
-        if self.streaming is not None:
-            self.streaming.on_wrench(msg)
-
-    def _on_joints(self, msg: JointState) -> None:
-        self.view.on_joint_state(time.monotonic())
-        self.core.on_joint_state(list(msg.name), list(msg.position))
-
-    def _on_exec(self, msg: ExecutionInfo) -> None:
-        st = execution_state_from_msg(msg)
-        self.view.on_exec_info(st.actions_remaining, st.control_period, st.underruns)
-        self.core.on_exec_info(now_sec(self), st.actions_remaining, st.control_period, st.exec_phase_start,
-                               st.executing_round_id)
 
     def _on_chunk(self, msg: ActionChunk) -> None:
         if is_hold_chunk(msg.status, msg.error, msg.engine_instance):
@@ -201,7 +139,7 @@ class RobotClientNode(Node):
         streaming = self.streaming is not None and self.streaming.active  # no chunked rounds then
         out = self.core.tick(now, link_up=self.obs_pub.get_subscription_count() > 0 and not streaming)
         if out.register:
-            self._register()
+            self.registration.register()
         if out.hold is not None:
             self.publish_hold(out.hold, "SLO fallback")
         if out.observation is not None:
@@ -227,43 +165,11 @@ class RobotClientNode(Node):
                 return
         self.obs_pub.publish(msg)
 
-    def _register(self) -> None:
-        fut = self._register_future
-        decision = self.registration.decide(time.monotonic(), fut is not None and not fut.done(),
-                                            self.register_client.service_is_ready())
-        if decision.abandon:
-            self.register_client.remove_pending_request(fut)
-            fut.cancel()
-        if not decision.send:
-            return
-        request = registration_to_request(self.registration.registration())
-        if self.auth is not None:
-            request.auth_proof = self.auth.proof(digest(request, skip=("auth_proof",)))
-        fut = self.register_client.call_async(request)
-        proof = bytes(request.auth_proof)
-        fut.add_done_callback(lambda f: self._on_register_done(f, proof))
-        self._register_future = fut
-        self.registration.sent(time.monotonic())
-
-    def _on_register_done(self, fut, proof: bytes) -> None:
-        try:
-            resp = fut.result()
-        except Exception:
-            resp = None
-        result = result_from_response(resp) if resp is not None else None
-        lines = self.registration.on_answer(result, proof, resp.reason if resp is not None else "",
-                                            resp.auth_grant if resp is not None else b"")
-        for level, text in lines:
-            if level == "error":
-                self.get_logger().error(text, throttle_duration_sec=5.0)
-            else:
-                self.get_logger().info(text)
-
     def status(self) -> dict:
         return {
             **core_status(self.core, now_sec(self)),
             "unreadable_chunks": self._unreadable,
-            "unreadable_images": self._unreadable_images,
+            "unreadable_images": self.sensors.unreadable_images,
             "wrench_dropped": self.view.wrench_dropped,
             "insecure": self.security.insecure,
             "auth_refused": dict(self.auth_refusals.counts),
