@@ -5,10 +5,7 @@ ROS I/O only; the logic is physai_ros.serving.serving_core.ServingCore.
   sub      /<ns>/observation               (Observation, reliable), one per registered robot
   pub      /<ns>/action_chunk              (ActionChunk, reliable), answers and refusals
   pub      /<ns>/observation_refresh       (std_msgs/UInt64, reliable): resend this round fresh
-  pub      /diagnostics                    (diagnostic_msgs/DiagnosticArray, monitoring Updater):
-           "policy_server: <robot_id>" per robot, ": engine <id>" per instance, ": fleet",
-           ": registrations" and ": inputs" (refusals not attributable to a served round)
-  pub      /<robot_id>/metrics/<name>, /fleet/metrics/<name>  (std_msgs/Float64, for rqt_plot)
+  pub      /diagnostics, /<robot_id>/metrics/<name>, /fleet/metrics/<name> (policy_server_monitoring)
   with the language stream on: pub /<ns>/text, service /policy_server/ask_robot (policy_server_language)
 Parameters: fleet_file (default: the embedded config/fleet.yaml), num_robots (0: the robots
 listed; N: the first N, cloning the last entry beyond the list, as the launchers start them),
@@ -28,22 +25,16 @@ from rclpy.node import Node
 from std_msgs.msg import UInt64
 
 from physai_ros.config.fleet import load_fleet
-from physai_ros.monitoring.config import load_monitoring
-from physai_ros.monitoring.thresholds import MetricsTask
-from physai_ros.monitoring.metrics import MetricsPublisher
-from physai_ros.monitoring.refusals import RefusalHealth
-from physai_ros.monitoring.server_metrics import ServerMetrics, model_status
-from physai_ros.monitoring.server_view import ServerView
 from physai_ros.nodes.policy_server_language import PolicyServerLanguage
+from physai_ros.nodes.policy_server_monitoring import ServerMonitoringIO
 from physai_ros.nodes.policy_server_pipeline import PolicyServerPipeline
 from physai_ros.nodes.policy_server_streaming import PolicyServerStreaming
 from physai_ros.protocol.topics import ACTION_CHUNK_TOPIC, OBSERVATION_TOPIC, REFRESH_TOPIC, REGISTER_SERVICE
 from physai_ros.ros.codecs.chunk import chunk_to_msg
 from physai_ros.ros.codecs.observation import observation_from_msg
 from physai_ros.ros.codecs.registration import registration_from_request, result_to_response
-from physai_ros.ros.diagnostics_updater import Updater
 from physai_ros.ros.message_digest import digest
-from physai_ros.ros.node_security import node_security, open_endpoint, security_diagnostics
+from physai_ros.ros.node_security import node_security, open_endpoint
 from physai_ros.ros.qos import reliable_qos
 from physai_ros.ros.remote_engine import remote_engines_on
 from physai_ros.ros.robot_router import RobotRouter
@@ -100,7 +91,11 @@ class PolicyServerNode(Node):
         if self.factory is not None:
             self._startup(f"factory plan: {self.factory.summary()}")
         self._stop = threading.Event()
-        self._setup_monitoring(fleet_file)
+        self.monitor = ServerMonitoringIO(self, fleet_file, self.fleet, self.core, self.model_format, sec)
+        # The extensions publish into these too.
+        self.view, self.metrics, self.report, self.updater = (self.monitor.view, self.monitor.metrics,
+                                                              self.monitor.report, self.monitor.updater)
+        self.desk = RegistrationDesk(self.core, self.auth, self.report.registration_refusals)
         # Known robots get their topics now, so DDS discovery is done before the first chunk
         # (a reliable, volatile publisher drops what it sends before a subscriber matches).
         for robot in self.fleet.robots:
@@ -157,10 +152,7 @@ class PolicyServerNode(Node):
         self.router.subscribe(ns, Observation, OBSERVATION_TOPIC, self._on_observation, reliable_qos())
         if getattr(self, "language", None) is not None:
             self.language.ensure_topics(robot_id, namespace)
-        if self.view.track(robot_id):  # a robot new to the server gets its diagnostics task
-            self.updater.add(MetricsTask(robot_id, lambda rid=robot_id: self.report.robot_metrics(rid),
-                                         self.monitoring.thresholds,
-                                         ok_message=lambda rid=robot_id: self.report.robot_ok_message(rid)))
+        self.monitor.track(robot_id)
 
     def _on_observation(self, msg: Observation, ns: str) -> None:
         # The topic says who sent it: a message on /robot_0/observation claiming another robot
@@ -215,33 +207,6 @@ class PolicyServerNode(Node):
     def _publish_refresh(self, robot_id: str, round_id: int) -> None:
         if not self._stop.is_set():
             self.router.publish(robot_id, REFRESH_TOPIC, UInt64(data=int(round_id)))
-
-    # ---- monitoring -----------------------------------------------------------------------
-
-    def _setup_monitoring(self, fleet_file: str | None) -> None:
-        self.monitoring = load_monitoring(fleet_file)
-        slo = {r.id: float(r.task.slo_ms) for r in self.fleet.robots}
-        tasks = {name: float(t.slo_ms) for name, t in self.fleet.tasks.items()}
-
-        def slo_ms(rid: str):
-            reg = self.core.registration(rid)
-            return tasks.get(reg.task_id) if reg is not None and reg.task_id in tasks else slo.get(rid)
-        self.view = ServerView(self.monitoring.window_s, slo_ms)
-        self.metrics = MetricsPublisher(self, period_s=self.monitoring.metrics_period_s)
-        self.report = ServerMetrics(self.core, self.view, self.metrics, self.monitoring.diagnostics_period_s)
-        self.desk = RegistrationDesk(self.core, self.auth, self.report.registration_refusals)
-        self.updater = Updater(self, period=self.monitoring.diagnostics_period_s)
-        self.updater.setHardwareID(str(self.core.instance_id))
-        self.updater.add(MetricsTask("fleet", self.report.fleet_metrics, self.monitoring.thresholds,
-                                     ok_message=self.report.fleet_ok_message))
-        for iid in self.core.engines:
-            self.updater.add(f"engine {iid}", lambda stat, iid=iid: self.report.engine_status(stat, iid))
-        self.updater.add("model", lambda stat: model_status(stat, self.fleet.server.model, self.model_format,
-                                                            self.core.action_runner.normalizer.describe()))
-        self.updater.add("registrations", RefusalHealth(self.report.registration_refusals, "registration(s)").run)
-        self.updater.add("inputs", RefusalHealth(
-            self.report.input_refusals, "observation(s) with a wrong robot_id, unreadable or unauthenticated").run)
-        self.updater.add("security", security_diagnostics(self.security, self.report.auth_refusals))
 
     def _release_idle_robots(self) -> None:
         timeout = self.fleet.server.robot_timeout_s
