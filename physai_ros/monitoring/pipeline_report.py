@@ -12,7 +12,6 @@ from __future__ import annotations
 from collections import Counter
 from typing import Any
 
-COMPONENTS = ("system2", "safety", "monitor")
 COMPONENT_KEYS = ("asked", "answered", "on_time", "late", "slo_misses", "stale", "skipped")
 ROBOT_KEYS = ("safety_stops", "replans", "total_retries", "task_failures", "tasks_done", "episodes",
               "escalations", "system1_predictions", "queries_sent")

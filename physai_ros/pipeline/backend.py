@@ -15,8 +15,6 @@ from typing import Protocol, Sequence
 
 import numpy as np
 
-COMPONENTS = ("system1", "system2", "safety", "monitor")
-VLM_COMPONENTS = ("system2", "safety", "monitor")
 
 
 @dataclass(frozen=True)
@@ -24,7 +22,7 @@ class ComponentQuery:
     """One question about one robot's observation."""
 
     robot_id: str
-    component: str  # one of VLM_COMPONENTS
+    component: str  # one of QUESTION_COMPONENTS
     question: str  # the component's prompt, with {task} already replaced by the task prompt
     task_prompt: str  # the task's own prompt (System 1's until a plan replaces it)
     images: tuple[np.ndarray, ...]  # HxWx3 uint8, the robot's views in its configured order

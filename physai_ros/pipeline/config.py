@@ -13,7 +13,7 @@ from typing import Any, Mapping, Union
 
 from physai_ros.config_fields import (FleetConfigError, integer, join_key, mapping, no_unknown, number, required,
                                       string)
-from physai_ros.pipeline.backend import COMPONENTS
+from physai_ros.protocol.component import COMPONENTS
 
 PIPELINE_KEYS = ("pipeline", "task_retry", "safety_and_slo_violation", "components")
 ESCALATION_POLICIES = ("stop_and_call_human",)

@@ -18,8 +18,8 @@ from physai_ros.pipeline.config import PERIODIC, TaskPipelineConfig
 from physai_ros.pipeline.decisions import (Acknowledged, ComponentCounters, Decision, DropPlan, DueQuery, EndTask,
                                            Escalate, Hold, PipelineCounters, Replan, ResetEpisode, Resume, SetPrompt,
                                            Step)
+from physai_ros.protocol.component import QUESTION_COMPONENTS
 
-ASK_ORDER = ("system2", "safety", "monitor")
 # Issued ids remembered so a late answer to a given-up query is counted on its component.
 _ISSUED_KEEP = 256
 
@@ -97,7 +97,7 @@ class PipelineController:
     def check(self, now: float) -> list[Decision]:
         """The fallbacks of every in-flight query whose SLO passed by `now`."""
         out: list[Decision] = []
-        for comp in ASK_ORDER:
+        for comp in QUESTION_COMPONENTS:
             q = self._in_flight.get(comp)
             if q is not None and not self.escalated and now > q.deadline:
                 self._violation(comp, now, out, error="")
@@ -109,7 +109,7 @@ class PipelineController:
         if self.escalated:
             return []
         queries = []
-        for comp in ASK_ORDER:
+        for comp in QUESTION_COMPONENTS:
             if comp not in self._components:
                 continue
             if comp == "system2":

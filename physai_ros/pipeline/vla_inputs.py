@@ -14,7 +14,8 @@ from typing import Any
 
 import numpy as np
 
-from physai_ros.pipeline.backend import VLM_COMPONENTS, ComponentQuery
+from physai_ros.pipeline.backend import ComponentQuery
+from physai_ros.protocol.component import QUESTION_COMPONENTS
 from physai_ros.protocol.observation import ImageData, ObservationData
 
 
@@ -26,8 +27,8 @@ def check_query(q: Any, max_views: int, max_state_dim: int, max_answer_tokens: i
     """Everything about a query that does not need the model: raises QueryError."""
     if not isinstance(q, ComponentQuery):
         raise QueryError(f"query: expected a ComponentQuery, got {type(q).__name__}")
-    if q.component not in VLM_COMPONENTS:
-        raise QueryError(f"component: {q.component!r} is not one of {', '.join(VLM_COMPONENTS)}")
+    if q.component not in QUESTION_COMPONENTS:
+        raise QueryError(f"component: {q.component!r} is not one of {', '.join(QUESTION_COMPONENTS)}")
     if not isinstance(q.question, str) or not q.question.strip():
         raise QueryError("question: empty")
     if not isinstance(q.task_prompt, str) or not q.task_prompt.strip():

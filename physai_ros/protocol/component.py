@@ -9,6 +9,11 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
+# A task pipeline's components (docs/pipelines.md): System 1 is the VLA answering the robot's
+# rounds; the others answer questions, asked in this order at each step.
+COMPONENTS = ("system1", "system2", "safety", "monitor")
+QUESTION_COMPONENTS = ("system2", "safety", "monitor")
+
 COMPONENT_QUERY_TOPIC = "component_query"  # in the robot's namespace: robot_client -> policy_server
 COMPONENT_ANSWER_TOPIC = "component_answer"  # in the robot's namespace: policy_server -> robot_client
 

@@ -13,11 +13,12 @@ import math
 from dataclasses import asdict, dataclass, field
 from typing import Mapping
 
+from physai_ros.protocol.component import COMPONENTS  # noqa: F401 (the package exports it)
+
 # ROSA §3.4.1: goal-coupled models set the robot's action rate; obligation models run at fixed
 # rates and only have to meet their SLOs (serving them faster buys nothing).
 GOAL_COUPLED = ("system1", "system2")
 OBLIGATION = ("safety", "monitor")
-COMPONENTS = GOAL_COUPLED + OBLIGATION
 # System 1 is batched statically (a batch size per server); the autoregressive VLMs use
 # continuous batching, which the paper models as batch size 1 with the rate as the only knob.
 STATIC, CONTINUOUS = "static", "continuous"

@@ -8,7 +8,8 @@ from typing import Any, Callable, Mapping, Sequence
 
 from physai_ros.config.fleet import FleetConfig, fleet_dir, resolve_package_path
 from physai_ros.config_fields import FleetConfigError
-from physai_ros.pipeline.backend import VLM_COMPONENTS, ComponentAnswer
+from physai_ros.pipeline.backend import ComponentAnswer
+from physai_ros.protocol.component import QUESTION_COMPONENTS
 from physai_ros.pipeline.config import VLA_MODEL, HfModel
 from physai_ros.protocol.component import BACKEND_ERROR, ComponentAnswerData, ComponentRequest
 
@@ -136,7 +137,7 @@ def planned_component_instances(core: Any) -> list[str]:
     factory = getattr(core, "factory", None)
     if factory is None:
         return []
-    return factory.instances_hosting(VLM_COMPONENTS)
+    return factory.instances_hosting(QUESTION_COMPONENTS)
 
 
 

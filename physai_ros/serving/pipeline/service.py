@@ -32,7 +32,7 @@ from typing import Any, Callable, Mapping
 import numpy as np
 
 from physai_ros.config.fleet import FleetConfig
-from physai_ros.pipeline.backend import VLM_COMPONENTS
+from physai_ros.protocol.component import QUESTION_COMPONENTS
 from physai_ros.protocol.component import (BAD_IMAGES, BAD_QUESTION, BAD_STATE, BUSY, CLOSED,
                                            MAX_TOKENS, SUPERSEDED, UNKNOWN_COMPONENT, UNKNOWN_ROBOT, WRONG_TASK,
                                            ComponentAnswerData, ComponentRequest, refusal)
@@ -92,7 +92,7 @@ class ComponentService:
                              f"{_key_paths(fleet, self.routes, missing[0])})")
         self._queues: dict[str, OrderedDict] = {k: OrderedDict() for k in self.backends}  # (robot, comp) -> _Waiting
         self._running: dict[tuple[str, str], int] = {}  # (robot, comp) -> query_id in a batch now
-        self._stats = {c: _ComponentStats(latency_ms=deque(maxlen=settings.latency_window)) for c in VLM_COMPONENTS}
+        self._stats = {c: _ComponentStats(latency_ms=deque(maxlen=settings.latency_window)) for c in QUESTION_COMPONENTS}
         self.refused = Counter()  # reason -> count, every component (and the adapter's own refusals)
         self.batches: Counter = Counter()  # backend key -> batches run
         self.delivery_errors = 0

@@ -227,3 +227,11 @@ def test_pooled_schedules_hold_their_invariants(seed: int):
                 assert same == (s.model == m.model)
     assert set(sched.predicted_slo_attainment) <= {"system1", "safety", "monitor"}
     assert all(v == 1.0 for v in sched.predicted_slo_attainment.values())
+
+
+def test_every_pipeline_component_is_goal_coupled_or_an_obligation():
+    from physai_ros.protocol.component import COMPONENTS, QUESTION_COMPONENTS
+    from physai_ros.scheduler.factory.types import GOAL_COUPLED, OBLIGATION
+
+    assert sorted(GOAL_COUPLED + OBLIGATION) == sorted(COMPONENTS)
+    assert set(QUESTION_COMPONENTS) == set(COMPONENTS) - {"system1"}
