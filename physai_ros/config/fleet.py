@@ -76,7 +76,7 @@ class FleetConfig:
                 continue
             used.add(rid)
             robots.append(_replace(template, id=rid, namespace=rid))
-        return FleetConfig(self.server, self.tasks, tuple(robots), self.source, self.security)
+        return _replace(self, robots=tuple(robots))  # every other section kept as it is
 
 
 def _replace(obj: Any, **kw: Any) -> Any:

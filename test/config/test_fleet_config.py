@@ -85,6 +85,17 @@ def test_with_num_robots_clones_last_entry_with_fresh_ids():
         load_fleet().with_num_robots(0)
 
 
+def test_with_num_robots_keeps_the_other_sections():
+    """The launchers always pass the robot count: a factory plan or a security block the
+    server's copy lost would silently not apply in a launched fleet."""
+    from physai_ros.install_paths import default_fleet_file
+
+    cfg = load_fleet(default_fleet_file().parent / "fleet_factory.yaml")
+    assert cfg.factory is not None
+    again = cfg.with_num_robots(len(cfg.robots) + 1)
+    assert again.factory == cfg.factory and again.security == cfg.security and again.source == cfg.source
+
+
 def _mut(doc, fn):
     d = copy.deepcopy(doc)
     fn(d)
