@@ -16,6 +16,7 @@ NODES = {
     "policy_server": "physai_ros.nodes.policy_server:main",
     "engine_worker": "physai_ros.nodes.engine_worker:main",
     "diagnostics_aggregator": "physai_ros.nodes.diagnostics_aggregator:main",
+    "openpi_gateway": "physai_ros.nodes.openpi_gateway:main",
 }
 
 setup(

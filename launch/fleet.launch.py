@@ -25,7 +25,7 @@ from launch.substitutions import LaunchConfiguration
 from launch_ros.actions import Node, PushROSNamespace
 
 from physai_ros.config.fleet import load_fleet
-from physai_ros.fleet.plan import aggregator_spec, robot_specs, server_spec
+from physai_ros.fleet.plan import aggregator_spec, gateway_specs, robot_specs, server_spec
 from physai_ros.install_paths import default_fleet_file
 from physai_ros.ros.spin import EXIT_WITH_PARENT_ENV
 from physai_ros.serving.startup.preflight import SERVING_LOG_MARK
@@ -80,7 +80,7 @@ def _setup(context, *args, **kwargs):
     server = _node(server_spec(cfg), cfg.server.node_name)
     robots = [GroupAction(actions=[PushROSNamespace(robot.namespace)]
                           + [_node(spec, spec.executable) for spec in robot_specs(cfg, robot)])
-              for robot in cfg.robots]
+              for robot in cfg.ros_robots()] + [_node(spec, spec.executable) for spec in gateway_specs(cfg)]
     start_robots = _OnceServing(robots)
     actions = [server, RegisterEventHandler(OnProcessIO(target_action=server, on_stdout=start_robots,
                                                         on_stderr=start_robots))]

@@ -14,8 +14,22 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any, Optional
 
+from physai_ros.config.robot import RobotConfig
 from physai_ros.protocol.registration import RegistrationResult, RobotRegistration
 from physai_ros.security.handshake import AuthError
+
+
+def robot_registration(robot: RobotConfig, last_round_id: int, session: str) -> RobotRegistration:
+    """What a robot tells the server about itself (its fleet.yaml entry and task), whether its
+    client is the ROS robot client or the openpi gateway."""
+    r, task = robot, robot.task
+    return RobotRegistration(
+        robot_id=r.id, task_id=task.name, robot_namespace="/" + r.namespace,
+        prompt=task.prompt, camera_topics=r.camera_topics, num_views=r.num_views,
+        image_height=r.image_height, image_width=r.image_width, joint_names=r.joints,
+        state_dim=len(r.joints), action_dim=len(r.joints),
+        control_period=task.action_period_s, last_round_id=last_round_id,
+        client_session=session, view_sizes=r.camera_sizes, camera_features=r.camera_features)
 
 # Longest wait for a RegisterRobot reply before the request is dropped and sent again.
 REGISTER_TIMEOUT_S = 5.0

@@ -17,6 +17,7 @@ import uuid
 
 import numpy as np
 
+from physai_ros.client.registration import robot_registration
 from physai_ros.client.round_ledger import RoundLedger
 from physai_ros.client.types import ClientCounters, ClientState, ExecutionReport, HoldCommand, TickOutput
 from physai_ros.config.robot import RobotConfig
@@ -108,15 +109,7 @@ class RobotClientCore:
     # ---- registration -----------------------------------------------------------------------
 
     def registration(self) -> RobotRegistration:
-        r = self.robot
-        return RobotRegistration(
-            robot_id=r.id, task_id=self.task.name, robot_namespace="/" + r.namespace,
-            prompt=self.task.prompt, camera_topics=r.camera_topics, num_views=r.num_views,
-            image_height=r.image_height, image_width=r.image_width, joint_names=r.joints,
-            state_dim=len(r.joints), action_dim=len(r.joints),
-            control_period=self.task.action_period_s, last_round_id=self.round_id,
-            client_session=self.session, view_sizes=r.camera_sizes,
-            camera_features=r.camera_features)
+        return robot_registration(self.robot, self.round_id, self.session)
 
     def on_registered(self, result: RegistrationResult) -> None:
         self._want_register = False

@@ -15,6 +15,7 @@ from typing import Any, Mapping
 import yaml
 
 from physai_ros.config.factory import FactoryConfig, parse_factory
+from physai_ros.config.gateway import OpenpiGatewayConfig, parse_gateway
 from physai_ros.config.robot import RobotConfig, parse_robot
 from physai_ros.config.server import ServerConfig, parse_server
 from physai_ros.config.task import TaskConfig, parse_task
@@ -34,6 +35,13 @@ class FleetConfig:
     security: SecurityConfig = SecurityConfig()
     # The cluster to plan a factory schedule for (config.factory, docs/factory.md).
     factory: FactoryConfig | None = None
+    # Robots served through openpi's websocket client (config.gateway, docs/openpi_gateway.md).
+    gateway: OpenpiGatewayConfig | None = None
+
+    def ros_robots(self) -> tuple[RobotConfig, ...]:
+        """The robots with ROS nodes of their own (all but the gateway's)."""
+        through_gateway = self.gateway.robots if self.gateway is not None else {}
+        return tuple(r for r in self.robots if r.id not in through_gateway)
 
     def robot(self, robot_id: str) -> RobotConfig:
         for r in self.robots:
@@ -103,7 +111,7 @@ def default_fleet_path() -> Path:
 
 def parse_fleet(doc: Any, source: str = "<memory>") -> FleetConfig:
     doc = mapping(doc, "<root>")
-    no_unknown(doc, {"server", "tasks", "robots", "monitoring", "security", "factory"}, "")
+    no_unknown(doc, {"server", "tasks", "robots", "monitoring", "security", "factory", "gateway"}, "")
     _check_monitoring(doc.get("monitoring"))
     server = parse_server(required(doc, "server", ""))
     tasks_doc = mapping(required(doc, "tasks", ""), "tasks")
@@ -124,7 +132,8 @@ def parse_fleet(doc: Any, source: str = "<memory>") -> FleetConfig:
             seen[tag] = i
     return FleetConfig(server=server, tasks=tasks, robots=robots, source=source,
                        security=parse_security(doc.get("security")),
-                       factory=parse_factory(doc.get("factory"), set(tasks)))
+                       factory=parse_factory(doc.get("factory"), set(tasks)),
+                       gateway=parse_gateway(doc.get("gateway"), {r.id: r.num_views for r in robots}))
 
 
 def parse_security(d: Any) -> SecurityConfig:

@@ -4,12 +4,15 @@
     physai-fleet keys add-robot DIR NAME        (add-worker DIR NAME, add-operator DIR NAME)
     physai-fleet keys revoke DIR KIND/NAME
     physai-fleet keys list DIR
+    physai-fleet keys token DIR ROBOT           (an openpi client's api_key for the gateway; run it
+                                                 with the fleet's ROS_DOMAIN_ID: the token is bound to it)
 """
 from __future__ import annotations
 
 import argparse
 import sys
 
+from physai_ros.security.gateway_token import robot_token
 from physai_ros.security.keystore import KINDS, Identity, Keystore, KeystoreError, fingerprint
 
 
@@ -28,6 +31,9 @@ def parse_args(argv):
     p.add_argument("identity", help="KIND/NAME, e.g. robot/robot_3")
     p = sub.add_parser("list", help="identities, fingerprints and revocations")
     p.add_argument("dir")
+    p = sub.add_parser("token", help="a robot's token for the openpi gateway (its client's api_key)")
+    p.add_argument("dir")
+    p.add_argument("robot")
     return ap.parse_args(argv)
 
 
@@ -49,6 +55,8 @@ def main(argv=None) -> int:
             for name in a.name:
                 fp = ks.add(Identity(a.command[4:], name))
                 print(f"added {a.command[4:]}/{name} (fingerprint {fp})")
+        elif a.command == "token":
+            print(robot_token(Keystore(a.dir), a.robot))
         elif a.command == "revoke":
             ident = _identity(a.identity)
             Keystore(a.dir).revoke(ident)

@@ -78,9 +78,18 @@ def check_sim(cfg: FleetConfig) -> None:
                                            f"{robot.sim['task']!r} follows it): {exc}") from None
 
 
+def gateway_specs(cfg: FleetConfig) -> list[ProcessSpec]:
+    """The openpi gateway when fleet.yaml has a gateway.openpi section: it stands in for the
+    robot-side nodes of the robots it serves (their robots run openpi's client instead)."""
+    if cfg.gateway is None:
+        return []
+    return [_with_enclave(cfg, ProcessSpec("openpi_gateway", "physai_ros.nodes.openpi_gateway", "",
+                                           {"fleet_file": cfg.source}, executable="openpi_gateway"))]
+
+
 def fleet_plan(cfg: FleetConfig, controller: bool = True) -> list[ProcessSpec]:
     check_sim(cfg)
     plan = [server_spec(cfg)]
-    for r in cfg.robots:
+    for r in cfg.ros_robots():
         plan += robot_specs(cfg, r, controller)
-    return plan
+    return plan + gateway_specs(cfg)

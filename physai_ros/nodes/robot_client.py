@@ -12,7 +12,7 @@ ROS I/O only; the logic is physai_ros.client.robot_client.RobotClientCore.
        monitoring thresholds (stream rates, latency, SLO meet rate, refusals, fallbacks,
        underruns, dropped wrench samples, buffer fill)
        /<robot_id>/metrics/<name> (std_msgs/Float64, for rqt_plot)
-  call /policy_server/register_robot (nodes/robot_client_registration.py)
+  call /policy_server/register_robot (ros/registration_call.py)
 A streaming task adds its ROS I/O from nodes/robot_client_streaming.py (stream_wrench).
 A task with a pipeline (fleet.yaml `components:` ..., docs/pipelines.md) adds its ROS I/O from
 nodes/robot_client_pipeline.py (component_query/component_answer, pipeline_event,
@@ -41,7 +41,7 @@ from physai_ros.monitoring.metrics import MetricsPublisher
 from physai_ros.monitoring.thresholds import MetricsTask
 from physai_ros.nodes.robot_client_operator import OperatorIO
 from physai_ros.nodes.robot_client_pipeline import PipelineIO
-from physai_ros.nodes.robot_client_registration import RegistrationCall
+from physai_ros.ros.registration_call import RegistrationCall
 from physai_ros.nodes.robot_client_sensors import SensorInputs
 from physai_ros.nodes.robot_client_streaming import StreamingIO
 from physai_ros.protocol.chunk import is_hold_chunk

@@ -1,6 +1,7 @@
-"""robot_client's registration call on ROS 2, mounted by robot_client: the service round trip of
-physai_ros.client.registration.RegistrationExchange, which decides when to (re)send, when to give
-up on a pending call and what an answer means.
+"""A robot's registration call on ROS 2 (the robot client's, and the openpi gateway's for each robot
+it fronts): the service round trip of physai_ros.client.registration.RegistrationExchange, which
+decides when to (re)send, when to give up on a pending call and what an answer means. Signed with
+the exchange's robot identity.
 
   call /policy_server/register_robot (RegisterRobot), async, again after a server restart
 """
@@ -34,7 +35,7 @@ class RegistrationCall:
         if not decision.send:
             return
         request = registration_to_request(self.exchange.registration())
-        auth = self.node.auth
+        auth = self.exchange.auth
         if auth is not None:
             request.auth_proof = auth.proof(digest(request, skip=("auth_proof",)))
         fut = self.client.call_async(request)
