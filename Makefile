@@ -10,6 +10,10 @@ LEROBOT_VENV ?= .venv-lerobot
 LEROBOT_STAMP := $(LEROBOT_VENV)/.ready
 LEROBOT06_VENV ?= .venv-lerobot06
 LEROBOT06_STAMP := $(LEROBOT06_VENV)/.ready
+# openpi's own client from PyPI (it pins numpy<2, so a venv of its own): the openpi gateway's tests
+# run it as an unmodified robot would, and bench/serving_vs_openpi.py runs openpi's serving pattern.
+OPENPI_VENV ?= .venv-openpi
+OPENPI_STAMP := $(OPENPI_VENV)/.ready
 
 DEPS_STAMP := $(VENV)/.deps-installed
 PKG_STAMP := $(VENV)/.package-installed
@@ -69,6 +73,9 @@ $(LEROBOT06_STAMP): scripts/lerobot_reference/requirements06.txt scripts/lerobot
 
 lerobot-reference: $(LEROBOT_STAMP) $(LEROBOT06_STAMP)
 
+$(OPENPI_STAMP): bench/openpi_baseline/requirements.txt bench/openpi_baseline/setup_venv.sh
+	OPENPI_VENV=$(OPENPI_VENV) PYTHON=$(PYTHON) bash bench/openpi_baseline/setup_venv.sh
+
 demo: setup
 	$(VENV)/bin/physai-fleet --duration $(DURATION)
 
@@ -80,7 +87,7 @@ demo-pipeline: setup
 		--summary-json out/demo_pipeline_summary.json --contact-sheet out/demo_pipeline_contact_sheet.png \
 		--log-dir out/fleet_pipeline_logs
 
-test: setup $(LEROBOT_STAMP) $(LEROBOT06_STAMP) colcon-tools rqt-tools
+test: setup $(LEROBOT_STAMP) $(LEROBOT06_STAMP) $(OPENPI_STAMP) colcon-tools rqt-tools
 	$(PY) scripts/run_tests.py $(PYTEST_ARGS)
 
 # The suite beside STRESS_PER_CORE busy processes per core (default 2, at STRESS_NICE niceness,
@@ -88,7 +95,7 @@ test: setup $(LEROBOT_STAMP) $(LEROBOT06_STAMP) colcon-tools rqt-tools
 # test that starts real processes; the burners stop with the run.
 STRESS_PER_CORE ?= 2
 STRESS_NICE ?= 0
-test-stress: setup $(LEROBOT_STAMP) $(LEROBOT06_STAMP) colcon-tools
+test-stress: setup $(LEROBOT_STAMP) $(LEROBOT06_STAMP) $(OPENPI_STAMP) colcon-tools
 	$(PY) scripts/run_under_load.py --per-core $(STRESS_PER_CORE) --nice $(STRESS_NICE) -- \
 		$(PY) scripts/run_tests.py $(PYTEST_ARGS)
 
@@ -96,4 +103,4 @@ clean:
 	rm -rf build .pytest_cache
 
 distclean: clean
-	rm -rf $(VENV) $(LEROBOT_VENV) $(LEROBOT06_VENV)
+	rm -rf $(VENV) $(LEROBOT_VENV) $(LEROBOT06_VENV) $(OPENPI_VENV)
