@@ -21,7 +21,7 @@ import yaml
 from physai_ros.config.fleet import default_fleet_path
 from physai_ros.security.config import auto_keystore_dir
 from physai_ros.security.gateway_token import robot_token
-from physai_ros.security.keystore import Identity, Keystore
+from physai_ros.security.keystore import Keystore
 
 from machine_load import scaled
 from ros_rig import SpunNode, wait_for
