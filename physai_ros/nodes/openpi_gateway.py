@@ -18,12 +18,11 @@ Parameters: fleet_file.
 from __future__ import annotations
 
 import asyncio
-import ssl
 import threading
 
 from rclpy.node import Node
 
-from physai_ros.client.openpi.server import GatewayServer
+from physai_ros.client.openpi.server import GatewayServer, tls_context
 from physai_ros.config.fleet import fleet_dir, load_fleet, resolve_package_path
 from physai_ros.errors import UserInputError
 from physai_ros.monitoring.diagnostics import OK, WARN, level_byte
@@ -80,12 +79,10 @@ class OpenpiGatewayNode(Node):
         if not cfg.tls_cert:
             return None
         base = fleet_dir(self.fleet)
-        context = ssl.SSLContext(ssl.PROTOCOL_TLS_SERVER)
         try:
-            context.load_cert_chain(resolve_package_path(cfg.tls_cert, base), resolve_package_path(cfg.tls_key, base))
-        except (OSError, ssl.SSLError) as e:
-            raise UserInputError(f"gateway.openpi.tls_cert/tls_key: {e}") from None
-        return context
+            return tls_context(resolve_package_path(cfg.tls_cert, base), resolve_package_path(cfg.tls_key, base))
+        except ValueError as e:
+            raise UserInputError(str(e)) from None
 
     def _run(self, started: threading.Event) -> None:
         asyncio.set_event_loop(self._loop)

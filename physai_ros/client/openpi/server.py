@@ -12,6 +12,7 @@ text frame saying why (openpi's client raises it as an error) and the connection
 from __future__ import annotations
 
 import asyncio
+import ssl
 import time
 from collections import Counter
 from http import HTTPStatus
@@ -25,6 +26,16 @@ from physai_ros.client.openpi.session import OpenpiSession
 from physai_ros.client.openpi.wire import WireError, WireLimits, decode, encode
 from physai_ros.config.gateway import OpenpiGatewayConfig
 from physai_ros.protocol.observation import ObservationData
+
+
+def tls_context(cert_path, key_path) -> ssl.SSLContext:
+    """wss:// with this certificate chain and key (ValueError naming the problem)."""
+    context = ssl.SSLContext(ssl.PROTOCOL_TLS_SERVER)
+    try:
+        context.load_cert_chain(cert_path, key_path)
+    except (OSError, ssl.SSLError) as e:
+        raise ValueError(f"gateway.openpi.tls_cert/tls_key: {e}") from None
+    return context
 
 
 class FleetLink(Protocol):
