@@ -5,6 +5,8 @@ state and the prompt. Prints one JSON line: per-answer round trip and server inf
 process's CPU time.
 
   python bench/openpi_baseline/client.py --port 8765 --robots 4 --views 2 --height 224 --width 224 --rounds 200
+  --layout libero --tokens FILE: openpi's LIBERO keys and one api_key per robot (a JSON list), as
+  physai_ros's openpi gateway takes them (bench/openpi_gateway.py)
 """
 from __future__ import annotations
 
@@ -26,15 +28,22 @@ def main() -> None:
     ap.add_argument("--width", type=int, default=224)
     ap.add_argument("--rounds", type=int, default=100)
     ap.add_argument("--warmup", type=int, default=10)
+    ap.add_argument("--layout", choices=("anchor", "libero"), default="anchor")
+    ap.add_argument("--tokens", help="a JSON file: one api_key per robot")
     args = ap.parse_args()
     frame = np.random.default_rng(0).integers(0, 256, (args.height, args.width, 3), dtype=np.uint8)
-    policies = [WebsocketClientPolicy("127.0.0.1", args.port) for _ in range(args.robots)]
+    tokens = json.load(open(args.tokens)) if args.tokens else [None] * args.robots
+    policies = [WebsocketClientPolicy("127.0.0.1", args.port, api_key=tokens[k]) for k in range(args.robots)]
     results: list[list[tuple[float, float]]] = [[] for _ in range(args.robots)]
     start = threading.Barrier(args.robots + 1)
 
     def robot(k: int) -> None:
-        obs = {f"image_{v}": frame for v in range(args.views)}
-        obs.update(state=np.zeros(5, np.float32), prompt="pick up the cube")
+        if args.layout == "libero":
+            obs = {"observation/image": frame, "observation/wrist_image": frame,
+                   "observation/state": np.zeros(5, np.float32), "prompt": "pick up the cube"}
+        else:
+            obs = {f"image_{v}": frame for v in range(args.views)}
+            obs.update(state=np.zeros(5, np.float32), prompt="pick up the cube")
         for _ in range(args.warmup):
             policies[k].infer(obs)
         start.wait()
@@ -43,7 +52,7 @@ def main() -> None:
             out = policies[k].infer(obs)
             rtt = (time.perf_counter() - t0) * 1e3
             assert out["actions"].dtype == np.float32
-            results[k].append((rtt, float(out["server_timing"]["infer_ms"])))
+            results[k].append((rtt, float(out.get("server_timing", {}).get("infer_ms", float("nan")))))
 
     threads = [threading.Thread(target=robot, args=(k,)) for k in range(args.robots)]
     for t in threads:

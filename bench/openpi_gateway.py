@@ -1,0 +1,155 @@
+"""openpi's clients, N at once, served two ways in one run at equal model time:
+  openpi   openpi's serving pattern (bench/openpi_baseline/server.py in .venv-openpi: one request at
+           a time on one asyncio loop), with a stand-in model of our engine's batch-1 time
+           (bench/model_time.py) so both sides pay the same model time for one robot;
+  gateway  physai-fleet with the openpi gateway: every client is a fleet.yaml robot, batched and
+           scheduled by the policy server's real engine (the shipped sim_pi0 on this machine).
+The same load generator drives both (bench/openpi_baseline/client.py: openpi-client from PyPI, one
+WebsocketClientPolicy per robot, closed loop, two 224x224 views). Reported per N: round-trip p50 and
+p99 and chunks per second, and the gateway's ratios to openpi. What the batch can buy depends on
+the engine's batch curve (printed from the server's profile): on a CPU a batch of b costs about b
+times one, so the gateway cannot multiply throughput there; on a GPU the curve is flat.
+
+  bench/openpi_baseline/setup_venv.sh     # once: .venv-openpi
+  python bench/openpi_gateway.py --clients 1,4,16 --rounds 20 [--json bench/results/openpi_gateway.json]
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import platform
+import re
+import signal
+import socket
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+import numpy as np
+import yaml
+
+ROOT = Path(__file__).resolve().parents[1]
+OPENPI_PY = ROOT / ".venv-openpi" / "bin" / "python"
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def run_clients(port: int, n: int, rounds: int, layout: str, tokens: list | None, tmp: Path) -> dict:
+    cmd = [str(OPENPI_PY), str(ROOT / "bench/openpi_baseline/client.py"), "--port", str(port), "--robots", str(n),
+           "--views", "2", "--rounds", str(rounds), "--warmup", "2", "--layout", layout]
+    if tokens is not None:
+        (tmp / "tokens.json").write_text(json.dumps(tokens[:n]))
+        cmd += ["--tokens", str(tmp / "tokens.json")]
+    out = subprocess.run(cmd, capture_output=True, text=True, timeout=1800)
+    if out.returncode != 0:
+        raise SystemExit(f"load generator failed:\n{out.stderr[-3000:]}")
+    res = json.loads(out.stdout.strip().splitlines()[-1])
+    rtt = np.asarray(res["rtt_ms"])
+    return {"p50_ms": round(float(np.percentile(rtt, 50)), 1), "p99_ms": round(float(np.percentile(rtt, 99)), 1),
+            "chunks_per_s": round(len(rtt) / res["wall_s"], 2), "answers": int(len(rtt))}
+
+
+def gateway_fleet(tmp: Path, n: int, port: int) -> Path:
+    doc = yaml.safe_load((ROOT / "config/fleet.yaml").read_text())
+    template = doc["robots"][1]  # two 224x224 cameras, five joints
+    doc["robots"] = [dict(template, id=f"robot_{k}") for k in range(n)]
+    doc["gateway"] = {"openpi": {"port": port, "max_connections": n + 4, "max_rate_hz": 1000,
+                                 "robots": {f"robot_{k}": {"layout": "libero", "fallback": "error"} for k in range(n)}}}
+    path = tmp / "fleet.yaml"
+    path.write_text(yaml.safe_dump(doc))
+    return path
+
+
+def start_gateway(tmp: Path, n: int) -> tuple[subprocess.Popen, int, str]:
+    port = free_port()
+    logs = tmp / "logs"
+    proc = subprocess.Popen([sys.executable, "-m", "physai_ros.fleet", "--fleet", str(gateway_fleet(tmp, n, port)),
+                             "--duration", "7200", "--log-dir", str(logs), "--contact-sheet", str(tmp / "s.png")],
+                            stdout=subprocess.DEVNULL, stderr=subprocess.STDOUT)
+    log = logs / "openpi_gateway.log"
+    end = time.monotonic() + 300
+    while not (log.exists() and "openpi gateway listening on" in log.read_text()):
+        if proc.poll() is not None or time.monotonic() > end:
+            raise SystemExit("the fleet did not start its gateway")
+        time.sleep(0.5)
+    profile = re.search(r"profiles engine_0: ([^)\n]*)", (logs / "policy_server.log").read_text())
+    return proc, port, profile.group(1) if profile else ""
+
+
+def stop(proc: subprocess.Popen) -> None:
+    proc.send_signal(signal.SIGINT)
+    try:
+        proc.wait(timeout=120)
+    except subprocess.TimeoutExpired:
+        proc.kill()
+        proc.wait()
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--clients", default="1,4,16")
+    ap.add_argument("--rounds", type=int, default=20)
+    ap.add_argument("--json")
+    args = ap.parse_args()
+    if not OPENPI_PY.exists():
+        raise SystemExit("no .venv-openpi: run bench/openpi_baseline/setup_venv.sh first")
+    from physai_ros.security.config import auto_keystore_dir
+    from physai_ros.security.gateway_token import robot_token
+    from physai_ros.security.keystore import Keystore
+
+    ns = [int(x) for x in args.clients.split(",")]
+    load0 = os.getloadavg()
+    rows = []
+    with tempfile.TemporaryDirectory(prefix="openpi_gateway_bench_") as d:
+        tmp = Path(d)
+        fleet, port, profile = start_gateway(tmp, max(ns))
+        try:
+            ks = Keystore(auto_keystore_dir())
+            tokens = [robot_token(ks, f"robot_{k}") for k in range(max(ns))]
+            batch1_ms = float(re.match(r"1:([\d.]+)ms", profile).group(1)) if profile else 0.0
+            for n in ns:
+                rows.append({"clients": n, "gateway": run_clients(port, n, args.rounds, "libero", tokens, tmp)})
+        finally:
+            stop(fleet)
+        anchor_port = free_port()
+        anchor = subprocess.Popen([str(OPENPI_PY), str(ROOT / "bench/openpi_baseline/server.py"), "--port",
+                                   str(anchor_port), "--horizon", "10", "--action-dim", "5", "--model-ms", str(batch1_ms)],
+                                  stdout=subprocess.PIPE, text=True)
+        try:
+            assert anchor.stdout.readline().strip() == "ready"
+            for row in rows:
+                row["openpi"] = run_clients(anchor_port, row["clients"], args.rounds, "anchor", None, tmp)
+        finally:
+            anchor.terminate()
+            anchor.wait(timeout=30)
+    for row in rows:
+        g, o = row["gateway"], row["openpi"]
+        row["ratio"] = {"p50": round(g["p50_ms"] / o["p50_ms"], 2), "p99": round(g["p99_ms"] / o["p99_ms"], 2),
+                        "chunks_per_s": round(g["chunks_per_s"] / o["chunks_per_s"], 2)}
+    commit = subprocess.run(["git", "rev-parse", "--short", "HEAD"], capture_output=True, text=True, cwd=ROOT).stdout.strip()
+    doc = {"command": " ".join(["python", "bench/openpi_gateway.py"] + sys.argv[1:]), "commit": commit,
+           "machine": f"{platform.machine()} {os.cpu_count()} cores", "load_before": [round(x, 2) for x in load0],
+           "load_after": [round(x, 2) for x in os.getloadavg()], "engine_profile": profile,
+           "openpi_model_ms": batch1_ms, "rounds_per_client": args.rounds, "rows": rows}
+    print(f"engine batch curve (policy server profile): {profile}; openpi's stand-in model {batch1_ms:g} ms")
+    print(f"{'clients':>7} | {'openpi p50/p99 ms':>18} {'chunks/s':>8} | {'gateway p50/p99 ms':>19} {'chunks/s':>8} | "
+          f"ratio p50 p99 chunks/s")
+    for row in rows:
+        g, o, r = row["gateway"], row["openpi"], row["ratio"]
+        print(f"{row['clients']:>7} | {o['p50_ms']:>8.1f} / {o['p99_ms']:>7.1f} {o['chunks_per_s']:>8.2f} | "
+              f"{g['p50_ms']:>8.1f} / {g['p99_ms']:>8.1f} {g['chunks_per_s']:>8.2f} | "
+              f"{r['p50']:>5} {r['p99']:>5} {r['chunks_per_s']:>5}")
+    print(f"commit {commit}, load {doc['load_before']} -> {doc['load_after']}")
+    if args.json:
+        Path(args.json).write_text(json.dumps(doc, indent=1) + "\n")
+
+
+if __name__ == "__main__":
+    main()
