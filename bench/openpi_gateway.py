@@ -56,8 +56,9 @@ def run_clients(port: int, n: int, rounds: int, layout: str, tokens: list | None
             "chunks_per_s": round(len(rtt) / res["wall_s"], 2), "answers": int(len(rtt))}
 
 
-def gateway_fleet(tmp: Path, n: int, port: int) -> Path:
+def gateway_fleet(tmp: Path, n: int, port: int, max_batch: int) -> Path:
     doc = yaml.safe_load((ROOT / "config/fleet.yaml").read_text())
+    doc["server"]["max_batch"] = max_batch
     template = doc["robots"][1]  # two 224x224 cameras, five joints
     doc["robots"] = [dict(template, id=f"robot_{k}") for k in range(n)]
     doc["gateway"] = {"openpi": {"port": port, "max_connections": n + 4, "max_rate_hz": 1000,
@@ -67,10 +68,10 @@ def gateway_fleet(tmp: Path, n: int, port: int) -> Path:
     return path
 
 
-def start_gateway(tmp: Path, n: int) -> tuple[subprocess.Popen, int, str]:
+def start_gateway(tmp: Path, n: int, max_batch: int) -> tuple[subprocess.Popen, int, str]:
     port = free_port()
-    logs = tmp / "logs"
-    proc = subprocess.Popen([sys.executable, "-m", "physai_ros.fleet", "--fleet", str(gateway_fleet(tmp, n, port)),
+    logs = tmp / f"logs_b{max_batch}"
+    proc = subprocess.Popen([sys.executable, "-m", "physai_ros.fleet", "--fleet", str(gateway_fleet(tmp, n, port, max_batch)),
                              "--duration", "7200", "--log-dir", str(logs), "--contact-sheet", str(tmp / "s.png")],
                             stdout=subprocess.DEVNULL, stderr=subprocess.STDOUT)
     log = logs / "openpi_gateway.log"
@@ -96,6 +97,8 @@ def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--clients", default="1,4,16")
     ap.add_argument("--rounds", type=int, default=20)
+    ap.add_argument("--max-batch", default="8,1", help="the gateway's server.max_batch values, one run each "
+                    "(1: served one at a time, as openpi does: the gateway's own cost at equal model time)")
     ap.add_argument("--json")
     args = ap.parse_args()
     if not OPENPI_PY.exists():
@@ -106,18 +109,20 @@ def main() -> None:
 
     ns = [int(x) for x in args.clients.split(",")]
     load0 = os.getloadavg()
-    rows = []
     with tempfile.TemporaryDirectory(prefix="openpi_gateway_bench_") as d:
         tmp = Path(d)
-        fleet, port, profile = start_gateway(tmp, max(ns))
-        try:
-            ks = Keystore(auto_keystore_dir())
-            tokens = [robot_token(ks, f"robot_{k}") for k in range(max(ns))]
-            batch1_ms = float(re.match(r"1:([\d.]+)ms", profile).group(1)) if profile else 0.0
-            for n in ns:
-                rows.append({"clients": n, "gateway": run_clients(port, n, args.rounds, "libero", tokens, tmp)})
-        finally:
-            stop(fleet)
+        rows = [{"clients": n} for n in ns]
+        batches = [int(x) for x in args.max_batch.split(",")]
+        for b in batches:
+            fleet, port, profile = start_gateway(tmp, max(ns), b)
+            try:
+                ks = Keystore(auto_keystore_dir())
+                tokens = [robot_token(ks, f"robot_{k}") for k in range(max(ns))]
+                batch1_ms = float(re.match(r"1:([\d.]+)ms", profile).group(1)) if profile else 0.0
+                for row in rows:
+                    row[f"gateway@b{b}"] = run_clients(port, row["clients"], args.rounds, "libero", tokens, tmp)
+            finally:
+                stop(fleet)
         anchor_port = free_port()
         anchor = subprocess.Popen([str(OPENPI_PY), str(ROOT / "bench/openpi_baseline/server.py"), "--port",
                                    str(anchor_port), "--horizon", "10", "--action-dim", "5", "--model-ms", str(batch1_ms)],
@@ -129,23 +134,26 @@ def main() -> None:
         finally:
             anchor.terminate()
             anchor.wait(timeout=30)
+    systems = [f"gateway@b{b}" for b in batches]
     for row in rows:
-        g, o = row["gateway"], row["openpi"]
-        row["ratio"] = {"p50": round(g["p50_ms"] / o["p50_ms"], 2), "p99": round(g["p99_ms"] / o["p99_ms"], 2),
-                        "chunks_per_s": round(g["chunks_per_s"] / o["chunks_per_s"], 2)}
+        o = row["openpi"]
+        row["ratio_to_openpi"] = {s: {"p50": round(row[s]["p50_ms"] / o["p50_ms"], 2),
+                                      "p99": round(row[s]["p99_ms"] / o["p99_ms"], 2),
+                                      "chunks_per_s": round(row[s]["chunks_per_s"] / o["chunks_per_s"], 2)}
+                                  for s in systems}
     commit = subprocess.run(["git", "rev-parse", "--short", "HEAD"], capture_output=True, text=True, cwd=ROOT).stdout.strip()
     doc = {"command": " ".join(["python", "bench/openpi_gateway.py"] + sys.argv[1:]), "commit": commit,
            "machine": f"{platform.machine()} {os.cpu_count()} cores", "load_before": [round(x, 2) for x in load0],
            "load_after": [round(x, 2) for x in os.getloadavg()], "engine_profile": profile,
            "openpi_model_ms": batch1_ms, "rounds_per_client": args.rounds, "rows": rows}
     print(f"engine batch curve (policy server profile): {profile}; openpi's stand-in model {batch1_ms:g} ms")
-    print(f"{'clients':>7} | {'openpi p50/p99 ms':>18} {'chunks/s':>8} | {'gateway p50/p99 ms':>19} {'chunks/s':>8} | "
-          f"ratio p50 p99 chunks/s")
+    print(f"{'clients':>7} {'system':>12} | {'p50 ms':>8} {'p99 ms':>8} {'chunks/s':>8} | to openpi: p50 p99 chunks/s")
     for row in rows:
-        g, o, r = row["gateway"], row["openpi"], row["ratio"]
-        print(f"{row['clients']:>7} | {o['p50_ms']:>8.1f} / {o['p99_ms']:>7.1f} {o['chunks_per_s']:>8.2f} | "
-              f"{g['p50_ms']:>8.1f} / {g['p99_ms']:>8.1f} {g['chunks_per_s']:>8.2f} | "
-              f"{r['p50']:>5} {r['p99']:>5} {r['chunks_per_s']:>5}")
+        for s in ["openpi"] + systems:
+            m = row[s]
+            r = row["ratio_to_openpi"].get(s)
+            print(f"{row['clients']:>7} {s:>12} | {m['p50_ms']:>8.1f} {m['p99_ms']:>8.1f} {m['chunks_per_s']:>8.2f} | "
+                  + (f"{r['p50']:>5} {r['p99']:>5} {r['chunks_per_s']:>5}" if r else ""))
     print(f"commit {commit}, load {doc['load_before']} -> {doc['load_after']}")
     if args.json:
         Path(args.json).write_text(json.dumps(doc, indent=1) + "\n")
