@@ -1,9 +1,10 @@
 """openpi's clients, N at once, served two ways in one run at equal model time:
   openpi   openpi's serving pattern (bench/openpi_baseline/server.py in .venv-openpi: one request at
-           a time on one asyncio loop), with a stand-in model of our engine's batch-1 time
-           (bench/model_time.py) so both sides pay the same model time for one robot;
+           a time on one asyncio loop), with a stand-in model (bench/model_time.py) of our engine's
+           time for one robot as measured in this run, so both pay the same model time per request;
   gateway  physai-fleet with the openpi gateway: every client is a fleet.yaml robot, batched and
-           scheduled by the policy server's real engine (the shipped sim_pi0 on this machine).
+           scheduled by the policy server's real engine (the shipped sim_pi0 on this machine);
+           @b1 with server.max_batch 1 (one at a time, as openpi serves), @b8 batching.
 The same load generator drives both (bench/openpi_baseline/client.py: openpi-client from PyPI, one
 WebsocketClientPolicy per robot, closed loop, two 224x224 views). Reported per N: round-trip p50 and
 p99 and chunks per second, and the gateway's ratios to openpi. What the batch can buy depends on
@@ -51,9 +52,10 @@ def run_clients(port: int, n: int, rounds: int, layout: str, tokens: list | None
     if out.returncode != 0:
         raise SystemExit(f"load generator failed:\n{out.stderr[-3000:]}")
     res = json.loads(out.stdout.strip().splitlines()[-1])
-    rtt = np.asarray(res["rtt_ms"])
+    rtt, infer = np.asarray(res["rtt_ms"]), np.asarray(res["infer_ms"], dtype=float)
     return {"p50_ms": round(float(np.percentile(rtt, 50)), 1), "p99_ms": round(float(np.percentile(rtt, 99)), 1),
-            "chunks_per_s": round(len(rtt) / res["wall_s"], 2), "answers": int(len(rtt))}
+            "chunks_per_s": round(len(rtt) / res["wall_s"], 2), "answers": int(len(rtt)),
+            "engine_ms_p50": round(float(np.nanmedian(infer)), 1) if np.isfinite(infer).any() else None}
 
 
 def gateway_fleet(tmp: Path, n: int, port: int, max_batch: int) -> Path:
@@ -118,11 +120,14 @@ def main() -> None:
             try:
                 ks = Keystore(auto_keystore_dir())
                 tokens = [robot_token(ks, f"robot_{k}") for k in range(max(ns))]
-                batch1_ms = float(re.match(r"1:([\d.]+)ms", profile).group(1)) if profile else 0.0
                 for row in rows:
                     row[f"gateway@b{b}"] = run_clients(port, row["clients"], args.rounds, "libero", tokens, tmp)
             finally:
                 stop(fleet)
+        # openpi's stand-in model: the engine's own time for one robot, measured in this run (the
+        # one-client round served alone), so both sides pay the same model time per request.
+        alone = rows[0][f"gateway@b{min(batches)}"]["engine_ms_p50"]
+        batch1_ms = alone if alone else float(re.match(r"1:([\d.]+)ms", profile).group(1))
         anchor_port = free_port()
         anchor = subprocess.Popen([str(OPENPI_PY), str(ROOT / "bench/openpi_baseline/server.py"), "--port",
                                    str(anchor_port), "--horizon", "10", "--action-dim", "5", "--model-ms", str(batch1_ms)],
@@ -146,7 +151,8 @@ def main() -> None:
            "machine": f"{platform.machine()} {os.cpu_count()} cores", "load_before": [round(x, 2) for x in load0],
            "load_after": [round(x, 2) for x in os.getloadavg()], "engine_profile": profile,
            "openpi_model_ms": batch1_ms, "rounds_per_client": args.rounds, "rows": rows}
-    print(f"engine batch curve (policy server profile): {profile}; openpi's stand-in model {batch1_ms:g} ms")
+    print(f"engine batch curve (policy server profile): {profile}; openpi's stand-in model {batch1_ms:g} ms "
+          f"(the engine's time for {rows[0]['clients']} client(s) alone in this run)")
     print(f"{'clients':>7} {'system':>12} | {'p50 ms':>8} {'p99 ms':>8} {'chunks/s':>8} | to openpi: p50 p99 chunks/s")
     for row in rows:
         for s in ["openpi"] + systems:
