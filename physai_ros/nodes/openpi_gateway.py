@@ -10,7 +10,8 @@ scheduled with the ROS robots by the policy server, answered with the engine's c
 ROS side ros.openpi_link; this node wires them and reports.
 
   ws   gateway.openpi.host:port (fleet.yaml; docs/openpi_gateway.md)
-  call /policy_server/register_robot, pub /<ns>/observation, sub /<ns>/action_chunk (per robot)
+  call /policy_server/register_robot, pub /<ns>/observation, sub /<ns>/action_chunk, pub
+       /<ns>/client_status (per robot: ros.openpi_link)
   pub  /diagnostics: "openpi_gateway: gateway" (connections, rounds, fallbacks, refusals by reason)
        and "openpi_gateway: security"
 Parameters: fleet_file.
@@ -58,6 +59,7 @@ class OpenpiGatewayNode(Node):
         self.server = GatewayServer(cfg, self.link, lambda: now_sec(self), self._tls(cfg),
                                     log=lambda text: self.get_logger().warning(text, throttle_duration_sec=1.0))
         self.create_timer(0.1, self.link.register_pending)
+        self.create_timer(1.0, self.link.publish_status)
         self.updater = Updater(self, period=1.0)
         self.updater.setHardwareID("openpi_gateway")
         self.updater.add("gateway", self._diagnose)

@@ -4,23 +4,27 @@ it fronts, what that robot's robot_client would do on the wire.
   call /policy_server/register_robot as the robot (signed with its identity: ros.registration_call)
   pub  /<ns>/observation (Observation, reliable, with the robot's session MAC)
   sub  /<ns>/action_chunk (ActionChunk, reliable; the server's signature checked)
+  pub  /<ns>/client_status (std_msgs/String JSON, 1 Hz): the robot client's status fields (rounds,
+       answers, latency from arrival to answer, fallbacks as SLO misses, refusals by reason)
 The asyncio side (the websocket server's thread) waits on futures that the executor's callbacks
 complete with call_soon_threadsafe; publishing from that thread is safe in rclpy.
 """
 from __future__ import annotations
 
 import asyncio
+import json
 import threading
 import time
 from typing import Optional
 
 from physai_ros_interfaces.msg import ActionChunk, Observation
+from std_msgs.msg import String
 
 from physai_ros.client.openpi.session import OpenpiSession
 from physai_ros.client.registration import RegistrationExchange
 from physai_ros.protocol.observation import ObservationData
 from physai_ros.protocol.openpi_layouts import LAYOUTS
-from physai_ros.protocol.topics import ACTION_CHUNK_TOPIC, OBSERVATION_TOPIC, robot_topic
+from physai_ros.protocol.topics import ACTION_CHUNK_TOPIC, CLIENT_STATUS_TOPIC, OBSERVATION_TOPIC, robot_topic
 from physai_ros.ros.codecs.chunk import chunk_from_msg
 from physai_ros.ros.codecs.observation import observation_to_msg
 from physai_ros.ros.message_digest import digest
@@ -38,7 +42,10 @@ class _Robot:
         self.call = RegistrationCall(node, self.exchange)
         self.pub = node.create_publisher(Observation, robot_topic(robot.namespace, OBSERVATION_TOPIC), reliable_qos())
         self.session: Optional[OpenpiSession] = None
+        self.last: Optional[OpenpiSession] = None  # the newest session, kept after it closes (its counters)
         self.waiting: Optional[tuple[int, asyncio.Future]] = None
+        self.status_pub = node.create_publisher(String, robot_topic(robot.namespace, CLIENT_STATUS_TOPIC),
+                                                reliable_qos())
 
 
 class RosFleetLink:
@@ -75,7 +82,9 @@ class RosFleetLink:
         r = self.robots[robot_id]
         session = OpenpiSession(r.robot, LAYOUTS[r.gateway.layout], hold_fallback=r.gateway.fallback == "hold")
         with self._lock:
-            r.session, r.exchange.core = session, session
+            if r.last is not None:  # the robot's counters run on over its connections
+                session.counters = r.last.counters
+            r.session, r.last, r.exchange.core = session, session, session
         end = time.monotonic() + REGISTER_WAIT_S
         while time.monotonic() < end:
             if session.registered:
@@ -114,6 +123,13 @@ class RosFleetLink:
             s = r.session
             if s is not None and not s.registered and not s.refused:
                 r.call.register()
+
+    def publish_status(self) -> None:
+        """From a 1 Hz node timer: each robot's client_status, as its robot client would publish it
+        (physai-fleet's summary reads it)."""
+        for r in self.robots.values():
+            if r.last is not None:
+                r.status_pub.publish(String(data=json.dumps(r.last.status(r.session is r.last))))
 
     def _on_chunk(self, r: _Robot, msg: ActionChunk) -> None:
         if r.auth is not None:

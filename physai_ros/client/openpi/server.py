@@ -126,6 +126,7 @@ class GatewayServer:
                 chunk = await asyncio.wait_for(future, timeout=max(0.0, session.deadline() - self.clock()))
                 answer = session.answer(chunk)
                 chunk_len = max(1, len(answer["actions"]))
+                session.counters.latencies_ms.append((self.clock() - obs.stamp) * 1e3)
             except asyncio.TimeoutError:
                 try:
                     answer = session.fallback(chunk_len)

@@ -13,6 +13,7 @@ positions; otherwise a refusal the client sees as an error), and the late chunk 
 from __future__ import annotations
 
 import uuid
+from collections import deque
 from dataclasses import dataclass, field
 from typing import Any, Mapping
 
@@ -40,6 +41,7 @@ class SessionCounters:
     answered: int = 0
     fallbacks: int = 0
     refused: dict = field(default_factory=dict)  # reason -> count (input and server refusals)
+    latencies_ms: deque = field(default_factory=lambda: deque(maxlen=2000))  # arrival -> answer, engine's
 
     def refuse(self, reason: str) -> None:
         self.refused[reason] = self.refused.get(reason, 0) + 1
@@ -93,6 +95,19 @@ class OpenpiSession:
             images=images, state=state, wrench=np.zeros(6, np.float32), wrench_stamp=0.0, prompt=prompt,
             exec_phase_start=0.0, actions_remaining=0, control_period=self.task.action_period_s,
             horizon_policy=self.task.horizon_policy, horizon_params=self.task.horizon_params)
+
+    def status(self, connected: bool) -> dict:
+        """The robot's status in the robot client's client_status shape (client.status), so the
+        fleet summary reports a gateway robot as it does a ROS one."""
+        c = self.counters
+        lat = np.asarray(c.latencies_ms, dtype=float)
+        return {"robot_id": self.robot.id, "state": "openpi connected" if connected else "openpi disconnected",
+                "server_instance": self.server_instance, "round_id": self.round_id, "sent": c.rounds,
+                "chunks_ok": c.answered, "refused": sum(c.refused.values()), "errors": 0,
+                "slo_misses": c.fallbacks, "fallbacks": {"late": c.fallbacks} if c.fallbacks else {},
+                "latency_ms_p50": float(np.percentile(lat, 50)) if lat.size else None,
+                "latency_ms_p99": float(np.percentile(lat, 99)) if lat.size else None,
+                "openpi_refused": dict(c.refused)}
 
     def deadline(self) -> float:
         """When the pending round's answer is late (the task's SLO after it arrived)."""
