@@ -98,7 +98,7 @@ def _fleet(tmp_path: Path, port: int) -> Path:
     doc["robots"] = [ros, gw, dict(gw, id="robot_2")]
     doc["gateway"] = {"openpi": {"port": port, "max_message_bytes": 1_000_000, "max_rate_hz": 20,
                                  "robots": {"robot_1": {"layout": "libero", "fallback": "hold"},
-                                            "robot_2": {"layout": "droid"}}}}
+                                            "robot_2": {"layout": "droid", "fallback": "hold"}}}}
     path = tmp_path / "fleet.yaml"
     path.write_text(yaml.safe_dump(doc))
     return path
