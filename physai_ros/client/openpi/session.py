@@ -19,7 +19,7 @@ from typing import Any, Mapping
 
 import numpy as np
 
-from physai_ros.client.openpi.layouts import image_from, prompt_from, state_from
+from physai_ros.client.openpi.layouts import LayoutError, image_from, prompt_from, state_from
 from physai_ros.client.registration import robot_registration
 from physai_ros.config.robot import RobotConfig
 from physai_ros.protocol.chunk import STATUS_OK, ActionChunkData
@@ -45,6 +45,34 @@ class SessionCounters:
 
     def refuse(self, reason: str) -> None:
         self.refused[reason] = self.refused.get(reason, 0) + 1
+
+
+# Optional keys a client may add (openpi's own clients send none): how much of the last chunk is
+# still to execute, at what period, and which round that chunk answered, for the scheduler's wait
+# ratio and real-time chunking, as a ROS robot's execution info gives them.
+ACTIONS_REMAINING_KEY = "physai/actions_remaining"
+CONTROL_PERIOD_KEY = "physai/control_period"
+EXECUTING_ROUND_KEY = "physai/executing_round_id"
+
+
+def execution_info(obs: Mapping[str, Any], default_period: float, last_round: int) -> tuple[int, float, int]:
+    """(actions_remaining, control_period, executing_round_id) from the optional keys; without
+    them, nothing left of a chunk at the task's period."""
+    def number(key, lo, hi, default):
+        if key not in obs:
+            return default
+        v = obs[key]
+        try:
+            x = float(np.asarray(v).reshape(()))
+        except (TypeError, ValueError):
+            raise LayoutError("bad_execution_info", f"{key}: expected a number, got {type(v).__name__}") from None
+        if not (lo <= x <= hi):
+            raise LayoutError("bad_execution_info", f"{key}: {x:g} not in [{lo:g}, {hi:g}]")
+        return x
+    remaining = int(number(ACTIONS_REMAINING_KEY, 0, 10_000, 0))
+    period = number(CONTROL_PERIOD_KEY, 1e-4, 10.0, default_period)
+    executing = int(number(EXECUTING_ROUND_KEY, 0, last_round, 0))
+    return remaining, period, executing
 
 
 class OpenpiSession:
@@ -87,14 +115,16 @@ class OpenpiSession:
         images = tuple(image_from(obs, path) for path in self.views)
         state = state_from(obs, self.layout.state, len(self.robot.joints))
         prompt = prompt_from(obs, self.layout.prompt, self.task.prompt)
+        remaining, period, executing = execution_info(obs, self.task.action_period_s, self.round_id)
         self.round_id = (self.round_id // self.ROUND_STRIDE + 1) * self.ROUND_STRIDE
         self.pending = PendingRound(self.round_id, now, state)
         self.counters.rounds += 1
         return ObservationData(
             robot_id=self.robot.id, task_id=self.task.name, round_id=self.round_id, stamp=now,
             images=images, state=state, wrench=np.zeros(6, np.float32), wrench_stamp=0.0, prompt=prompt,
-            exec_phase_start=0.0, actions_remaining=0, control_period=self.task.action_period_s,
-            horizon_policy=self.task.horizon_policy, horizon_params=self.task.horizon_params)
+            exec_phase_start=0.0, actions_remaining=remaining, control_period=period,
+            horizon_policy=self.task.horizon_policy, horizon_params=self.task.horizon_params,
+            executing_round_id=executing)
 
     def status(self, connected: bool) -> dict:
         """The robot's status in the robot client's client_status shape (client.status), so the

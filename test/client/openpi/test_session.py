@@ -92,3 +92,17 @@ def test_chunks_become_openpis_answer_and_late_rounds_the_fallback(robot):
     with pytest.raises(ValueError, match="late"):
         strict.fallback(50)
     assert strict.counters.refused == {"late": 1}
+
+
+def test_optional_execution_info_reaches_the_round_and_is_checked(robot):
+    s = OpenpiSession(robot, LAYOUTS["libero"], hold_fallback=True)
+    first = s.observation(_libero(), 1.0)
+    assert (first.actions_remaining, first.executing_round_id) == (0, 0)
+    assert first.control_period == robot.task.action_period_s
+    obs = s.observation({**_libero(), "physai/actions_remaining": np.int64(7), "physai/control_period": 0.02,
+                         "physai/executing_round_id": first.round_id}, 2.0)
+    assert (obs.actions_remaining, obs.control_period, obs.executing_round_id) == (7, 0.02, first.round_id)
+    for bad in ({"physai/actions_remaining": -1}, {"physai/control_period": "fast"},
+                {"physai/executing_round_id": 999}):
+        with pytest.raises(LayoutError, match="bad_execution_info"):
+            s.observation({**_libero(), **bad}, 3.0)
