@@ -58,8 +58,7 @@ class GatewayServer:
         self.cfg, self.link, self.clock, self.ssl, self.log = cfg, link, clock, ssl_context, log
         self.limits = WireLimits(max_message_bytes=cfg.max_message_bytes, max_array_bytes=cfg.max_message_bytes)
         self.refused: Counter = Counter()  # reason -> count, handshakes and messages
-        self.connected: dict[str, OpenpiSession] = {}
-        self._robot_of: dict[int, str] = {}  # id(connection) -> robot, from the handshake
+        self.connected: dict[str, Optional[OpenpiSession]] = {}  # None: registering
         self.port: Optional[int] = None
 
     # ---- handshake ------------------------------------------------------------------------
@@ -69,22 +68,26 @@ class GatewayServer:
             self.refused[reason] += 1
             self.log(f"openpi connection from {connection.remote_address} refused: {reason}")
             return connection.respond(status, f"{reason}\n")
-        if len(self.connected) + len(self._robot_of) >= self.cfg.max_connections:
+        if len(self.connected) >= self.cfg.max_connections:
             return refuse(HTTPStatus.SERVICE_UNAVAILABLE, "too_many_connections")
         robot_id, why = self.link.authorize(request.headers.get("Authorization"), request.path)
         if robot_id is None:
             return refuse(HTTPStatus.UNAUTHORIZED, why)
-        if robot_id in self.connected or robot_id in self._robot_of.values():
+        if robot_id in self.connected:
             return refuse(HTTPStatus.CONFLICT, "already_connected")
-        self._robot_of[id(connection)] = robot_id
         return None
 
     # ---- one connection -------------------------------------------------------------------
 
     async def _handler(self, ws: ServerConnection) -> None:
-        robot_id = self._robot_of.get(id(ws))
-        if robot_id is None:
+        # The handshake passed _process_request; asked again here, where the robot is claimed (two
+        # handshakes for one robot may both have passed before either got here).
+        robot_id, _ = self.link.authorize(ws.request.headers.get("Authorization"), ws.request.path)
+        if robot_id is None or robot_id in self.connected:
+            self.refused["already_connected"] += 1
+            await ws.close(1008, "already connected")
             return
+        self.connected[robot_id] = None
         try:
             opened = await self.link.open(robot_id)
             if isinstance(opened, str):
@@ -92,16 +95,13 @@ class GatewayServer:
                 await ws.send(f"refused: the fleet did not register {robot_id}: {opened}")
                 await ws.close(1008, "registration refused")
                 return
-            session = opened
-            self.connected[robot_id] = session
-            del self._robot_of[id(ws)]
+            session = self.connected[robot_id] = opened
             await ws.send(encode(self._metadata(session)))
             await self._serve(ws, session)
         except ConnectionClosed as e:
             if e.rcvd is not None and e.rcvd.code == 1009 or e.sent is not None and e.sent.code == 1009:
                 self.refused["too_large"] += 1
         finally:
-            self._robot_of.pop(id(ws), None)
             session = self.connected.pop(robot_id, None)
             if session is not None:
                 self.link.close(session)
@@ -165,4 +165,4 @@ class GatewayServer:
         return {"connections": len(self.connected), "refused": dict(self.refused),
                 "robots": {rid: {"rounds": s.counters.rounds, "answered": s.counters.answered,
                                  "fallbacks": s.counters.fallbacks, "refused": dict(s.counters.refused)}
-                           for rid, s in sorted(self.connected.items())}}
+                           for rid, s in sorted(self.connected.items()) if s is not None}}
