@@ -63,8 +63,8 @@ def test_installed_layout(install):
     assert (pkg / "share" / "ament_index" / "resource_index" / "packages" / "physai_ros").is_file()
     for name in ("package.xml", "launch/fleet.launch.py", "config/fleet.yaml", "config/fastdds_shm.xml"):
         assert (share / name).read_bytes() == (REPO / name).read_bytes(), name
-    for exe in ("diagnostics_aggregator", "engine_worker", "physai-fleet", "policy_server", "robot_client", "sim_robot",
-                "trajectory_controller"):
+    for exe in ("diagnostics_aggregator", "engine_worker", "openpi_gateway", "physai-fleet", "policy_server",
+                "robot_client", "sim_robot", "trajectory_controller"):
         assert os.access(pkg / "lib" / "physai_ros" / exe, os.X_OK), exe
     site = pkg / "lib" / f"python{sys.version_info.major}.{sys.version_info.minor}" / "site-packages"
     assert (site / "physai_ros" / "assets" / "policy" / "sim_pi0" / "model.safetensors").is_file()

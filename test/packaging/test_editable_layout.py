@@ -15,8 +15,8 @@ from ros2_tools import tools_missing
 
 REPO = Path(__file__).resolve().parents[2]
 PREFIX = Path(sys.prefix)
-EXECUTABLES = ["diagnostics_aggregator", "engine_worker", "physai-fleet", "policy_server", "robot_client", "sim_robot",
-               "trajectory_controller"]
+EXECUTABLES = ["diagnostics_aggregator", "engine_worker", "openpi_gateway", "physai-fleet", "policy_server",
+               "robot_client", "sim_robot", "trajectory_controller"]
 
 
 def test_venv_has_the_ament_layout(monkeypatch):
