@@ -100,3 +100,14 @@ def test_sros2_enclaves_are_passed_only_when_asked(launch_module, tmp_path):
     assert ev.node("", "policy_server").ros_arguments == ["--enclave", "/physai_ros/policy_server"]
     assert ev.groups()["robot_1"]["trajectory_controller"].ros_arguments == \
         ["--enclave", "/physai_ros/robot_1/trajectory_controller"]
+
+
+def test_a_gateway_fleet_launches_the_gateway_in_place_of_its_robots_nodes(launch_module, tmp_path):
+    def gateway(doc):
+        doc["gateway"] = {"openpi": {"robots": {"robot_1": {"layout": "libero"}, "robot_3": {"layout": "droid"}}}}
+    fleet = _fleet_file(tmp_path, gateway)
+    ev = evaluate(launch_module, fleet_file=fleet)
+    assert sorted(ev.groups()) == ["robot_0", "robot_2"]
+    [gw] = [n for n in ev.nodes if n.name == "openpi_gateway"]
+    assert (gw.package, gw.executable, gw.namespace) == ("physai_ros", "openpi_gateway", "")
+    assert gw.parameters == {"fleet_file": str(Path(fleet).resolve())} and gw.after_serving
