@@ -76,8 +76,8 @@ class ServingCore:
         self.redispatch = Redispatch(scheduler, self.failover)
         self._lock = threading.Lock()
         self._work = threading.Condition(self._lock)
-        self.intake = RobotIntake(self.registry, scheduler, self.runners, self.redispatch, self._work, clock,
-                                  self.events)
+        self.intake = RobotIntake(self.registry, scheduler, self.runners, self.redispatch, self._work,
+                                  lambda: self.clock(), self.events)  # callers may set core.clock
 
     def enable_language(self, stream) -> None:
         """Text from every local instance's frames (serving.language.stream, docs/language.md)."""
