@@ -37,7 +37,16 @@ def main() -> None:
     results: list[list[tuple[float, float]]] = [[] for _ in range(args.robots)]
     start = threading.Barrier(args.robots + 1)
 
+    failures: list[BaseException] = []
+
     def robot(k: int) -> None:
+        try:
+            serve_robot(k)
+        except BaseException as e:  # one robot failing must not leave the others at the barrier
+            failures.append(e)
+            start.abort()
+
+    def serve_robot(k: int) -> None:
         if args.layout == "libero":
             obs = {"observation/image": frame, "observation/wrist_image": frame,
                    "observation/state": np.zeros(5, np.float32), "prompt": "pick up the cube"}
@@ -57,10 +66,15 @@ def main() -> None:
     threads = [threading.Thread(target=robot, args=(k,)) for k in range(args.robots)]
     for t in threads:
         t.start()
-    start.wait()
+    try:
+        start.wait()
+    except threading.BrokenBarrierError:
+        pass  # a robot failed while warming up: reported below
     cpu0, t0 = time.process_time(), time.perf_counter()
     for t in threads:
         t.join()
+    if failures:
+        raise SystemExit(f"{len(failures)} robot(s) failed: {failures[0]!r}")
     print(json.dumps({"rtt_ms": [r for rs in results for r, _ in rs], "infer_ms": [i for rs in results for _, i in rs],
                       "client_cpu_s": time.process_time() - cpu0, "wall_s": time.perf_counter() - t0}))
 

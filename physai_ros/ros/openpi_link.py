@@ -85,14 +85,17 @@ class RosFleetLink:
             if r.last is not None:  # the robot's counters run on over its connections
                 session.counters = r.last.counters
             r.session, r.last, r.exchange.core = session, session, session
+        return session if await self.registered(session) else (
+            session.refused or f"no answer from the policy server within {REGISTER_WAIT_S:g} s")
+
+    async def registered(self, session: OpenpiSession) -> bool:
+        """Waits while register_pending (the node's timer) registers the session's robot."""
         end = time.monotonic() + REGISTER_WAIT_S
-        while time.monotonic() < end:
+        while time.monotonic() < end and not session.refused:
             if session.registered:
-                return session
-            if session.refused:
-                return session.refused
+                return True
             await asyncio.sleep(0.05)
-        return f"no answer from the policy server within {REGISTER_WAIT_S:g} s"
+        return False
 
     def submit(self, session: OpenpiSession, obs: ObservationData) -> asyncio.Future:
         r = self.robots[obs.robot_id]

@@ -22,7 +22,7 @@ from websockets.asyncio.server import ServerConnection, serve
 from websockets.exceptions import ConnectionClosed
 
 from physai_ros.client.openpi.layouts import LayoutError
-from physai_ros.client.openpi.session import OpenpiSession
+from physai_ros.client.openpi.session import OpenpiSession, Unregistered
 from physai_ros.client.openpi.wire import WireError, WireLimits, decode, encode
 from physai_ros.config.gateway import OpenpiGatewayConfig
 from physai_ros.protocol.observation import ObservationData
@@ -44,6 +44,9 @@ class FleetLink(Protocol):
 
     async def open(self, robot_id: str) -> OpenpiSession | str:
         """The robot registered with the fleet: its session, or the server's refusal."""
+
+    async def registered(self, session: OpenpiSession) -> bool:
+        """After the server forgot the robot: whether it took the robot again (in time)."""
 
     def submit(self, session: OpenpiSession, obs: ObservationData) -> "asyncio.Future":
         """Send one round; the future gets its ActionChunkData."""
@@ -117,26 +120,38 @@ class GatewayServer:
                 continue
             last = t
             try:
-                obs = session.observation(decode(message, self.limits), self.clock())
+                decoded = decode(message, self.limits)
+                obs = session.observation(decoded, self.clock())
             except (WireError, LayoutError) as e:
                 await self._refuse(ws, session, e.reason, e.detail)
                 continue
-            future = self.link.submit(session, obs)
             try:
-                chunk = await asyncio.wait_for(future, timeout=max(0.0, session.deadline() - self.clock()))
-                answer = session.answer(chunk)
-                chunk_len = max(1, len(answer["actions"]))
-                session.counters.latencies_ms.append((self.clock() - obs.stamp) * 1e3)
-            except asyncio.TimeoutError:
-                try:
-                    answer = session.fallback(chunk_len)
-                except ValueError as e:
-                    await ws.send(f"refused: {e}")
-                    continue
-            except ValueError as e:  # the server refused or failed this round
+                answer = await self._round(session, obs, decoded, chunk_len)
+            except ValueError as e:  # the server refused or failed this round, or it was late
                 await ws.send(f"refused: {e}")
                 continue
+            if "engine_instance" in answer.get("physai", {}):
+                chunk_len = max(1, len(answer["actions"]))
             await ws.send(encode(answer))
+
+    async def _round(self, session: OpenpiSession, obs: ObservationData, decoded: dict, chunk_len: int) -> dict:
+        """The answer to one message: the engine's chunk, or the fallback past the SLO. A robot the
+        server forgot registers again and the message is sent again, once."""
+        for attempt in range(2):
+            try:
+                chunk = await asyncio.wait_for(self.link.submit(session, obs),
+                                               timeout=max(0.0, session.deadline() - self.clock()))
+                answer = session.answer(chunk)
+                session.counters.latencies_ms.append((self.clock() - obs.stamp) * 1e3)
+                return answer
+            except asyncio.TimeoutError:
+                return session.fallback(chunk_len)
+            except Unregistered:
+                if attempt or not await self.link.registered(session):
+                    raise ValueError(f"the policy server does not know {session.robot.id} and did not take "
+                                     "it again") from None
+                obs = session.observation(decoded, self.clock())
+        raise AssertionError("unreachable")
 
     async def _refuse(self, ws: ServerConnection, session: OpenpiSession, reason: str, detail: str) -> None:
         self.refused[reason] += 1

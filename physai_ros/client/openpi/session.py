@@ -23,6 +23,7 @@ from physai_ros.client.openpi.layouts import LayoutError, image_from, prompt_fro
 from physai_ros.client.registration import robot_registration
 from physai_ros.config.robot import RobotConfig
 from physai_ros.protocol.chunk import STATUS_OK, ActionChunkData
+from physai_ros.protocol.component import UNKNOWN_ROBOT
 from physai_ros.protocol.observation import ObservationData
 from physai_ros.protocol.openpi_layouts import OpenpiLayout
 from physai_ros.protocol.registration import RegistrationResult, RobotRegistration
@@ -73,6 +74,11 @@ def execution_info(obs: Mapping[str, Any], default_period: float, last_round: in
     period = number(CONTROL_PERIOD_KEY, 1e-4, 10.0, default_period)
     executing = int(number(EXECUTING_ROUND_KEY, 0, last_round, 0))
     return remaining, period, executing
+
+
+class Unregistered(ValueError):
+    """The server no longer knows the robot (it freed it after robot_timeout_s of silence, or it
+    restarted): register again and send the round again, as the ROS robot client does."""
 
 
 class OpenpiSession:
@@ -148,7 +154,11 @@ class OpenpiSession:
         refused or failed round."""
         self.pending = None
         if chunk.status != STATUS_OK:
-            self.counters.refuse("server_" + (chunk.error.split(":", 1)[0] or "error")[:40])
+            reason = chunk.error.split(":", 1)[0] or "error"
+            if reason == UNKNOWN_ROBOT:
+                self.registered = False
+                raise Unregistered(chunk.error)
+            self.counters.refuse("server_" + reason[:40])
             raise ValueError(chunk.error or f"status {chunk.status}")
         self.counters.answered += 1
         return {

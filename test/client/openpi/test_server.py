@@ -41,8 +41,11 @@ class CoreLink:
 
     async def open(self, robot_id):
         session = OpenpiSession(self.fleet.robot(robot_id), LAYOUTS["libero"], hold_fallback=False)
+        return session if await self.registered(session) else session.refused
+
+    async def registered(self, session):
         session.on_registered(self.core.register(session.registration()))
-        return session if session.registered else session.refused
+        return session.registered
 
     def submit(self, session, obs):
         future = self.loop.create_future()
@@ -120,6 +123,24 @@ def test_a_tls_client_with_its_robots_token_gets_the_engines_chunks(gateway, fle
             assert out["actions"].shape[0] >= out["physai"]["horizon"] >= 1
             assert np.isfinite(out["actions"]).all() and out["physai"]["engine_instance"]
     assert server.refused == {}
+
+
+def test_a_robot_the_server_forgot_registers_again_and_its_message_is_answered(gateway, fleet):
+    server, link, url, client_tls, tokens = gateway
+    robot = fleet.robot("robot_0")
+    msg = encode({"observation/image": np.zeros((224, 224, 3), np.uint8),
+                  "observation/wrist_image": np.zeros((224, 224, 3), np.uint8),
+                  "observation/state": np.zeros(len(robot.joints), np.float32)})
+    with connect(url, ssl=client_tls, additional_headers={"Authorization": f"Api-Key {tokens['robot_0']}"},
+                 max_size=None, open_timeout=30) as ws:
+        decode(ws.recv())
+        ws.send(msg)
+        first = decode(ws.recv(timeout=120))["physai"]["round_id"]
+        assert link.core.release("robot_0")  # as after server.robot_timeout_s of silence
+        ws.send(msg)
+        again = decode(ws.recv(timeout=120))
+    assert again["physai"]["round_id"] > first and again["physai"]["engine_instance"]
+    assert link.core.registration("robot_0") is not None
 
 
 def test_another_robots_token_is_refused_before_any_model_time(gateway):
