@@ -7,7 +7,9 @@
            @b1 with server.max_batch 1 (one at a time, as openpi serves), @b8 batching.
 The same load generator drives both (bench/openpi_baseline/client.py: openpi-client from PyPI, one
 WebsocketClientPolicy per robot, closed loop, two 224x224 views). Reported per N: round-trip p50 and
-p99 and chunks per second, and the gateway's ratios to openpi. What the batch can buy depends on
+p99 and chunks per second, and the gateway's ratios to openpi. A round the gateway's engine answers
+past the task's SLO (2 s) gets the fallback (the state held; counted as "late", no engine time);
+openpi has no SLO and waits however long its queue is. What the batch can buy depends on
 the engine's batch curve (printed from the server's profile): on a CPU a batch of b costs about b
 times one, so the gateway cannot multiply throughput there; on a GPU the curve is flat.
 
@@ -55,7 +57,9 @@ def run_clients(port: int, n: int, rounds: int, layout: str, tokens: list | None
     rtt, infer = np.asarray(res["rtt_ms"]), np.asarray(res["infer_ms"], dtype=float)
     return {"p50_ms": round(float(np.percentile(rtt, 50)), 1), "p99_ms": round(float(np.percentile(rtt, 99)), 1),
             "chunks_per_s": round(len(rtt) / res["wall_s"], 2), "answers": int(len(rtt)),
-            "engine_ms_p50": round(float(np.nanmedian(infer)), 1) if np.isfinite(infer).any() else None}
+            "engine_ms_p50": round(float(np.nanmedian(infer)), 1) if np.isfinite(infer).any() else None,
+            # answered by the task's fallback (the state held) past the SLO: no engine time
+            "late": int(np.count_nonzero(~np.isfinite(infer)))}
 
 
 def gateway_fleet(tmp: Path, n: int, port: int, max_batch: int) -> Path:
@@ -64,7 +68,7 @@ def gateway_fleet(tmp: Path, n: int, port: int, max_batch: int) -> Path:
     template = doc["robots"][1]  # two 224x224 cameras, five joints
     doc["robots"] = [dict(template, id=f"robot_{k}") for k in range(n)]
     doc["gateway"] = {"openpi": {"port": port, "max_connections": n + 4, "max_rate_hz": 1000,
-                                 "robots": {f"robot_{k}": {"layout": "libero", "fallback": "error"} for k in range(n)}}}
+                                 "robots": {f"robot_{k}": {"layout": "libero", "fallback": "hold"} for k in range(n)}}}
     path = tmp / "fleet.yaml"
     path.write_text(yaml.safe_dump(doc))
     return path
@@ -153,12 +157,14 @@ def main() -> None:
            "openpi_model_ms": batch1_ms, "rounds_per_client": args.rounds, "rows": rows}
     print(f"engine batch curve (policy server profile): {profile}; openpi's stand-in model {batch1_ms:g} ms "
           f"(the engine's time for {rows[0]['clients']} client(s) alone in this run)")
-    print(f"{'clients':>7} {'system':>12} | {'p50 ms':>8} {'p99 ms':>8} {'chunks/s':>8} | to openpi: p50 p99 chunks/s")
+    print(f"{'clients':>7} {'system':>12} | {'p50 ms':>8} {'p99 ms':>8} {'chunks/s':>8} {'late':>5} | "
+          f"to openpi: p50 p99 chunks/s")
     for row in rows:
         for s in ["openpi"] + systems:
             m = row[s]
             r = row["ratio_to_openpi"].get(s)
-            print(f"{row['clients']:>7} {s:>12} | {m['p50_ms']:>8.1f} {m['p99_ms']:>8.1f} {m['chunks_per_s']:>8.2f} | "
+            print(f"{row['clients']:>7} {s:>12} | {m['p50_ms']:>8.1f} {m['p99_ms']:>8.1f} {m['chunks_per_s']:>8.2f} "
+                  f"{m['late']:>5} | "
                   + (f"{r['p50']:>5} {r['p99']:>5} {r['chunks_per_s']:>5}" if r else ""))
     print(f"commit {commit}, load {doc['load_before']} -> {doc['load_after']}")
     if args.json:
