@@ -19,7 +19,6 @@ TICK_EPS = 1e-6
 class TickGrid:
     def __init__(self, rate_hz: float):
         self.rate_hz = float(rate_hz)
-        self.period = 1.0 / self.rate_hz
 
     def floor(self, t: float) -> int:
         return math.floor(t * self.rate_hz + TICK_EPS)

@@ -24,8 +24,7 @@ def _get(obs: Mapping[str, Any], path: Path) -> Any:
     node: Any = obs
     for key in path:
         if not isinstance(node, Mapping) or key not in node:
-            raise LayoutError("missing_key", f"no {'/'.join(path)!r} in the observation"
-                              if len(path) == 1 else f"no {path!r} in the observation")
+            raise LayoutError("missing_key", f"no {'/'.join(path)!r} in the observation")
         node = node[key]
     return node
 
@@ -68,11 +67,10 @@ def state_from(obs: Mapping[str, Any], paths: tuple[Path, ...], dim: int) -> np.
 
 def prompt_from(obs: Mapping[str, Any], path: Path, default: str, max_chars: int = 1000) -> str:
     """The client's prompt, or the task's when it sends none."""
-    node: Any = obs
-    for key in path:
-        if not isinstance(node, Mapping) or key not in node:
-            return default
-        node = node[key]
+    try:
+        node = _get(obs, path)
+    except LayoutError:  # none sent
+        return default
     if not isinstance(node, str):
         raise LayoutError("bad_prompt", f"prompt: expected a string, got {type(node).__name__}")
     if len(node) > max_chars or any(ord(ch) < 32 and ch not in "\t\n" for ch in node):
