@@ -71,7 +71,8 @@ class OpenpiGatewayNode(Node):
         self._failure: list[BaseException] = []
         self._thread = threading.Thread(target=self._run, args=(started,), name="openpi_gateway", daemon=True)
         self._thread.start()
-        started.wait(30.0)
+        if not started.wait(30.0):
+            raise UserInputError(f"openpi gateway: not listening on {cfg.host}:{cfg.port} after 30 s")
         if self._failure:
             raise UserInputError(f"openpi gateway cannot listen on {cfg.host}:{cfg.port}: {self._failure[0]}")
         self.get_logger().info(f"{READY_LOG_MARK}{'wss' if cfg.tls_cert else 'ws'}://{cfg.host}:{self.server.port} "
