@@ -14,6 +14,9 @@ scheduler's FactoryProblem (physai_ros.scheduler.factory.types).
       value_weights: {place_in_order: 2.0}                     # v_c, default 1
       min_action_throughput: {pick_place_monitored: 20}        # F_c^min, actions/s, default 0
       apply: false               # true: the policy server plans at start-up and runs the plan
+      reschedule: apply          # a re-solved plan (robots join or leave, an instance is lost,
+                                 # System 1's measured times drift) is applied; propose: only shown
+      profile_drift: 0.5         # how far (a fraction) measured System 1 times may drift from the plan's
 
 A task's t_act is its pipeline's `action_period_ms` (ROSA line 44), which factory planning needs
 for every planned task; System 2's ratio H is `system2_to_system1_call_ratio`.
@@ -31,7 +34,8 @@ from physai_ros.scheduler.factory.types import (COMPONENTS, ComponentSpec, Facto
                                                 ServerPool, TaskClass)
 
 FACTORY_KEYS = {"servers", "hardware", "standby", "memory_gb", "profiles", "models", "robots", "value_weights",
-                "min_action_throughput", "slo_quantile", "apply"}
+                "min_action_throughput", "slo_quantile", "apply", "reschedule", "profile_drift"}
+RESCHEDULE = ("apply", "propose")
 
 
 @dataclass(frozen=True)
@@ -49,6 +53,8 @@ class FactoryConfig:
     # The policy server plans at start-up and runs the plan on its engine instances
     # (serving.factory_runtime); false: the block is for `physai-fleet plan` only.
     apply: bool = False
+    reschedule: str = "apply"  # RESCHEDULE: what the running server does with a re-solved plan
+    profile_drift: float = 0.5
 
 
 def parse_factory(d: Any, task_names: set[str]) -> FactoryConfig | None:
@@ -84,7 +90,16 @@ def parse_factory(d: Any, task_names: set[str]) -> FactoryConfig | None:
         min_action_throughput=per_task("min_action_throughput", lambda v, path: number(v, path, allow_zero=True)),
         slo_quantile=quantile,
         apply=boolean(d.get("apply", False), f"{p}.apply"),
+        reschedule=_choice(d.get("reschedule", "apply"), f"{p}.reschedule", RESCHEDULE),
+        profile_drift=number(d.get("profile_drift", 0.5), f"{p}.profile_drift"),
     )
+
+
+def _choice(v: Any, path: str, options: tuple[str, ...]) -> str:
+    v = string(v, path)
+    if v not in options:
+        raise FleetConfigError(f"{path}: expected one of {', '.join(options)}, got {v!r}")
+    return v
 
 
 def load_profiles(path: Path) -> dict[tuple[str, str], ModelProfile]:

@@ -42,7 +42,7 @@ from physai_ros.ros.spin import run_node
 from physai_ros.security.endpoints import CHUNK, ServerAuth
 from physai_ros.security.keystore import Identity
 from physai_ros.serving.compute_threads import build_for, serving_threads
-from physai_ros.serving.factory_runtime import apply_factory
+from physai_ros.serving.startup.factory_plan import apply_factory
 from physai_ros.serving.registration_desk import RegistrationDesk
 from physai_ros.serving.serving_threads import ServingThreads
 from physai_ros.serving.startup.engine_builder import build_and_warm, model_format, serving_summary

@@ -79,6 +79,9 @@ def make_scheduler(name: str, **params: Any) -> Scheduler:
     if key not in classes:
         raise ValueError(f"unknown scheduler {name!r}; expected one of {', '.join(SCHEDULER_NAMES)}")
     try:
-        return classes[key](**params)
+        sched = classes[key](**params)
     except TypeError as exc:
         raise ValueError(f"bad parameters for scheduler {key!r}: {exc}") from None
+    # A queue per engine instance (scheduler.routed) builds its others with the same settings.
+    sched.lane_params = dict(params)
+    return sched

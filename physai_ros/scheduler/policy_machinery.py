@@ -3,6 +3,7 @@ stale-observation refresh, placement and counters. A policy only supplies `order
 from __future__ import annotations
 
 from collections import Counter
+from dataclasses import dataclass
 from typing import Any, Optional, Sequence
 
 import numpy as np
@@ -23,6 +24,15 @@ from physai_ros.scheduler.types import (
 # How a pending round's ongoing wait is counted (bookkeeping.py): "paper" from when the robot
 # actually waits; "lookahead" from when the next generation must start (our earlier reading).
 PROVISIONAL_WAITS = ("paper", "lookahead")
+
+
+@dataclass(frozen=True)
+class TaskHandover:
+    """Tasks moving from one queue to another: their histories and their queued requests
+    (request, whether it was requeued after a lost instance)."""
+
+    books: dict[str, TaskBook]
+    queued: tuple[tuple[Request, bool], ...]
 
 
 class QueueScheduler:
@@ -158,18 +168,56 @@ class QueueScheduler:
             self._counts["requeue_refused"] += 1
             return False
         del self._inflight[request_id]
+        self._queue_first(item[0], book, now)
+        self._counts["requeued"] += 1
+        return True
+
+    def hand_over(self, task_ids: Sequence[str]) -> TaskHandover:
+        """Take these tasks' queued requests out, for another queue to serve (a route change:
+        scheduler.routed). Their books go with them; a task with a request still in flight here
+        keeps its book here as well (the same object) until that request completes, so its
+        completion still closes the round the other queue goes on from."""
+        queued, books = [], {}
+        for task_id in task_ids:
+            book = self._books.get(task_id)
+            if book is None:
+                continue
+            books[task_id] = book
+            for e in [e for e in self._pending.values() if e.request.task_id == task_id]:
+                queued.append((e.request, e.request.request_id in self._requeued))
+                self._drop(e.request.request_id)
+            if not any(req.task_id == task_id for req, _ in self._inflight.values()):
+                del self._books[task_id]
+        self._counts["handed_over"] += len(queued)
+        return TaskHandover(books, tuple(queued))
+
+    def take_over(self, handover: TaskHandover, now: float) -> None:
+        """Queue what another queue handed over (hand_over): each task's history as it was, a
+        requeued request still first in line, the others ranked as if submitted now."""
+        self._books.update(handover.books)
+        for req, requeued in handover.queued:
+            book = self._books[req.task_id]
+            if requeued:
+                self._queue_first(req, book, now)
+                continue
+            self._seq += 1
+            e = PendingEntry(req, book, self._seq, self._cycle, now, self.default_exec_s, self.hold_ratio_floor)
+            e.slot = self._table.add(e)
+            self._pending[req.request_id] = e
+            self._by_task[req.task_id] = req.request_id
+        self._counts["taken_over"] += len(handover.queued)
+
+    def _queue_first(self, req: Request, book: TaskBook, now: float) -> None:
         self._requeue_seq += 1
-        e = PendingEntry(item[0], book, self._requeue_seq, self._cycle, now, self.default_exec_s,
+        e = PendingEntry(req, book, self._requeue_seq, self._cycle, now, self.default_exec_s,
                          self.hold_ratio_floor)
         e.refreshed = e.priority = True
         e.first_rank = (-1, self._requeue_seq)  # ahead of refreshed ones, oldest loss first
         e.slot = self._table.add(e)
         self._table.ready[e.slot] = False
         self._first[id(e)] = e
-        self._pending[request_id] = e
-        self._requeued.add(request_id)
-        self._counts["requeued"] += 1
-        return True
+        self._pending[req.request_id] = e
+        self._requeued.add(req.request_id)
 
     def queued(self) -> list[Request]:
         return [e.request for e in self._pending.values()]

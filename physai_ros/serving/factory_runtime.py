@@ -10,26 +10,30 @@ standby ones (local standby_instances, remote entries with `standby: true`). App
 - batching: each System 1 instance's batch cap is the plan's batch size;
 - rates: every robot learns its System 1 request rate cap and its routes when it registers
   (RegisterRobot's max_request_rate_hz, route_*), and its client sends no faster;
+- queues: each System 1 instance has its own queue with the robots the plan routes to it
+  (scheduler.routed; serving.plan_binding keeps the core's scheduler and instances in step);
 - admission: a robot the plan does not know is admitted placement-preserving when it fits
-  (scheduler.factory.admission), or refused with the reason; either way a background
-  rescheduling is proposed (kept in diagnostics, never applied behind the operator's back).
-System 1 requests of robots routed to different System 1 instances share the scheduler's queue:
-any System 1 instance takes any of them (for equal configurations that is never slower than a
-fixed route; the plan's per-server loads are what the queue balances to).
+  (scheduler.factory.admission), or refused with the reason;
+- rescheduling (serving.factory_replan): a newcomer, an admitted robot leaving, an instance lost
+  with no standby to take its streams, or System 1's measured service times drifting from the
+  planned ones start a solve in the background for the robots and instances there are now; a
+  feasible plan is applied live (`factory.reschedule: apply`, the default) or kept as the
+  operator's proposal (`propose`). Each applied change is recorded with its reason.
 """
 from __future__ import annotations
 
 import threading
 import time
 from collections import Counter, deque
-from dataclasses import dataclass, replace
+from dataclasses import dataclass
 from typing import Any, Callable, Mapping, Sequence
 
 from physai_ros.config_fields import FleetConfigError
 from physai_ros.scheduler.factory.schedule import hosted_components
 from physai_ros.scheduler.factory.types import FactoryProblem, FactorySchedule, ModelProfile
+from physai_ros.serving.factory_replan import SYSTEM1, PlanChange, Replanner
+from physai_ros.serving.online_profile import OnlineServiceTimes
 
-SYSTEM1 = "system1"
 
 
 @dataclass(frozen=True)
@@ -70,72 +74,169 @@ class PlanAdmission:
     routes: tuple[tuple[str, str], ...] = ()  # (component, engine instance)
 
 
-def with_robot(problem: FactoryProblem, task: str, robot_id: str) -> FactoryProblem:
-    """The problem with one more robot in class `task` (unchanged when it is listed already)."""
-    classes = tuple(replace(c, robot_ids=c.robot_ids + (robot_id,))
-                    if c.name == task and robot_id not in c.robot_ids else c for c in problem.classes)
-    return replace(problem, classes=classes)
-
-
-def without_robot(problem: FactoryProblem, robot_id: str) -> FactoryProblem:
-    """The problem with `robot_id` gone from every class."""
-    classes = tuple(replace(c, robot_ids=tuple(r for r in c.robot_ids if r != robot_id)) for c in problem.classes)
-    return replace(problem, classes=classes)
-
-
 class FactoryRuntime:
-    """The applied schedule and its run-time adaptation (placement-preserving admission)."""
+    """The applied schedule and its run-time adaptation: placement-preserving admission at once,
+    a re-solved plan applied when demand, capacity or the measured profile changes."""
 
     def __init__(self, problem: FactoryProblem, profiles: Mapping[tuple[str, str], ModelProfile],
-                 schedule: FactorySchedule, instances: Sequence[tuple[str, bool]]):
+                 schedule: FactorySchedule, instances: Sequence[tuple[str, bool]], *, apply_reschedules: bool = True,
+                 planned_service: Mapping[int, float] | None = None, drift_threshold: float = 0.5):
         if not schedule.feasible:
             raise FleetConfigError(f"factory: no feasible schedule for this server: {schedule.reason}")
-        self.problem, self.profiles = problem, profiles
+        self.problem, self.profiles = problem, dict(profiles)
         self.schedule = schedule
+        self.instances = list(instances)  # (instance id, standby) in build order
         self.roles = bind_servers(schedule, instances)
         self._server_instance = {r.server: iid for iid, r in self.roles.items()}
-        self._lock = threading.Lock()
+        self.lock = threading.Lock()
         self.admissions: Counter = Counter()  # planned / admitted / refused / released
-        self._admitted: set[str] = set()  # robots admitted beyond the plan, still routed
+        self._startup_robots = problem.robot_ids()  # the plan's steady state (release keeps them)
         self._seen: set[str] = set()  # robots that registered under this plan
-        self.proposed: FactorySchedule | None = None  # a background rescheduling, for the operator
-        self.proposals_done = 0
-        self._proposers: list[threading.Thread] = []
         self._proposed_for: dict[str, FactoryProblem] = {}  # robot -> the problem last solved for it
         self.events: deque[str] = deque(maxlen=32)
+        self.version = 0  # bumped by every change of schedule (serving.plan_binding follows it)
+        self.on_change: Callable[[], None] | None = None  # the core's wake-up, set by the binding
+        self.online = OnlineServiceTimes(planned_service, threshold=drift_threshold)
+        self.replanner = Replanner(self, apply_reschedules)
+        self._usable: frozenset[str] | None = None
+        self._cover: dict[str, str] = {}  # lost System 1 instance -> the instance taking its robots
+
+    @property
+    def proposed(self) -> FactorySchedule | None:
+        return self.replanner.last
+
+    @property
+    def proposals_done(self) -> int:
+        return self.replanner.solves
+
+    @property
+    def changes(self) -> list[PlanChange]:
+        return list(self.replanner.changes)
+
+    def wait_for_proposals(self, timeout_s: float) -> bool:
+        """Tests and shutdown: wait for the background solves started so far."""
+        return self.replanner.wait(timeout_s)
 
     # ---- placement and batching (read by the serving core under its lock) -----------------
 
     def action_instances(self, usable: Callable[[str], bool]) -> set[str]:
         """Instances that take System 1 batches now: its planned hosts, and a standby of one
         that is down (§3.4.4: the route moves to the warm standby, no new schedule)."""
-        out = set()
-        for iid, r in self.roles.items():
-            if r.component != SYSTEM1:
-                continue
-            if r.standby_for is None or not usable(r.standby_for):
-                out.add(iid)
-        return out
+        with self.lock:
+            return {iid for iid, r in self.roles.items() if r.component == SYSTEM1
+                    and (r.standby_for is None or not usable(r.standby_for))}
+
+    def serving_lanes(self, usable: Callable[[str], bool]) -> dict[str, str]:
+        """Instance -> the System 1 queue it serves: its own, or for a standby standing in, the
+        queue of the instance it replaces (scheduler.routed)."""
+        with self.lock:
+            out = {}
+            for iid, r in self.roles.items():
+                if r.component != SYSTEM1:
+                    continue
+                if r.standby_for is None:
+                    out[iid] = iid
+                elif not usable(r.standby_for):
+                    out[iid] = r.standby_for
+            return out
+
+    def lane_routes(self, usable: Callable[[str], bool]) -> dict[str, str]:
+        """Robot -> its System 1 queue (the planned instance). A robot whose instance is down
+        with no standby serving it goes, until the new plan is applied, to the live System 1
+        instance with the fewest robots (never left without a queue anyone serves)."""
+        with self.lock:
+            hosts = [iid for iid, r in sorted(self.roles.items(), key=lambda x: x[1].server)
+                     if r.component == SYSTEM1 and r.standby_for is None]
+            covered = {r.standby_for for iid, r in self.roles.items() if r.standby_for and usable(iid)}
+            live = [iid for iid in hosts if usable(iid) or iid in covered]
+            out, load = {}, Counter({iid: 0 for iid in live})
+            orphans = []
+            for route in self.schedule.routes:
+                if route.component != SYSTEM1:
+                    continue
+                iid = self._server_instance.get(route.server)
+                if iid in load:
+                    out[route.robot_id] = iid
+                    load[iid] += 1
+                else:
+                    orphans.append((route.robot_id, iid))
+            for robot, lost in orphans:
+                if load:
+                    to = min(load, key=lambda i: (load[i], hosts.index(i)))
+                    out[robot] = to
+                    load[to] += 1
+                    self._cover[lost] = to
+            return out
 
     def instances_hosting(self, components: Sequence[str]) -> list[str]:
         """Serving instances hosting any of `components`, in the plan's server order."""
-        return [iid for _, iid in sorted((r.server, iid) for iid, r in self.roles.items() if r.standby_for is None
-                                         and set(hosted_components(r.component)) & set(components))]
+        with self.lock:
+            return [iid for _, iid in sorted((r.server, iid) for iid, r in self.roles.items() if r.standby_for is None
+                                             and set(hosted_components(r.component)) & set(components))]
 
     def route_instance(self, robot_id: str, component: str) -> str | None:
         """The instance the plan routes this robot's `component` requests to (None: no route)."""
-        with self._lock:
+        with self.lock:
             r = self.schedule.route(robot_id, component)
             return self._server_instance.get(r.server) if r is not None else None
 
     def batch_cap(self, instance_id: str) -> int | None:
-        r = self.roles.get(instance_id)
-        return r.batch if r is not None and r.component == SYSTEM1 else None
+        with self.lock:
+            r = self.roles.get(instance_id)
+            return r.batch if r is not None and r.component == SYSTEM1 else None
+
+    # ---- what the server sees change ------------------------------------------------------
+
+    def instances_changed(self, usable: frozenset[str]) -> None:
+        """The set of usable instances changed (serving.plan_binding): a serving instance lost
+        with no standby taking it over, or capacity back that the plan could use, is a new
+        plan. A standby taking over is not (§3.4.4)."""
+        with self.lock:
+            before, self._usable = self._usable, usable
+            if before is None:
+                return
+            covered = {r.standby_for for iid, r in self.roles.items() if r.standby_for and iid in usable}
+            lost = sorted(iid for iid, r in self.roles.items()
+                          if r.standby_for is None and iid not in usable and iid not in covered)
+            gained = sorted(usable - before - set(self.roles))
+            serving = sum(r.standby_for is None for r in self.roles.values())
+        if lost:
+            self.replanner.request(f"instance {', '.join(lost)} lost with no standby to take its streams")
+        elif gained and serving < self.replanner.configured_servers:
+            self.replanner.request(f"instance {', '.join(gained)} usable again")
+
+    def observe_batch(self, instance_id: str, batch: int, service_s: float) -> None:
+        """A System 1 batch served: its service time goes into the online profile; a drift
+        beyond the threshold re-plans with the measured times."""
+        with self.lock:
+            r = self.roles.get(instance_id)
+            if r is None or r.component != SYSTEM1:
+                return
+            why = self.online.observe(batch, service_s)
+            if why is not None:
+                self.online.rebase(self.online.medians())  # one re-plan per drift, not per batch
+        if why is not None:
+            self.replanner.request(why, measured=True)
+
+    def usable_instances(self) -> list[tuple[str, bool]]:
+        """The instances a new plan may use: the usable ones (all, before any change was seen),
+        active ones first, each with its standby flag."""
+        usable = self._usable
+        keep = [(iid, sb) for iid, sb in self.instances if usable is None or iid in usable]
+        return [x for x in keep if not x[1]] + [x for x in keep if x[1]]
+
+    def adopt(self, schedule: FactorySchedule, problem: FactoryProblem, instances: Sequence[tuple[str, bool]]) -> None:
+        """Under the lock (the replanner): run `schedule` from now on."""
+        self.roles = bind_servers(schedule, instances)
+        self._server_instance = {r.server: iid for iid, r in self.roles.items()}
+        self.schedule, self.problem = schedule, problem
+        self._cover.clear()
+        self.version += 1
 
     # ---- robots ---------------------------------------------------------------------------
 
     def register(self, robot_id: str, task: str) -> PlanAdmission:
-        with self._lock:
+        with self.lock:
             known = self.schedule.route(robot_id, SYSTEM1) is not None
             if not known:
                 if task not in {c.name for c in self.problem.classes}:
@@ -147,17 +248,18 @@ class FactoryRuntime:
                 # Placement-preserving admission answers the registration now; the global
                 # rescheduling with this robot runs in the background (a solve can take seconds).
                 decision = admit(self.schedule, self.problem, self.profiles, task, robot_id, resolve=False)
-                bigger = with_robot(self.problem, task, robot_id)
+                bigger = self.problem.with_robot(task, robot_id)
                 if self._proposed_for.get(robot_id) != bigger:  # a refused robot retries every few seconds
                     self._proposed_for[robot_id] = bigger
-                    self._propose(bigger, robot_id)
+                    self.replanner.request(f"robot {robot_id} ({task}) joined beyond the plan",
+                                           newcomer=(robot_id, task))
                 if not decision.admitted:
                     self.admissions["refused"] += 1
                     self.events.append(f"refused {robot_id} ({task}): {decision.reason}")
                     return PlanAdmission(False, f"factory_schedule: {decision.reason}")
                 self.schedule = decision.schedule
-                self.problem = with_robot(self.problem, task, robot_id)
-                self._admitted.add(robot_id)
+                self.problem = bigger
+                self.version += 1
                 self.admissions["admitted"] += 1
                 self.events.append(f"admitted {robot_id} ({task}) placement-preserving: {decision.reason}")
             elif robot_id not in self._seen:  # keep-alive re-registrations are not counted again
@@ -169,45 +271,22 @@ class FactoryRuntime:
             return PlanAdmission(True, "", float(s1.rate_hz) if s1 is not None else 0.0, routes)
 
     def release(self, robot_id: str) -> bool:
-        """A robot admitted beyond the plan left (or its registration was refused after the plan
-        admitted it): its routes and load go, so the next newcomer finds the room. The planned
-        robots keep theirs: the plan is the steady state they return to."""
+        """A robot the start-up plan did not hold left (or its registration was refused after the
+        plan took it): its routes and load go at once, and a new plan for the robots left is
+        solved. The start-up plan's robots keep theirs: that plan is the steady state they return to."""
         from physai_ros.scheduler.factory.admission import release
 
-        with self._lock:
-            if robot_id not in self._admitted:
+        with self.lock:
+            if robot_id in self._startup_robots or self.schedule.route(robot_id, SYSTEM1) is None:
                 return False
-            self._admitted.discard(robot_id)
             self.schedule = release(self.schedule, robot_id, self.problem)
-            self.problem = without_robot(self.problem, robot_id)
+            self.problem = self.problem.without_robot(robot_id)
+            self._proposed_for.pop(robot_id, None)
+            self.version += 1
             self.admissions["released"] += 1
             self.events.append(f"released {robot_id}")
-            return True
-
-    def _propose(self, problem: FactoryProblem, robot_id: str) -> None:
-        """Solve the bigger problem in the background and keep it as the operator's proposal
-        (never applied here: moving models between instances is the operator's call)."""
-        def run():
-            from physai_ros.scheduler.factory.solver import solve
-
-            proposal = solve(problem, self.profiles)
-            with self._lock:
-                self.proposed = proposal
-                self.proposals_done += 1
-                self.events.append(f"rescheduling proposed after {robot_id}: "
-                                   + (f"{proposal.factory_throughput:.2f} actions/s" if proposal.feasible
-                                      else f"infeasible ({proposal.reason})"))
-
-        t = threading.Thread(target=run, name="factory_reschedule", daemon=True)
-        # Finished solves are dropped: a long-running server meets many newcomers.
-        self._proposers = [p for p in self._proposers if p.is_alive()] + [t]
-        t.start()
-
-    def wait_for_proposals(self, timeout_s: float) -> bool:
-        """Tests and shutdown: wait for the background reschedulings started so far."""
-        for t in list(self._proposers):
-            t.join(timeout_s)
-        return not any(t.is_alive() for t in self._proposers)
+        self.replanner.request(f"robot {robot_id} left")
+        return True
 
     def summary(self) -> str:
         s = self.schedule
@@ -223,7 +302,7 @@ class FactoryRuntime:
         return f"{r.component} ({r.model}, batch {r.batch})" + (f", standby for {r.standby_for}" if r.standby_for else "")
 
     def diagnostics(self) -> dict[str, Any]:
-        with self._lock:
+        with self.lock:
             s = self.schedule
             return {
                 "factory_throughput": round(s.factory_throughput, 3),
@@ -234,90 +313,8 @@ class FactoryRuntime:
                 "admissions": dict(self.admissions),
                 "proposed_throughput": (round(self.proposed.factory_throughput, 3)
                                         if self.proposed is not None else None),
+                "plan_changes": len(self.replanner.changes),
+                "last_plan_change": self.replanner.changes[-1].line() if self.replanner.changes else "",
+                "online_service_ms": {b: round(t * 1e3, 2) for b, t in sorted(self.online.medians().items())},
                 "events": list(self.events)[-5:],
             }
-
-
-def measured_profiles(core: Any, measured: Sequence[str], model: str,
-                      hardware: str) -> dict[tuple[str, str], ModelProfile]:
-    """System 1's L(b, lambda) from the start-up latency-vs-batch measurement of the local
-    engines (workers.profiling; the slowest instance's per batch size), queueing simulated
-    (scheduler.factory.profiling). {} when nothing was measured."""
-    from physai_ros.scheduler.factory.profiling import profile_from_service_times
-
-    service: dict[int, float] = {}
-    for iid in measured:
-        slot = core.engines[iid]
-        for b, t in zip(slot.profile.batch_sizes, slot.profile.latencies_s):
-            service[int(b)] = max(service.get(int(b), 0.0), float(t))
-    if not service:
-        return {}
-    return {(model, hardware): profile_from_service_times(
-        model, hardware, service, note="System 1 measured at this server's start-up")}
-
-
-def measured_component_profiles(core: Any, fleet: Any, problem: FactoryProblem, hardware: str,
-                                batch_sizes: Sequence[int] = (1, 2, 4)) -> dict[tuple[str, str], ModelProfile]:
-    """The VLM components the served model's backbone answers (`model: vla`): their batch service
-    times timed on a local engine at start-up (own prefill, a blank frame per camera, the
-    component's own question, up to 8 answer tokens), queueing simulated. {} without a local engine."""
-    import numpy as np
-
-    from physai_ros.pipeline.backend import ComponentQuery
-    from physai_ros.pipeline.vla_backend import VLABackboneBackend
-    from physai_ros.scheduler.factory.profiling import profile_from_service_times
-    from physai_ros.scheduler.factory.types import CONTINUOUS
-
-    local = [iid for iid, slot in core.engines.items() if not slot.remote]
-    if not local:
-        return {}
-    backend = VLABackboneBackend.from_core(core, instance_id=local[0], attach=False)
-    out: dict[tuple[str, str], ModelProfile] = {}
-    for cls in problem.classes:
-        task = fleet.tasks[cls.name]
-        robot = next((r for r in fleet.robots if r.task.name == cls.name), None)
-        views, hw = (robot.num_views, (robot.image_height, robot.image_width)) if robot else (1, (224, 224))
-        for comp in (task.pipeline.vlm_components if task.pipeline is not None else ()):
-            spec = cls.component(comp.name)
-            if comp.model != "vla" or spec is None or (spec.model, hardware) in out:
-                continue
-            q = ComponentQuery("__profile__", comp.name, comp.prompt.replace("{task}", task.prompt), task.prompt,
-                               tuple(np.zeros((*hw, 3), np.uint8) for _ in range(views)), None, 8)
-            backend.answer([q])  # warm-up
-            service = {}
-            for b in batch_sizes:
-                t0 = time.perf_counter()
-                backend.answer([q] * b)
-                service[b] = time.perf_counter() - t0
-            out[(spec.model, hardware)] = profile_from_service_times(
-                spec.model, hardware, service, batching=CONTINUOUS,
-                note=f"{comp.name} on the served backbone, measured at this server's start-up")
-    backend.close()
-    return out
-
-
-def apply_factory(core: Any, fleet: Any, measured: Sequence[str] = (),
-                  time_budget_s: float = 10.0) -> FactoryRuntime | None:
-    """Plan with fleet.yaml's factory block (profiles from its file; with the start-up measurement
-    of the `measured` instances, System 1's and the backbone-answered components' replaced by
-    this server's own) and apply the plan to `core`. None without `factory.apply`."""
-    factory = getattr(fleet, "factory", None)
-    if factory is None or not factory.apply:
-        return None
-    from physai_ros.scheduler.factory.solver import solve
-
-    from physai_ros.config.fleet import fleet_dir, resolve_package_path
-    from physai_ros.config.factory import check_profiles, factory_problem, load_profiles
-
-    problem = factory_problem(fleet)
-    profiles = load_profiles(resolve_package_path(factory.profiles, fleet_dir(fleet))) if factory.profiles else {}
-    s1_model = next(c.model for c in problem.classes[0].components if c.component == SYSTEM1)
-    profiles.update(measured_profiles(core, measured, s1_model, factory.hardware))
-    if measured:  # server.profile on: the components the backbone answers are measured too
-        profiles.update(measured_component_profiles(core, fleet, problem, factory.hardware))
-    check_profiles(problem, profiles)
-    schedule = solve(problem, profiles, time_budget_s=time_budget_s)
-    instances = [(iid, slot.standby) for iid, slot in core.engines.items()]
-    runtime = FactoryRuntime(problem, profiles, schedule, instances)
-    core.apply_factory(runtime)
-    return runtime

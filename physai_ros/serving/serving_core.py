@@ -1,14 +1,14 @@
-"""The policy server's request path without ROS: observations in, scheduler, batches on engine
-instances, chunks out.
+"""The policy server's request path without ROS: observations in, batches on instances, chunks out.
 
 Who owns what (vLLM v1's split: the scheduler returns plain data, a runner executes it):
 - serving.intake.RobotIntake: robots in (register, release, submit) up to the queue, and the
   answers owed to accepted rounds dropped before they ran;
 - serving.registry.RobotRegistry: which robots may send work (registration, admission,
   release, validation, per-robot counters);
-- the scheduler (physai_ros.scheduler): the only queue. Every queued request lives there,
-  payload included; a request whose instance was lost goes back through `requeue`;
+- the scheduler (physai_ros.scheduler, one queue per instance under a factory plan): the only
+  queue, payloads included; a request whose instance was lost goes back through `requeue`;
 - serving.instances.InstancePool: which engine instances serve now (failures, hot standby);
+  serving.plan_binding: a factory plan's queues, routes and batch caps on them;
 - a model runner per component (serving.action_runner): engine inputs and finished chunks;
 - serving.language.frame_hold.FrameHold: a batch's frame handed to the language stream.
 
@@ -32,11 +32,13 @@ from physai_ros.engine.processor.tokenizer import PromptTokenizer
 from physai_ros.protocol.chunk import ActionChunkData
 from physai_ros.protocol.observation import ObservationData
 from physai_ros.protocol.registration import RegistrationResult, RobotRegistration
+from physai_ros.scheduler.routed import RoutedScheduler
 from physai_ros.scheduler.types import ACTION, Request
 from physai_ros.serving.action_runner import ActionModelRunner
 from physai_ros.serving.instances import EngineSlot, InstancePool
 from physai_ros.serving.intake import RobotIntake
 from physai_ros.serving.language.frame_hold import FrameHold
+from physai_ros.serving.plan_binding import PlanBinding
 from physai_ros.serving.redispatch import Redispatch
 from physai_ros.serving.registry import RobotRegistry
 from physai_ros.serving.rtc_planner import RtcPlanner
@@ -65,12 +67,13 @@ class ServingCore:
         self.rtc = RtcPlanner({})  # real-time chunking per task (docs/rtc.md); the factory sets it
         self.language = None  # serving.language.stream.LanguageStream: enable_language sets it
         self.frames = None  # serving.language.frame_hold.FrameHold, the batches' link to it
-        self.factory = None  # serving.factory_runtime.FactoryRuntime: apply_factory sets it
+        self.factory, self.plan = None, None  # serving.factory_runtime, serving.plan_binding: apply_factory
         self.limits = ModelLimits(cfg.max_views, cfg.max_state_dim, cfg.max_action_dim, tuple(cameras))
         self.instance_id = instance_id or uuid.uuid4().hex[:12]
         self.registry = RobotRegistry(self.limits, self.instance_id, max_observation_age_s,
                                       allowed_horizon_policies, max_robots, robot_idle_release_s)
-        self.scheduler = scheduler
+        # One queue per System 1 instance once a factory plan routes robots; one shared until then.
+        self.scheduler = scheduler = scheduler if isinstance(scheduler, RoutedScheduler) else RoutedScheduler(scheduler)
         self.clock = clock
         # Requests lost with their instance go back to the queue (serving.redispatch).
         self.redispatch = Redispatch(scheduler, self.failover)
@@ -114,22 +117,18 @@ class ServingCore:
 
     def apply_factory(self, runtime) -> None:
         """Run a factory schedule (serving.factory_runtime): System 1 batches only on its System 1
-        instances, capped at the planned batch sizes; robots admitted and rate-capped by it."""
+        instances, each with its own robots' queue, capped at the planned batch sizes; robots
+        admitted and rate-capped by it; the plan followed whenever it changes."""
         with self._lock:
-            for iid, slot in self.engines.items():
-                cap = runtime.batch_cap(iid)
-                if cap is not None:
-                    slot.max_batch = min(slot.max_batch, cap)
             self.factory = self.intake.factory = runtime
+            self.plan = PlanBinding(runtime, self.scheduler, self.pool, self.events)
+            runtime.on_change = self.wake
+            self.plan.sync(self.clock())
             self._work.notify_all()
 
     def _action_slots(self) -> list[EngineSlot]:
         """The serving instances that take System 1 batches (all of them without a factory plan)."""
-        slots = self.pool.serving()
-        if self.factory is None:
-            return slots
-        hosts = self.factory.action_instances(lambda iid: self.pool.usable(self.engines[iid]))
-        return [e for e in slots if e.instance_id in hosts]
+        return self.pool.serving() if self.plan is None else self.plan.action_slots(self.clock())
 
     # ---- robot-facing entry points (serving.intake) -------------------------------------
 
@@ -340,6 +339,8 @@ class ServingCore:
                 run.out.append(self._finish(run.runner, req, eo, slot, (work.dispatched - req.arrival_time) * 1e3,
                                             inference_ms, run.prepare_s.get(req.request_id, 0.0)))
             self.redispatch.settle(work.requests, again, run.t1, run.t1 - run.t0)
+            if self.plan is not None and run.ok and run.fatal is None:
+                self.plan.observe(slot.instance_id, len(run.ok), run.t1 - run.t0)
             self._work.notify_all()
 
     def _finish(self, runner: Any, req: Request, output: Any, slot: EngineSlot, queue_ms: float,

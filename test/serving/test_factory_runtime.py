@@ -204,7 +204,7 @@ def test_start_up_plan_measures_system1_and_the_backbone_components_on_this_serv
 
     from physai_ros.scheduler.factory.types import CONTINUOUS, STATIC
     from physai_ros.serving.startup.engine_builder import profile_local_engines
-    from physai_ros.serving.factory_runtime import apply_factory
+    from physai_ros.serving.startup.factory_plan import apply_factory
 
     sys.path.insert(0, str(Path(__file__).resolve().parent))
     from component_helpers import fleet_doc as component_fleet

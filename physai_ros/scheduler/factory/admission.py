@@ -43,12 +43,6 @@ class AdmissionDecision:
     proposed: FactorySchedule | None = None  # global rescheduling with the robot added
 
 
-def _with_robot(problem: FactoryProblem, task_class: str, robot_id: str) -> FactoryProblem:
-    classes = tuple(replace(c, robot_ids=c.robot_ids + (robot_id,)) if c.name == task_class else c
-                    for c in problem.classes)
-    return replace(problem, classes=classes)
-
-
 def _rate_for(cls, component: str, f: float) -> float:
     if component == "system1":
         return f
@@ -129,7 +123,7 @@ def admit(schedule: FactorySchedule, problem: FactoryProblem, profiles: Mapping[
     if other is not None:
         return AdmissionDecision(False, schedule, f"robot {robot_id!r} belongs to class {other!r}")
     # A robot the problem already lists without routes (released earlier) is admitted back as is.
-    bigger = problem if robot_id in cls.robot_ids else _with_robot(problem, task_class, robot_id)
+    bigger = problem if robot_id in cls.robot_ids else problem.with_robot(task_class, robot_id)
     cls = next(c for c in bigger.classes if c.name == task_class)
     proposed = solve(bigger, profiles, time_budget_s=time_budget_s) if resolve else None
     table = LatencyTable(profiles, problem.servers.hardware, problem.servers.memory_gb)

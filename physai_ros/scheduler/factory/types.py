@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import bisect
 import math
-from dataclasses import asdict, dataclass, field
+from dataclasses import asdict, dataclass, field, replace
 from typing import Mapping
 
 from physai_ros.protocol.component import COMPONENTS  # noqa: F401 (the package exports it)
@@ -75,6 +75,19 @@ class FactoryProblem:
     @property
     def homogeneous(self) -> bool:
         return len(self.classes) == 1
+
+    def robot_ids(self) -> set[str]:
+        return {r for c in self.classes for r in c.robot_ids}
+
+    def with_robot(self, task: str, robot_id: str) -> "FactoryProblem":
+        """One more robot in class `task` (unchanged when it is listed already)."""
+        return replace(self, classes=tuple(replace(c, robot_ids=c.robot_ids + (robot_id,))
+                                           if c.name == task and robot_id not in c.robot_ids else c
+                                           for c in self.classes))
+
+    def without_robot(self, robot_id: str) -> "FactoryProblem":
+        return replace(self, classes=tuple(replace(c, robot_ids=tuple(r for r in c.robot_ids if r != robot_id))
+                                           for c in self.classes))
 
 
 @dataclass(frozen=True)
