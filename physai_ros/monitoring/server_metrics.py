@@ -101,6 +101,16 @@ class ServerMetrics:
         return stat
 
 
+def factory_status(stat, runtime):
+    """The running factory plan: its roles, rates, admissions, online service times and the
+    latest applied change with its reason."""
+    d = runtime.diagnostics()
+    stat.summary(level_byte(OK), d["last_plan_change"] or f"start-up plan: {runtime.summary()}")
+    for k, v in d.items():
+        stat.add(f"factory.{k}", str(v))
+    return stat
+
+
 def model_status(stat, model_config, checkpoint_format: Any, normalizer_description: dict):
     """The checkpoint's format decision and where its normalisation statistics came from."""
     fmt = checkpoint_format

@@ -90,6 +90,7 @@ class PolicyServerNode(Node):
         self.factory = apply_factory(self.core, self.fleet, measured=list(profiled))
         if self.factory is not None:
             self._startup(f"factory plan: {self.factory.summary()}")
+            self.factory.on_applied = lambda change: self.get_logger().info(f"factory plan applied: {change.line()}")
         self._stop = threading.Event()
         self.monitor = ServerMonitoringIO(self, fleet_file, self.fleet, self.core, self.model_format, sec)
         # The extensions publish into these too.

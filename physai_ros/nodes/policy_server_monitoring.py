@@ -4,7 +4,8 @@ computes, published.
   pub  /diagnostics (diagnostic_msgs/DiagnosticArray, monitoring Updater):
        "policy_server: <robot_id>" per robot (added when the robot first appears), ": engine <id>"
        per instance, ": fleet", ": model", ": registrations", ": inputs" (refusals not attributable
-       to a served round) and ": security"; the extensions add theirs (language, pipeline, streaming)
+       to a served round), ": security" and, running a factory plan, ": factory plan" (roles, rates,
+       admissions, service times measured while serving, the latest change and its reason); the extensions add theirs (language, pipeline, streaming)
   pub  /<robot_id>/metrics/<name>, /fleet/metrics/<name> (std_msgs/Float64, for rqt_plot)
 Graded with fleet.yaml's monitoring thresholds.
 """
@@ -13,7 +14,7 @@ from __future__ import annotations
 from physai_ros.monitoring.config import load_monitoring
 from physai_ros.monitoring.metrics import MetricsPublisher
 from physai_ros.monitoring.refusals import RefusalHealth
-from physai_ros.monitoring.server_metrics import ServerMetrics, model_status
+from physai_ros.monitoring.server_metrics import ServerMetrics, factory_status, model_status
 from physai_ros.monitoring.server_view import ServerView
 from physai_ros.monitoring.thresholds import MetricsTask
 from physai_ros.ros.diagnostics_updater import Updater
@@ -37,6 +38,8 @@ class ServerMonitoringIO:
         up.add(MetricsTask("fleet", report.fleet_metrics, cfg.thresholds, ok_message=report.fleet_ok_message))
         for iid in core.engines:
             up.add(f"engine {iid}", lambda stat, iid=iid: report.engine_status(stat, iid))
+        if core.factory is not None:
+            up.add("factory plan", lambda stat: factory_status(stat, core.factory))
         up.add("model", lambda stat: model_status(stat, fleet.server.model, model_format,
                                                   core.action_runner.normalizer.describe()))
         up.add("registrations", RefusalHealth(report.registration_refusals, "registration(s)").run)

@@ -136,6 +136,8 @@ class Replanner:
                                           for iid, r in sorted(rt.roles.items())))
             self.changes.append(change)
             rt.events.append(f"plan applied: {change.line()}")
+        if rt.on_applied is not None:
+            rt.on_applied(change)
         if rt.on_change is not None:
             rt.on_change()
 

@@ -96,6 +96,7 @@ class FactoryRuntime:
         self.events: deque[str] = deque(maxlen=32)
         self.version = 0  # bumped by every change of schedule (serving.plan_binding follows it)
         self.on_change: Callable[[], None] | None = None  # the core's wake-up, set by the binding
+        self.on_applied: Callable[[PlanChange], None] | None = None  # the node logs each applied plan
         self.online = OnlineServiceTimes(planned_service, threshold=drift_threshold)
         self.replanner = Replanner(self, apply_reschedules)
         self._usable: frozenset[str] | None = None
@@ -315,6 +316,7 @@ class FactoryRuntime:
                                         if self.proposed is not None else None),
                 "plan_changes": len(self.replanner.changes),
                 "last_plan_change": self.replanner.changes[-1].line() if self.replanner.changes else "",
+                "recent_plan_changes": [c.line() for c in list(self.replanner.changes)[-5:]],
                 "online_service_ms": {b: round(t * 1e3, 2) for b, t in sorted(self.online.medians().items())},
                 "events": list(self.events)[-5:],
             }

@@ -33,9 +33,11 @@ def test_scheduler_parameters_reach_the_scheduler(doc):
              "refresh_timeout_s": 0.1, "task_ttl_s": 60, "count_first_wait": True}
     cfg = parse_fleet(_mut(doc, lambda d: d["server"].update(scheduler=sched, profile=False)))
     assert cfg.server.scheduler == "wait_ratio" and cfg.server.profile is None
-    s = build_core(cfg).scheduler
-    assert (s.name, s.buckets, s.aging_interval, s.stale_after_s, s.refresh_timeout_s, s.task_ttl_s,
-            s.count_first_wait) == ("wait_ratio", 7, 3, 0.2, 0.1, 60.0, True)
+    routed = build_core(cfg).scheduler
+    routed.set_routes({"r0": "engine_1"}, 0.0)  # a factory plan's second queue: the same settings
+    for s in (routed.shared, routed.lanes["engine_1"]):
+        assert (s.name, s.buckets, s.aging_interval, s.stale_after_s, s.refresh_timeout_s, s.task_ttl_s,
+                s.count_first_wait) == ("wait_ratio", 7, 3, 0.2, 0.1, 60.0, True)
     # The plain-name form still works and leaves the scheduler's own defaults.
     assert parse_fleet(_mut(doc, lambda d: d["server"].update(scheduler="autellix"))).server.scheduler_params == {}
     # The ablation knobs (docs/scheduler.md) reach it too; a bad value is named with its key path.

@@ -13,8 +13,10 @@ import time
 from collections import defaultdict
 
 from physai_ros.fleet.processes import ProcessGroup, ProcessSpec
+from physai_ros.ros.codecs.observation import observation_to_msg
 from physai_ros.ros.qos import reliable_qos
 
+import fault_fleet
 from ros_rig import SpunNode, wait_for
 from machine_load import Deadline
 
@@ -156,3 +158,48 @@ def by_round(chunks) -> dict:
     for _, c in chunks:
         out[c.round_id].append(c)
     return out
+
+
+class ClosedLoop:
+    """One robot in the test process: send round r, wait (bounded) for its answer, send r+2."""
+
+    def __init__(self, rig: ProcessRig, rid: str, answer_timeout_s: float = 30.0):
+        from physai_ros_interfaces.msg import ActionChunk, Observation
+
+        self.rig, self.rid, self.timeout = rig, rid, answer_timeout_s
+        self.pub = rig.node.create_publisher(Observation, f"/{rid}/observation", reliable_qos(100))
+        self.chunks = rig.record(ActionChunk, f"/{rid}/action_chunk")
+        self.sent: list[int] = []
+        self.unanswered: list[int] = []  # rounds given up after the timeout
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._loop, daemon=True)
+
+    def start(self) -> "ClosedLoop":
+        self._thread.start()
+        return self
+
+    def answered(self, round_id: int) -> bool:
+        with self.rig.lock:
+            return any(c.round_id == round_id for _, c in self.chunks)
+
+    def _loop(self):
+        r = 2
+        while not self._stop.is_set():
+            with self.rig.lock:
+                self.sent.append(r)
+            self.pub.publish(self.rig.signed_observation(observation_to_msg(fault_fleet.obs(self.rid, r))))
+            end = time.monotonic() + self.timeout
+            while not self._stop.is_set() and not self.answered(r):
+                if time.monotonic() > end:
+                    self.unanswered.append(r)
+                    break
+                time.sleep(0.005)
+            r += 2
+            self._stop.wait(0.05)
+
+    def ok(self) -> list:
+        return [c for _, c in self.chunks if c.status == 0]  # ActionChunk.STATUS_OK
+
+    def stop(self):
+        self._stop.set()
+        self._thread.join(timeout=5)

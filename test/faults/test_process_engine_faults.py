@@ -11,7 +11,6 @@ share the server (each step needs the previous one's batches).
 """
 from __future__ import annotations
 
-import threading
 import time
 
 import pytest
@@ -23,59 +22,12 @@ from physai_ros.ros.codecs.observation import observation_to_msg
 from physai_ros.ros.codecs.registration import registration_to_request
 
 from fault_fleet import obs, write_fleet
-from process_rig import STARTUP_S, ProcessRig, server_spec
+from process_rig import STARTUP_S, ClosedLoop, ProcessRig, server_spec
 
 pytestmark = [pytest.mark.ros, pytest.mark.slow]
 
 OK, ERROR, REFUSED = 0, 1, 2
 FAULTS = "engine_0:raise@6,engine_0:die@14"
-
-
-class ClosedLoop:
-    """One robot in the test process: send round r, wait (bounded) for its answer, send r+2."""
-
-    def __init__(self, rig: ProcessRig, rid: str, answer_timeout_s: float = 30.0):
-        from physai_ros_interfaces.msg import ActionChunk, Observation
-
-        from physai_ros.ros.qos import reliable_qos
-
-        self.rig, self.rid, self.timeout = rig, rid, answer_timeout_s
-        self.pub = rig.node.create_publisher(Observation, f"/{rid}/observation", reliable_qos(100))
-        self.chunks = rig.record(ActionChunk, f"/{rid}/action_chunk")
-        self.sent: list[int] = []
-        self.unanswered: list[int] = []  # rounds given up after the timeout
-        self._stop = threading.Event()
-        self._thread = threading.Thread(target=self._loop, daemon=True)
-
-    def start(self) -> "ClosedLoop":
-        self._thread.start()
-        return self
-
-    def answered(self, round_id: int) -> bool:
-        with self.rig.lock:
-            return any(c.round_id == round_id for _, c in self.chunks)
-
-    def _loop(self):
-        r = 2
-        while not self._stop.is_set():
-            with self.rig.lock:
-                self.sent.append(r)
-            self.pub.publish(self.rig.signed_observation(observation_to_msg(obs(self.rid, r))))
-            end = time.monotonic() + self.timeout
-            while not self._stop.is_set() and not self.answered(r):
-                if time.monotonic() > end:
-                    self.unanswered.append(r)
-                    break
-                time.sleep(0.005)
-            r += 2
-            self._stop.wait(0.05)
-
-    def ok(self) -> list:
-        return [c for _, c in self.chunks if c.status == OK]
-
-    def stop(self):
-        self._stop.set()
-        self._thread.join(timeout=5)
 
 
 @pytest.fixture(scope="module")

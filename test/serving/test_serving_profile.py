@@ -27,7 +27,7 @@ def test_start_up_profile_replaces_the_flat_default_and_sets_the_batch_cap(fleet
         slot.engine = CountingEngine(slot.engine)
     took = profile_local_engines(core, cfg)
     assert sorted(took) == ["engine_0", "engine_1"] and all(t > 0 for t in took.values())
-    tol = core.scheduler.saturation_tolerance
+    tol = core.scheduler.shared.saturation_tolerance  # the policy behind the per-instance queues
     diag = core.engine_diagnostics()
     for iid, slot in core.engines.items():
         # One warm-up plus `reps` timed calls per batch size 1..min(profile.max_batch, max_batch).
