@@ -43,7 +43,7 @@ def test_scheduler_parameters_reach_the_scheduler(doc):
     # The ablation knobs (docs/scheduler.md) reach it too; a bad value is named with its key path.
     knobs = {"name": "wait_ratio", "buckets": 0, "intra_bucket": "fifo", "provisional_wait": "lookahead",
              "hold_ratio_floor": True, "placement_rule": "completion"}
-    s = build_core(parse_fleet(_mut(doc, lambda d: d["server"].update(scheduler=knobs, profile=False)))).scheduler
+    s = build_core(parse_fleet(_mut(doc, lambda d: d["server"].update(scheduler=knobs, profile=False)))).scheduler.shared
     assert (s.buckets, s.intra_bucket, s.provisional_wait, s.hold_ratio_floor, s.placement_rule) == (
         0, "fifo", "lookahead", True, "completion")
     with pytest.raises(FleetConfigError, match=r"^server\.scheduler: placement_rule: expected one of"):
