@@ -17,6 +17,8 @@ scheduler's FactoryProblem (physai_ros.scheduler.factory.types).
       reschedule: apply          # a re-solved plan (robots join or leave, an instance is lost,
                                  # System 1's measured times drift) is applied; propose: only shown
       profile_drift: 0.5         # how far (a fraction) measured System 1 times may drift from the plan's
+      queues: per_instance       # each System 1 instance serves only its planned robots; shared: any
+                                 # System 1 instance takes any robot's round (work-conserving)
 
 A task's t_act is its pipeline's `action_period_ms` (ROSA line 44), which factory planning needs
 for every planned task; System 2's ratio H is `system2_to_system1_call_ratio`.
@@ -34,8 +36,9 @@ from physai_ros.scheduler.factory.types import (COMPONENTS, ComponentSpec, Facto
                                                 ServerPool, TaskClass)
 
 FACTORY_KEYS = {"servers", "hardware", "standby", "memory_gb", "profiles", "models", "robots", "value_weights",
-                "min_action_throughput", "slo_quantile", "apply", "reschedule", "profile_drift"}
+                "min_action_throughput", "slo_quantile", "apply", "reschedule", "profile_drift", "queues"}
 RESCHEDULE = ("apply", "propose")
+QUEUES = ("per_instance", "shared")
 
 
 @dataclass(frozen=True)
@@ -55,6 +58,7 @@ class FactoryConfig:
     apply: bool = False
     reschedule: str = "apply"  # RESCHEDULE: what the running server does with a re-solved plan
     profile_drift: float = 0.5
+    queues: str = "per_instance"  # QUEUES: whether the plan's routes decide where rounds run
 
 
 def parse_factory(d: Any, task_names: set[str]) -> FactoryConfig | None:
@@ -92,6 +96,7 @@ def parse_factory(d: Any, task_names: set[str]) -> FactoryConfig | None:
         apply=boolean(d.get("apply", False), f"{p}.apply"),
         reschedule=_choice(d.get("reschedule", "apply"), f"{p}.reschedule", RESCHEDULE),
         profile_drift=number(d.get("profile_drift", 0.5), f"{p}.profile_drift"),
+        queues=_choice(d.get("queues", "per_instance"), f"{p}.queues", QUEUES),
     )
 
 

@@ -80,11 +80,15 @@ class FactoryRuntime:
 
     def __init__(self, problem: FactoryProblem, profiles: Mapping[tuple[str, str], ModelProfile],
                  schedule: FactorySchedule, instances: Sequence[tuple[str, bool]], *, apply_reschedules: bool = True,
-                 planned_service: Mapping[int, float] | None = None, drift_threshold: float = 0.5):
+                 planned_service: Mapping[int, float] | None = None, drift_threshold: float = 0.5,
+                 per_instance_queues: bool = True):
         if not schedule.feasible:
             raise FleetConfigError(f"factory: no feasible schedule for this server: {schedule.reason}")
         self.problem, self.profiles = problem, dict(profiles)
         self.schedule = schedule
+        # False (factory.queues: shared): the routes are advisory, any System 1 instance takes
+        # any robot's round from one queue (work-conserving; the plan's loads are what it balances to).
+        self.per_instance_queues = per_instance_queues
         self.instances = list(instances)  # (instance id, standby) in build order
         self.roles = bind_servers(schedule, instances)
         self._server_instance = {r.server: iid for iid, r in self.roles.items()}
@@ -129,9 +133,11 @@ class FactoryRuntime:
 
     def serving_lanes(self, usable: Callable[[str], bool]) -> dict[str, str]:
         """Instance -> the System 1 queue it serves: its own, or for a standby standing in, the
-        queue of the instance it replaces (scheduler.routed)."""
+        queue of the instance it replaces (scheduler.routed). {} with one shared queue."""
         with self.lock:
             out = {}
+            if not self.per_instance_queues:
+                return out
             for iid, r in self.roles.items():
                 if r.component != SYSTEM1:
                     continue
@@ -144,8 +150,11 @@ class FactoryRuntime:
     def lane_routes(self, usable: Callable[[str], bool]) -> dict[str, str]:
         """Robot -> its System 1 queue (the planned instance). A robot whose instance is down
         with no standby serving it goes, until the new plan is applied, to the live System 1
-        instance with the fewest robots (never left without a queue anyone serves)."""
+        instance with the fewest robots (never left without a queue anyone serves). {} with one
+        shared queue."""
         with self.lock:
+            if not self.per_instance_queues:
+                return {}
             hosts = [iid for iid, r in sorted(self.roles.items(), key=lambda x: x[1].server)
                      if r.component == SYSTEM1 and r.standby_for is None]
             covered = {r.standby_for for iid, r in self.roles.items() if r.standby_for and usable(iid)}

@@ -112,3 +112,18 @@ def test_measured_service_times_beyond_the_plan_re_plan_with_the_measured_profil
     assert runtime.online.reference[2] >= 0.3
     # The plan now runs on the measured times: lower rates than the 2 Hz planned at 80 ms.
     assert runtime.schedule.action_rate_hz["pick_place"] < 2.0
+
+
+def test_with_shared_queues_the_routes_are_advisory_and_any_system1_instance_serves_any_robot():
+    cfg = parse_fleet(fleet_doc(robots=[robot_entry(r, i) for i, r in enumerate(ROBOTS)],
+                                server={"engine_instances": 2, "scheduler": "wait_ratio"}))
+    core = build_core(cfg, instance_id="plan")
+    problem, profiles, schedule = _plan()
+    core.apply_factory(FactoryRuntime(problem, profiles, schedule, [(i, s.standby) for i, s in core.engines.items()],
+                                      per_instance_queues=False))
+    for rid in ROBOTS:
+        assert core.register(RobotClientCore(cfg.resolve_robot(rid)).registration()).accepted
+    chunks = _serve_round(core, 1)
+    _answered_once(chunks, ROBOTS, (1,))
+    assert set(core.scheduler.lanes) == {""}  # one queue: both instances took from it
+    assert {c.engine_instance for c in chunks} == {"engine_0", "engine_1"}

@@ -97,6 +97,7 @@ def apply_factory(core: Any, fleet: Any, measured: Sequence[str] = (),
     schedule = solve(problem, profiles, time_budget_s=time_budget_s)
     instances = [(iid, slot.standby) for iid, slot in core.engines.items()]
     runtime = FactoryRuntime(problem, profiles, schedule, instances, apply_reschedules=factory.reschedule == "apply",
-                             planned_service=service or None, drift_threshold=factory.profile_drift)
+                             planned_service=service or None, drift_threshold=factory.profile_drift,
+                             per_instance_queues=factory.queues == "per_instance")
     core.apply_factory(runtime)
     return runtime
