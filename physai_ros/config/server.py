@@ -268,7 +268,9 @@ class ComponentServerConfig:
     """fleet.yaml server.components: how waiting component questions are served
     (serving.pipeline.service, serving.pipeline.order; docs/factory.md)."""
 
-    order: str = "kairos"  # kairos: Kairos multi-agent priority and application start | fifo: arrival
+    # kairos: Kairos multi-agent priority and application start | shortest: agents by mean answer
+    # time (shortest predicted first) | fifo: arrival
+    order: str = "kairos"
     max_batch: int = 8  # questions per backend call
     max_queue: int = 32  # questions waiting per backend; more are refused `busy`
     max_question_chars: int = 1000  # longer questions are refused `bad_question`
@@ -281,7 +283,8 @@ def _parse_components(v: Any, path: str) -> ComponentServerConfig:
     no_unknown(d, set(vars(dflt)), path)
     ints = {k: integer(d.get(k, getattr(dflt, k)), join_key(path, k), 1)
             for k in ("max_batch", "max_queue", "max_question_chars", "max_answer_tokens")}
-    return ComponentServerConfig(order=string(d.get("order", dflt.order), join_key(path, "order"), ("kairos", "fifo")),
+    return ComponentServerConfig(order=string(d.get("order", dflt.order), join_key(path, "order"),
+                                               ("kairos", "shortest", "fifo")),
                                  **ints)
 
 

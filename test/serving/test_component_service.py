@@ -338,23 +338,38 @@ class Ordered(ScriptedBackend):
         return super().answer(queries)
 
 
-@pytest.mark.parametrize("order", ["kairos", "fifo"])
-def test_kairos_order_serves_the_agent_with_the_shortest_remaining_latency_first(served, order):
-    """Kairos §5.1/§5.2 on the component queue: with the safety checker's answers short and the
-    planner's long in the service's history, waiting safety questions go before planner ones, and
-    within an agent the earlier application start (the query's stamp) goes first. FIFO keeps
-    arrival order."""
+def _answer_step_chains(order, steps: int = 40) -> None:
+    """Answered history as the server sees it, robot r0's pipeline steps one after another: the
+    planner (1.2 s), then safety checks (50 ms) and monitor questions (0.3 s, "ongoing" then
+    "done", which ends the step). Remaining latency to the step's end: planner ~3.3 s, safety
+    ~1.0-2.0 s, monitor ~0.3-1.3 s."""
+    for k in range(steps):
+        t, j = 10.0 * k, 0.01 * (k % 5)
+        order.on_answered("r0", "inspect", "system2", t, t + 1.2 + j, "go to the red cube")
+        order.on_answered("r0", "inspect", "safety", t + 1.3, t + 1.35 + j, "safe")
+        order.on_answered("r0", "inspect", "monitor", t + 2.0, t + 2.3 + j, "ongoing")
+        order.on_answered("r0", "inspect", "safety", t + 2.3, t + 2.35 + j, "safe")
+        order.on_answered("r0", "inspect", "monitor", t + 3.0, t + 3.3 + j, "done")
+
+
+@pytest.mark.parametrize("order", ["kairos", "shortest", "fifo"])
+def test_agents_are_served_by_their_remaining_work_in_the_pipelines_real_chains(served, order):
+    """Kairos §5.1/§5.2 on the component queue, with the agents' remaining latencies learnt from
+    the pipeline steps they were part of (serving.pipeline.workflows): the monitor, whose verdict
+    ends a step, goes before the safety checks, and those before the planner, whose question
+    carries the whole step; within an agent the earlier application start (the query's stamp)
+    goes first. Shortest-first ranks by each agent's own answer time instead (safety, monitor,
+    planner); FIFO keeps arrival order."""
     backend = Ordered()
     for r in ("r0", "r1"):
         for c in ("safety", "monitor", "system2"):
             backend.default(r, c, "ok")
     svc, got = _service(served, backend, max_batch=2, order=order)
-    for k in range(40):  # answered history: safety ~50 ms, monitor ~0.3 s, planner ~1.2 s
-        svc.order.on_answered("inspect", "safety", 0.05 + 0.001 * (k % 5))
-        svc.order.on_answered("inspect", "monitor", 0.3 + 0.01 * (k % 5))
-        svc.order.on_answered("inspect", "system2", 1.2 + 0.05 * (k % 5))
-    prio = svc.order.refresh()
-    assert prio.order == ("inspect/safety", "inspect/monitor", "inspect/system2")
+    _answer_step_chains(svc.order)
+    svc.order.refresh()
+    if order == "kairos":
+        assert svc.order.priority.order == ("inspect/monitor", "inspect/safety", "inspect/system2")
+        assert svc.diagnostics()["steps_measured"] == 40
     arrivals = [("r0", "system2", 5.0), ("r1", "system2", 4.0), ("r0", "monitor", 3.0), ("r1", "safety", 2.0),
                 ("r0", "safety", 1.0)]
     for n, (r, c, stamp) in enumerate(arrivals, 1):
@@ -363,11 +378,11 @@ def test_kairos_order_serves_the_agent_with_the_shortest_remaining_latency_first
     svc.start()
     got.wait(5)
     served_order = [x for b in backend.batches for x in b]
-    if order == "kairos":
-        assert served_order == [("r0", "safety"), ("r1", "safety"), ("r0", "monitor"), ("r1", "system2"),
-                                ("r0", "system2")]
-    else:
-        assert served_order == [(r, c) for r, c, _ in arrivals]
+    expected = {
+        "kairos": [("r0", "monitor"), ("r0", "safety"), ("r1", "safety"), ("r1", "system2"), ("r0", "system2")],
+        "shortest": [("r0", "safety"), ("r1", "safety"), ("r0", "monitor"), ("r1", "system2"), ("r0", "system2")],
+        "fifo": [(r, c) for r, c, _ in arrivals]}
+    assert served_order == expected[order]
     assert svc.diagnostics()["order"] == order
     svc.close(5.0)
 

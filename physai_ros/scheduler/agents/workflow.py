@@ -121,8 +121,10 @@ class WorkflowAnalyzer:
     """Collects records per msg_id; on `complete`, reconstructs the workflow and feeds the
     profiler (single-request latency per record, remaining latency per record and path)."""
 
-    def __init__(self, profiler: AgentLatencyProfiler) -> None:
+    def __init__(self, profiler: AgentLatencyProfiler, record_single: bool = True) -> None:
+        """record_single=False: the caller records single-request latencies as requests finish."""
         self.profiler = profiler
+        self.record_single = record_single
         self._open: Dict[str, List[ExecRecord]] = defaultdict(list)
         self.path_counts: Counter = Counter()      # (agent, path) -> workflows seen
         self.completed = 0
@@ -137,11 +139,16 @@ class WorkflowAnalyzer:
             return None
         wf = reconstruct(msg_id, records)
         for i, r in enumerate(wf.records):
-            self.profiler.add_single(r.agent, r.end_s - r.start_s)
+            if self.record_single:
+                self.profiler.add_single(r.agent, r.end_s - r.start_s)
             self.profiler.add_remaining(r.agent, wf.remaining_latency(i))
             self.path_counts[(r.agent, wf.path_of(i))] += 1
         self.completed += 1
         return wf
+
+    def discard(self, msg_id: str) -> None:
+        """A workflow that will not complete (its application left): forget its records."""
+        self._open.pop(msg_id, None)
 
     def open_workflows(self) -> int:
         return len(self._open)

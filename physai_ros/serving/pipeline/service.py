@@ -292,7 +292,8 @@ class ComponentService:
                 out.append(self._answer_locked(w, a, backend, started, done))
             self._cv.notify_all()
         self._deliver(out)
-        due = [self.order.on_answered(w.req.task_id, w.req.component, done - w.received) for w in batch]
+        due = [self.order.on_answered(w.req.robot_id, w.req.task_id, w.req.component, w.received, done,
+                                      getattr(a, "text", "") or "") for w, a in zip(batch, raw)]
         if any(due):
             self.order.refresh()  # Kairos agent priorities, outside the service's lock
         return out
@@ -348,6 +349,7 @@ class ComponentService:
         with self._lock:
             mine = [(q, slot) for q in self._queues.values() for slot in q if slot[0] == robot_id]
             out = [self._refused_locked(q.pop(slot).req, CLOSED, "the robot was released") for q, slot in mine]
+        self.order.forget(robot_id)  # its open pipeline step will not complete
         for b in distinct(self.backends):
             drop = getattr(b, "forget", None)
             if callable(drop):
