@@ -94,6 +94,8 @@ class RoutedScheduler:
         self.lanes[self._holder(request_id) or SHARED].on_completed(request_id, now, generation_s)
 
     def on_task_finished(self, task_id: str) -> list[Request]:
+        for tasks in self._tasks.values():
+            tasks.discard(task_id)
         return [r for s in self.lanes.values() for r in s.on_task_finished(task_id)]
 
     def requeue(self, request_id: str, now: float) -> bool:

@@ -23,7 +23,6 @@ standby ones (local standby_instances, remote entries with `standby: true`). App
 from __future__ import annotations
 
 import threading
-import time
 from collections import Counter, deque
 from dataclasses import dataclass
 from typing import Any, Callable, Mapping, Sequence
@@ -33,7 +32,6 @@ from physai_ros.scheduler.factory.schedule import hosted_components
 from physai_ros.scheduler.factory.types import FactoryProblem, FactorySchedule, ModelProfile
 from physai_ros.serving.factory_replan import SYSTEM1, PlanChange, Replanner
 from physai_ros.serving.online_profile import OnlineServiceTimes
-
 
 
 @dataclass(frozen=True)
@@ -104,7 +102,6 @@ class FactoryRuntime:
         self.online = OnlineServiceTimes(planned_service, threshold=drift_threshold)
         self.replanner = Replanner(self, apply_reschedules)
         self._usable: frozenset[str] | None = None
-        self._cover: dict[str, str] = {}  # lost System 1 instance -> the instance taking its robots
 
     @property
     def proposed(self) -> FactorySchedule | None:
@@ -169,13 +166,12 @@ class FactoryRuntime:
                     out[route.robot_id] = iid
                     load[iid] += 1
                 else:
-                    orphans.append((route.robot_id, iid))
-            for robot, lost in orphans:
+                    orphans.append(route.robot_id)
+            for robot in orphans:
                 if load:
                     to = min(load, key=lambda i: (load[i], hosts.index(i)))
                     out[robot] = to
                     load[to] += 1
-                    self._cover[lost] = to
             return out
 
     def instances_hosting(self, components: Sequence[str]) -> list[str]:
@@ -240,7 +236,6 @@ class FactoryRuntime:
         self.roles = bind_servers(schedule, instances)
         self._server_instance = {r.server: iid for iid, r in self.roles.items()}
         self.schedule, self.problem = schedule, problem
-        self._cover.clear()
         self.version += 1
 
     # ---- robots ---------------------------------------------------------------------------
