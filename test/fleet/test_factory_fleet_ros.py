@@ -62,7 +62,10 @@ def _fleet(tmp: Path, remote: str = "") -> Path:
                 profile_from_service_times("sim-vla", "cpu-test", {1: 0.2, 4: 0.5}, batching=CONTINUOUS,
                                            requests=1000)]
     (tmp / "profiles.json").write_text(json.dumps({"profiles": [p.to_dict() for p in profiles]}))
+    # reschedule: propose keeps the start-up plan in force (this server would otherwise re-plan on
+    # its own measured times after a few batches; test/faults/test_process_factory_plan.py checks that).
     doc["factory"] = {"servers": 2, "hardware": "cpu-test", "profiles": "profiles.json", "apply": True,
+                      "reschedule": "propose",
                       "models": {"system1": "sim-s1", "safety": "sim-vla", "monitor": "sim-vla"}}
     path = tmp / "fleet_factory_two_instances.yaml"
     path.write_text(yaml.safe_dump(doc))
@@ -186,7 +189,7 @@ def test_a_standby_on_another_host_takes_over_a_lost_system1_worker_without_a_ne
     prof = profile_from_service_times("tiny-s1", "cpu-test", {1: 0.05, 2: 0.08}, requests=600)
     (tmp_path / "profiles.json").write_text(json.dumps({"profiles": [prof.to_dict()]}))
     doc["factory"] = {"servers": 1, "standby": 1, "hardware": "cpu-test", "profiles": "profiles.json",
-                      "apply": True, "models": {"system1": "tiny-s1"}}
+                      "apply": True, "reschedule": "propose", "models": {"system1": "tiny-s1"}}
     path = tmp_path / "fleet_standby.yaml"
     path.write_text(yaml.safe_dump(doc))
     cfg = load_fleet(path)
