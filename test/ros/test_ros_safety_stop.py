@@ -12,22 +12,14 @@ Measured from the sim robot's own joint states:
   the next ask's SLO plus one control period, and stay stopped while the silence lasts.
 """
 import os
-import threading
 import time
 
-import numpy as np
 import pytest
 import yaml
-from physai_ros_interfaces.msg import ComponentAnswer, ComponentQuery
-from sensor_msgs.msg import JointState
-from std_msgs.msg import String
 
+from physai_lab.evaluation.safety_watch import SETTLE_S, STILL, SafetyWatch
 from physai_ros.config.fleet import default_fleet_path, load_fleet
 from physai_ros.fleet import plan as fleet_plan
-from physai_ros.ros.message_digest import digest
-from physai_ros.ros.qos import latched_qos, reliable_qos
-from physai_ros.security.endpoints import COMPONENT_ANSWER
-from physai_ros.sim.runtime import TaskStatus
 from auth_rig import server_auth
 from ros_test_helpers import fail_with_logs
 
@@ -37,8 +29,6 @@ SAFETY_HZ = 5.0
 SAFETY_SLO_S = 0.3
 STARTUP_S = 120.0
 MOVING = 0.02  # rad of joint path in a 0.5 s window: the arm is moving
-SETTLE_S = 0.15  # the sim's joints come to rest after a stop command (its PD tracking)
-STILL = 0.01  # rad of joint path after the stop and the settling: the arm is stopped
 
 
 def _fleet_files(tmp_path, rid):
@@ -62,74 +52,12 @@ def _fleet_files(tmp_path, rid):
     return paths
 
 
-class PerfectSafety:
-    """The safety component from the sim's ground truth, and what the arm does."""
-
-    def __init__(self, node, fleet, rid):
-        self.node, self.auth = node, server_auth(fleet)
-        self.lock = threading.Lock()
-        self.answering = True
-        self.intruder = False
-        self.entries: list[float] = []  # monotonic time each intrusion was seen to start
-        self.exits: list[float] = []
-        self.answers: list[tuple[float, str]] = []
-        self.joints: list[tuple[float, np.ndarray]] = []
-        ns = f"/{rid}"
-        node.create_subscription(ComponentQuery, f"{ns}/component_query", self._query, reliable_qos(50))
-        self.pub = node.create_publisher(ComponentAnswer, f"{ns}/component_answer", reliable_qos(50))
-        node.create_subscription(String, f"{ns}/task_status", self._status, latched_qos())
-        node.create_subscription(JointState, f"{ns}/joint_states", self._joints, reliable_qos(200))
-
-    def _status(self, m):
-        present = TaskStatus.from_json(m.data).intruder
-        with self.lock:
-            if present and not self.intruder:
-                self.entries.append(time.monotonic())
-            elif self.intruder and not present:
-                self.exits.append(time.monotonic())
-            self.intruder = present
-
-    def _joints(self, m):
-        with self.lock:
-            self.joints.append((time.monotonic(), np.asarray(m.position[:-1], dtype=float)))  # the arm, not the gripper
-
-    def _query(self, msg):
-        with self.lock:
-            if not self.answering or msg.component != "safety":
-                return
-            text = "unsafe" if self.intruder else "safe"
-            self.answers.append((time.monotonic(), text))
-        a = ComponentAnswer(robot_id=msg.robot_id, query_id=msg.query_id, component=msg.component, text=text,
-                            backend="ground_truth")
-        a.header.stamp = self.node.get_clock().now().to_msg()
-        a.auth = self.auth.sign(COMPONENT_ANSWER, digest(a))
-        self.pub.publish(a)
-
-    def path(self, t0: float, t1: float) -> float:
-        """The arm's joint path length (rad, summed over joints) between t0 and t1."""
-        with self.lock:
-            pts = [q for t, q in self.joints if t0 <= t <= t1]
-        return float(sum(np.abs(b - a).sum() for a, b in zip(pts, pts[1:])))
-
-    def stopped_at(self, t0: float, t1: float) -> float | None:
-        """When the arm came to rest after t0 (before t1): the first sample after which it moves
-        less than STILL in total until t1; None when it never does."""
-        with self.lock:
-            pts = [(t, q) for t, q in self.joints if t0 <= t <= t1]
-        rest = 0.0
-        for k in range(len(pts) - 1, 0, -1):
-            rest += float(np.abs(pts[k][1] - pts[k - 1][1]).sum())
-            if rest > STILL:
-                return pts[k][0]
-        return pts[0][0] if pts else None
-
-
 def test_an_intruder_and_a_silent_safety_component_each_stop_the_arm(ros, procs, tmp_path):
     rid = f"safe{os.getpid()}"
     robot_file, server_file = _fleet_files(tmp_path, rid)
     fleet, server_fleet = load_fleet(robot_file), load_fleet(server_file)
     control_period = 1.0 / fleet.robots[0].control_rate_hz
-    safety = PerfectSafety(ros.node, fleet, rid)
+    safety = SafetyWatch(ros.node, rid, server_auth(fleet))
     procs.start(fleet_plan.server_spec(server_fleet))
     for spec in fleet_plan.robot_specs(fleet, fleet.robots[0], controller=True):
         procs.start(spec)
