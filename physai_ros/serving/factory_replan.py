@@ -22,6 +22,9 @@ from typing import Any
 from physai_ros.scheduler.factory.types import FactoryProblem, FactorySchedule
 
 SYSTEM1 = "system1"
+# A refused robot retries every few seconds; one not heard from for this long is not planned for
+# (a plan must not keep capacity for a robot that tried once and went away).
+NEWCOMER_TTL_S = 30.0
 
 
 @dataclass(frozen=True)
@@ -49,7 +52,7 @@ class Replanner:
         self.changes: deque[PlanChange] = deque(maxlen=64)
         self._lock = threading.Lock()
         self._reasons: list[str] = []
-        self._newcomers: dict[str, str] = {}  # refused robots to plan for: robot -> task
+        self._newcomers: dict[str, tuple[str, float]] = {}  # refused robots to plan for: robot -> (task, last seen)
         self._measured = False
         self._thread: threading.Thread | None = None
 
@@ -60,12 +63,18 @@ class Replanner:
         with self._lock:
             self._reasons.append(reason)
             if newcomer is not None:
-                self._newcomers[newcomer[0]] = newcomer[1]
+                self._newcomers[newcomer[0]] = (newcomer[1], time.monotonic())
             self._measured |= measured
             if self._thread is not None and self._thread.is_alive():
                 return  # the running solve's loop picks it up
             self._thread = threading.Thread(target=self._loop, name="factory_replan", daemon=True)
             self._thread.start()
+
+    def seen(self, robot_id: str) -> None:
+        """A refused robot registered again: keep planning for it."""
+        with self._lock:
+            if robot_id in self._newcomers:
+                self._newcomers[robot_id] = (self._newcomers[robot_id][0], time.monotonic())
 
     def wait(self, timeout_s: float) -> bool:
         deadline = time.monotonic() + timeout_s
@@ -84,7 +93,10 @@ class Replanner:
                     self._thread = None
                     return
                 reasons, self._reasons = self._reasons, []
-                newcomers, measured, self._measured = dict(self._newcomers), self._measured, False
+                now = time.monotonic()
+                self._newcomers = {r: v for r, v in self._newcomers.items() if now - v[1] <= NEWCOMER_TTL_S}
+                newcomers = {r: task for r, (task, _) in self._newcomers.items()}
+                measured, self._measured = self._measured, False
             self._solve_and_apply("; ".join(dict.fromkeys(reasons)), newcomers, measured)
 
     def _solve_and_apply(self, reason: str, newcomers: dict[str, str], measured: bool) -> None:

@@ -258,6 +258,8 @@ class FactoryRuntime:
                     self._proposed_for[robot_id] = bigger
                     self.replanner.request(f"robot {robot_id} ({task}) joined beyond the plan",
                                            newcomer=(robot_id, task))
+                else:
+                    self.replanner.seen(robot_id)
                 if not decision.admitted:
                     self.admissions["refused"] += 1
                     self.events.append(f"refused {robot_id} ({task}): {decision.reason}")

@@ -276,3 +276,16 @@ def test_component_questions_follow_each_robots_route_to_its_instance():
         assert by_robot == {"r0": "vla_backbone@engine_1/own", "r1": "vla_backbone@engine_2/own"}, got
     finally:
         svc.close(10.0)
+
+
+def test_a_refused_robot_not_heard_from_again_is_not_planned_for(core_with_a_newcomer, monkeypatch):
+    """A plan keeps no capacity for a robot that tried once and went away: the re-plan takes a
+    refused robot only while it keeps retrying (within NEWCOMER_TTL_S; 0 here)."""
+    from physai_ros.serving import factory_replan
+
+    monkeypatch.setattr(factory_replan, "NEWCOMER_TTL_S", 0.0)
+    cfg, core = core_with_a_newcomer
+    runtime = _solved_runtime(core, monitor_hz=5.0)
+    assert not _register(core, cfg, "r2").accepted
+    assert runtime.wait_for_proposals(60) and runtime.proposals_done == 1
+    assert {r.robot_id for r in runtime.proposed.routes} == {"r0", "r1"}
