@@ -11,7 +11,10 @@ exceeded 3 mrad), the time from entry until the arm stays at rest (visits that b
 arm moving), and the arm's moving share outside the visits (what the safety component costs in
 work). Figures from the sim's own joint states.
 
-  python bench/safety_stop.py --seconds 120 --json bench/results/safety_stop.json
+  python bench/safety_stop.py --seconds 120 --seeds 7,8,9 --json bench/results/safety_stop.json
+
+The moving share with a person in the cell is pooled over every visit of every seed, with a 95 %
+bootstrap interval over visits.
 """
 from __future__ import annotations
 
@@ -52,6 +55,25 @@ def fleet_docs(rate_per_min: float, seed: int) -> dict[str, tuple[dict, dict]]:
             components={"safety": SAFETY})})
         out[mode] = {"none": (plain, plain), "model": (piped, piped), "truth": (piped, plain)}[mode]
     return out
+
+
+def pooled_share(visits: list[list[float]]) -> float | None:
+    """The arm's moving share over all the time with a person in the cell ([duration, share] per visit)."""
+    total = sum(d for d, _ in visits)
+    return round(sum(d * m for d, m in visits) / total, 4) if total else None
+
+
+def bootstrap_ci(visits: list[list[float]], n: int = 2000, seed: int = 0) -> list[float] | None:
+    """95 % interval of pooled_share, visits resampled with replacement."""
+    import numpy as np
+
+    if len(visits) < 2:
+        return None
+    rng = np.random.default_rng(seed)
+    arr = np.asarray(visits, dtype=float)
+    picks = rng.integers(0, len(arr), (n, len(arr)))
+    shares = (arr[picks, 0] * arr[picks, 1]).sum(1) / arr[picks, 0].sum(1)
+    return [round(float(x), 4) for x in np.percentile(shares, [2.5, 97.5])]
 
 
 class Spinner:
@@ -120,7 +142,8 @@ def run_mode(mode: str, docs: tuple[dict, dict], seconds: float, workdir: Path) 
         outside_bins = [(t0 + k * 0.1) for k in range(int((t1 - t0) / 0.1))]
         outside = [b for b in outside_bins if not any(v.entry - 0.1 <= b <= v.leave for v in visits)]
         moving_outside = (sum(watch.path(b, b + 0.1) > 0.003 for b in outside) / len(outside)) if outside else None
-        return {"visits": len(visits), "person_in_cell_s": round(in_cell, 2),
+        return {"visit_log": [[round(v.leave - v.entry, 3), round(v.moving_share, 4)] for v in visits],
+                "visits": len(visits), "person_in_cell_s": round(in_cell, 2),
                 "moving_share_with_person": round(moving_in_cell / in_cell, 4) if in_cell else None,
                 "visits_moving_at_entry": len(stops),
                 "stopped_in_visit": sum(s is not None for s in stops),
@@ -136,7 +159,7 @@ def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--seconds", type=float, default=120.0)
     ap.add_argument("--intruders-per-min", type=float, default=10.0)
-    ap.add_argument("--seed", type=int, default=7)
+    ap.add_argument("--seeds", default="7", help="sim seeds (the intruders' schedule), each run in every mode")
     ap.add_argument("--modes", default=",".join(MODES))
     ap.add_argument("--json", default="")
     args = ap.parse_args()
@@ -150,11 +173,19 @@ def main() -> None:
               "regime": "one sim robot over ROS 2 (real processes), sim_pi0_pipeline as System 1 and safety model, "
                         f"safety asked at {SAFETY['freq_hz']:g} Hz with a {SAFETY['slo_ms']} ms SLO, hold fallback",
               "modes": {}}
-    docs = fleet_docs(args.intruders_per_min, args.seed)
-    with tempfile.TemporaryDirectory(prefix="safety_stop_") as tmp:
-        for mode in args.modes.split(","):
-            report["modes"][mode] = run_mode(mode, docs[mode], args.seconds, Path(tmp))
-            print(mode, json.dumps(report["modes"][mode]), flush=True)
+    modes = args.modes.split(",")
+    runs: dict[str, list[dict]] = {m: [] for m in modes}
+    for seed in (int(x) for x in args.seeds.split(",")):
+        docs = fleet_docs(args.intruders_per_min, seed)
+        with tempfile.TemporaryDirectory(prefix="safety_stop_") as tmp:
+            for mode in modes:
+                runs[mode].append(dict(run_mode(mode, docs[mode], args.seconds, Path(tmp)), seed=seed))
+                print(mode, seed, json.dumps(runs[mode][-1]), flush=True)
+    for mode in modes:
+        visits = [v for r in runs[mode] for v in r["visit_log"]]
+        report["modes"][mode] = {"moving_share_with_person": pooled_share(visits),
+                                 "moving_share_with_person_ci95": bootstrap_ci(visits), "visits": len(visits),
+                                 "runs": runs[mode]}
     report["load_average"] = {"start": [round(x, 2) for x in load0], "end": [round(x, 2) for x in os.getloadavg()]}
     if args.json:
         Path(args.json).write_text(json.dumps(report, indent=1))
