@@ -3,9 +3,9 @@ on two System 1 instances and their rounds run there; a robot beyond the plan jo
 served; an instance dies with no standby (PHYSAI_FAULT_INJECTION kills engine_0's thread) and a
 new plan is applied with that reason; every robot's rounds are answered exactly once throughout.
 
-fleet.yaml: tiny model, two engine instances, max_batch 2, the wait-ratio scheduler, and a
-factory block planning robots a and b (c is listed but not planned) on two servers, with a
-System 1 profile file written here (50/80 ms at batch 1/2). The robots are closed loops in the
+fleet.yaml: tiny model, two engine instances, max_batch 2, the wait-ratio scheduler, System 1
+measured at start-up, and a factory block planning robots a and b (c is listed but not planned)
+on two servers (a profile file is written here too; the start-up measurement replaces System 1's). The robots are closed loops in the
 test process (process_rig.ClosedLoop); tests run in file order and share the server.
 """
 from __future__ import annotations
@@ -32,11 +32,13 @@ DIE_AT = 100  # engine_0's batch that kills its thread
 def _fleet(d) -> str:
     profile = profile_from_service_times("tiny", "cpu", {1: 0.05, 2: 0.08}, requests=600)
     (d / "profiles.json").write_text(json.dumps({"profiles": [profile.to_dict()]}))
-    doc = fleet_doc(robots=("a", "b", "c"), server={"engine_instances": 2, "max_batch": 2,
-                                                    "scheduler": "wait_ratio"})
+    # System 1 measured at start-up (server.profile) and a drift threshold no load swing reaches:
+    # the plans here change for the robots and instances only (drift: test_factory_replanning.py).
+    doc = fleet_doc(robots=("a", "b", "c"), server={"engine_instances": 2, "max_batch": 2, "scheduler": "wait_ratio",
+                                                    "profile": {"reps": 1, "max_batch": 2, "views": 1}})
     doc["tasks"]["pick_place"]["pipeline"] = {"action_period_ms": 100}
     doc["factory"] = {"servers": 2, "hardware": "cpu", "profiles": "profiles.json", "models": {"system1": "tiny"},
-                      "robots": {"pick_place": 2}, "apply": True}
+                      "robots": {"pick_place": 2}, "apply": True, "profile_drift": 100.0}
     (d / "fleet.yaml").write_text(yaml.safe_dump(doc))
     return str(d / "fleet.yaml")
 

@@ -37,7 +37,9 @@ def measured_component_profiles(core: Any, fleet: Any, problem: FactoryProblem, 
                                 batch_sizes: Sequence[int] = (1, 2, 4)) -> dict[tuple[str, str], ModelProfile]:
     """The VLM components the served model's backbone answers (`model: vla`): their batch service
     times timed on a local engine at start-up (own prefill, a blank frame per camera, the
-    component's own question, up to 8 answer tokens), queueing simulated. {} without a local engine."""
+    component's own question, up to 8 answer tokens), queueing simulated. {} without a local engine
+    or without such a component (the backbone backend is then never built: an engine built
+    without language decoding could not answer)."""
     import numpy as np
 
     from physai_ros.pipeline.backend import ComponentQuery
@@ -46,7 +48,9 @@ def measured_component_profiles(core: Any, fleet: Any, problem: FactoryProblem, 
     from physai_ros.scheduler.factory.types import CONTINUOUS
 
     local = [iid for iid, slot in core.engines.items() if not slot.remote]
-    if not local:
+    vla = any(c.model == "vla" for cls in problem.classes
+              for c in (fleet.tasks[cls.name].pipeline.vlm_components if fleet.tasks[cls.name].pipeline else ()))
+    if not local or not vla:
         return {}
     backend = VLABackboneBackend.from_core(core, instance_id=local[0], attach=False)
     out: dict[tuple[str, str], ModelProfile] = {}
