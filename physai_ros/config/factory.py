@@ -94,17 +94,10 @@ def parse_factory(d: Any, task_names: set[str]) -> FactoryConfig | None:
         min_action_throughput=per_task("min_action_throughput", lambda v, path: number(v, path, allow_zero=True)),
         slo_quantile=quantile,
         apply=boolean(d.get("apply", False), f"{p}.apply"),
-        reschedule=_choice(d.get("reschedule", "apply"), f"{p}.reschedule", RESCHEDULE),
+        reschedule=string(d.get("reschedule", "apply"), f"{p}.reschedule", RESCHEDULE),
         profile_drift=number(d.get("profile_drift", 0.5), f"{p}.profile_drift"),
-        queues=_choice(d.get("queues", "per_instance"), f"{p}.queues", QUEUES),
+        queues=string(d.get("queues", "per_instance"), f"{p}.queues", QUEUES),
     )
-
-
-def _choice(v: Any, path: str, options: tuple[str, ...]) -> str:
-    v = string(v, path)
-    if v not in options:
-        raise FleetConfigError(f"{path}: expected one of {', '.join(options)}, got {v!r}")
-    return v
 
 
 def load_profiles(path: Path) -> dict[tuple[str, str], ModelProfile]:

@@ -5,7 +5,8 @@ computes, published.
        "policy_server: <robot_id>" per robot (added when the robot first appears), ": engine <id>"
        per instance, ": fleet", ": model", ": registrations", ": inputs" (refusals not attributable
        to a served round), ": security" and, running a factory plan, ": factory plan" (roles, rates,
-       admissions, service times measured while serving, the latest change and its reason); the extensions add theirs (language, pipeline, streaming)
+       admissions, service times measured while serving, the latest change and its reason); the
+       extensions add theirs (language, pipeline, streaming)
   pub  /<robot_id>/metrics/<name>, /fleet/metrics/<name> (std_msgs/Float64, for rqt_plot)
 Graded with fleet.yaml's monitoring thresholds.
 """

@@ -118,12 +118,7 @@ class QueueScheduler:
                                                             lookahead=self.provisional_wait == "lookahead")
         book.on_request(request.round_id, request.arrival_time, request.exec_phase_start,
                         request.actions_remaining, request.control_period)
-        self._seq += 1
-        entry = PendingEntry(request, book, self._seq, self._cycle, now, self.default_exec_s,
-                             self.hold_ratio_floor)
-        entry.slot = self._table.add(entry)
-        self._pending[request.request_id] = entry
-        self._by_task[request.task_id] = request.request_id
+        self._queue(request, book, now)
         self._counts["accepted"] += 1
         return SubmitResult(True, "", superseded)
 
@@ -199,13 +194,17 @@ class QueueScheduler:
             book = self._books[req.task_id]
             if requeued:
                 self._queue_first(req, book, now)
-                continue
-            self._seq += 1
-            e = PendingEntry(req, book, self._seq, self._cycle, now, self.default_exec_s, self.hold_ratio_floor)
-            e.slot = self._table.add(e)
-            self._pending[req.request_id] = e
-            self._by_task[req.task_id] = req.request_id
+            else:
+                self._queue(req, book, now)
         self._counts["taken_over"] += len(handover.queued)
+
+    def _queue(self, req: Request, book: TaskBook, now: float) -> None:
+        """The task's queued request, ranked by the policy."""
+        self._seq += 1
+        e = PendingEntry(req, book, self._seq, self._cycle, now, self.default_exec_s, self.hold_ratio_floor)
+        e.slot = self._table.add(e)
+        self._pending[req.request_id] = e
+        self._by_task[req.task_id] = req.request_id
 
     def _queue_first(self, req: Request, book: TaskBook, now: float) -> None:
         self._requeue_seq += 1

@@ -45,9 +45,7 @@ class RoutedScheduler:
                 continue
             moved.append(robot)
             handover = self.lanes[old].hand_over(sorted(self._tasks.get(robot, ())))
-            if new not in self.lanes:
-                self.lanes[new] = self._make_lane()
-            self.lanes[new].take_over(handover, now)
+            self._lane(new).take_over(handover, now)
             self.moves["robots"] += 1
             self.moves["rounds"] += len(handover.queued)
         self._route = {r: lane for r, lane in routes.items() if lane != SHARED}
@@ -85,10 +83,13 @@ class RoutedScheduler:
         return SchedulerDecision(batches, refresh, now)
 
     def on_dispatched(self, batch: Batch, now: float) -> None:
-        for lane in {self._holder(rid) for rid in batch.request_ids}:
+        by_lane: dict[str, list[str]] = {}
+        for rid in batch.request_ids:
+            lane = self._holder(rid)
             if lane is not None:
-                mine = tuple(r for r in batch.request_ids if self._holder(r) == lane)
-                self.lanes[lane].on_dispatched(Batch(batch.instance_id, mine, batch.est_latency_s), now)
+                by_lane.setdefault(lane, []).append(rid)
+        for lane, mine in by_lane.items():
+            self.lanes[lane].on_dispatched(Batch(batch.instance_id, tuple(mine), batch.est_latency_s), now)
 
     def on_completed(self, request_id: str, now: float, generation_s: float) -> None:
         self.lanes[self._holder(request_id) or SHARED].on_completed(request_id, now, generation_s)
@@ -109,9 +110,7 @@ class RoutedScheduler:
         req = self.lanes[lane].request(request_id)
         target = self._route.get(req.robot_id, SHARED)
         if target != lane:
-            if target not in self.lanes:
-                self.lanes[target] = self._make_lane()
-            self.lanes[target].take_over(self.lanes[lane].hand_over([req.task_id]), now)
+            self._lane(target).take_over(self.lanes[lane].hand_over([req.task_id]), now)
         return True
 
     def queued(self) -> list[Request]:
@@ -139,6 +138,12 @@ class RoutedScheduler:
         out["lanes"] = {lane or "shared": s.pending() for lane, s in self.lanes.items()}
         out["route_moves"] = dict(self.moves)
         return out
+
+    def _lane(self, name: str) -> Any:
+        """The lane's queue, made (with the shared queue's settings) the first time it is named."""
+        if name not in self.lanes:
+            self.lanes[name] = self._make_lane()
+        return self.lanes[name]
 
     def _holder(self, request_id: str) -> str | None:
         """The lane holding this request (queued or in flight)."""

@@ -58,9 +58,9 @@ def test_a_file_without_the_block_has_none_and_cannot_be_planned():
     (lambda d: d["factory"]["robots"].update(pick_place=4), r"factory\.robots\.pick_place: no such task"),
     (lambda d: d["factory"]["models"].update(system3="x"), r"factory\.models\.system3"),
     (lambda d: d["factory"].update(slo_quantile=1.0), r"factory\.slo_quantile"),
-    (lambda d: d["factory"].update(reschedule="always"), r"factory\.reschedule: expected one of apply, propose"),
+    (lambda d: d["factory"].update(reschedule="always"), r"factory\.reschedule: expected one of \['apply', 'propose'\]"),
     (lambda d: d["factory"].update(profile_drift=0), r"factory\.profile_drift"),
-    (lambda d: d["factory"].update(queues="mine"), r"factory\.queues: expected one of per_instance, shared"),
+    (lambda d: d["factory"].update(queues="mine"), r"factory\.queues: expected one of \['per_instance', 'shared'\]"),
     (lambda d: d["factory"]["value_weights"].update(assemble_kit=-1), r"factory\.value_weights\.assemble_kit"),
 ])
 def test_mistakes_in_the_block_name_their_key(doc, edit, match):

@@ -15,7 +15,7 @@ almost nothing. A task without System 2 has steps rooted at their first question
 """
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 
 from physai_ros.pipeline.answers import MONITOR_LABELS, Parsed, parse_label
 from physai_ros.scheduler.agents.workflow import ExecRecord, WorkflowAnalyzer
@@ -30,7 +30,6 @@ class _Step:
     opened: float
     root: str | None = None  # the planner agent, when the step has one
     root_end: float = 0.0
-    agents: set = field(default_factory=set)
 
 
 class StepLedger:
@@ -60,7 +59,6 @@ class StepLedger:
         # A question asked before the planner's answer ran beside it, not after it: a root too.
         upstream = step.root if step.root is not None and received >= step.root_end else None
         self.analyzer.add(ExecRecord(agent, step.msg_id, upstream, received, done))
-        step.agents.add(agent)
         if component == "monitor":
             verdict = parse_label(text, MONITOR_LABELS)
             if isinstance(verdict, Parsed) and verdict.value in ENDS_STEP:

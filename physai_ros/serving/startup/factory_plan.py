@@ -48,31 +48,29 @@ def measured_component_profiles(core: Any, fleet: Any, problem: FactoryProblem, 
     from physai_ros.scheduler.factory.types import CONTINUOUS
 
     local = [iid for iid, slot in core.engines.items() if not slot.remote]
-    vla = any(c.model == "vla" for cls in problem.classes
-              for c in (fleet.tasks[cls.name].pipeline.vlm_components if fleet.tasks[cls.name].pipeline else ()))
-    if not local or not vla:
+    jobs = [(cls, fleet.tasks[cls.name], comp, cls.component(comp.name)) for cls in problem.classes
+            for comp in (fleet.tasks[cls.name].pipeline.vlm_components if fleet.tasks[cls.name].pipeline else ())
+            if comp.model == "vla" and cls.component(comp.name) is not None]
+    if not local or not jobs:
         return {}
     backend = VLABackboneBackend.from_core(core, instance_id=local[0], attach=False)
     out: dict[tuple[str, str], ModelProfile] = {}
-    for cls in problem.classes:
-        task = fleet.tasks[cls.name]
+    for cls, task, comp, spec in jobs:
+        if (spec.model, hardware) in out:
+            continue
         robot = next((r for r in fleet.robots if r.task.name == cls.name), None)
         views, hw = (robot.num_views, (robot.image_height, robot.image_width)) if robot else (1, (224, 224))
-        for comp in (task.pipeline.vlm_components if task.pipeline is not None else ()):
-            spec = cls.component(comp.name)
-            if comp.model != "vla" or spec is None or (spec.model, hardware) in out:
-                continue
-            q = ComponentQuery("__profile__", comp.name, comp.prompt.replace("{task}", task.prompt), task.prompt,
-                               tuple(np.zeros((*hw, 3), np.uint8) for _ in range(views)), None, 8)
-            backend.answer([q])  # warm-up
-            service = {}
-            for b in batch_sizes:
-                t0 = time.perf_counter()
-                backend.answer([q] * b)
-                service[b] = time.perf_counter() - t0
-            out[(spec.model, hardware)] = profile_from_service_times(
-                spec.model, hardware, service, batching=CONTINUOUS,
-                note=f"{comp.name} on the served backbone, measured at this server's start-up")
+        q = ComponentQuery("__profile__", comp.name, comp.prompt.replace("{task}", task.prompt), task.prompt,
+                           tuple(np.zeros((*hw, 3), np.uint8) for _ in range(views)), None, 8)
+        backend.answer([q])  # warm-up
+        service = {}
+        for b in batch_sizes:
+            t0 = time.perf_counter()
+            backend.answer([q] * b)
+            service[b] = time.perf_counter() - t0
+        out[(spec.model, hardware)] = profile_from_service_times(
+            spec.model, hardware, service, batching=CONTINUOUS,
+            note=f"{comp.name} on the served backbone, measured at this server's start-up")
     backend.close()
     return out
 
