@@ -9,7 +9,8 @@ client instead of ROS 2 (nodes/openpi_gateway.py, docs/openpi_gateway.md).
         tls_key: key.pem
         max_connections: 16      # more are refused at the handshake (HTTP 503)
         max_message_bytes: 16000000
-        max_rate_hz: 50          # one connection's messages per second; faster ones are refused
+        max_rate_hz: 50          # one connection's messages per second on average; faster ones are refused
+        max_burst: 5             # messages a connection may send back to back before max_rate_hz applies
         robots:                  # fleet.yaml robots served over the gateway (no ROS nodes of their own)
           robot_2: {layout: libero, fallback: hold}
 
@@ -46,6 +47,7 @@ class OpenpiGatewayConfig:
     max_connections: int = 16
     max_message_bytes: int = 16_000_000
     max_rate_hz: float = 50.0
+    max_burst: int = 5
 
 
 def parse_gateway(d: Any, num_views: Mapping[str, int]) -> OpenpiGatewayConfig | None:
@@ -59,7 +61,7 @@ def parse_gateway(d: Any, num_views: Mapping[str, int]) -> OpenpiGatewayConfig |
     path = "gateway.openpi"
     o = mapping(d["openpi"], path)
     no_unknown(o, {"host", "port", "tls_cert", "tls_key", "max_connections", "max_message_bytes", "max_rate_hz",
-                   "robots"}, path)
+                   "max_burst", "robots"}, path)
     robots_doc = mapping(required(o, "robots", path), join_key(path, "robots"))
     if not robots_doc:
         raise FleetConfigError(f"{path}.robots: expected at least one robot")
@@ -88,4 +90,5 @@ def parse_gateway(d: Any, num_views: Mapping[str, int]) -> OpenpiGatewayConfig |
         tls_cert=cert, tls_key=key,
         max_connections=integer(o.get("max_connections", 16), join_key(path, "max_connections"), 1),
         max_message_bytes=integer(o.get("max_message_bytes", 16_000_000), join_key(path, "max_message_bytes"), 1024),
-        max_rate_hz=number(o.get("max_rate_hz", 50.0), join_key(path, "max_rate_hz")))
+        max_rate_hz=number(o.get("max_rate_hz", 50.0), join_key(path, "max_rate_hz")),
+        max_burst=integer(o.get("max_burst", 5), join_key(path, "max_burst"), 1))

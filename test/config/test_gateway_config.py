@@ -25,6 +25,7 @@ def _with(doc, gateway):
 def test_a_gateway_robot_is_launched_as_the_gateway_not_as_ros_nodes(doc):
     cfg = _with(doc, {"openpi": {"port": 8123, "robots": {"robot_1": {"layout": "libero", "fallback": "hold"}}}})
     gw = cfg.gateway
+    assert gw.max_rate_hz == 50.0 and gw.max_burst == 5
     assert gw.port == 8123 and gw.robots["robot_1"].layout == "libero" and gw.robots["robot_1"].fallback == "hold"
     assert "robot_1" not in {r.id for r in cfg.ros_robots()} and len(cfg.ros_robots()) == len(cfg.robots) - 1
     names = [s.name for s in fleet_plan(cfg)]
@@ -41,6 +42,8 @@ def test_a_gateway_robot_is_launched_as_the_gateway_not_as_ros_nodes(doc):
     ({"openpi": {"port": 70000, "robots": {"robot_0": {"layout": "libero"}}}}, r"gateway.openpi.port"),
     ({"openpi": {"tls_cert": "c.pem", "robots": {"robot_0": {"layout": "libero"}}}}, r"tls_cert and tls_key"),
     ({"openpi": {"robots": {"robot_0": {"layout": "libero"}}, "prot": 1}}, r"prot"),
+    ({"openpi": {"max_burst": 0, "robots": {"robot_0": {"layout": "libero"}}}}, r"gateway.openpi.max_burst"),
+    ({"openpi": {"max_rate_hz": 0, "robots": {"robot_0": {"layout": "libero"}}}}, r"gateway.openpi.max_rate_hz"),
     ({"grpc": {}}, r"grpc"),
 ])
 def test_a_wrong_gateway_section_names_the_key(doc, gateway, message):

@@ -32,7 +32,7 @@ OPENPI_PY = REPO / ".venv-openpi" / "bin" / "python"
 GATEWAY_STATUS = "openpi_gateway: gateway"
 
 CLIENT = r"""
-import json, sys
+import json, sys, time
 import numpy as np
 from openpi_client import websocket_client_policy as wcp
 url, token, layout, n, seed = sys.argv[1], sys.argv[2], sys.argv[3], int(sys.argv[4]), int(sys.argv[5])
@@ -40,7 +40,8 @@ policy = wcp.WebsocketClientPolicy(url, api_key=token)
 rng = np.random.default_rng(seed)
 img = lambda: rng.integers(0, 255, (224, 224, 3), dtype=np.uint8)
 answers = []
-for i in range(n):
+for i in range(n):  # at a robot's control rate (10 Hz), as openpi's example clients call infer
+    time.sleep(0.1)
     if layout == "libero":
         obs = {"observation/image": img(), "observation/wrist_image": img(),
                "observation/state": rng.normal(size=5).astype(np.float32), "prompt": "move the gripper to the goal"}
@@ -75,9 +76,9 @@ seen["second"] = status({"Authorization": f"Api-Key {token}"})
 a.send(b"\xc1"); seen["malformed"] = a.recv()
 time.sleep(0.1)
 a.send(msgpack_numpy.packb({"observation/image": np.zeros((224, 224), np.float32)})); seen["bad_image"] = a.recv()
-for _ in range(5):  # a flood: the messages after the first within 1/max_rate_hz are refused
+for _ in range(8):  # a flood: the messages beyond the burst (max_burst) are refused
     a.send(b"\xc1")
-seen["flood"] = [a.recv() for _ in range(5)]
+seen["flood"] = [a.recv() for _ in range(8)]
 try:
     a.send(b"\x00" * 3_000_000); a.recv()
 except ConnectionClosed as e:
@@ -96,7 +97,7 @@ def _fleet(tmp_path: Path, port: int) -> Path:
     doc = yaml.safe_load(default_fleet_path().read_text())
     ros, gw = doc["robots"][0], doc["robots"][1]
     doc["robots"] = [ros, gw, dict(gw, id="robot_2")]
-    doc["gateway"] = {"openpi": {"port": port, "max_message_bytes": 1_000_000, "max_rate_hz": 20,
+    doc["gateway"] = {"openpi": {"port": port, "max_message_bytes": 1_000_000, "max_rate_hz": 20, "max_burst": 3,
                                  "robots": {"robot_1": {"layout": "libero", "fallback": "hold"},
                                             "robot_2": {"layout": "droid", "fallback": "hold"}}}}
     path = tmp_path / "fleet.yaml"

@@ -5,8 +5,9 @@ node's ROS adapter: registration, publishing, the chunks coming back).
 
 Refused before any model time, each counted by reason: a handshake without a valid token (HTTP 401)
 or past max_connections (503), a second connection for a robot already connected (409), a
-message over max_message_bytes (the connection is closed, 1009), faster than max_rate_hz, not
-msgpack, with unknown dtypes, missing keys or wrong shapes. A refused message is answered with a
+message over max_message_bytes (the connection is closed, 1009), over max_rate_hz after a burst of
+max_burst (a token bucket, security.rate_limit), not msgpack, with unknown dtypes, missing keys or
+wrong shapes. A refused message is answered with a
 text frame saying why (openpi's client raises it as an error) and the connection stays open.
 """
 from __future__ import annotations
@@ -26,6 +27,7 @@ from physai_ros.client.openpi.session import OpenpiSession, Unregistered
 from physai_ros.client.openpi.wire import WireError, WireLimits, decode, encode
 from physai_ros.config.gateway import OpenpiGatewayConfig
 from physai_ros.protocol.observation import ObservationData
+from physai_ros.security.rate_limit import TokenBucket
 
 
 def tls_context(cert_path, key_path) -> ssl.SSLContext:
@@ -110,15 +112,13 @@ class GatewayServer:
                 self.link.close(session)
 
     async def _serve(self, ws: ServerConnection, session: OpenpiSession) -> None:
-        min_gap = 1.0 / self.cfg.max_rate_hz
-        last = -float("inf")
+        rate = TokenBucket(self.cfg.max_rate_hz, float(self.cfg.max_burst))
         chunk_len = 1
         async for message in ws:
-            t = time.monotonic()
-            if t - last < min_gap:
-                await self._refuse(ws, session, "rate_limited", f"over {self.cfg.max_rate_hz:g} messages/s")
+            if not rate.take(time.monotonic()):
+                await self._refuse(ws, session, "rate_limited",
+                                   f"over {self.cfg.max_rate_hz:g} messages/s (burst {self.cfg.max_burst})")
                 continue
-            last = t
             try:
                 decoded = decode(message, self.limits)
                 obs = session.observation(decoded, self.clock())

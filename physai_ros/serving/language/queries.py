@@ -13,6 +13,7 @@ from typing import Callable
 
 from physai_ros.config.language import LanguageServerConfig
 from physai_ros.protocol.text import SOURCE_OPERATOR, TextQuery
+from physai_ros.security.rate_limit import TokenBucket
 
 MAX_ANSWER_TOKENS = 256  # an operator's max_tokens above this is refused (KV memory per text)
 
@@ -28,17 +29,11 @@ class PendingQuestion:
 
 
 @dataclass
-class _Bucket:
-    level: float
-    at: float
-
-
-@dataclass
 class QueryGate:
     cfg: LanguageServerConfig
     encode: Callable[[str], list[int]]
     refused: dict[str, Counter] = field(default_factory=dict)
-    _buckets: dict[tuple[str, str], _Bucket] = field(default_factory=dict)  # per (robot, requester)
+    _buckets: dict[tuple[str, str], TokenBucket] = field(default_factory=dict)  # per (robot, requester)
 
     def check(self, q: TextQuery, pending: deque, now: float) -> tuple[str, str] | list[int]:
         """The question's token ids, or (reason, detail) when refused (counted)."""
@@ -71,16 +66,10 @@ class QueryGate:
         return ids
 
     def _take(self, key: tuple[str, str], now: float) -> bool:
-        c = self.cfg
         b = self._buckets.get(key)
         if b is None:
-            b = self._buckets[key] = _Bucket(float(c.query_burst), now)
-        b.level = min(float(c.query_burst), b.level + (now - b.at) * c.queries_per_s)
-        b.at = now
-        if b.level < 1.0:
-            return False
-        b.level -= 1.0
-        return True
+            b = self._buckets[key] = TokenBucket(self.cfg.queries_per_s, float(self.cfg.query_burst))
+        return b.take(now)
 
     def forget(self, robot_id: str) -> None:
         for key in [k for k in self._buckets if k[0] == robot_id]:
