@@ -38,10 +38,12 @@ $(IFACE_STAMP): $(INTERFACE_SOURCES) scripts/build_interfaces.py $(DEPS_STAMP)
 
 # The editable install plus the layout a colcon install has (ament index marker, share/physai_ros
 # linked to this checkout, lib/physai_ros executables), so ROS tools find the package in the venv;
-# and lab/ (physai_lab: training, evaluation, simulators the tests and benchmarks use), editable.
-$(PKG_STAMP): setup.py setup.cfg lab/setup.py scripts/install_ament_layout.py $(wildcard launch/* config/*) $(DEPS_STAMP)
+# lab/ (physai_lab: training, evaluation, simulators the tests and benchmarks use) and bench/'s
+# library (physai_bench), editable.
+$(PKG_STAMP): setup.py setup.cfg lab/setup.py bench/setup.py scripts/install_ament_layout.py $(wildcard launch/* config/*) $(DEPS_STAMP)
 	$(PY) -m pip install -q -c constraints.txt --no-deps --no-build-isolation -e .
 	$(PY) -m pip install -q -c constraints.txt --no-deps --no-build-isolation -e lab
+	$(PY) -m pip install -q -c constraints.txt --no-deps --no-build-isolation -e bench
 	$(PY) scripts/install_ament_layout.py > /dev/null
 	touch $@
 

@@ -6,10 +6,10 @@ Mix2 / Mix4) at 16-256 robots.
 
 Sources of every number:
   - workloads, SLOs, rates, baselines: the paper (Table 1, Table 2, §4.1);
-  - GPU service times and profiles L(b, lambda): roofline model (bench/factory_profiles.py), not
+  - GPU service times and profiles L(b, lambda): roofline model (bench/physai_bench/factory/profiles.py), not
     measured on a GPU; --s1 paper-fit scales System 1 to the ~46 ms batch-1 time ROSA's own
-    numbers imply for GR00T on the H200 (bench/factory_profiles.PAPER_FIT_S1_B1_S);
-  - throughputs, SLO attainment, p99: simulated (bench/factory_sim.py) on those service times;
+    numbers imply for GR00T on the H200 (physai_bench.factory.profiles.PAPER_FIT_S1_B1_S);
+  - throughputs, SLO attainment, p99: simulated (bench/physai_bench/factory/sim.py) on those service times;
   - solver time: measured wall time of solve() on this machine's CPU;
   - the paper's own figures (PAPER below) are printed for comparison, labelled "paper".
 Pools: 8 GPUs as in the paper (8-GPU H200 server) for every fleet size, plus 32 GPUs for 256
@@ -28,14 +28,10 @@ import sys
 import time
 from pathlib import Path
 
-HERE = Path(__file__).resolve().parent
-sys.path.insert(0, str(HERE))
-sys.path.insert(0, str(HERE.parent))
-import factory_baselines  # noqa: E402
-import factory_profiles  # noqa: E402
-import factory_sim  # noqa: E402
-from physai_ros.scheduler.factory.types import (ComponentSpec, FactoryProblem,  # noqa: E402
-                                                ServerPool, TaskClass)
+from physai_bench.factory import baselines as factory_baselines
+from physai_bench.factory import profiles as factory_profiles
+from physai_bench.factory import sim as factory_sim
+from physai_ros.scheduler.factory.types import ComponentSpec, FactoryProblem, ServerPool, TaskClass
 
 M = factory_profiles.MODEL_OF
 # Table 1 (all SLOs p99; t_act 200 ms).
@@ -175,7 +171,7 @@ def _q1(x) -> str:
 
 
 def markdown(result: dict) -> str:
-    lines = [f"Qualified actions/s (simulated, bench/factory_sim.py, on roofline-model profiles of "
+    lines = [f"Qualified actions/s (simulated, bench/physai_bench/factory/sim.py, on roofline-model profiles of "
              f"{result['hardware']}, System 1 {result['s1']}; {result['duration_s']:.0f} s simulated, seed {result['seed']}). "
              "Dedicated columns: qualified (robots served). ROSA: the solver's schedule, robots capped at "
              "f_c as a min send interval; uncapped: same placement, no cap (Fig. 10); avg-paced: the cap as an "
@@ -254,8 +250,8 @@ def main(argv=None) -> int:
               f"best shared {rows[-1]['best_shared']:.1f} ({time.perf_counter() - t0:.0f} s)", file=sys.stderr)
     result = {"hardware": args.hardware, "s1": args.s1, "duration_s": args.duration, "seed": args.seed, "rows": rows,
               "peaks": {g: peaks(rows, g) for g in sorted({c[2] for c in cells})},
-              "sources": {"workloads": "paper Table 1/2", "service_times": "roofline model (bench/factory_profiles.py)",
-                          "throughputs": "simulated (bench/factory_sim.py)", "solver_s": "measured wall time"},
+              "sources": {"workloads": "paper Table 1/2", "service_times": "roofline model (bench/physai_bench/factory/profiles.py)",
+                          "throughputs": "simulated (bench/physai_bench/factory/sim.py)", "solver_s": "measured wall time"},
               "paper": {f"{w}@{k}": d for (w, k), d in PAPER.items()} | {"ratios": PAPER_RATIOS},
               "wall_s": round(time.perf_counter() - t0, 1)}
     if args.scaling:

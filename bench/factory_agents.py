@@ -1,10 +1,10 @@
 """Kairos multi-agent language-request scheduling in a deterministic discrete-event
-simulation (bench/factory_agents_sim.py) of a robot factory's language components sharing VLM instances:
+simulation (bench/physai_bench/agents_sim.py) of a robot factory's language components sharing VLM instances:
 this module is the CLI - it runs the policies at several loads and seeds, prints the comparison
 table and the scheduler's decision time at 1,000 queued requests, and writes the results as JSON (--json).
 
 The policies compared, the workload, the engine model and where every number comes from are in
-bench/factory_agents_sim.py's docstring (Kairos §7 baselines and ablations).
+bench/physai_bench/agents_sim.py's docstring (Kairos §7 baselines and ablations).
 """
 from __future__ import annotations
 
@@ -17,12 +17,8 @@ from typing import List
 
 import numpy as np
 
-ROOT = Path(__file__).resolve().parents[1]
-sys.path.insert(0, str(ROOT))
-sys.path.insert(0, str(ROOT / "bench"))
-
-from factory_agents_sim import AGENTS, KV_BYTES, POLICIES, REPLAN_P, TASKS, Flow, Sim, simulate  # noqa: E402
-from physai_ros.scheduler.agents import MemoryDemand  # noqa: E402
+from physai_bench.agents_sim import AGENTS, KV_BYTES, POLICIES, REPLAN_P, TASKS, Flow, Sim, simulate
+from physai_ros.scheduler.agents import MemoryDemand
 
 
 def decision_time_us(policy: str, queued: int = 1000, reps: int = 200, seed: int = 0) -> dict:

@@ -5,7 +5,7 @@ For every GEMM of realtime-vla Table 2 (bf16, 2 views by default) it reports:
   cublas_ms  plain torch.matmul (the GEMM alone, no epilogue),
   torch_ms   ops.<op>(backend="torch"): matmul plus separate epilogue kernels,
   triton_ms  ops.<op>(backend="triton"): the fused kernel with its tuned tile config,
-  roofline_ms (bench/roofline.py, for the GPU it runs on when known), and the ratios
+  roofline_ms (bench/physai_bench/roofline.py, for the GPU it runs on when known), and the ratios
   triton/torch and triton/roofline,
 after checking that the triton result matches torch (bf16 tolerance). Attention is timed for
 the VLM prefix and one action-expert step. Times are medians of triton.testing.do_bench.
@@ -21,11 +21,9 @@ import json
 import os
 import sys
 from dataclasses import dataclass
-from pathlib import Path
 from typing import Callable, List, Optional
 
-sys.path.insert(0, str(Path(__file__).resolve().parent))
-import roofline  # noqa: E402  (bench/ is a folder of scripts, not a package)
+from physai_bench import roofline
 
 PI0_HEAD_DIM = 256
 

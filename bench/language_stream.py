@@ -28,7 +28,7 @@ R * ceil(N / k) requests; its first ceil(N / k) frames fill that pipeline and ar
 Reports per (robots R, budget N, mode): frames/s (the action frequency; x chunk = actions/s),
 whether it holds --f-min, tokens/s, p50/p99 frame time, the split into actions / text prefill /
 decode, and ratios vs isolated; then, labelled PREDICTED, the roofline lower bound of the same
-cells for the full pi0 on an H100 (language_roofline.py, bench/roofline.py's model), never a
+cells for the full pi0 on an H100 (language_roofline.py, bench/physai_bench/roofline.py's model), never a
 measurement. Results and the measured tables: docs/language.md.
 """
 from __future__ import annotations
@@ -43,8 +43,6 @@ import time
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
-sys.path.insert(0, str(ROOT))
-sys.path.insert(0, str(ROOT / "bench"))
 
 SHIPPED = ROOT / "physai_ros" / "assets" / "policy" / "sim_pi0"
 MODES = ("isolated", "shared", "continuous")
@@ -354,7 +352,7 @@ def main(argv=None) -> int:
     result["seconds"] = round(time.perf_counter() - t_start, 1)
     result["machine"]["load_avg_end"] = os.getloadavg()
     if not args.no_prediction:
-        import language_roofline
+        from physai_bench import language_roofline
 
         result["gpu_prediction"] = language_roofline.predict(robots, budgets, args.k, args.views, prompt_len)
     print_table(result, file=sys.stderr if args.json else sys.stdout)

@@ -1,6 +1,6 @@
 """openpi's clients, N at once, served two ways in one run at equal model time:
   openpi   openpi's serving pattern (bench/openpi_baseline/server.py in .venv-openpi: one request at
-           a time on one asyncio loop), with a stand-in model (bench/model_time.py) of our engine's
+           a time on one asyncio loop), with a stand-in model (bench/physai_bench/model_time.py) of our engine's
            time for one robot as measured in this run, so both pay the same model time per request;
   gateway  physai-fleet with the openpi gateway: every client is a fleet.yaml robot, batched and
            scheduled by the policy server's real engine (the shipped sim_pi0 on this machine);

@@ -21,13 +21,10 @@ import argparse
 import dataclasses
 import json
 import os
-import sys
 import time
 from pathlib import Path
 
 REPO = Path(__file__).resolve().parents[1]
-if str(REPO) not in sys.path:
-    sys.path.insert(0, str(REPO))
 
 FIGURES = ("completed", "completed_per_min", "episodes", "timeouts", "resets", "resets_not_failed",
            "reset_reasons", "operator_resets", "escalations", "held_s", "intruder_s", "moving_with_intruder_s",

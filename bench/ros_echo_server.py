@@ -4,7 +4,7 @@ for each robot named, and answers every message at once with an ActionChunk of t
 shape on /<robot>/action_chunk: no registration, validation, scheduling, engine or thread
 hand-off; EventsExecutor, as the policy server. What remains is rclpy and DDS themselves.
 --model-ms computes that long in the callback before answering, reported as inference_ms
-(bench/model_time.py says why).
+(bench/physai_bench/model_time.py says why).
 
 --batch is the floor for a server that batches robots, as ours does: the callback only queues the
 observation, and one worker thread takes everything queued, computes --model-ms once for the
@@ -41,7 +41,7 @@ def main() -> None:
 
     from physai_ros.protocol.topics import ACTION_CHUNK_TOPIC, OBSERVATION_TOPIC, robot_topic
     from physai_ros.ros.qos import reliable_qos
-    from model_time import compute_for  # bench/model_time.py (this script's directory is on sys.path)
+    from physai_bench.model_time import compute_for
 
     rclpy.init()
     node = rclpy.create_node("bench_ros_echo")

@@ -326,8 +326,7 @@ def replay_recorded(args) -> int:
 
 def libero_main(args) -> int:
     """The LIBERO-like benchmark (bench/sched_libero.py) and its chart (bench/sched_chart.py)."""
-    sys.path.insert(0, str(REPO / "bench"))
-    import sched_libero
+    import sched_libero  # bench/sched_libero.py, this script's folder
 
     t_start = time.time()
     doc = yaml.safe_load(args.workload.read_text())

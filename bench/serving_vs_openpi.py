@@ -17,7 +17,7 @@ the same closed-loop load (each robot sends its next observation when its answer
 With several robots our engine batches them and a robot waits for the batch in flight: that
 queue wait is reported separately ("excl. queue"); openpi's ~0 ms policy never makes anyone wait.
 --model-ms also runs each anchor with a stand-in model of that many milliseconds (matrix
-products, bench/model_time.py), reported as "openpi+20ms" and "rclpy+20ms": our engine computes
+products, bench/physai_bench/model_time.py), reported as "openpi+20ms" and "rclpy+20ms": our engine computes
 for 16-25 ms per request with server.torch_threads 1, 45-50 ms by default, and a server that computes between requests pays more per request
 than one that answers at once (idle cores, cold caches), which is not serving logic. One-robot
 cases for openpi, which computes one robot at a time, so with several robots its overhead would be
@@ -47,9 +47,7 @@ from pathlib import Path
 import numpy as np
 
 ROOT = Path(__file__).resolve().parents[1]
-sys.path.insert(0, str(ROOT / "bench"))
-
-import serving as ros_bench  # noqa: E402  (bench/serving.py: the ROS load generator)
+import serving as ros_bench  # bench/serving.py (this script's folder): the ROS load generator
 
 OPENPI_PY = ROOT / ".venv-openpi" / "bin" / "python"
 DEFAULT_CASES = ("1robot_1views_224", "1robot_2views_224", "4robot_1views_224", "4robot_2views_224",

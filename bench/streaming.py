@@ -41,15 +41,13 @@ import threading
 import time
 from pathlib import Path
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+import numpy as np
+import torch
 
-import numpy as np  # noqa: E402
-import torch  # noqa: E402
-
-from physai_ros.engine import EngineInput, Pi0Config  # noqa: E402
-from physai_ros.engine.streaming.expert import StreamingExpert  # noqa: E402
+from physai_ros.engine import EngineInput, Pi0Config
+from physai_ros.engine.streaming.expert import StreamingExpert
 from physai_ros.engine.streaming.stream_engine import StreamingEngine
-from physai_ros.engine.streaming.streams import StreamingConfig, StreamingCore  # noqa: E402
+from physai_ros.engine.streaming.streams import StreamingConfig, StreamingCore
 
 
 def observation(cfg: Pi0Config, seed: int, views: int = 2, prompt: int = 16) -> EngineInput:

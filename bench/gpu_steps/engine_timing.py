@@ -31,7 +31,7 @@ BATCHED = ("fast", "fast+graphs", "triton+graphs")  # batch 4 and 16 only where 
 
 
 def roofline(device) -> dict:
-    import roofline as rf
+    from physai_bench import roofline as rf
 
     name = torch.cuda.get_device_name(device) if torch.device(device).type == "cuda" else "cpu"
     key = "h200" if "H200" in name else "h100_sxm" if "H100" in name else None

@@ -10,7 +10,7 @@ openpi_client codec and the websockets package it uses.
 The policy here does only the work a transport benchmark should see besides the wire: it reads
 every image and the state (so the payload is really received and touched) and returns an action
 chunk of the engine's shape. Its time is reported as infer_ms and subtracted, as ours is.
---model-ms adds that many milliseconds of matrix products to each infer (bench/model_time.py
+--model-ms adds that many milliseconds of matrix products to each infer (bench/physai_bench/model_time.py
 says why).
 
   python bench/openpi_baseline/server.py --port 8765 --horizon 50 --action-dim 32 [--model-ms 40]
@@ -29,7 +29,7 @@ import websockets.asyncio.server
 from openpi_client import msgpack_numpy
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
-from model_time import compute_for  # noqa: E402  (bench/model_time.py, numpy only)
+from physai_bench.model_time import compute_for  # noqa: E402  (numpy only: this venv has no physai_bench install)
 
 
 class TouchPolicy:

@@ -14,16 +14,16 @@ Where the numbers come from (all illustrative unless marked measured):
 - Output lengths: lognormal per agent (AGENTS: median, sigma), capped at 4x the median. Chosen to
   span the classes: plans 60-140 tokens, safety verdicts ~6, monitor answers ~12, narration ~40.
   Not measured from a physai_ros deployment (none recorded yet).
-- Prompt tokens: views x 256 (pi0's tokens per view, bench/roofline.py) + text, +-10 % uniform.
+- Prompt tokens: views x 256 (pi0's tokens per view, bench/physai_bench/roofline.py) + text, +-10 % uniform.
 - KV bytes per token: 18,432 (pi0's gemma_2b: 18 layers x K,V x 1 head x 256 x bf16;
-  bench/language_roofline.py). Instance KV budget: --kv-tokens (default 16,000 tokens = 0.27 GiB,
+  bench/physai_bench/language_roofline.py). Instance KV budget: --kv-tokens (default 16,000 tokens = 0.27 GiB,
   ~18 concurrent requests), illustrative and deliberately small: an H100 would hold far more pi0
   KV; it is scaled down so that memory binds at the loads simulated, as it does in the paper's
   setting (equivalently: a larger VLM with more KV bytes per token).
 - Decode step time ("measured" model, default): linear interpolation of the physai_ros engine's
   decode step on an H100 at batch 1 / 16 / 128 = 19.6 / 36 / 132 ms (docs/language.md, h100_probe,
   host-bound), plus prefill 21 ms per admitted request (the measured batch-1 prefix) scaled by its
-  tokens / 816. "roofline" model: bench/language_roofline.decode_step_ms (a lower bound, 1.5 ms
+  tokens / 816. "roofline" model: physai_bench.language_roofline.decode_step_ms (a lower bound, 1.5 ms
   at batch 1) and its prefill. System 1 chunk: 0.152 s (measured prefix + eager denoise, same probe),
   on separate action GPUs (no contention).
 - Engine: vLLM-like continuous batching per instance: a local FIFO, admission when the prompt's
@@ -35,20 +35,14 @@ Where the numbers come from (all illustrative unless marked measured):
 from __future__ import annotations
 
 import heapq
-import sys
 from collections import deque
 from dataclasses import dataclass
-from pathlib import Path
 from typing import Dict, List, Optional
 
 import numpy as np
 
-ROOT = Path(__file__).resolve().parents[1]
-sys.path.insert(0, str(ROOT))
-sys.path.insert(0, str(ROOT / "bench"))
-
-import language_roofline  # noqa: E402
-from physai_ros.scheduler.agents import (  # noqa: E402
+from physai_bench import language_roofline
+from physai_ros.scheduler.agents import (
     AgentLatencyProfiler, ConvergenceConfig, ExecRecord, InstanceSpec, LanguageRequest, MemoryDemand,
     RoundRobinDispatcher, TimeSlotDispatcher, WorkflowAnalyzer, agent_priorities, make_queue,
 )

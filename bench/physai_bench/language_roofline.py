@@ -1,4 +1,4 @@
-"""A PREDICTED GPU figure for bench/language_stream.py's three modes: bench/roofline.py's model
+"""A PREDICTED GPU figure for bench/language_stream.py's three modes: bench/physai_bench/roofline.py's model
 (each GEMM costs max(weight bytes / bandwidth, MACs / MAC rate), bf16; realtime-vla §5.1) applied
 to the full pi0 (PaliGemma gemma_2b + gemma_300m expert; pi0.5 has the same sizes) for the same
 workload. A lower bound: no kernel launches, no scheduling, no re-batching copies; never a
@@ -14,8 +14,8 @@ import dataclasses
 import math
 from typing import Dict, List
 
-import roofline
-from roofline import GPUS, Row, row_ms
+from physai_bench import roofline
+from physai_bench.roofline import GPUS, Row, row_ms
 
 LAYERS, WIDTH, MLP, HEADS, HEAD_DIM, VOCAB = 18, 2048, 16384, 8, 256, 257152
 KV_BYTES_PER_TOKEN = LAYERS * 2 * 1 * HEAD_DIM * 2  # K and V, one KV head, bf16

@@ -9,8 +9,8 @@ MACs against the tensor cores. The softmax-attention rows of the VLM have no wei
 VLM (17 attention/FFN layers: the last layer only feeds its K/V to the expert) and 10 action
 expert steps gives the bound per inference.
 
-    python bench/roofline.py            # table for the RTX 4090, H100 SXM and H200, 1-3 views
-    python bench/roofline.py --json     # machine-readable, with rtx4090_ms keyed "1", "2", "3"
+    python bench/physai_bench/roofline.py            # table for the RTX 4090, H100 SXM and H200, 1-3 views
+    python bench/physai_bench/roofline.py --json     # machine-readable, with rtx4090_ms keyed "1", "2", "3"
 """
 from __future__ import annotations
 

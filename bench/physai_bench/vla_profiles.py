@@ -1,16 +1,16 @@
 #!/usr/bin/env python3
 """Latency-vs-batch profiles of pi0 / pi0.5 on an edge RTX A6000 and a cloud A100, derived from
-bench/roofline.py's GEMM model (realtime-vla §5.1) and calibrated on realtime-vla's measurements.
+bench/physai_bench/roofline.py's GEMM model (realtime-vla §5.1) and calibrated on realtime-vla's measurements.
 
 Why derived rather than measured: no A6000 (the Kairos testbed's edge GPU, §5.1) is available
 here, and bench/scheduler.py needs a latency-vs-batch curve per model to study scheduling. The
 numbers written into bench/workloads/libero_a6000.yaml come from this script:
 
-    .venv/bin/python bench/vla_profiles.py            # table
-    .venv/bin/python bench/vla_profiles.py --yaml     # the profile lines for the workload file
+    .venv/bin/python bench/physai_bench/vla_profiles.py            # table
+    .venv/bin/python bench/physai_bench/vla_profiles.py --yaml     # the profile lines for the workload file
 
 Model (every step is an assumption, stated):
-1. Roofline R_gpu(b) of one batch of b requests: bench/roofline.py's rows for pi0 with V views,
+1. Roofline R_gpu(b) of one batch of b requests: bench/physai_bench/roofline.py's rows for pi0 with V views,
    the action expert resized to the model's chunk (pi0: 63 actions + state token; pi0.5 on
    LIBERO: openpi's pi05_libero uses action_horizon=10), weights read once per batch, tokens
    (compute) x b; per-request attention and KV-cache rows x b.
@@ -28,10 +28,8 @@ import argparse
 import dataclasses
 import json
 import sys
-from pathlib import Path
 
-sys.path.insert(0, str(Path(__file__).resolve().parent))
-import roofline  # noqa: E402  (bench/roofline.py)
+from physai_bench import roofline
 
 GPUS = {
     "rtx4090": roofline.GPUS["rtx4090"],

@@ -8,7 +8,7 @@ scheduler's FactoryProblem (physai_ros.scheduler.factory.types).
       hardware: H100             # the profiles' hardware key
       standby: 1                 # hot standbys kept loaded and off the routes (§3.4.4)
       memory_gb: 80              # per server (optional)
-      profiles: profiles.json    # ModelProfile list (bench/factory_profiles.py writes one)
+      profiles: profiles.json    # ModelProfile list (bench/physai_bench/factory/profiles.py writes one)
       models: {system1: pi0, system2: qwen2.5-vl-7b, safety: qwen2.5-vl-3b, monitor: qwen2.5-vl-7b}
       robots: {pick_place_monitored: 16, place_in_order: 16}   # default: the robots list
       value_weights: {place_in_order: 2.0}                     # v_c, default 1

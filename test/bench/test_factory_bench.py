@@ -1,11 +1,10 @@
-"""bench/factory*.py (ROSA §3.4 / §4 trace simulator, GPU-scale profiles, baselines) on tiny fleets:
+"""bench/factory.py and physai_bench.factory (ROSA §3.4 / §4 trace simulator, GPU-scale profiles, baselines) on tiny fleets:
 the simulator conserves requests, reproduces the service time alone, honours a rate cap, and
 separates an overloaded uncapped pool from a capped schedule; profiling gives an M/D/1-like
 monotone p99; the baselines serve the robots the paper says. Seconds, no timing asserted."""
 import importlib.util
 import json
 import math
-import sys
 from pathlib import Path
 
 import numpy as np
@@ -15,19 +14,17 @@ ROOT = Path(__file__).resolve().parents[2]
 
 
 def _load(name):
-    sys.path.insert(0, str(ROOT / "bench"))
     spec = importlib.util.spec_from_file_location(name, ROOT / "bench" / f"{name}.py")
     mod = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(mod)
     return mod
 
 
-factory = _load("factory")
-sim = _load("factory_sim")
-fp = _load("factory_profiles")
-fb = _load("factory_baselines")
-from physai_ros.scheduler.factory.types import (FactorySchedule, Route,  # noqa: E402
-                                                ServerAssignment)
+factory = _load("factory")  # the entry point
+from physai_bench.factory import baselines as fb  # noqa: E402
+from physai_bench.factory import profiles as fp  # noqa: E402
+from physai_bench.factory import sim  # noqa: E402
+from physai_ros.scheduler.factory.types import FactorySchedule, Route, ServerAssignment  # noqa: E402
 
 SERVICES = fp.services("H200")
 S1 = SERVICES[fp.S1_MODEL]

@@ -4,14 +4,12 @@ steady state cross-frame batching emits R * N tokens per frame, like the per-fra
 the roofline prediction is the model it says it is. No timing is asserted."""
 import importlib.util
 import json
-import sys
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[2]
 
 
 def _load(name):
-    sys.path.insert(0, str(ROOT / "bench"))
     spec = importlib.util.spec_from_file_location(name, ROOT / "bench" / f"{name}.py")
     mod = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(mod)
@@ -54,7 +52,7 @@ def test_shared_decode_each_and_a_mode_subset(capsys):
 
 
 def test_roofline_decode_step_is_the_weight_read_at_batch_one():
-    lr = _load("language_roofline")
+    from physai_bench import language_roofline as lr
     gpu = lr.GPUS["h100_sxm"]
     weights = lr.LAYERS * (lr.WIDTH * (lr.HEADS + 2) * lr.HEAD_DIM + lr.HEADS * lr.HEAD_DIM * lr.WIDTH
                            + 3 * lr.WIDTH * lr.MLP) + lr.WIDTH * lr.VOCAB

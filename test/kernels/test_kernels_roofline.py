@@ -1,5 +1,4 @@
-"""bench/roofline.py against realtime-vla Table 2 and §5.1."""
-import importlib.util
+"""bench/physai_bench/roofline.py against realtime-vla Table 2 and §5.1."""
 import json
 import subprocess
 import sys
@@ -7,18 +6,9 @@ from pathlib import Path
 
 import pytest
 
+from physai_bench import roofline
+
 BENCH = Path(__file__).resolve().parents[2] / "bench"
-
-
-def _load():
-    spec = importlib.util.spec_from_file_location("roofline", BENCH / "roofline.py")
-    mod = importlib.util.module_from_spec(spec)
-    sys.modules.setdefault("roofline", mod)  # dataclasses look their module up by name
-    spec.loader.exec_module(mod)
-    return mod
-
-
-roofline = _load()
 
 # Table 2's "Roofline" column (RTX 4090, 2 views, no prompt), in the table's row order.
 TABLE2 = [0.004, 0.602, 0.178, 0.201, 0.750, 0.750,
@@ -64,7 +54,7 @@ def test_memory_and_compute_terms():
 
 
 def test_cli_json():
-    out = subprocess.run([sys.executable, str(BENCH / "roofline.py"), "--json"],
+    out = subprocess.run([sys.executable, str(BENCH / "physai_bench" / "roofline.py"), "--json"],
                          capture_output=True, text=True, check=True, timeout=60)
     rep = json.loads(out.stdout)
     assert set(rep["rtx4090_ms"]) == {"1", "2", "3"}

@@ -1,5 +1,5 @@
 """ROSA §4.1's baseline serving systems, written as FactorySchedule objects for the same
-FactoryProblem the ROSA solver gets, so bench/factory_sim.py replays all of them alike.
+FactoryProblem the ROSA solver gets, so bench/physai_bench/factory/sim.py replays all of them alike.
 
 Dedicated serving (a GPU belongs to one robot):
   Baseline 1 - one GPU per robot: all of the robot's components on its GPU, time-shared (the
@@ -21,12 +21,9 @@ task's freq_hz. Baselines make no latency prediction (NaN).
 from __future__ import annotations
 
 import math
-import sys
-from pathlib import Path
 from typing import Mapping
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
-from physai_ros.scheduler.factory.types import (COMPONENTS, FactoryProblem,  # noqa: E402
+from physai_ros.scheduler.factory.types import (COMPONENTS, FactoryProblem,
                                                 FactorySchedule, Route, ServerAssignment)
 
 NAN = math.nan

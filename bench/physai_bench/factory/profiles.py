@@ -1,14 +1,14 @@
 #!/usr/bin/env python3
 """GPU-scale service-time models of ROSA §4.1's models on one H100 / H200, and their serving
-profiles L_{m,h}(b, lambda) measured on bench/factory_sim.py's single-server queue the way ROSA
+profiles L_{m,h}(b, lambda) measured on bench/physai_bench/factory/sim.py's single-server queue the way ROSA
 §3.4.2 Step 1 profiles (ten open-loop rates from 10 % to 100 % of the maximum throughput of each
 batch size; mean and p99 latency) -> ModelProfile(source="roofline"). No GPU is used: every number
 is a roofline bound times a stated factor, never a measurement.
 
 System 1 (GR00T N1.6-3B in ROSA; modelled as pi0, the same ~3B VLA class, ROSA Fig. 13 reports the
-two close): s(b) = c + k * R_gpu(b), with R_gpu(b) bench/roofline.py's pi0 GEMM bound (2 views,
+two close): s(b) = c + k * R_gpu(b), with R_gpu(b) bench/physai_bench/roofline.py's pi0 GEMM bound (2 views,
 48 prompt tokens, 50-action chunk; weights once per batch, tokens x b) on the H100 / H200 and
-(c, k) = bench/vla_profiles.calibration(): the least-squares fit of realtime-vla Table 1's
+(c, k) = physai_bench.vla_profiles.calibration(): the least-squares fit of realtime-vla Table 1's
 openpi/JAX measurements on an RTX 4090 against the 4090 roofline (c ~ 21 ms fixed per call,
 k ~ 1.72). Check against the paper: this gives batch 16 ~4.4x the throughput of batch 1, ROSA
 §4.3 measured "roughly 3~4x" (Fig. 13); s(1) ~ 28 ms, where ROSA's P4 numbers (§4.2: 29.5
@@ -27,8 +27,8 @@ Model sizes from the Qwen2.5-VL configs (7B: 28 layers, 4 KV heads x 128; 3B: 36
 heads x 128). The profile key is model:role because the same weights answer with different
 output lengths (the System 2 plan vs the monitor's one-word verdict).
 
-    .venv/bin/python bench/factory_profiles.py                 # table of service times, H100 and H200
-    .venv/bin/python bench/factory_profiles.py --write h100    # config/factory_profiles_h100.json
+    .venv/bin/python bench/physai_bench/factory/profiles.py                 # table of service times, H100 and H200
+    .venv/bin/python bench/physai_bench/factory/profiles.py --write h100    # config/factory_profiles_h100.json
 """
 from __future__ import annotations
 
@@ -41,14 +41,11 @@ from pathlib import Path
 
 import numpy as np
 
-HERE = Path(__file__).resolve().parent
-sys.path.insert(0, str(HERE))
-sys.path.insert(0, str(HERE.parent))
-import factory_sim  # noqa: E402
-import roofline  # noqa: E402
-import vla_profiles  # noqa: E402
-from physai_ros.scheduler.factory.types import (CONTINUOUS, STATIC, ModelProfile,  # noqa: E402
-                                                ProfilePoint)
+from physai_bench import roofline, vla_profiles
+from physai_bench.factory import sim as factory_sim
+from physai_ros.scheduler.factory.types import CONTINUOUS, STATIC, ModelProfile, ProfilePoint
+
+REPO = Path(__file__).resolve().parents[3]
 
 HARDWARE = {  # profile key -> (roofline GPU, memory GB)
     "H100": (roofline.GPUS["h100_sxm"], 80.0),
@@ -183,12 +180,12 @@ def services(hardware: str, s1_mode: str = "roofline") -> dict:
     return out
 
 
-NOTE_S1 = ("s(b) = c + k * pi0 GEMM roofline(b) (bench/roofline.py, 2 views); c, k fit to realtime-vla "
-           "Table 1 openpi/JAX on RTX 4090 (bench/vla_profiles.calibration); static batching, "
-           "profiled on bench/factory_sim.py's single-server queue, Poisson arrivals")
+NOTE_S1 = ("s(b) = c + k * pi0 GEMM roofline(b) (bench/physai_bench/roofline.py, 2 views); c, k fit to realtime-vla "
+           "Table 1 openpi/JAX on RTX 4090 (physai_bench.vla_profiles.calibration); static batching, "
+           "profiled on bench/physai_bench/factory/sim.py's single-server queue, Poisson arrivals")
 NOTE_VLM = ("continuous batching: prefill at 50% dense bf16 peak + output_tokens x decode step "
-            "(weights + KV bytes at 70% HBM bandwidth); token counts assumed (bench/factory_profiles.VLMS); "
-            "profiled on bench/factory_sim.py's single-server queue, Poisson arrivals")
+            "(weights + KV bytes at 70% HBM bandwidth); token counts assumed (physai_bench.factory.profiles.VLMS); "
+            "profiled on bench/physai_bench/factory/sim.py's single-server queue, Poisson arrivals")
 
 
 def profile(service, n_requests: int = 2000, seed: int = 0, source: str = "roofline") -> ModelProfile:
@@ -223,7 +220,7 @@ def profiles(hardware: str, n_requests: int = 2000, seed: int = 0, s1_mode: str 
 
 
 def write_json(hardware: str, path: Path, n_requests: int = 2000, seed: int = 0) -> dict:
-    doc = {"generated_by": "bench/factory_profiles.py --write " + hardware.lower(),
+    doc = {"generated_by": "bench/physai_bench/factory/profiles.py --write " + hardware.lower(),
            "source": "roofline model, not measured",
            "assumptions": {"prefill_efficiency": PREFILL_EFFICIENCY, "decode_efficiency": DECODE_EFFICIENCY,
                            "image_tokens": IMAGE_TOKENS, "max_num_seqs": MAX_NUM_SEQS,
@@ -262,7 +259,7 @@ def main(argv=None) -> int:
     ap.add_argument("--requests", type=int, default=2000, help="requests per profiled rate")
     args = ap.parse_args(argv)
     if args.write:
-        path = HERE.parent / "config" / f"factory_profiles_{args.write}.json"
+        path = REPO / "config" / f"factory_profiles_{args.write}.json"
         write_json(args.write.upper(), path, args.requests)
         print(f"wrote {path}")
     else:

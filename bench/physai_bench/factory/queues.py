@@ -1,4 +1,4 @@
-"""The queueing machinery of bench/factory_sim.py (ROSA §3.4 / §4 trace simulator): a heapq event
+"""The queueing machinery of bench/physai_bench/factory/sim.py (ROSA §3.4 / §4 trace simulator): a heapq event
 clock with the request table, and the three kinds of GPU server it replays.
 
   StaticServer     System 1 with static batching: when idle it takes up to `batch` waiting

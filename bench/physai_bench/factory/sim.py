@@ -1,7 +1,7 @@
 """Deterministic discrete-event trace simulator of a robot factory served by a GPU pool under one
 FactorySchedule (ROSA §3.4 and §4.2): the schedule's placement, routing, batching and request
-rates are replayed against GPU service-time models (bench/factory_profiles.py), so the ROSA
-solver's schedule and the paper's baselines (bench/factory_baselines.py) are judged by the same
+rates are replayed against GPU service-time models (bench/physai_bench/factory/profiles.py), so the ROSA
+solver's schedule and the paper's baselines (bench/physai_bench/factory/baselines.py) are judged by the same
 clock.
 
 Robots (closed loop, ROSA §3.4.1's synchronous execution, Figure 4). Each served robot, from a
@@ -15,7 +15,7 @@ seeded random phase over its nominal cycle (1 / f_c when capped, else t_act):
 Obligation components (safety, monitor) are independent open-loop periodic requests at the task's
 freq_hz from a seeded phase, whether or not the previous one has answered.
 
-Servers (bench/factory_queue.py), from the schedule's assignments grouped by server id (standbys
+Servers (bench/physai_bench/factory/queues.py), from the schedule's assignments grouped by server id (standbys
 are not simulated):
   - System 1 alone: static batching - when idle it takes up to `batch` waiting requests (FIFO) and
     serves them together in s(k) for the k it took (no waiting for the batch to fill);
@@ -48,18 +48,14 @@ answered within the SLO) and p50 / p99 latency.
 from __future__ import annotations
 
 import math
-import sys
 from dataclasses import dataclass, field
-from pathlib import Path
 from typing import Mapping
 
 import numpy as np
 
-sys.path.insert(0, str(Path(__file__).resolve().parent))
-sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
-from factory_queue import (ContinuousServer, RequestTrace, SharedServer,  # noqa: E402
-                           StaticServer, _Clock, isolated_s, run_arrivals, run_open_loop)
-from physai_ros.scheduler.factory.types import (COMPONENTS, FactoryProblem,  # noqa: E402
+from physai_bench.factory.queues import (ContinuousServer, RequestTrace, SharedServer, StaticServer, _Clock,
+                                         isolated_s, run_arrivals, run_open_loop)
+from physai_ros.scheduler.factory.types import (COMPONENTS, FactoryProblem,
                                                 FactorySchedule)
 
 # run_arrivals / run_open_loop / RequestTrace are re-exported: profiling and tests use them from here

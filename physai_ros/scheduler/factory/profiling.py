@@ -6,7 +6,7 @@ mean and p99 kept.
 The server here is the one physai_ros runs: it takes up to b waiting requests whenever it is idle
 (no waiting for a batch to fill; serving.serving_core dispatches that way) and a batch of k takes s(k).
 The service times are what the serving engines measure at start-up (workers.profiling) or what a
-roofline model predicts for a GPU (bench/factory_profiles.py); the queueing is simulated here,
+roofline model predicts for a GPU (bench/physai_bench/factory/profiles.py); the queueing is simulated here,
 not measured, and a profile made this way says so in its `note`.
 """
 from __future__ import annotations

@@ -109,7 +109,7 @@ class ModelProfile:
     that batch size's maximum throughput). Between measured rates latency is interpolated
     linearly; above the highest measured rate the server is taken as saturated (infinite
     latency), never extrapolated. `source` says where the numbers come from: "measured" (on this
-    project's engines), "roofline" (bench/roofline.py's bound plus a stated overhead) or "paper".
+    project's engines), "roofline" (bench/physai_bench/roofline.py's bound plus a stated overhead) or "paper".
     """
 
     model: str

@@ -1,4 +1,4 @@
-"""bench/factory_agents_sim.py's simulation (run by the CLI bench/factory_agents.py) at a tiny
+"""bench/physai_bench/agents_sim.py's simulation (run by the CLI bench/factory_agents.py) at a tiny
 scale: every policy runs, every request finishes exactly once, every workflow ends, and the counts
 agree. No timing is asserted."""
 import importlib.util
@@ -11,7 +11,6 @@ ROOT = Path(__file__).resolve().parents[3]
 
 
 def _load(name):
-    sys.path.insert(0, str(ROOT / "bench"))
     spec = importlib.util.spec_from_file_location(name, ROOT / "bench" / f"{name}.py")
     mod = importlib.util.module_from_spec(spec)
     sys.modules[name] = mod          # dataclasses look their module up by name
@@ -19,8 +18,8 @@ def _load(name):
     return mod
 
 
-bench = _load("factory_agents_sim")       # the simulation
-cli = _load("factory_agents")             # the CLI (decision time); imports the module above
+cli = _load("factory_agents")             # the CLI (decision time)
+from physai_bench import agents_sim as bench  # noqa: E402  (the simulation)
 
 
 @pytest.mark.parametrize("policy", bench.POLICIES)
