@@ -250,8 +250,8 @@ def main(argv=None) -> int:
               f"best shared {rows[-1]['best_shared']:.1f} ({time.perf_counter() - t0:.0f} s)", file=sys.stderr)
     result = {"hardware": args.hardware, "s1": args.s1, "duration_s": args.duration, "seed": args.seed, "rows": rows,
               "peaks": {g: peaks(rows, g) for g in sorted({c[2] for c in cells})},
-              "sources": {"workloads": "paper Table 1/2", "service_times": "roofline model (bench/physai_bench/factory/profiles.py)",
-                          "throughputs": "simulated (bench/physai_bench/factory/sim.py)", "solver_s": "measured wall time"},
+              "sources": {"workloads": "paper Table 1/2", "service_times": "roofline model (physai_bench.factory.profiles)",
+                          "throughputs": "simulated (physai_bench.factory.sim)", "solver_s": "measured wall time"},
               "paper": {f"{w}@{k}": d for (w, k), d in PAPER.items()} | {"ratios": PAPER_RATIOS},
               "wall_s": round(time.perf_counter() - t0, 1)}
     if args.scaling:

@@ -1,4 +1,5 @@
-"""bench/factory.py and physai_bench.factory (ROSA §3.4 / §4 trace simulator, GPU-scale profiles, baselines) on tiny fleets:
+"""bench/factory.py and physai_bench.factory (ROSA §3.4 / §4 trace simulator, GPU-scale profiles,
+baselines) on tiny fleets:
 the simulator conserves requests, reproduces the service time alone, honours a rate cap, and
 separates an overloaded uncapped pool from a capped schedule; profiling gives an M/D/1-like
 monotone p99; the baselines serve the robots the paper says. Seconds, no timing asserted."""
