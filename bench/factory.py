@@ -15,20 +15,26 @@ Sources of every number:
 Pools: 8 GPUs as in the paper (8-GPU H200 server) for every fleet size, plus 32 GPUs for 256
 robots (8 GPUs cannot hold 256 robots' safety and monitor load in this model).
 
-    .venv/bin/python bench/factory.py --quick              # 16-64 robots, 20 s simulated
-    flock /tmp/physai_heavy.lock .venv/bin/python bench/factory.py --json /tmp/factory.json
+    .venv/bin/python bench/factory.py --quick              # P1/P4 at 8-32 robots, 20 s simulated
+    .venv/bin/python bench/factory.py --json bench/results/factory.json   # the paper's range, refined
+
+Fleet sizes: the paper's range (8-64 robots on 8 H200s), refined around each system's peak and
+collapse (physai_bench.factory.grid), with ROSA's peak over each baseline's peak (the paper's ratios)
+and the equal-fleet ratios beside them; 128 and 256 robots (and 256 on 32 GPUs) are past the paper's
+range and reported apart.
 """
 from __future__ import annotations
 
 import argparse
 import dataclasses
-import json
 import math
 import sys
 import time
 from pathlib import Path
 
+from physai_bench import results
 from physai_bench.factory import baselines as factory_baselines
+from physai_bench.factory import grid
 from physai_bench.factory import profiles as factory_profiles
 from physai_bench.factory import sim as factory_sim
 from physai_ros.scheduler.factory.types import ComponentSpec, FactoryProblem, ServerPool, TaskClass
@@ -166,6 +172,10 @@ def _fmt(x) -> str:
     return "n/a" if x is None else ("inf" if x == math.inf else f"{x:.2f}" if isinstance(x, float) else str(x))
 
 
+def _span(xs: list) -> str:
+    return "-" if not xs else f"{min(xs):.2f}-{max(xs):.2f}"
+
+
 def _q1(x) -> str:
     return "n/a" if x is None else f"{x:.1f}"
 
@@ -209,57 +219,123 @@ def markdown(result: dict) -> str:
                   "", "| workload | robots | GPUs | solver s | feasible | predicted actions/s |", "|---|---|---|---|---|---|"]
         lines += [f"| {r['workload']} | {r['robots']} | {r['gpus']} | {r['solver_s']:.2f} | {r['feasible']} "
                   f"| {r['predicted_actions_per_s']:.1f} |" for r in result["solver_scaling"]]
+    for w, v in result.get("within_paper_range", {}).items():
+        if w == next(iter(result["within_paper_range"])):
+            rng = result["paper_range"]
+            lines += ["", f"Within the paper's range (<= {rng['max_robots']} robots on {rng['gpus']} GPUs, fleet "
+                      "sizes refined around each peak): peak (robots) of each system, ROSA's peak over each "
+                      "baseline's peak (the paper's ratios), and ROSA over the best baseline at the same fleet size",
+                      "", "| workload | ROSA peak | dedicated peak | shared peak | x dedicated (peaks) | x shared (peaks) "
+                      "| ROSA S1 SLO at peak | equal fleet x dedicated | equal fleet x shared |", "|---|---|---|---|---|---|---|---|---|"]
+        p = v["peaks"]
+        eq_d = [e["vs_dedicated"] for e in v["equal_fleet"].values() if e["vs_dedicated"] not in (None, math.inf)]
+        eq_s = [e["vs_shared"] for e in v["equal_fleet"].values() if e["vs_shared"] not in (None, math.inf)]
+        slo = v["rosa_system1_slo_at_peak"]
+        lines.append(
+            f"| {w} | {_q1(p['ROSA']['qualified_actions_per_s'])} ({p['ROSA']['robots']}) "
+            f"| {p['best dedicated']['qualified_actions_per_s']:.1f} ({p['best dedicated']['robots']}) "
+            f"| {p['best shared']['qualified_actions_per_s']:.1f} ({p['best shared']['robots']}) "
+            f"| {_fmt(v['rosa_peak_vs_dedicated_peak'])} | {_fmt(v['rosa_peak_vs_shared_peak'])} "
+            f"| {'-' if slo is None else f'{100 * slo:.1f}%'} "
+            f"| {_span(eq_d)} | {_span(eq_s)} |")
     lines += ["", "Paper (ROSA §4.2, 8x H200, measured there): " +
               "; ".join(f"{w} {k} robots: " + ", ".join(f"{n} {v}" for n, v in d.items()) for (w, k), d in PAPER.items()),
               "Paper ratios: " + ", ".join(f"{k} {v}x" for k, v in PAPER_RATIOS.items())]
     return "\n".join(lines)
 
 
+def sweep(workload: str, gpus: int, coarse: list[int], resolution: int, run) -> list[dict]:
+    """run_cell over `coarse` fleet sizes, refined around each system's peak and collapse."""
+    rows: dict[int, dict] = {}
+
+    def measure(k: int) -> dict:
+        rows[k] = run(workload, k, gpus)
+        return {name: v["qualified_actions_per_s"] for name, v in rows[k]["systems"].items()}
+    grid.refine(measure, coarse, resolution)
+    return [rows[k] for k in sorted(rows)]
+
+
+def paper_view(rows: list[dict], gpus: int, paper_max_robots: int) -> dict:
+    """Per workload, within the paper's range (<= paper_max_robots on `gpus` GPUs): each system's
+    peak and fleet size, ROSA's peak over each baseline's peak (how the paper states its ratios),
+    and the equal-fleet ratios (ROSA and the best dedicated / shared at the same fleet size)."""
+    out = {}
+    for w in WORKLOADS:
+        rs = {r["robots"]: {n: v["qualified_actions_per_s"] for n, v in r["systems"].items()} | {
+            "best dedicated": r["best_dedicated"], "best shared": r["best_shared"]}
+            for r in rows if r["workload"] == w and r["gpus"] == gpus and r["robots"] <= paper_max_robots}
+        if not rs:
+            continue
+        pk = {name: grid.peak(rs, name) for name in ("ROSA", "best dedicated", "best shared")}
+        slo = {r["robots"]: r["systems"]["ROSA"].get("components", {}).get("system1", {}).get("slo_attainment")
+               for r in rows if r["workload"] == w and r["gpus"] == gpus}
+        out[w] = {"fleet_sizes": sorted(rs),
+                  "peaks": {n: {"robots": k, "qualified_actions_per_s": round(v, 2)} for n, (k, v) in pk.items()},
+                  "rosa_peak_vs_dedicated_peak": _ratio(pk["ROSA"][1], pk["best dedicated"][1]),
+                  "rosa_peak_vs_shared_peak": _ratio(pk["ROSA"][1], pk["best shared"][1]),
+                  "rosa_system1_slo_at_peak": slo.get(pk["ROSA"][0]),
+                  "equal_fleet": {k: {"vs_dedicated": _ratio(v["ROSA"], v["best dedicated"]),
+                                      "vs_shared": _ratio(v["ROSA"], v["best shared"])} for k, v in sorted(rs.items())}}
+    return out
+
+
 def main(argv=None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    ap.add_argument("--quick", action="store_true", help="16-64 robots, 20 s simulated, P1/P4/Mix4")
+    ap.add_argument("--quick", action="store_true", help="P1/P4 at 8-32 robots, 20 s simulated, a coarse refinement")
     ap.add_argument("--hardware", default="H200", choices=sorted(factory_profiles.HARDWARE))
     ap.add_argument("--workloads", default=",".join(WORKLOADS))
-    ap.add_argument("--robots", default="16,32,64,128,256")
+    ap.add_argument("--robots", default="8,16,32,48,64",
+                    help="the coarse grid on --gpus GPUs (the paper: up to 64 robots on 8 H200s), refined")
+    ap.add_argument("--resolution", type=int, default=2, help="refine until neighbouring fleet sizes are this close")
+    ap.add_argument("--beyond", default="128,256", help="fleet sizes past the paper's range, reported apart ('' none)")
     ap.add_argument("--gpus", type=int, default=8)
     ap.add_argument("--big-pool", type=int, default=32, help="also run 256 robots on this many GPUs (0: no)")
     ap.add_argument("--duration", type=float, default=60.0, help="simulated seconds per run")
     ap.add_argument("--seed", type=int, default=0)
     ap.add_argument("--time-budget", type=float, default=10.0, help="solver time budget (s)")
-    ap.add_argument("--s1", default="roofline", choices=factory_profiles.S1_MODES,
-                    help="System 1 service times: roofline model, or scaled to the s(1) ROSA's numbers imply")
+    ap.add_argument("--s1", default="paper-fit", choices=factory_profiles.S1_MODES,
+                    help="System 1 service times: scaled to the s(1) ROSA's numbers imply (the paper's condition), "
+                         "or the roofline model")
     ap.add_argument("--scaling", default="64,256,1024,2048",
                     help="fleet sizes for the solver-time table (one GPU per 8 robots; '' to skip)")
     ap.add_argument("--profile-requests", type=int, default=2000, help="requests per profiled rate")
     ap.add_argument("--json", type=Path, help="write the full result here")
     args = ap.parse_args(argv)
     workloads = args.workloads.split(",")
-    fleets = [int(x) for x in args.robots.split(",")]
+    coarse = [int(x) for x in args.robots.split(",")]
+    beyond = [int(x) for x in args.beyond.split(",") if x]
     if args.quick:
-        workloads, fleets, args.duration, args.big_pool = ["P1", "P4", "Mix4"], [16, 32, 64], 20.0, 0
-        args.scaling = "64,256"
+        workloads, coarse, beyond, args.duration, args.big_pool = ["P1", "P4"], [8, 16, 32], [], 20.0, 0
+        args.resolution, args.scaling, args.profile_requests = 8, "64", 500
+    run = results.start_run(f"simulated factory on {args.gpus}x {args.hardware} (roofline-model profiles, System 1 "
+                            f"{args.s1}), {args.duration:.0f} s simulated per cell, seed {args.seed}; solver time "
+                            "measured on this CPU", __file__, argv, quick=args.quick)
     cfg = factory_sim.SimConfig(duration_s=args.duration, warmup_s=min(5.0, args.duration / 4), seed=args.seed)
-    cells = [(w, k, args.gpus) for w in workloads for k in fleets]
-    if args.big_pool:
-        cells += [(w, 256, args.big_pool) for w in workloads if 256 in fleets]
-    rows = []
     t0 = time.perf_counter()
-    for w, k, g in cells:
-        rows.append(run_cell(w, k, g, args.hardware, cfg, args.time_budget, args.profile_requests, args.s1))
-        print(f"# {w} {k} robots {g} GPUs: ROSA {_fmt(rows[-1]['systems']['ROSA']['qualified_actions_per_s'])}, "
-              f"best shared {rows[-1]['best_shared']:.1f} ({time.perf_counter() - t0:.0f} s)", file=sys.stderr)
+
+    def cell(w: str, k: int, g: int) -> dict:
+        row = run_cell(w, k, g, args.hardware, cfg, args.time_budget, args.profile_requests, args.s1)
+        print(f"# {w} {k} robots {g} GPUs: ROSA {_fmt(row['systems']['ROSA']['qualified_actions_per_s'])}, "
+              f"best shared {row['best_shared']:.1f} ({time.perf_counter() - t0:.0f} s)", file=sys.stderr)
+        return row
+    rows = []
+    for w in workloads:
+        rows += sweep(w, args.gpus, coarse, args.resolution, cell)
+        rows += [cell(w, k, args.gpus) for k in beyond]
+        if args.big_pool and 256 in beyond:
+            rows.append(cell(w, 256, args.big_pool))
     result = {"hardware": args.hardware, "s1": args.s1, "duration_s": args.duration, "seed": args.seed, "rows": rows,
-              "peaks": {g: peaks(rows, g) for g in sorted({c[2] for c in cells})},
+              "paper_range": {"gpus": args.gpus, "max_robots": max(coarse)},
+              "within_paper_range": paper_view(rows, args.gpus, max(coarse)),
+              "peaks": {g: peaks(rows, g) for g in sorted({r["gpus"] for r in rows})},
               "sources": {"workloads": "paper Table 1/2", "service_times": "roofline model (physai_bench.factory.profiles)",
                           "throughputs": "simulated (physai_bench.factory.sim)", "solver_s": "measured wall time"},
-              "paper": {f"{w}@{k}": d for (w, k), d in PAPER.items()} | {"ratios": PAPER_RATIOS},
-              "wall_s": round(time.perf_counter() - t0, 1)}
+              "paper": {f"{w}@{k}": d for (w, k), d in PAPER.items()} | {"ratios": PAPER_RATIOS}}
     if args.scaling:
         result["solver_scaling"] = solver_scaling([int(x) for x in args.scaling.split(",")], args.hardware,
                                                   args.profile_requests, args.s1, args.time_budget)
     print(markdown(result))
-    if args.json:
-        args.json.write_text(json.dumps(result, indent=1) + "\n")
+    results.write_result(args.json, run, result)
     return 0
 
 

@@ -4,7 +4,6 @@ the simulator conserves requests, reproduces the service time alone, honours a r
 separates an overloaded uncapped pool from a capped schedule; profiling gives an M/D/1-like
 monotone p99; the baselines serve the robots the paper says. Seconds, no timing asserted."""
 import importlib.util
-import json
 import math
 from pathlib import Path
 
@@ -23,8 +22,10 @@ def _load(name):
 
 factory = _load("factory")  # the entry point
 from physai_bench.factory import baselines as fb  # noqa: E402
+from physai_bench.factory import grid  # noqa: E402
 from physai_bench.factory import profiles as fp  # noqa: E402
 from physai_bench.factory import sim  # noqa: E402
+from physai_bench.results import read_result  # noqa: E402
 from physai_ros.scheduler.factory.types import FactorySchedule, Route, ServerAssignment  # noqa: E402
 
 SERVICES = fp.services("H200")
@@ -169,13 +170,33 @@ def test_simulation_is_deterministic_with_a_seed():
 
 def test_bench_cli_writes_json(tmp_path, capsys):
     out = tmp_path / "f.json"
-    assert factory.main(["--workloads", "P2", "--robots", "4", "--gpus", "2", "--big-pool", "0",
-                         "--duration", "4", "--time-budget", "2", "--profile-requests", "300", "--scaling", "", "--json", str(out)]) == 0
-    doc = json.loads(out.read_text())
+    assert factory.main(["--workloads", "P2", "--robots", "4", "--gpus", "2", "--big-pool", "0", "--beyond", "",
+                         "--duration", "4", "--time-budget", "2", "--profile-requests", "300", "--scaling", "",
+                         "--json", str(out)]) == 0
+    doc = read_result(out)
     row = doc["rows"][0]
     assert set(row["systems"]) == {"B1 GPU/robot", "B2 GPU/model/robot", "B3 equal", "B4 weighted", "ROSA"}
     assert row["systems"]["B2 GPU/model/robot"]["robots_served"] == 1
+    view = doc["within_paper_range"]["P2"]
+    assert view["fleet_sizes"] == [4] and set(view["peaks"]) == {"ROSA", "best dedicated", "best shared"}
+    assert doc["command"].startswith("python bench/factory.py") and doc["quick"] is False
     assert "| P2 | 4 | 2 |" in capsys.readouterr().out
+
+
+def test_the_grid_is_refined_around_a_peak_and_a_collapse():
+    """A baseline peaking at 21 robots and collapsing past 40, seen on a coarse 8/16/32/48/64 grid:
+    the refinement finds the peak within 2 robots and the collapse's edge, and measures each size once."""
+    calls = []
+
+    def measure(k):
+        calls.append(k)
+        return {"shared": 0.0 if k > 40 else 100 - abs(k - 21) * 3, "ours": float(k)}
+    rows = grid.refine(measure, [8, 16, 32, 48, 64], resolution=2)
+    assert len(calls) == len(set(calls)) == len(rows)
+    k, v = grid.peak(rows, "shared")
+    assert abs(k - 21) <= 1 and v >= 97
+    assert any(38 <= k <= 40 for k in rows) and any(41 <= k <= 42 for k in rows)
+    assert grid.peak(rows, "ours") == (64, 64.0)
 
 
 def test_static_server_matches_the_scheduler_s_own_queue_model():
