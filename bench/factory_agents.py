@@ -9,14 +9,13 @@ bench/physai_bench/agents_sim.py's docstring (Kairos §7 baselines and ablations
 from __future__ import annotations
 
 import argparse
-import json
 import sys
 import time
-from pathlib import Path
 from typing import List
 
 import numpy as np
 
+from physai_bench import results
 from physai_bench.agents_sim import AGENTS, KV_BYTES, POLICIES, REPLAN_P, TASKS, Flow, Sim, simulate
 from physai_ros.scheduler.agents import MemoryDemand
 
@@ -57,23 +56,38 @@ def decision_time_us(policy: str, queued: int = 1000, reps: int = 200, seed: int
             "p95_us": float(np.percentile(times, 95)), "priority_refresh_ms": refresh_ms}
 
 
-def _report(rows: List[dict], loads: List[float], dec: List[dict]) -> None:
+def _report(rows: List[dict], dec: List[dict]) -> None:
     for r in rows:
-        print(f"rate {r['rate_wf_s']:5.1f}/s {r['policy']:10s} mean {r['mean_e2e_s']:7.2f} s  p95 {r['p95_e2e_s']:7.2f} s"
-              f"  queue {r['mean_queue_wait_s']:6.2f} s  oom {r['oom_risk_events']:7.1f}  kv {r['kv_utilisation']:5.1%}"
-              f"  once {r['each_request_once']}  ({r['wall_s']:.1f} s wall)")
+        print(f"kv {r['kv_tokens']:6d} rate {r['rate_wf_s']:5.1f}/s {r['policy']:10s} mean {r['mean_e2e_s']:7.2f} s"
+              f"  p95 {r['p95_e2e_s']:7.2f} s  queue {r['mean_queue_wait_s']:6.2f} s  oom {r['oom_risk_events']:7.1f}"
+              f"  kv {r['kv_utilisation']:5.1%}  once {r['each_request_once']}  ({r['wall_s']:.1f} s wall)")
     print("\nvs fifo_rr (1 - x / fifo_rr: positive = lower latency)")
-    for rate in loads:
-        base = next((r for r in rows if r["rate_wf_s"] == rate and r["policy"] == "fifo_rr"), None)
-        for r in rows if base else ():
-            if r["rate_wf_s"] == rate and r is not base:
-                print(f"rate {rate:5.1f}/s {r['policy']:10s} mean {1 - r['mean_e2e_s'] / base['mean_e2e_s']:+6.1%}"
-                      f"  p95 {1 - r['p95_e2e_s'] / base['p95_e2e_s']:+6.1%}"
-                      f"  oom {r['oom_risk_events']:.0f} vs {base['oom_risk_events']:.0f}")
+    for c in compare(rows, "fifo_rr"):
+        print(f"kv {c['kv_tokens']:6d} rate {c['rate_wf_s']:5.1f}/s {c['policy']:10s} mean {c['mean_change']:+6.1%}"
+              f"  p95 {c['p95_change']:+6.1%}")
     print("\ndecision time at 1,000 queued requests:")
     for d in dec:
         print(f"  {d['policy']:10s} median {d['median_us']:8.1f} us  p95 {d['p95_us']:8.1f} us"
               f"  (priority refresh {d['priority_refresh_ms']:.1f} ms)")
+
+
+def compare(rows: List[dict], baseline: str) -> List[dict]:
+    """Each policy against `baseline` at the same KV budget and load, as relative change of the mean
+    and P95 end-to-end latency (negative: lower), with the per-seed changes of the mean (a seed gives
+    every policy the same random stream, but its draws interleave with the policy's own events, so
+    the workloads are alike in law, not identical: the per-seed spread shows the noise)."""
+    out = []
+    for r in rows:
+        base = next((b for b in rows if b["policy"] == baseline and b["kv_tokens"] == r["kv_tokens"]
+                     and b["rate_wf_s"] == r["rate_wf_s"]), None)
+        if base is None or r is base:
+            continue
+        per_seed = [x["mean_e2e_s"] / y["mean_e2e_s"] - 1 for x, y in zip(r["runs"], base["runs"])]
+        out.append({"policy": r["policy"], "baseline": baseline, "kv_tokens": r["kv_tokens"],
+                    "rate_wf_s": r["rate_wf_s"], "mean_change": r["mean_e2e_s"] / base["mean_e2e_s"] - 1,
+                    "p95_change": r["p95_e2e_s"] / base["p95_e2e_s"] - 1,
+                    "mean_change_per_seed": per_seed})
+    return out
 
 
 def main(argv=None) -> int:
@@ -84,7 +98,8 @@ def main(argv=None) -> int:
     ap.add_argument("--seeds", type=int, default=0)
     ap.add_argument("--policies", default=",".join(POLICIES))
     ap.add_argument("--instances", type=int, default=3)
-    ap.add_argument("--kv-tokens", type=int, default=16_000)
+    ap.add_argument("--kv-tokens", default="16000,32000,64000",
+                    help="instance KV budgets in tokens, comma-separated (16,000 tokens: ~0.27 GiB)")
     ap.add_argument("--max-seqs", type=int, default=32)
     ap.add_argument("--step-model", choices=("measured", "roofline"), default="measured")
     ap.add_argument("--oom-resume", choices=("recovered", "drain"), default="recovered",
@@ -94,32 +109,41 @@ def main(argv=None) -> int:
     ap.add_argument("--slot-s", type=float, default=0.5, help="time-slot length (Kairos §6: 0.5 s)")
     ap.add_argument("--json", default="", help="write the results here")
     a = ap.parse_args(argv)
-    loads = [float(x) for x in a.loads.split(",")] if a.loads else ([18.0, 20.0] if a.quick else [16.0, 18.0, 20.0, 22.0])
+    loads = [float(x) for x in a.loads.split(",")] if a.loads else (
+        [18.0, 22.0] if a.quick else [16.0, 20.0, 24.0, 28.0])
+    budgets = [16_000] if a.quick and a.kv_tokens == ap.get_default("kv_tokens") else [
+        int(x) for x in a.kv_tokens.split(",")]
     duration, seeds = a.duration or (60.0 if a.quick else 300.0), a.seeds or (1 if a.quick else 3)
-    kw = dict(n_instances=a.instances, kv_tokens=a.kv_tokens, max_seqs=a.max_seqs, step_model=a.step_model,
+    run = results.start_run(f"simulated factory language requests (Kairos §7 workload), {a.instances} instances, "
+                            f"{a.step_model} decode steps, {duration:.0f} s of arrivals x {seeds} seed(s); decision "
+                            "time measured on this CPU", __file__, argv, quick=a.quick)
+    kw = dict(n_instances=a.instances, max_seqs=a.max_seqs, step_model=a.step_model,
               oom_resume=a.oom_resume, converge_threshold=a.converge_threshold, slot_s=a.slot_s)
     rows = []
-    for rate in loads:
-        for pol in a.policies.split(","):
-            runs = []
-            for s in range(seeds):
-                t0 = time.perf_counter()
-                runs.append(dict(simulate(pol, rate, duration, seed=s, **kw), wall_s=time.perf_counter() - t0))
-            agg = {k: float(np.mean([r[k] for r in runs])) for k in ("mean_e2e_s", "p95_e2e_s", "p99_e2e_s",
-                   "mean_queue_wait_s", "oom_risk_events", "kv_utilisation", "wall_s")}
-            rows.append(dict(agg, policy=pol, rate_wf_s=rate, seeds=seeds,
-                             each_request_once=all(r["each_request_once"] for r in runs),
-                             unfinished_workflows=sum(r["unfinished_workflows"] for r in runs),
-                             workflows_measured=sum(r["workflows_measured"] for r in runs),
-                             priority_order=runs[0]["priority_order"], priority_source=runs[0]["priority_source"],
-                             runs=runs))
-            print(f"done: rate {rate} {pol} ({agg['wall_s']:.1f} s wall per run)", flush=True)
+    for kv in budgets:
+        for rate in loads:
+            for pol in a.policies.split(","):
+                runs = []
+                for s in range(seeds):
+                    t0 = time.perf_counter()
+                    runs.append(dict(simulate(pol, rate, duration, seed=s, kv_tokens=kv, **kw),
+                                     wall_s=time.perf_counter() - t0))
+                agg = {k: float(np.mean([r[k] for r in runs])) for k in (
+                    "mean_e2e_s", "p95_e2e_s", "p99_e2e_s", "mean_queue_wait_s", "oom_risk_events", "kv_utilisation",
+                    "wall_s")}
+                rows.append(dict(agg, policy=pol, kv_tokens=kv, rate_wf_s=rate, seeds=seeds,
+                                 each_request_once=all(r["each_request_once"] for r in runs),
+                                 unfinished_workflows=sum(r["unfinished_workflows"] for r in runs),
+                                 workflows_measured=sum(r["workflows_measured"] for r in runs),
+                                 priority_order=runs[0]["priority_order"], priority_source=runs[0]["priority_source"],
+                                 runs=runs))
+                print(f"done: kv {kv} rate {rate} {pol} ({agg['wall_s']:.1f} s wall per run)", flush=True)
     dec = [decision_time_us(p) for p in a.policies.split(",")]
-    _report(rows, loads, dec)
-    if a.json:
-        cfg = dict(kw, loads=loads, duration_s=duration, seeds=seeds, tasks=TASKS, replan_p=REPLAN_P,
-                   agents={k: vars(v) for k, v in AGENTS.items()})
-        Path(a.json).write_text(json.dumps({"config": cfg, "rows": rows, "decision_time": dec}, indent=1))
+    _report(rows, dec)
+    cfg = dict(kw, kv_tokens=budgets, loads=loads, duration_s=duration, seeds=seeds, tasks=TASKS, replan_p=REPLAN_P,
+               agents={k: vars(v) for k, v in AGENTS.items()})
+    results.write_result(a.json, run, {"config": cfg, "rows": rows, "decision_time": dec,
+                                       "vs_fifo_rr": compare(rows, "fifo_rr"), "vs_spf_rr": compare(rows, "spf_rr")})
     return 0
 
 
