@@ -8,7 +8,7 @@ size (224 for pi0 / pi0.5):
   LeRobot frames   (now, for LeRobot checkpoints): the frames as bytes to the collation, which
                    makes floats and resizes them as LeRobot does (engine.camera_frames)
 
-  .venv/bin/python bench/camera_frames.py --width 640 --height 480 --reps 200 --json out/camera_frames.json
+  .venv/bin/python bench/camera_frames.py --frames 640x480,1280x720 --json bench/results/camera_frames.json
 
 Prints the medians (ms) and their ratio; compare with a round's latency (README) to read the
 share of a round.
@@ -17,16 +17,14 @@ from __future__ import annotations
 
 import argparse
 import json
-import os
-import platform
 import statistics
-import subprocess
 import time
 from pathlib import Path
 
 import numpy as np
 import torch
 
+from physai_bench import results
 from physai_ros.engine.batching import model_pixels
 from physai_ros.engine.camera_frames import robots_model_pixels
 from physai_ros.engine.processor.images import image_to_rgb, to_model_pixels
@@ -69,39 +67,40 @@ def median_ms(fn, reps: int) -> float:
     return statistics.median(times)
 
 
-def main() -> int:
-    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    ap.add_argument("--width", type=int, default=640)
-    ap.add_argument("--height", type=int, default=480)
-    ap.add_argument("--views", type=int, default=2)
-    ap.add_argument("--size", type=int, default=224)
-    ap.add_argument("--reps", type=int, default=200)
-    ap.add_argument("--threads", type=int, default=1, help="torch threads (a serving thread's count)")
-    ap.add_argument("--json", type=Path, default=None)
-    args = ap.parse_args()
-    torch.set_num_threads(args.threads)
+def measure(width: int, height: int, views: int, size: int, reps: int) -> dict:
     rng = np.random.default_rng(0)
-    frames = [rng.integers(0, 256, (args.height, args.width, 3), dtype=np.uint8) for _ in range(args.views)]
-    load = os.getloadavg()[0]
+    frames = [rng.integers(0, 256, (height, width, 3), dtype=np.uint8) for _ in range(views)]
     # Interleaved, so a change in the machine's load falls on all three.
     paths = {"bytes_bilinear_ms": bytes_bilinear, "bytes_letterbox_ms": bytes_letterbox,
              "lerobot_frames_ms": lerobot_frames}
     times = {k: [] for k in paths}
     for _ in range(5):
         for k, fn in paths.items():
-            times[k].append(median_ms(lambda: fn(frames, args.size), args.reps // 5))
+            times[k].append(median_ms(lambda: fn(frames, size), max(1, reps // 5)))
     ms = {k: round(statistics.median(v), 3) for k, v in times.items()}
-    doc = {"frames": f"{args.views} x {args.width}x{args.height} bgr8", "model_size": args.size,
-           "threads": args.threads, **ms,
-           "lerobot_frames_over_bytes_bilinear": round(ms["lerobot_frames_ms"] / ms["bytes_bilinear_ms"], 2),
-           "load_before": round(load, 2), "load_after": round(os.getloadavg()[0], 2),
-           "machine": platform.processor() or platform.machine(), "torch": torch.__version__,
-           "commit": subprocess.run(["git", "rev-parse", "--short", "HEAD"], capture_output=True, text=True,
-                                    cwd=Path(__file__).resolve().parents[1]).stdout.strip()}
+    return {"frames": f"{views} x {width}x{height} bgr8", **ms,
+            "lerobot_frames_over_bytes_bilinear": round(ms["lerobot_frames_ms"] / ms["bytes_bilinear_ms"], 2)}
+
+
+def main(argv=None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--frames", default="640x480,1280x720", help="camera frame sizes, WIDTHxHEIGHT, comma-separated")
+    ap.add_argument("--views", type=int, default=2)
+    ap.add_argument("--size", type=int, default=224)
+    ap.add_argument("--reps", type=int, default=200)
+    ap.add_argument("--threads", type=int, default=1, help="torch threads (a serving thread's count)")
+    ap.add_argument("--quick", action="store_true", help="10 repetitions")
+    ap.add_argument("--json", type=Path, default=None)
+    args = ap.parse_args(argv)
+    if args.quick:
+        args.reps = 10
+    torch.set_num_threads(args.threads)
+    run = results.start_run(f"CPU, {args.threads} torch thread(s), {args.views} frames to {args.size}x{args.size} "
+                            f"model pixels, median of {args.reps} calls, torch {torch.__version__}", __file__, argv,
+                            quick=args.quick)
+    cells = [measure(*map(int, f.split("x")), args.views, args.size, args.reps) for f in args.frames.split(",")]
+    doc = results.write_result(args.json, run, {"model_size": args.size, "threads": args.threads, "cells": cells})
     print(json.dumps(doc, indent=1))
-    if args.json:
-        args.json.parent.mkdir(parents=True, exist_ok=True)
-        args.json.write_text(json.dumps(doc, indent=1) + "\n")
     return 0
 
 

@@ -21,15 +21,13 @@ from __future__ import annotations
 
 import argparse
 import json
-import os
-import platform
-import subprocess
 import threading
 import time
 from collections import defaultdict
 
 import numpy as np
 
+from physai_bench import results
 from physai_ros.config.fleet import parse_fleet
 from physai_ros.pipeline.backend import ComponentQuery
 from physai_ros.protocol.component import ComponentRequest
@@ -142,26 +140,24 @@ def run(n: int, order: str, seconds: float, checks: int, pause_s: float) -> dict
     return out
 
 
-def main() -> None:
+def main(argv=None) -> None:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--robots", default="4,8")
     ap.add_argument("--seconds", type=float, default=60.0)
     ap.add_argument("--reps", type=int, default=2)
     ap.add_argument("--checks", type=int, default=2, help="safety + monitor rounds per step")
     ap.add_argument("--pause-s", type=float, default=0.1)
+    ap.add_argument("--quick", action="store_true", help="2 robots, 6 s, one repetition")
     ap.add_argument("--json", default="")
-    args = ap.parse_args()
+    args = ap.parse_args(argv)
+    if args.quick:
+        args.robots, args.seconds, args.reps = "2", 6.0, 1
     import torch
 
     torch.set_num_threads(1)
-    load0 = os.getloadavg()
-    report = {"command": f"python bench/component_order.py --robots {args.robots} --seconds {args.seconds} "
-                         f"--reps {args.reps} --checks {args.checks} --pause-s {args.pause_s}",
-              "commit": subprocess.run(["git", "rev-parse", "--short", "HEAD"], capture_output=True, text=True).stdout.strip(),
-              "date": time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime()),
-              "machine": f"{platform.processor() or platform.machine()}, {os.cpu_count()} cores",
-              "regime": "tiny pi0 backbone (random weights) on CPU, one component backend, robots in-process, no ROS",
-              "loads": {}}
+    run_info = results.start_run("tiny pi0 backbone (random weights) on CPU, one component backend, robots "
+                                 "in-process, no ROS", __file__, argv, quick=args.quick)
+    report = {"loads": {}}
     for n in (int(x) for x in args.robots.split(",")):
         runs = defaultdict(list)
         for rep in range(args.reps):
@@ -176,10 +172,7 @@ def main() -> None:
         entry["step_mean_vs_fifo"] = {o: round(v["median_step_mean_ms"] / base, 3) for o, v in entry.items()
                                       if isinstance(v, dict) and "median_step_mean_ms" in v}
         report["loads"][f"{n}_robots"] = entry
-    report["load_average"] = {"start": [round(x, 2) for x in load0], "end": [round(x, 2) for x in os.getloadavg()]}
-    if args.json:
-        with open(args.json, "w") as f:
-            json.dump(report, f, indent=1)
+    report = results.write_result(args.json, run_info, report)
     print(json.dumps({k: v for k, v in report.items() if k != "loads"}, indent=1))
     for load, e in report["loads"].items():
         print(load, {o: (v["median_step_mean_ms"], v["median_step_p95_ms"]) for o, v in e.items() if isinstance(v, dict)

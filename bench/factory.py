@@ -172,10 +172,6 @@ def _fmt(x) -> str:
     return "n/a" if x is None else ("inf" if x == math.inf else f"{x:.2f}" if isinstance(x, float) else str(x))
 
 
-def _span(xs: list) -> str:
-    return "-" if not xs else f"{min(xs):.2f}-{max(xs):.2f}"
-
-
 def _q1(x) -> str:
     return "n/a" if x is None else f"{x:.1f}"
 
@@ -226,18 +222,21 @@ def markdown(result: dict) -> str:
                       "sizes refined around each peak): peak (robots) of each system, ROSA's peak over each "
                       "baseline's peak (the paper's ratios), and ROSA over the best baseline at the same fleet size",
                       "", "| workload | ROSA peak | dedicated peak | shared peak | x dedicated (peaks) | x shared (peaks) "
-                      "| ROSA S1 SLO at peak | equal fleet x dedicated | equal fleet x shared |", "|---|---|---|---|---|---|---|---|---|"]
+                      "| ROSA S1 SLO at peak | same fleet x dedicated (robots) | same fleet x shared (robots) |", "|---|---|---|---|---|---|---|---|---|"]
         p = v["peaks"]
-        eq_d = [e["vs_dedicated"] for e in v["equal_fleet"].values() if e["vs_dedicated"] not in (None, math.inf)]
-        eq_s = [e["vs_shared"] for e in v["equal_fleet"].values() if e["vs_shared"] not in (None, math.inf)]
         slo = v["rosa_system1_slo_at_peak"]
+        eq = v["equal_fleet"]
+        # The two smallest fleets of the coarse grid: where dedicated serving serves (nearly) all robots.
+        small = [k for k in map(str, result["paper_range"].get("coarse", [])) if k in eq][:2] or sorted(eq, key=int)[:2]
+        same_d = ", ".join(f"{_fmt(eq[k]['vs_dedicated'])} ({k})" for k in small)
+        same_s = ", ".join(f"{_fmt(eq[k]['vs_shared'])} ({k})" for k in small)
         lines.append(
             f"| {w} | {_q1(p['ROSA']['qualified_actions_per_s'])} ({p['ROSA']['robots']}) "
             f"| {p['best dedicated']['qualified_actions_per_s']:.1f} ({p['best dedicated']['robots']}) "
             f"| {p['best shared']['qualified_actions_per_s']:.1f} ({p['best shared']['robots']}) "
             f"| {_fmt(v['rosa_peak_vs_dedicated_peak'])} | {_fmt(v['rosa_peak_vs_shared_peak'])} "
             f"| {'-' if slo is None else f'{100 * slo:.1f}%'} "
-            f"| {_span(eq_d)} | {_span(eq_s)} |")
+            f"| {same_d} | {same_s} |")
     lines += ["", "Paper (ROSA §4.2, 8x H200, measured there): " +
               "; ".join(f"{w} {k} robots: " + ", ".join(f"{n} {v}" for n, v in d.items()) for (w, k), d in PAPER.items()),
               "Paper ratios: " + ", ".join(f"{k} {v}x" for k, v in PAPER_RATIOS.items())]
@@ -325,7 +324,7 @@ def main(argv=None) -> int:
         if args.big_pool and 256 in beyond:
             rows.append(cell(w, 256, args.big_pool))
     result = {"hardware": args.hardware, "s1": args.s1, "duration_s": args.duration, "seed": args.seed, "rows": rows,
-              "paper_range": {"gpus": args.gpus, "max_robots": max(coarse)},
+              "paper_range": {"gpus": args.gpus, "max_robots": max(coarse), "coarse": coarse},
               "within_paper_range": paper_view(rows, args.gpus, max(coarse)),
               "peaks": {g: peaks(rows, g) for g in sorted({r["gpus"] for r in rows})},
               "sources": {"workloads": "paper Table 1/2", "service_times": "roofline model (physai_bench.factory.profiles)",

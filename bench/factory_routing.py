@@ -23,15 +23,13 @@ from __future__ import annotations
 
 import argparse
 import json
-import os
-import platform
-import subprocess
 import threading
 import time
 from collections import defaultdict
 
 import numpy as np
 
+from physai_bench import results
 from physai_ros.config.fleet import parse_fleet
 from physai_ros.protocol.observation import ImageData, ObservationData
 from physai_ros.scheduler.factory.profiling import profile_from_service_times
@@ -173,23 +171,22 @@ def run_mode(cfg, classes: dict, mode: str, seconds: float, planned) -> dict:
     return out
 
 
-def main() -> None:
+def main(argv=None) -> None:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--seconds", type=float, default=20.0)
     ap.add_argument("--scenarios", default=",".join(SCENARIOS))
     ap.add_argument("--reps", type=int, default=2, help="runs per mode, the modes' order rotated each time")
+    ap.add_argument("--quick", action="store_true", help="the first scenario, 5 s, one repetition")
     ap.add_argument("--json", default="")
-    args = ap.parse_args()
+    args = ap.parse_args(argv)
+    if args.quick:
+        args.seconds, args.reps, args.scenarios = 5.0, 1, args.scenarios.split(",")[0]
     import torch
 
     torch.set_num_threads(1)
-    load0 = os.getloadavg()
-    report = {"command": "python bench/factory_routing.py " + f"--seconds {args.seconds} --reps {args.reps} "
-              f"--scenarios {args.scenarios}",
-              "commit": subprocess.run(["git", "rev-parse", "--short", "HEAD"], capture_output=True, text=True).stdout.strip(),
-              "date": time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime()), "machine": f"{platform.processor() or platform.machine()}, "
-              f"{os.cpu_count()} cores", "regime": "tiny pi0 on CPU, 2 engine instances as threads, closed-loop robots "
-              "in-process, no ROS", "scenarios": {}}
+    run_info = results.start_run(f"tiny pi0 on CPU, 2 engine instances as threads, closed-loop robots in-process, no "
+                                 f"ROS; {args.seconds:g} s per mode and repetition", __file__, argv, quick=args.quick)
+    report = {"scenarios": {}}
     for name in args.scenarios.split(","):
         classes = SCENARIOS[name]
         cfg = fleet(classes)
@@ -216,10 +213,7 @@ def main() -> None:
         entry["qualified_actions_ratio_vs_no_plan"] = {
             m: round(v["median_qualified_actions_per_s"] / base, 3) for m, v in entry["modes"].items() if base}
         report["scenarios"][name] = entry
-    report["load_average"] = {"start": [round(x, 2) for x in load0], "end": [round(x, 2) for x in os.getloadavg()]}
-    if args.json:
-        with open(args.json, "w") as f:
-            json.dump(report, f, indent=1)
+    report = results.write_result(args.json, run_info, report)
     print(json.dumps(report, indent=1))
 
 

@@ -2,16 +2,20 @@
 """Real-time chunking vs crossfade vs no merge (docs/rtc.md), closed loop with the trained sim
 policy: how smoothly chunks join, task success, and what guidance costs per chunk.
 
-    .venv/bin/python bench/rtc.py --json [--fleet FILE] [--checkpoint DIR] [--episodes 20]
+    .venv/bin/python bench/rtc.py [--quick] [--fleet FILE] [--checkpoint DIR] [--episodes 20]
         [--tasks pick_and_place] [--merges off,crossfade,rtc] [--latency-ms 50,400] [--slots 8]
-        [--crossfade-s 0.05] [--beta 5] [--schedule exp] [--execution-horizon N]
-        [--jobs 1] [--cost-reps 10] [--out out/rtc.json]
+        [--crossfades 0.05,0.1,0.2] [--betas 1,5,10] [--compute-share 1] [--schedule exp]
+        [--execution-horizon N] [--jobs 1] [--cost-reps 10] [--json bench/results/rtc.json]
 
 Episodes run through the real serving path in lock-step simulated time (physai_lab.evaluation:
 ServingCore from fleet.yaml with the task's `chunk_merge` set per setting, the robot client,
 the trajectory buffer with the merge rule the controller would use, the sim world), with the
-observation -> chunk latency modelled as --latency-ms (inference itself takes no simulated
-time). Same seeds for every merge rule (policy_eval's evaluation seeds, checked disjoint from
+observation -> chunk latency modelled as --latency-ms. Guidance costs compute: with
+--compute-share s (the share of that latency that is the model's own compute; 1 by default, the
+worst case for RTC), a guided setting's latency is latency x (1 + s x (guided / unguided - 1)),
+the ratio measured first on the same model (batch 1, process CPU time). Crossfade over
+--crossfades and RTC over --betas, each at every latency. Same seeds for every merge rule
+(policy_eval's evaluation seeds, checked disjoint from
 the checkpoint's training seeds). Per setting: success rate, the boundary jump of every chunk
 merge after an episode's first and the command jerk on the buffer grid (physai_lab.evaluation.
 smoothness; arm joints, rad and rad/s^3), the guide statistics of the server. Separately, the
@@ -23,17 +27,16 @@ from __future__ import annotations
 import argparse
 import dataclasses
 import json
-import os
 import sys
 import time
 from concurrent.futures import ProcessPoolExecutor
 
 import numpy as np
-from pathlib import Path
 
+from physai_bench import results
 from physai_ros.config.chunk_merge import ChunkMergeConfig
 from physai_lab.evaluation.lockstep import LockstepConfig, SimClock, clone_robots, run_episodes
-from physai_lab.evaluation.results import wilson_interval
+from physai_lab.evaluation.results import mcnemar_exact, wilson_interval
 from physai_lab.evaluation.servers import build_policy_server
 from physai_lab.evaluation.smoothness import SmoothnessRecorder, summary
 from physai_lab.evaluation.sweep import (disjoint_from_training, eval_seeds, fleet_for, task_robot,
@@ -42,7 +45,8 @@ from physai_lab.evaluation.sweep import (disjoint_from_training, eval_seeds, fle
 
 def parse_args(argv=None) -> argparse.Namespace:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    ap.add_argument("--json", action="store_true", help="print the result document on stdout")
+    ap.add_argument("--json", default=None, help="write the result document (with the results header) here")
+    ap.add_argument("--quick", action="store_true", help="the tiny preset, 2 episodes, one latency, cost reps 2")
     ap.add_argument("--fleet", default=None)
     ap.add_argument("--checkpoint", default=None)
     ap.add_argument("--preset", default=None, help="a model preset instead (smoke runs)")
@@ -54,8 +58,10 @@ def parse_args(argv=None) -> argparse.Namespace:
                     help="off | crossfade | rtc (VJP, the paper) | rtc_identity (J = I, LeRobot 0.6.1)")
     ap.add_argument("--latency-ms", default="50,400", help="modelled observation -> chunk latencies")
     ap.add_argument("--slots", type=int, default=8)
-    ap.add_argument("--crossfade-s", type=float, default=0.05)
-    ap.add_argument("--beta", type=float, default=5.0, help="rtc max_guidance_weight")
+    ap.add_argument("--crossfades", default="0.05,0.1,0.2", help="crossfade durations (s) tried")
+    ap.add_argument("--betas", default="1,5,10", help="rtc max_guidance_weight values tried")
+    ap.add_argument("--compute-share", type=float, default=1.0,
+                    help="share of --latency-ms that is model compute, charged x the guided/unguided cost ratio")
     ap.add_argument("--schedule", default="exp")
     ap.add_argument("--execution-horizon", type=int, default=None)
     ap.add_argument("--max-episode-s", type=float, default=None)
@@ -65,7 +71,7 @@ def parse_args(argv=None) -> argparse.Namespace:
     ap.add_argument("--cost-preset", default=None,
                     help="measure the cost on this preset (random weights, e.g. pi0_2layer) instead of the fleet's model")
     ap.add_argument("--cost-batches", default="1,4")
-    ap.add_argument("--out", default=None)
+    ap.add_argument("--out", default=None, help="the same as --json (kept for older commands)")
     return ap.parse_args(argv)
 
 
@@ -73,24 +79,44 @@ def _load(args):
     return fleet_for(args.fleet, args.checkpoint, args.preset)
 
 
-def merge_config(name: str, args) -> ChunkMergeConfig:
-    """off | crossfade | rtc (the paper's VJP) | rtc_identity (LeRobot 0.6.1's J = I)."""
+def merge_config(name: str, param: float | None, args) -> ChunkMergeConfig:
+    """off | crossfade (param: seconds) | rtc (the paper's VJP) | rtc_identity (LeRobot 0.6.1's J = I),
+    param: beta (max_guidance_weight)."""
     if name in ("rtc", "rtc_identity"):
         return ChunkMergeConfig(name="rtc", execution_horizon=args.execution_horizon,
-                                max_guidance_weight=args.beta, schedule=args.schedule,
+                                max_guidance_weight=param, schedule=args.schedule,
                                 jacobian="identity" if name == "rtc_identity" else "vjp")
-    return ChunkMergeConfig(name=name, crossfade_s=args.crossfade_s)
+    if name == "crossfade":
+        return ChunkMergeConfig(name=name, crossfade_s=param)
+    return ChunkMergeConfig(name=name)
+
+
+def settings(args) -> list[tuple[str, float | None]]:
+    """(merge, its parameter) for every merge asked, over --crossfades and --betas."""
+    out = []
+    for m in (m.strip() for m in args.merges.split(",") if m.strip()):
+        values = {"crossfade": args.crossfades, "rtc": args.betas, "rtc_identity": args.betas}.get(m)
+        out += [(m, float(v)) for v in values.split(",")] if values else [(m, None)]
+    return out
+
+
+def charged_latency_ms(latency_ms: float, merge: str, cost: dict | None, share: float) -> float:
+    """The modelled latency plus guidance's extra compute (the measured batch-1 cost ratio)."""
+    if merge not in ("rtc", "rtc_identity") or not cost or share <= 0:
+        return latency_ms
+    ratio = cost["batch1"]["ratio_vjp" if merge == "rtc" else "ratio_identity"]
+    return latency_ms * (1 + share * max(0.0, ratio - 1))
 
 
 def run_one(job) -> dict:
-    """One (task, latency, merge) setting in its own process."""
-    args, task, latency_ms, merge = job
+    """One (task, latency, merge, parameter) setting in its own process."""
+    args, task, latency_ms, merge, param, charged_ms = job
     import torch
 
     torch.set_num_threads(1)
     cfg = _load(args)
     base = task_robot(cfg, task)
-    cm = merge_config(merge, args)
+    cm = merge_config(merge, param, args)
     fleet_task = dataclasses.replace(base.task, chunk_merge=cm)
     cfg = dataclasses.replace(cfg, tasks={**cfg.tasks, fleet_task.name: fleet_task})
     robots = clone_robots(dataclasses.replace(base, task=fleet_task), min(args.slots, args.episodes))
@@ -110,7 +136,7 @@ def run_one(job) -> dict:
                 rec.after_merge(snap, s.buffer, chunk.round_id, s.buffer.chunks_accepted > before)
             s.deliver = wrapped
 
-    lock = LockstepConfig(latency_s=latency_ms / 1e3, max_episode_s=args.max_episode_s)
+    lock = LockstepConfig(latency_s=charged_ms / 1e3, max_episode_s=args.max_episode_s)
     t0 = time.perf_counter()
     res = run_episodes(server, robots, _seeds(task, args), lock, f"{task} {merge} {latency_ms:g}ms",
                        clock=clock, slot_hook=hook,
@@ -118,10 +144,13 @@ def run_one(job) -> dict:
                        on_episode=lambda r: recorders[r.robot_id].end_episode())
     wall = time.perf_counter() - t0
     ok = sum(r.success for r in res)
+    by_seed = {r.seed: bool(r.success) for r in res}
     jumps = [j for r in recorders.values() for j in r.jumps]
     jerks = [j for r in recorders.values() for j in r.jerks]
     return {
-        "task": task, "latency_ms": latency_ms, "merge": merge, "chunk_merge": dataclasses.asdict(cm),
+        "task": task, "latency_ms": latency_ms, "charged_latency_ms": round(charged_ms, 1), "merge": merge,
+        "param": param, "chunk_merge": dataclasses.asdict(cm),
+        "success_by_seed": [by_seed[s] for s in _seeds(task, args)],
         "episodes": len(res), "successes": ok, "success_rate": round(ok / len(res), 4),
         "success_ci95": [round(x, 4) for x in wilson_interval(ok, len(res))],
         "boundary_jump_rad": summary(jumps), "command_jerk_rad_s3": summary(jerks),
@@ -163,6 +192,7 @@ def compute_cost(args, reps: int) -> dict:
     s = c.vision.image_size
     prev = torch.randn(c.chunk_size, c.max_action_dim, generator=gen)
     delay = min(2, c.chunk_size)
+    beta = max(float(b) for b in args.betas.split(","))  # the weight scales the guide, not its cost
     out = {}
     for b in (int(x) for x in args.cost_batches.split(",")):
         batch = [EngineInput(images=torch.randint(0, 256, (views, 3, s, s), dtype=torch.uint8, generator=gen),
@@ -172,7 +202,7 @@ def compute_cost(args, reps: int) -> dict:
         row = {}
         for label, jac in (("unguided", None), ("guided_vjp", "vjp"), ("guided_identity", "identity")):
             inputs = batch if jac is None else [dataclasses.replace(
-                x, rtc=RtcGuide(prev, delay, c.chunk_size, args.schedule, args.beta, 5, jac)) for x in batch]
+                x, rtc=RtcGuide(prev, delay, c.chunk_size, args.schedule, beta, 5, jac)) for x in batch]
             with torch.inference_mode():
                 engine.infer(inputs)  # warm
                 cpu, den = [], []
@@ -195,52 +225,67 @@ def compute_cost(args, reps: int) -> dict:
 
 def main(argv=None) -> int:
     args = parse_args(argv)
-    t_start = time.perf_counter()
-    load_start = os.getloadavg()
+    if args.quick:
+        args.preset, args.episodes, args.slots, args.latency_ms = args.preset or "tiny", 2, 2, "100"
+        args.crossfades, args.betas, args.cost_reps, args.cost_batches = "0.05", "5", 2, "1"
     cfg = _load(args)
     tasks = [t.strip() for t in args.tasks.split(",") if t.strip()]
-    merges = [m.strip() for m in args.merges.split(",") if m.strip()]
     latencies = [float(x) for x in args.latency_ms.split(",") if x.strip()]
     overlap = disjoint_from_training(sorted({s for t in tasks for s in _seeds(t, args)}),
                                      training_manifest(cfg))
     if overlap:
         print(f"rtc bench: evaluation seeds overlap the training seeds: {overlap[:10]}", file=sys.stderr)
         return 2
-    jobs = [] if args.cost_only else [(args, t, lat, m) for t in tasks for lat in latencies for m in merges]
-    results = []
+    model = cfg.server.model.checkpoint or f"preset {cfg.server.model.preset}"
+    run = results.start_run(f"closed loop in lock-step simulated time, {model}, "
+                            f"{args.episodes} episodes per setting on the same seeds, guidance compute charged "
+                            f"(share {args.compute_share:g}); guidance cost measured on this CPU, one torch thread",
+                            __file__, argv, quick=args.quick)
+    cost = compute_cost(args, args.cost_reps) if args.cost_reps > 0 else None
+    jobs = [] if args.cost_only else [
+        (args, t, lat, m, p, charged_latency_ms(lat, m, cost, args.compute_share))
+        for t in tasks for lat in latencies for m, p in settings(args)]
+    rows = []
     with ProcessPoolExecutor(max_workers=args.jobs) as pool:
         for r in pool.map(run_one, jobs):
-            results.append(r)
-            print(f"rtc bench: {r['task']} {r['latency_ms']:g} ms {r['merge']}: success {r['successes']}/"
-                  f"{r['episodes']}, jump mean {_f(r['boundary_jump_rad']['mean'])} p99 "
-                  f"{_f(r['boundary_jump_rad']['p99'])} rad, jerk mean {_f(r['command_jerk_rad_s3']['mean'], 0)} "
-                  f"p99 {_f(r['command_jerk_rad_s3']['p99'], 0)} rad/s^3, guides {r['guides']}, {r['wall_s']} s",
-                  file=sys.stderr, flush=True)
-            if args.out:
-                _write({"results": results}, args.out)
-    doc = {"results": results,
-           "compute_cost": compute_cost(args, args.cost_reps) if args.cost_reps > 0 else None,
-           "method": {"lockstep": True, "episodes": args.episodes, "slots": args.slots,
+            rows.append(r)
+            print(f"rtc bench: {r['task']} {r['latency_ms']:g} ms {r['merge']} {r['param']}: success {r['successes']}/"
+                  f"{r['episodes']} (latency charged {r['charged_latency_ms']:g} ms), jump mean "
+                  f"{_f(r['boundary_jump_rad']['mean'])} rad, jerk mean {_f(r['command_jerk_rad_s3']['mean'], 0)} "
+                  f"rad/s^3, guides {r['guides']}, {r['wall_s']} s", file=sys.stderr, flush=True)
+    doc = {"results": rows, "compute_cost": cost, "paired": paired_tests(rows),
+           "method": {"lockstep": True, "episodes": args.episodes, "slots": args.slots, "jobs": args.jobs,
+                      "compute_share": args.compute_share,
                       "seeds": {t: [_seeds(t, args)[0], _seeds(t, args)[-1]] for t in tasks},
-                      "checkpoint": cfg.server.model.checkpoint, "preset": cfg.server.model.preset},
-           "host": {"cpus": os.cpu_count(), "loadavg_start": [round(x, 2) for x in load_start],
-                    "loadavg_end": [round(x, 2) for x in os.getloadavg()], "jobs": args.jobs},
-           "wall_total_s": round(time.perf_counter() - t_start, 1),
-           "command": " ".join(["bench/rtc.py", *(argv if argv is not None else sys.argv[1:])])}
-    if args.out:
-        _write(doc, args.out)
-    if args.json:
-        print(json.dumps(doc, indent=2))
+                      "checkpoint": cfg.server.model.checkpoint, "preset": cfg.server.model.preset}}
+    doc = results.write_result(args.json or args.out, run, doc)
+    print(json.dumps({k: doc[k] for k in ("paired", "compute_cost")}, indent=1))
     return 0
+
+
+def paired_tests(rows: list[dict]) -> list[dict]:
+    """Per task and latency: each RTC setting against no merge and against the best crossfade, on
+    the same seeds (McNemar's exact test)."""
+    out = []
+    for key in sorted({(r["task"], r["latency_ms"]) for r in rows}):
+        same = [r for r in rows if (r["task"], r["latency_ms"]) == key]
+        off = next((r for r in same if r["merge"] == "off"), None)
+        fades = [r for r in same if r["merge"] == "crossfade"]
+        best_fade = max(fades, key=lambda r: r["successes"]) if fades else None
+        for r in same:
+            if not r["merge"].startswith("rtc"):
+                continue
+            for label, base in (("vs_off", off), ("vs_best_crossfade", best_fade)):
+                if base is not None:
+                    out.append({"task": key[0], "latency_ms": key[1], "merge": r["merge"], "param": r["param"],
+                                "against": label, "against_param": base["param"],
+                                "success": [r["successes"], base["successes"], r["episodes"]],
+                                **mcnemar_exact(r["success_by_seed"], base["success_by_seed"])})
+    return out
 
 
 def _f(x, digits=3) -> str:
     return "-" if x is None else f"{x:.{digits}f}"
-
-
-def _write(doc: dict, path: str) -> None:
-    Path(path).parent.mkdir(parents=True, exist_ok=True)
-    Path(path).write_text(json.dumps(doc, indent=2))
 
 
 if __name__ == "__main__":

@@ -21,15 +21,14 @@ from __future__ import annotations
 import argparse
 import json
 import os
-import platform
-import subprocess
-import sys
 import tempfile
 import threading
 import time
 from pathlib import Path
 
 import yaml
+
+from physai_bench import results
 
 REPO = Path(__file__).resolve().parents[1]
 MODES = ("none", "model", "truth")
@@ -155,24 +154,23 @@ def run_mode(mode: str, docs: tuple[dict, dict], seconds: float, workdir: Path) 
         spin.close()
 
 
-def main() -> None:
+def main(argv=None) -> None:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--seconds", type=float, default=120.0)
     ap.add_argument("--intruders-per-min", type=float, default=10.0)
     ap.add_argument("--seeds", default="7", help="sim seeds (the intruders' schedule), each run in every mode")
     ap.add_argument("--modes", default=",".join(MODES))
+    ap.add_argument("--quick", action="store_true", help="20 s per mode, one seed")
     ap.add_argument("--json", default="")
-    args = ap.parse_args()
+    args = ap.parse_args(argv)
+    if args.quick:
+        args.seconds, args.seeds = 20.0, args.seeds.split(",")[0]
     os.environ.setdefault("ROS_AUTOMATIC_DISCOVERY_RANGE", "LOCALHOST")
-    load0 = os.getloadavg()
-    report = {"command": "python bench/safety_stop.py " + " ".join(sys.argv[1:]),
-              "commit": subprocess.run(["git", "rev-parse", "--short", "HEAD"], capture_output=True, text=True,
-                                       cwd=REPO).stdout.strip(),
-              "date": time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime()),
-              "machine": f"{platform.processor() or platform.machine()}, {os.cpu_count()} cores",
-              "regime": "one sim robot over ROS 2 (real processes), sim_pi0_pipeline as System 1 and safety model, "
-                        f"safety asked at {SAFETY['freq_hz']:g} Hz with a {SAFETY['slo_ms']} ms SLO, hold fallback",
-              "modes": {}}
+    run_info = results.start_run(
+        "one sim robot over ROS 2 (real processes), sim_pi0_pipeline as System 1 and safety model, safety asked at "
+        f"{SAFETY['freq_hz']:g} Hz with a {SAFETY['slo_ms']} ms SLO, hold fallback; {args.seconds:g} s per mode and "
+        f"seed, intruders at {args.intruders_per_min:g}/min", __file__, argv, quick=args.quick)
+    report = {"modes": {}}
     modes = args.modes.split(",")
     runs: dict[str, list[dict]] = {m: [] for m in modes}
     for seed in (int(x) for x in args.seeds.split(",")):
@@ -186,9 +184,7 @@ def main() -> None:
         report["modes"][mode] = {"moving_share_with_person": pooled_share(visits),
                                  "moving_share_with_person_ci95": bootstrap_ci(visits), "visits": len(visits),
                                  "runs": runs[mode]}
-    report["load_average"] = {"start": [round(x, 2) for x in load0], "end": [round(x, 2) for x in os.getloadavg()]}
-    if args.json:
-        Path(args.json).write_text(json.dumps(report, indent=1))
+    report = results.write_result(args.json, run_info, report)
     print(json.dumps(report, indent=1))
 
 

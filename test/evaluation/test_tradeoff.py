@@ -67,3 +67,16 @@ def test_eval_seeds_are_disjoint_per_task_and_from_training():
     assert training_seeds(manifest) == {0, 1, 2} | set(range(100, 200)) | set(range(300, 310))
     assert disjoint_from_training(a, manifest) == []
     assert disjoint_from_training([5, 150], manifest) == [150]
+
+
+def test_mcnemar_counts_the_discordant_pairs_and_gives_the_exact_binomial_p():
+    from physai_lab.evaluation.results import mcnemar_exact
+    a = [True] * 10 + [False] * 2 + [True] * 5
+    b = [False] * 10 + [True] * 2 + [True] * 5
+    r = mcnemar_exact(a, b)
+    assert (r["only_first"], r["only_second"]) == (10, 2)
+    # 2 * P(X <= 2), X ~ Binomial(12, 1/2) = 2 * (1 + 12 + 66) / 4096
+    assert abs(r["p_two_sided"] - round(2 * 79 / 4096, 4)) < 1e-9
+    assert mcnemar_exact([True, False], [True, False])["p_two_sided"] == 1.0
+    with pytest.raises(ValueError, match="unequal"):
+        mcnemar_exact(a, b[:-1])

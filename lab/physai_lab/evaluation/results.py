@@ -60,6 +60,19 @@ def wilson_interval(successes: int, n: int, z: float = 1.96) -> tuple[float, flo
     return (max(0.0, centre - half), min(1.0, centre + half))
 
 
+def mcnemar_exact(a: Sequence[bool], b: Sequence[bool]) -> dict:
+    """Two settings run on the same episodes (same seeds, in order): McNemar's exact test on the
+    discordant pairs (a succeeded where b failed, and the reverse). p: the two-sided binomial
+    probability of a split at least this uneven if neither setting were better."""
+    if len(a) != len(b):
+        raise ValueError(f"paired outcomes of unequal length: {len(a)} and {len(b)}")
+    only_a = sum(1 for x, y in zip(a, b) if x and not y)
+    only_b = sum(1 for x, y in zip(a, b) if y and not x)
+    n, k = only_a + only_b, min(only_a, only_b)
+    p = 1.0 if n == 0 else min(1.0, 2 * sum(math.comb(n, i) for i in range(k + 1)) / 2 ** n)
+    return {"only_first": only_a, "only_second": only_b, "p_two_sided": round(p, 4)}
+
+
 def average_horizon(episodes: Sequence[EpisodeResult]) -> float:
     """Mean chosen horizon over all rounds of all episodes (NaN when no round was answered)."""
     total = sum(sum(e.horizons) for e in episodes)

@@ -1,0 +1,126 @@
+#!/usr/bin/env python3
+"""The benchmark suite: one command that regenerates every results file under bench/results (and the
+tables built from them: the README's performance summary and docs/results.md).
+
+    .venv/bin/python bench/suite.py --list                 # the entries, the question each answers
+    .venv/bin/python bench/suite.py                        # every entry at full size, then the tables
+    .venv/bin/python bench/suite.py --only factory,agents  # some entries
+    .venv/bin/python bench/suite.py --quick --out /tmp/q   # tiny sizes (make test runs this)
+    .venv/bin/python bench/suite.py --tables               # only rebuild the tables from the files
+
+Entries run one after another (parallel runs would time each other's load), each as its own
+process with `--json <out>/<name>.json`; a failing entry is reported and the others still run. The
+--quick run writes elsewhere (never over the committed results) and checks that every entry still
+runs and writes a complete header; its figures mean nothing.
+"""
+from __future__ import annotations
+
+import argparse
+import os
+import subprocess
+import sys
+import time
+from dataclasses import dataclass
+from pathlib import Path
+
+from physai_bench import results, tables
+
+BENCH = Path(__file__).resolve().parent
+RESULTS = BENCH / "results"
+
+
+@dataclass(frozen=True)
+class Entry:
+    name: str  # the results file's stem
+    question: str
+    script: str
+    full: tuple[str, ...] = ()
+    quick: tuple[str, ...] = ("--quick",)
+    needs: str = ""  # what a machine must have, said when it is missing ("" nothing beyond make setup)
+
+
+ENTRIES = (
+    Entry("factory", "Factory productivity: ROSA's plan vs dedicated and shared serving at the paper's fleet sizes",
+          "factory.py"),
+    Entry("agents", "Kairos multi-agent scheduling over KV budgets and loads, beside FIFO and shortest-first",
+          "factory_agents.py", ("--policies", "kairos,fifo_rr,spf_rr")),
+    Entry("factory_routing", "Does the plan's routing pay in the real server (per-instance queues vs none)?",
+          "factory_routing.py"),
+    Entry("component_order", "Kairos ordering of real pipeline component steps vs shortest-first and FIFO",
+          "component_order.py", ("--robots", "4,16", "--seconds", "45", "--reps", "2")),
+    Entry("safety_stop", "How often the arm moves with a person in the cell: no safety, our model, a perfect one",
+          "safety_stop.py", ("--seconds", "90", "--seeds", "7,8")),
+    Entry("camera_frames", "What the exact LeRobot image path costs on raw camera frames (640x480, 1280x720)",
+          "camera_frames.py"),
+    Entry("rtc", "Real-time chunking in the closed loop, its compute charged as latency, over beta",
+          "rtc.py", ("--episodes", "50", "--latency-ms", "400", "--merges", "off,crossfade,rtc", "--jobs", "2",
+                     "--cost-reps", "10")),
+)
+
+
+def run_entry(entry: Entry, out: Path, quick: bool) -> dict:
+    path = out / f"{entry.name}.json"
+    log = out / f"{entry.name}.log"
+    cmd = [sys.executable, str(BENCH / entry.script), *(entry.quick if quick else entry.full), "--json", str(path)]
+    t0 = time.monotonic()
+    with open(log, "w") as f:
+        rc = subprocess.run(cmd, stdout=f, stderr=subprocess.STDOUT, cwd=BENCH.parent, env=dict(os.environ)).returncode
+    wall = time.monotonic() - t0
+    status = {"name": entry.name, "rc": rc, "wall_s": round(wall, 1), "log": str(log)}
+    if rc == 0:
+        try:
+            doc = results.read_result(path)
+            if doc["quick"] != quick:
+                raise ValueError(f"{path}: quick is {doc['quick']}, the run was {'quick' if quick else 'full'}")
+        except (OSError, ValueError) as e:
+            status["error"] = str(e)
+    else:
+        status["error"] = f"exit {rc}; the last lines of {log}:\n" + "".join(log.read_text().splitlines(True)[-15:])
+    return status
+
+
+def main(argv=None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--quick", action="store_true", help="tiny sizes: checks the entries run, figures meaningless")
+    ap.add_argument("--only", default="", help="entries to run, comma-separated (default: all)")
+    ap.add_argument("--out", type=Path, default=None, help="results folder (default bench/results; required with "
+                                                           "--quick, which never writes over the committed results)")
+    ap.add_argument("--list", action="store_true", help="list the entries and exit")
+    ap.add_argument("--tables", action="store_true", help="only rebuild the tables from bench/results")
+    a = ap.parse_args(argv)
+    if a.list:
+        for e in ENTRIES:
+            print(f"{e.name:16s} {e.question}  (bench/{e.script})")
+        return 0
+    if a.tables:
+        tables.write_all(RESULTS)
+        return 0
+    names = [n for n in a.only.split(",") if n]
+    unknown = set(names) - {e.name for e in ENTRIES}
+    if unknown:
+        ap.error(f"no such entries: {sorted(unknown)} (--list shows them)")
+    if a.quick and (a.out is None or a.out.resolve() == RESULTS):
+        ap.error("--quick needs --out outside bench/results (its figures are not results)")
+    out = a.out or RESULTS
+    out.mkdir(parents=True, exist_ok=True)
+    t0 = time.monotonic()
+    statuses = []
+    for e in ENTRIES:
+        if names and e.name not in names:
+            continue
+        print(f"== {e.name}: {e.question}", flush=True)
+        statuses.append(run_entry(e, out, a.quick))
+        s = statuses[-1]
+        print(f"   {'ok' if 'error' not in s else 'FAILED'} in {s['wall_s']:.0f} s" +
+              (f"\n{s['error']}" if "error" in s else ""), flush=True)
+    total = time.monotonic() - t0
+    failed = [s["name"] for s in statuses if "error" in s]
+    print(f"suite: {len(statuses) - len(failed)}/{len(statuses)} entries ok in {total:.0f} s"
+          + (f"; failed: {', '.join(failed)}" if failed else ""))
+    if not a.quick and out.resolve() == RESULTS and not failed:
+        tables.write_all(RESULTS)
+    return 1 if failed else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
