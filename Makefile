@@ -101,6 +101,11 @@ test-stress: setup $(LEROBOT_STAMP) $(LEROBOT06_STAMP) $(OPENPI_STAMP) colcon-to
 	$(PY) scripts/run_under_load.py --per-core $(STRESS_PER_CORE) --nice $(STRESS_NICE) -- \
 		$(PY) scripts/run_tests.py $(PYTEST_ARGS)
 
+# Every benchmark entry at full size, one after another, then the README's performance summary and
+# docs/results.md from the results files (docs/benchmarks.md; `bench/suite.py --list` names them).
+bench: setup $(OPENPI_STAMP)
+	$(PY) bench/suite.py
+
 clean:
 	rm -rf build .pytest_cache
 

@@ -20,8 +20,6 @@ from __future__ import annotations
 
 import argparse
 import json
-import os
-import platform
 import re
 import signal
 import socket
@@ -33,6 +31,8 @@ from pathlib import Path
 
 import numpy as np
 import yaml
+
+from physai_bench import results
 
 ROOT = Path(__file__).resolve().parents[1]
 OPENPI_PY = ROOT / ".venv-openpi" / "bin" / "python"
@@ -99,14 +99,17 @@ def stop(proc: subprocess.Popen) -> None:
         proc.wait()
 
 
-def main() -> None:
+def main(argv=None) -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--clients", default="1,4,16")
     ap.add_argument("--rounds", type=int, default=20)
     ap.add_argument("--max-batch", default="8,1", help="the gateway's server.max_batch values, one run each "
                     "(1: served one at a time, as openpi does: the gateway's own cost at equal model time)")
+    ap.add_argument("--quick", action="store_true", help="one client, 3 rounds")
     ap.add_argument("--json")
-    args = ap.parse_args()
+    args = ap.parse_args(argv)
+    if args.quick:
+        args.clients, args.rounds = "1", 3
     if not OPENPI_PY.exists():
         raise SystemExit("no .venv-openpi: run bench/openpi_baseline/setup_venv.sh first")
     from physai_ros.security.config import auto_keystore_dir
@@ -114,7 +117,10 @@ def main() -> None:
     from physai_ros.security.keystore import Keystore
 
     ns = [int(x) for x in args.clients.split(",")]
-    load0 = os.getloadavg()
+    run = results.start_run(f"physai-fleet with the openpi gateway (the shipped sim_pi0 on this CPU) vs openpi's "
+                            f"serving pattern with a stand-in model of the engine's one-robot time; openpi-client "
+                            f"from PyPI, {args.rounds} closed-loop rounds per client, two 224x224 views", __file__,
+                            argv, quick=args.quick)
     with tempfile.TemporaryDirectory(prefix="openpi_gateway_bench_") as d:
         tmp = Path(d)
         rows = [{"clients": n} for n in ns]
@@ -150,11 +156,8 @@ def main() -> None:
                                       "p99": round(row[s]["p99_ms"] / o["p99_ms"], 2),
                                       "chunks_per_s": round(row[s]["chunks_per_s"] / o["chunks_per_s"], 2)}
                                   for s in systems}
-    commit = subprocess.run(["git", "rev-parse", "--short", "HEAD"], capture_output=True, text=True, cwd=ROOT).stdout.strip()
-    doc = {"command": " ".join(["python", "bench/openpi_gateway.py"] + sys.argv[1:]), "commit": commit,
-           "machine": f"{platform.machine()} {os.cpu_count()} cores", "load_before": [round(x, 2) for x in load0],
-           "load_after": [round(x, 2) for x in os.getloadavg()], "engine_profile": profile,
-           "openpi_model_ms": batch1_ms, "rounds_per_client": args.rounds, "rows": rows}
+    doc = results.write_result(args.json, run, {"engine_profile": profile, "openpi_model_ms": batch1_ms,
+                                                "rounds_per_client": args.rounds, "rows": rows})
     print(f"engine batch curve (policy server profile): {profile}; openpi's stand-in model {batch1_ms:g} ms "
           f"(the engine's time for {rows[0]['clients']} client(s) alone in this run)")
     print(f"{'clients':>7} {'system':>12} | {'p50 ms':>8} {'p99 ms':>8} {'chunks/s':>8} {'late':>5} | "
@@ -166,9 +169,7 @@ def main() -> None:
             print(f"{row['clients']:>7} {s:>12} | {m['p50_ms']:>8.1f} {m['p99_ms']:>8.1f} {m['chunks_per_s']:>8.2f} "
                   f"{m['late']:>5} | "
                   + (f"{r['p50']:>5} {r['p99']:>5} {r['chunks_per_s']:>5}" if r else ""))
-    print(f"commit {commit}, load {doc['load_before']} -> {doc['load_after']}")
-    if args.json:
-        Path(args.json).write_text(json.dumps(doc, indent=1) + "\n")
+    print(f"commit {doc['commit']}, load {doc['load_average']['start']} -> {doc['load_average']['end']}")
 
 
 if __name__ == "__main__":

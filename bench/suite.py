@@ -52,6 +52,8 @@ ENTRIES = (
           "safety_stop.py", ("--seconds", "90", "--seeds", "7,8")),
     Entry("camera_frames", "What the exact LeRobot image path costs on raw camera frames (640x480, 1280x720)",
           "camera_frames.py"),
+    Entry("openpi_gateway", "openpi's own clients served by our gateway vs openpi's server, at equal model time",
+          "openpi_gateway.py", ("--clients", "1,4,16", "--rounds", "20"), needs=".venv-openpi (make test sets it up)"),
     Entry("rtc", "Real-time chunking in the closed loop, its compute charged as latency, over beta",
           "rtc.py", ("--episodes", "50", "--latency-ms", "400", "--merges", "off,crossfade,rtc", "--jobs", "2",
                      "--cost-reps", "10")),
@@ -90,7 +92,7 @@ def main(argv=None) -> int:
     a = ap.parse_args(argv)
     if a.list:
         for e in ENTRIES:
-            print(f"{e.name:16s} {e.question}  (bench/{e.script})")
+            print(f"{e.name:16s} {e.question}  (bench/{e.script}{'; needs ' + e.needs if e.needs else ''})")
         return 0
     if a.tables:
         tables.write_all(RESULTS)

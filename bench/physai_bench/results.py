@@ -65,7 +65,9 @@ class Run:
     regime: str
     quick: bool
     commit: str = field(default_factory=lambda: _git("rev-parse", "--short", "HEAD"))
-    tree_clean: bool = field(default_factory=lambda: _git("status", "--porcelain", "--untracked-files=no") == "")
+    # Results files are outputs, not code: a suite run rewriting them leaves the tree clean.
+    tree_clean: bool = field(default_factory=lambda: _git("status", "--porcelain", "--untracked-files=no", "--",
+                                                          ".", ":(exclude)bench/results") == "")
     date: str = field(default_factory=lambda: time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime()))
     load_start: list = field(default_factory=_load)
     started: float = field(default_factory=time.monotonic)

@@ -134,6 +134,22 @@ def camera_frames(doc: dict) -> list[Row]:
             for c in doc["cells"]]
 
 
+def openpi_gateway(doc: dict) -> list[Row]:
+    rows = []
+    for row in doc["rows"]:
+        systems = [k for k in row if k.startswith("gateway@")]
+        best = min(systems, key=lambda k: row[k]["p50_ms"])
+        r, o = row["ratio_to_openpi"][best], row["openpi"]
+        rows.append(Row(
+            f"openpi clients, {row['clients']} at once, the shipped sim_pi0 on this CPU: round trip p50 and "
+            "chunks/s",
+            f"{row[best]['p50_ms']:.0f} ms, {row[best]['chunks_per_s']:.1f}/s ({best.replace('gateway@b', 'batch ')})",
+            f"openpi's server {o['p50_ms']:.0f} ms, {o['chunks_per_s']:.1f}/s",
+            f"{r['p50']}x p50, {r['chunks_per_s']}x chunks/s", "-",
+            "loss" if r["p50"] > 1.05 or r["chunks_per_s"] < 0.95 else "tie"))
+    return rows
+
+
 def rtc(doc: dict) -> list[Row]:
     rows = []
     for t in doc["paired"]:
@@ -150,7 +166,7 @@ def rtc(doc: dict) -> list[Row]:
 
 SUMMARISERS: dict[str, Callable[[dict], list[Row]]] = {
     "factory": factory, "agents": agents, "factory_routing": factory_routing, "component_order": component_order,
-    "safety_stop": safety_stop, "camera_frames": camera_frames, "rtc": rtc}
+    "safety_stop": safety_stop, "camera_frames": camera_frames, "openpi_gateway": openpi_gateway, "rtc": rtc}
 
 
 def _run_line(name: str, doc: dict) -> str:
