@@ -34,6 +34,7 @@ from pathlib import Path
 import yaml
 
 from physai_ros.scheduler import EngineInstanceInfo, LatencyProfile, Request, make_scheduler
+from physai_bench import results
 from physai_lab.fleet_sim import InstanceSpec, SimConfig, poisson_arrivals, run_offline, run_online
 from physai_ros.sim.traces import WorkloadSpec, build_trace, sample_task_specs
 
@@ -154,6 +155,7 @@ def main(argv=None) -> int:
                     help="with --libero: override a workload-file value (YAML syntax), e.g. "
                          "--set workload.suites.short_exec.weight=1; repeatable")
     args = ap.parse_args(argv)
+    args.argv = argv
     if args.out:
         args.out.parent.mkdir(parents=True, exist_ok=True)
     if args.libero and args.workload == DEFAULT_WORKLOAD:
@@ -329,6 +331,10 @@ def libero_main(args) -> int:
     import sched_libero  # bench/sched_libero.py, this script's folder
 
     t_start = time.time()
+    run = results.start_run(f"simulated fleet (physai_lab.fleet_sim), {args.workload.name}: LIBERO-like tasks, "
+                            "engine latency from a roofline profile of an edge GPU, Poisson arrivals; latencies in "
+                            "simulated seconds, decision time measured on this CPU", __file__, args.argv,
+                            quick=args.quick)
     doc = yaml.safe_load(args.workload.read_text())
     for item in args.set:
         path, _, value = item.partition("=")
@@ -343,10 +349,9 @@ def libero_main(args) -> int:
                                     progress=lambda m: print(f"[{time.time() - t_start:6.1f}s] {m}", file=sys.stderr))
     res = {"workload_file": str(args.workload.relative_to(REPO)) if args.workload.is_relative_to(REPO)
            else str(args.workload), "overrides": args.set, "edge_max_batch": args.edge_max_batch,
-           **res, "bench_wall_s": round(time.time() - t_start, 1)}
+           **res}
+    res = results.write_result(args.out, run, res)
     text = json.dumps(res, indent=1)
-    if args.out:
-        args.out.write_text(text + "\n")
     if args.chart:
         import sched_chart
         sched_chart.figure12(res, args.chart)

@@ -36,7 +36,8 @@ class Entry:
     script: str
     full: tuple[str, ...] = ()
     quick: tuple[str, ...] = ("--quick",)
-    needs: str = ""  # what a machine must have, said when it is missing ("" nothing beyond make setup)
+    needs: str = ""  # what a machine must have beyond make setup (said by --list)
+    out_flag: str = "--json"  # the entry point's option naming its results file
 
 
 ENTRIES = (
@@ -44,6 +45,8 @@ ENTRIES = (
           "factory.py"),
     Entry("agents", "Kairos multi-agent scheduling over KV budgets and loads, beside FIFO and shortest-first",
           "factory_agents.py", ("--policies", "kairos,fifo_rr,spf_rr")),
+    Entry("scheduling", "Kairos wait-ratio scheduling and dynamic horizon on LIBERO-like tasks vs FIFO and Autellix",
+          "scheduler.py", ("--libero",), ("--libero", "--quick"), out_flag="--out"),
     Entry("factory_routing", "Does the plan's routing pay in the real server (per-instance queues vs none)?",
           "factory_routing.py"),
     Entry("component_order", "Kairos ordering of real pipeline component steps vs shortest-first and FIFO",
@@ -63,7 +66,7 @@ ENTRIES = (
 def run_entry(entry: Entry, out: Path, quick: bool) -> dict:
     path = out / f"{entry.name}.json"
     log = out / f"{entry.name}.log"
-    cmd = [sys.executable, str(BENCH / entry.script), *(entry.quick if quick else entry.full), "--json", str(path)]
+    cmd = [sys.executable, str(BENCH / entry.script), *(entry.quick if quick else entry.full), entry.out_flag, str(path)]
     t0 = time.monotonic()
     with open(log, "w") as f:
         rc = subprocess.run(cmd, stdout=f, stderr=subprocess.STDOUT, cwd=BENCH.parent, env=dict(os.environ)).returncode
