@@ -2,10 +2,13 @@
 """OxyGen's comparison (../shared/papers/oxygen-vla-kv-cache, §3 Algorithm 1, §4.2-4.3) on our
 engine, the three ways side by side in ONE run, so the ratios share the machine's state:
 
-  isolated    the paper's "sequential isolated execution": actions and text are separate tasks.
-              Per frame: prefill + denoise for the actions, a second prefill of the same
-              observation for the text, then each robot's text decoded on its own (batch 1,
-              all N tokens, within the frame).
+  isolated    actions and text as separate tasks, as a serving stack without KV sharing runs them
+              (openpi's server beside a text model). Per frame: prefill + denoise for the
+              actions, a second prefill of the same observation for the text, then the frame's
+              texts, all N tokens within the frame: --isolated-decode frame (default) decodes the
+              frame's robots together (one batch of R, as any batching server would), `each` one
+              by one (the paper's "sequential isolated execution", batch 1: a baseline that
+              flatters the other modes as R grows).
   shared      cross-task KV sharing ("Ours w/o batching"): one prefill feeds the actions and the
               texts; the frame's texts finish within the frame, never batched with another
               frame's. --shared-decode frame (default) decodes the frame's robots together (one
@@ -21,7 +24,7 @@ full budget and token counts do not depend on the weights. In steady state `cont
 R * ceil(N / k) requests; its first ceil(N / k) frames fill that pipeline and are not timed.
 
     .venv/bin/python bench/language_stream.py                       # sim_pi0, the full sweep
-    .venv/bin/python bench/language_stream.py --json --out out/language_stream.json
+    .venv/bin/python bench/language_stream.py --json bench/results/language.json
     .venv/bin/python bench/language_stream.py --preset pi0_2layer --robots 1 --budgets 16,64 --frames 2 --cell-seconds 0
     python3 bench/language_stream.py --device cuda --preset pi0 --dtype bfloat16 --f-min 0.001
 
@@ -41,6 +44,8 @@ import statistics
 import sys
 import time
 from pathlib import Path
+
+from physai_bench import results
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -113,13 +118,15 @@ class Stepper:
     """One mode's frame: returns (tokens emitted, parts in seconds, extra per-frame facts)."""
 
     def __init__(self, mode: str, engine, decoder, robots: int, budget: int, k: int, f_min: float,
-                 shared_decode: str):
+                 shared_decode: str, isolated_decode: str = "frame"):
         from physai_ros.engine.language.kv_manager import KVCacheManager
         from physai_ros.engine.language.decoder import SamplingParams
         from physai_ros.engine.language.frame import DecodeBudget
 
         self.mode, self.engine, self.dec, self.robots = mode, engine, decoder, robots
-        self.budget, self.shared_decode = budget, shared_decode
+        self.budget = budget
+        # Whether the frame's texts decode as one batch of R (the other choice: one by one).
+        self.batched = (shared_decode if mode == "shared" else isolated_decode) == "frame"
         self.params = SamplingParams(max_tokens=budget)  # greedy, no EOS: every text runs N tokens
         self.names = [f"robot_{i}" for i in range(robots)]
         self.n = 0
@@ -171,16 +178,16 @@ class Stepper:
             parts["text_prefill_s"] = t2 - t1
             t1 = t2
         rows = range(self.robots)
-        if self.mode == "shared" and self.shared_decode == "frame":
+        if self.batched:
             from physai_ros.engine.language.decoder import batch_requests
 
-            reqs = [self.dec.start(cache, r, _last_token(b, r), self.params, f"shared{self.n}:{r}") for r in rows]
+            reqs = [self.dec.start(cache, r, _last_token(b, r), self.params, f"{self.mode}{self.n}:{r}") for r in rows]
             tokens = sum(len(t) for t in self.dec.decode_batched(batch_requests(reqs, self.budget), self.budget))
         else:
             tokens = self._decode_alone(cache, b, rows)
         _sync(e)
         parts["decode_s"] = CLOCK() - t1
-        batch = self.robots if self.mode == "shared" and self.shared_decode == "frame" else 1
+        batch = self.robots if self.batched else 1
         return tokens, parts, {"k": self.budget, "batch": batch, "refused": 0}
 
 
@@ -208,7 +215,8 @@ def _summary(frame_s, toks, parts, extra, untimed, engine, f_min) -> dict:
 def run_cells(modes, engine, decoder, robots, budget, args, batches) -> dict:
     """All modes of one (robots, budget) cell, their timed frames interleaved round-robin so a
     change in the machine's load falls on every mode alike (the ratios are the point)."""
-    steppers = {m: Stepper(m, engine, decoder, robots, budget, args.k, args.f_min, args.shared_decode) for m in modes}
+    steppers = {m: Stepper(m, engine, decoder, robots, budget, args.k, args.f_min, args.shared_decode,
+                           args.isolated_decode) for m in modes}
     # Untimed: warm-up frames, and continuous's pipeline fill (ceil(N / k) frames until the
     # steady state of R * ceil(N / k) live requests).
     untimed = {m: args.warmup + (math.ceil(budget / args.k) if m == "continuous" else 0) for m in modes}
@@ -260,7 +268,7 @@ def ratios(cells: dict) -> dict:
 
 def print_table(result: dict, file=sys.stdout) -> None:
     f_min = result["f_min_hz"]
-    print(f"\n{result['model']} | {result['machine']['device']}, {result['machine']['threads']} threads, "
+    print(f"\n{result['model']} | {result['host']['device']}, {result['host']['threads']} threads, "
           f"clock {result['clock']} | k={result['k']} tokens/frame | f_min={f_min} frames/s", file=file)
     hdr = (f"{'R':>3} {'N':>4} {'mode':<11} {'frames/s':>9} {'f_min':>5} {'tok/s':>8} {'p50 ms':>9} {'p99 ms':>9}"
            f" {'batch':>6} {'x fps':>6} {'x tok/s':>7}")
@@ -297,6 +305,9 @@ def main(argv=None) -> int:
                     help="action-rate floor in frames/s; continuous lowers k to hold it (default 1: the sim "
                          "fleet's 10-action chunks at 10 Hz last 1 s)")
     ap.add_argument("--shared-decode", choices=("frame", "each"), default="frame")
+    ap.add_argument("--isolated-decode", choices=("frame", "each"), default="frame",
+                    help="isolated: the frame's texts as one batch (a batching server) or one by one")
+    ap.add_argument("--quick", action="store_true", help="the tiny preset, 1-2 robots, 4-8 tokens, 2 frames")
     ap.add_argument("--views", type=int, default=2)
     ap.add_argument("--prompt-len", type=int, default=48)
     ap.add_argument("--frames", type=int, default=3, help="timed frames per cell, at least")
@@ -308,9 +319,13 @@ def main(argv=None) -> int:
     ap.add_argument("--device", default="cpu")
     ap.add_argument("--dtype", default="float32")
     ap.add_argument("--no-prediction", action="store_true", help="skip the roofline GPU prediction")
-    ap.add_argument("--json", action="store_true", help="print the result as one JSON object (table to stderr)")
-    ap.add_argument("--out", default=None, help="also write the JSON result here")
+    ap.add_argument("--json", default=None, help="write the result (with the results header) here")
+    ap.add_argument("--out", default=None, help="the same as --json (kept for older commands)")
     args = ap.parse_args(argv)
+    if args.quick:
+        args.preset, args.robots, args.budgets, args.k = "tiny", "1,2", "4,8", 4
+        args.frames, args.cell_seconds, args.max_frames, args.f_min = 2, 0.0, 2, 0.001
+    path = args.json or args.out
 
     import torch
 
@@ -335,12 +350,17 @@ def main(argv=None) -> int:
     result = {
         "model": f"{name}: vlm width {cfg.vlm.width} x {cfg.vlm.depth} layers, vocab {cfg.vocab_size}, "
                  f"{args.views} views x {cfg.vision.num_tokens} + {prompt_len} prompt tokens, {cfg.policy}",
-        "machine": {"device": str(engine.device) if engine.device.type != "cpu" else f"cpu ({os.cpu_count()} cores)",
+        "host": {"device": str(engine.device) if engine.device.type != "cpu" else f"cpu ({os.cpu_count()} cores)",
                     "threads": args.threads, "load_avg_start": os.getloadavg(), "torch": torch.__version__},
         "clock": args.clock, "k": args.k, "f_min_hz": args.f_min, "shared_decode": args.shared_decode,
+        "isolated_decode": args.isolated_decode,
         "workload": "one new observation and one new N-token text request per robot per frame (paper Fig. 4)",
         "cells": [],
     }
+    run = results.start_run(f"{result['model']}; {result['host']['device']}, {args.threads} torch thread(s), "
+                            f"{args.dtype}; f_min {args.f_min:g} frames/s, k {args.k}; isolated texts decoded "
+                            f"{'as one batch per frame' if args.isolated_decode == 'frame' else 'one by one'}",
+                            __file__, argv, quick=args.quick)
     t_start = time.perf_counter()
     with torch.no_grad():  # as the engine's own prefix/denoise/decoders run
         for r in robots:
@@ -348,17 +368,15 @@ def main(argv=None) -> int:
             for n in budgets:
                 cells = run_cells(modes, engine, decoder, r, n, args, batches)
                 result["cells"].append({"robots": r, "budget": n, "modes": cells, "ratios": ratios(cells)})
-                _write(args.out, result)  # after every cell: a run cut short keeps what it measured
+                _write(path, result)  # after every cell: a run cut short keeps what it measured
     result["seconds"] = round(time.perf_counter() - t_start, 1)
-    result["machine"]["load_avg_end"] = os.getloadavg()
+    result["host"]["load_avg_end"] = os.getloadavg()
     if not args.no_prediction:
         from physai_bench import language_roofline
 
         result["gpu_prediction"] = language_roofline.predict(robots, budgets, args.k, args.views, prompt_len)
-    print_table(result, file=sys.stderr if args.json else sys.stdout)
-    if args.json:
-        print(json.dumps(result))
-    _write(args.out, result)
+    print_table(result)
+    results.write_result(path, run, result)
     return 0
 
 

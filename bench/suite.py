@@ -47,6 +47,8 @@ ENTRIES = (
           "factory_agents.py", ("--policies", "kairos,fifo_rr,spf_rr")),
     Entry("scheduling", "Kairos wait-ratio scheduling and dynamic horizon on LIBERO-like tasks vs FIFO and Autellix",
           "scheduler.py", ("--libero",), ("--libero", "--quick"), out_flag="--out"),
+    Entry("language", "Text from the action prefill (OxyGen): KV sharing and cross-frame batching vs a batching "
+          "isolated baseline", "language_stream.py", ("--robots", "1,4,16", "--budgets", "16,64,256")),
     Entry("factory_routing", "Does the plan's routing pay in the real server (per-instance queues vs none)?",
           "factory_routing.py"),
     Entry("component_order", "Kairos ordering of real pipeline component steps vs shortest-first and FIFO",

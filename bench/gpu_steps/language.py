@@ -55,10 +55,14 @@ def main(argv=None) -> int:
     out = Path(args.json_out).with_suffix(".bench.json")
     preset = "pi0" if args.size == "full" else "tiny"
     dtype = "bfloat16" if torch.device(args.device).type == "cuda" else "float32"
+    # Full size: pi0.5 at the paper's floor (OxyGen: 50 Hz actions, 10-action chunks: 5 frames/s),
+    # the isolated baseline batching each frame's texts as a serving stack would.
     argv_bench = ["--device", args.device, "--preset", preset, "--dtype", dtype, "--robots", "1,4",
                   "--budgets", "16" if args.size == "full" else "4", "--frames", "3",
                   "--cell-seconds", "1" if args.size == "full" else "0", "--max-frames", "10",
-                  "--f-min", "0.001", "--no-prediction", "--json", "--out", str(out)]
+                  "--f-min", "5" if args.size == "full" else "0.001", "--no-prediction", "--json", str(out)]
+    if args.size == "full":
+        argv_bench += ["--policy", "pi05"]
     res["command"] = "bench/language_stream.py " + " ".join(argv_bench)
 
     def bench():

@@ -109,6 +109,27 @@ def scheduling(doc: dict) -> list[Row]:
     return rows
 
 
+def language(doc: dict) -> list[Row]:
+    rows = []
+    for cell in doc["cells"]:
+        m, r = cell["modes"], cell["ratios"]
+        if "continuous" not in m or "isolated" not in m:
+            continue
+        c = m["continuous"]
+        rows.append(Row(
+            f"Language stream, {cell['robots']} robot(s) x {cell['budget']}-token texts, f_min {doc['f_min_hz']:g} "
+            "frames/s: frames/s (actions/s / chunk)",
+            f"{c['frames_per_s']:.2f} ({c['tokens_per_s']:.0f} tokens/s{'' if c['holds_f_min'] else ', misses f_min'})",
+            f"isolated {m['isolated']['frames_per_s']:.2f}, KV sharing alone "
+            f"{m['shared']['frames_per_s']:.2f}" if "shared" in m else f"isolated {m['isolated']['frames_per_s']:.2f}",
+            f"{r['continuous']['frames_per_s']}x isolated" + (
+                f", {c['frames_per_s'] / m['shared']['frames_per_s']:.2f}x sharing alone" if "shared" in m else ""),
+            "up to 3.7x isolated (pi0.5, RTX 4090, f_min 5 frames/s)",
+            "win" if r["continuous"]["frames_per_s"] > 1.05 and c["holds_f_min"] else
+            "loss" if r["continuous"]["frames_per_s"] < 0.95 or not c["holds_f_min"] else "tie"))
+    return rows
+
+
 def factory_routing(doc: dict) -> list[Row]:
     rows = []
     for name, e in doc["scenarios"].items():
@@ -187,7 +208,7 @@ def rtc(doc: dict) -> list[Row]:
 
 
 SUMMARISERS: dict[str, Callable[[dict], list[Row]]] = {
-    "factory": factory, "agents": agents, "scheduling": scheduling, "factory_routing": factory_routing, "component_order": component_order,
+    "factory": factory, "agents": agents, "scheduling": scheduling, "language": language, "factory_routing": factory_routing, "component_order": component_order,
     "safety_stop": safety_stop, "camera_frames": camera_frames, "openpi_gateway": openpi_gateway, "rtc": rtc}
 
 

@@ -3,8 +3,9 @@ three modes run, their token counts are the workload's (every text runs its full
 steady state cross-frame batching emits R * N tokens per frame, like the per-frame modes), and
 the roofline prediction is the model it says it is. No timing is asserted."""
 import importlib.util
-import json
 from pathlib import Path
+
+from physai_bench.results import read_result
 
 ROOT = Path(__file__).resolve().parents[2]
 
@@ -16,15 +17,15 @@ def _load(name):
     return mod
 
 
-def test_bench_runs_end_to_end_on_tiny(capsys, tmp_path):
+def test_bench_runs_end_to_end_on_tiny(tmp_path):
     bench = _load("language_stream")
     out = tmp_path / "ls.json"
     # f_min far below any frame rate: the floor never lowers k, so the steady state is exact.
     rc = bench.main(["--preset", "tiny", "--robots", "1,2", "--budgets", "4,8", "--k", "4", "--f-min", "0.001",
-                     "--frames", "2", "--cell-seconds", "0", "--threads", "1", "--json", "--out", str(out)])
+                     "--frames", "2", "--cell-seconds", "0", "--threads", "1", "--json", str(out)])
     assert rc == 0
-    res = json.loads(capsys.readouterr().out)
-    assert res == json.loads(out.read_text())
+    res = read_result(out)
+    assert res["quick"] is False and res["command"].startswith("python bench/language_stream.py")
     assert [(c["robots"], c["budget"]) for c in res["cells"]] == [(1, 4), (1, 8), (2, 4), (2, 8)]
     for cell in res["cells"]:
         r, n = cell["robots"], cell["budget"]
@@ -35,19 +36,22 @@ def test_bench_runs_end_to_end_on_tiny(capsys, tmp_path):
             assert c["frames_per_s"] > 0 and c["p99_ms"] >= c["p50_ms"] > 0
         assert cell["modes"]["continuous"]["batch_mean"] == r * n // 4  # R * ceil(N / k) live requests
         assert cell["modes"]["isolated"]["split_ms_per_frame"]["text_prefill_ms"] > 0
+        assert cell["modes"]["isolated"]["batch_mean"] == r  # a batching server's baseline: the frame's texts together
         assert set(cell["ratios"]) == {"shared", "continuous"}
     pred = res["gpu_prediction"]
     assert "roofline lower bound" in pred["label"] and len(pred["rows"]) == 4
 
 
-def test_shared_decode_each_and_a_mode_subset(capsys):
+def test_decode_each_and_a_mode_subset(tmp_path):
     bench = _load("language_stream")
+    out = tmp_path / "ls.json"
     bench.main(["--preset", "tiny", "--robots", "2", "--budgets", "4", "--modes", "isolated,shared",
-                "--shared-decode", "each", "--frames", "1", "--cell-seconds", "0", "--threads", "1",
-                "--no-prediction", "--json"])
-    res = json.loads(capsys.readouterr().out)
-    shared = res["cells"][0]["modes"]["shared"]
-    assert shared["batch_mean"] == 1 and shared["tokens"] == shared["frames"] * 2 * 4
+                "--shared-decode", "each", "--isolated-decode", "each", "--frames", "1", "--cell-seconds", "0",
+                "--threads", "1", "--no-prediction", "--json", str(out)])
+    res = read_result(out)
+    for mode in ("shared", "isolated"):
+        m = res["cells"][0]["modes"][mode]
+        assert m["batch_mean"] == 1 and m["tokens"] == m["frames"] * 2 * 4, mode
     assert "gpu_prediction" not in res
 
 
