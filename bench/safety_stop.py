@@ -160,11 +160,11 @@ def main(argv=None) -> None:
     ap.add_argument("--intruders-per-min", type=float, default=10.0)
     ap.add_argument("--seeds", default="7", help="sim seeds (the intruders' schedule), each run in every mode")
     ap.add_argument("--modes", default=",".join(MODES))
-    ap.add_argument("--quick", action="store_true", help="20 s per mode, one seed")
+    ap.add_argument("--quick", action="store_true", help="12 s per mode, one seed")
     ap.add_argument("--json", default="")
     args = ap.parse_args(argv)
     if args.quick:
-        args.seconds, args.seeds = 20.0, args.seeds.split(",")[0]
+        args.seconds, args.seeds = 12.0, args.seeds.split(",")[0]
     os.environ.setdefault("ROS_AUTOMATIC_DISCOVERY_RANGE", "LOCALHOST")
     run_info = results.start_run(
         "one sim robot over ROS 2 (real processes), sim_pi0_pipeline as System 1 and safety model, safety asked at "

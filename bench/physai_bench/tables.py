@@ -160,14 +160,15 @@ def component_order(doc: dict) -> list[Row]:
 
 def safety_stop(doc: dict) -> list[Row]:
     m = doc["modes"]
-    ci = m["model"]["moving_share_with_person_ci95"]
+    share = {k: v["moving_share_with_person"] for k, v in m.items()}
+    if None in share.values():  # a run too short for a visit in some mode (a --quick one)
+        return [Row("Arm moving while a person is in the cell (share of time)", "no visit in some mode", "-", "-",
+                    "-", "tie")]
+    ci = m["model"]["moving_share_with_person_ci95"] or [share["model"]] * 2
     return [Row("Arm moving while a person is in the cell (share of time)",
-                f"{_pct(m['model']['moving_share_with_person'])} [{_pct(ci[0])}, {_pct(ci[1])}] with the "
-                "checkpoint's safety model",
-                f"{_pct(m['none']['moving_share_with_person'])} without safety; "
-                f"{_pct(m['truth']['moving_share_with_person'])} with a perfect model",
-                f"{m['model']['moving_share_with_person'] / m['none']['moving_share_with_person']:.2f}x no safety",
-                "-", "win")]
+                f"{_pct(share['model'])} [{_pct(ci[0])}, {_pct(ci[1])}] with the checkpoint's safety model",
+                f"{_pct(share['none'])} without safety; {_pct(share['truth'])} with a perfect model",
+                f"{share['model'] / share['none']:.2f}x no safety", "-", "win")]
 
 
 def camera_frames(doc: dict) -> list[Row]:
