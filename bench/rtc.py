@@ -46,7 +46,8 @@ from physai_lab.evaluation.sweep import (disjoint_from_training, eval_seeds, fle
 def parse_args(argv=None) -> argparse.Namespace:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--json", default=None, help="write the result document (with the results header) here")
-    ap.add_argument("--quick", action="store_true", help="the tiny preset, 2 episodes, one latency, cost reps 2")
+    ap.add_argument("--quick", action="store_true",
+                    help="the tiny preset, one episode of replace, crossfade and RTC at one latency, cost reps 1")
     ap.add_argument("--fleet", default=None)
     ap.add_argument("--checkpoint", default=None)
     ap.add_argument("--preset", default=None, help="a model preset instead (smoke runs)")
@@ -226,8 +227,8 @@ def compute_cost(args, reps: int) -> dict:
 def main(argv=None) -> int:
     args = parse_args(argv)
     if args.quick:
-        args.preset, args.episodes, args.slots, args.latency_ms = args.preset or "tiny", 2, 2, "100"
-        args.crossfades, args.betas, args.cost_reps, args.cost_batches = "0.05", "5", 2, "1"
+        args.preset, args.episodes, args.slots, args.latency_ms = args.preset or "tiny", 1, 1, "100"
+        args.merges, args.crossfades, args.betas, args.cost_reps, args.cost_batches = "off,crossfade,rtc", "0.05", "5", 1, "1"
     cfg = _load(args)
     tasks = [t.strip() for t in args.tasks.split(",") if t.strip()]
     latencies = [float(x) for x in args.latency_ms.split(",") if x.strip()]
