@@ -68,7 +68,8 @@ ENTRIES = (
 def run_entry(entry: Entry, out: Path, quick: bool) -> dict:
     path = out / f"{entry.name}.json"
     log = out / f"{entry.name}.log"
-    cmd = [sys.executable, str(BENCH / entry.script), *(entry.quick if quick else entry.full), entry.out_flag, str(path)]
+    args = entry.quick if quick else entry.full
+    cmd = [sys.executable, str(BENCH / entry.script), *args, entry.out_flag, str(path)]
     t0 = time.monotonic()
     with open(log, "w") as f:
         rc = subprocess.run(cmd, stdout=f, stderr=subprocess.STDOUT, cwd=BENCH.parent, env=dict(os.environ)).returncode

@@ -7,7 +7,7 @@ what the files give.
 """
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Callable
 
@@ -26,6 +26,15 @@ class Row:
     ratio: str  # ours over the baseline, said which way is better
     paper: str  # the paper's figure at the same conditions ("-": the paper has none)
     verdict: str  # "win", "loss", "tie" or "mixed": said, not coloured
+    headline: bool = True  # in the README's summary too (docs/results.md has every row)
+
+
+def _headlines(rows: list[Row], keep) -> list[Row]:
+    """Rows with `keep(index, row)` as the README's (the first one when none is kept)."""
+    flags = [bool(keep(i, r)) for i, r in enumerate(rows)]
+    if rows and not any(flags):
+        flags[0] = True
+    return [replace(r, headline=f) for r, f in zip(rows, flags)]
 
 
 def _pct(x: float) -> str:
@@ -67,7 +76,7 @@ def factory(doc: dict) -> list[Row]:
             if w == "P4" else
             f"{doc['paper']['ratios'].get(f'vs best shared, {w} peak', '-')}x shared",
             "mixed" if min(eq8.get("vs_dedicated") or 1, eq8.get("vs_shared") or 1) < 1 else "win"))
-    return rows
+    return _headlines(rows, lambda i, r: r.question.startswith("Factory P4"))
 
 
 def agents(doc: dict) -> list[Row]:
@@ -89,7 +98,7 @@ def agents(doc: dict) -> list[Row]:
             f"vs shortest-first {min(spf):+.1%} to {max(spf):+.1%}" if spf else "-",
             "-17.8 % to -28.4 % vs the state of the art (4x A40, its own benchmarks: not these conditions)",
             "win" if hi["mean_change"] < 0 and worst_p95["p95_change"] < 0 else "mixed"))
-    return rows
+    return _headlines(rows, lambda i, r: i in (0, len(rows) - 1))  # the smallest and largest KV budgets
 
 
 def scheduling(doc: dict) -> list[Row]:
@@ -122,12 +131,22 @@ def language(doc: dict) -> list[Row]:
             f"{c['frames_per_s']:.2f} ({c['tokens_per_s']:.0f} tokens/s{'' if c['holds_f_min'] else ', misses f_min'})",
             f"isolated {m['isolated']['frames_per_s']:.2f}, KV sharing alone "
             f"{m['shared']['frames_per_s']:.2f}" if "shared" in m else f"isolated {m['isolated']['frames_per_s']:.2f}",
-            f"{r['continuous']['frames_per_s']}x isolated" + (
-                f", {c['frames_per_s'] / m['shared']['frames_per_s']:.2f}x sharing alone" if "shared" in m else ""),
-            "up to 3.7x isolated (pi0.5, RTX 4090, f_min 5 frames/s)",
-            "win" if r["continuous"]["frames_per_s"] > 1.05 and c["holds_f_min"] else
-            "loss" if r["continuous"]["frames_per_s"] < 0.95 or not c["holds_f_min"] else "tie"))
-    return rows
+            f"{r['continuous']['frames_per_s']}x isolated's frames/s, {r['continuous']['tokens_per_s']}x its tokens/s"
+            + (f"; {c['frames_per_s'] / m['shared']['frames_per_s']:.2f}x sharing alone's frames/s"
+               if "shared" in m else ""),
+            "up to 3.7x isolated (pi0.5, RTX 4090, f_min 5 frames/s)", _language_verdict(r["continuous"], c)))
+    # The README keeps a middle cell and the largest (where the floor is held by decoding less).
+    return _headlines(rows, lambda i, r: r.question.startswith(("Language stream, 4 robot(s) x 64-token",
+                                                                "Language stream, 16 robot(s) x 256-token")))
+
+
+def _language_verdict(ratio: dict, continuous: dict) -> str:
+    frames, tokens = ratio["frames_per_s"], ratio["tokens_per_s"] or 0.0
+    if not continuous["holds_f_min"] or frames < 0.95:
+        return "loss"
+    if tokens < 0.95:  # the floor held by decoding less: more actions, fewer words
+        return "mixed"
+    return "win" if frames > 1.05 else "tie"
 
 
 def factory_routing(doc: dict) -> list[Row]:
@@ -151,11 +170,12 @@ def component_order(doc: dict) -> list[Row]:
         rows.append(Row(
             f"Kairos order of pipeline component steps, {load.replace('_', ' ')}: mean step latency",
             f"{e['kairos']['median_step_mean_ms']:.0f} ms",
-            f"FIFO {e['fifo']['median_step_mean_ms']:.0f} ms, shortest-first {e['shortest']['median_step_mean_ms']:.0f} ms",
+            f"FIFO {e['fifo']['median_step_mean_ms']:.0f} ms, "
+            f"shortest-first {e['shortest']['median_step_mean_ms']:.0f} ms",
             f"{r['kairos']}x FIFO (shortest-first {r['shortest']}x)", "-",
             "loss" if r["kairos"] > 1.02 else "tie" if r["kairos"] >= 0.98 else
             "win" if r["kairos"] <= r["shortest"] else "mixed"))
-    return rows
+    return _headlines(rows, lambda i, r: i == len(rows) - 1)  # the largest fleet
 
 
 def safety_stop(doc: dict) -> list[Row]:
@@ -172,10 +192,11 @@ def safety_stop(doc: dict) -> list[Row]:
 
 
 def camera_frames(doc: dict) -> list[Row]:
-    return [Row(f"Exact LeRobot image path, {c['frames']}: CPU ms per round", f"{c['lerobot_frames_ms']:.1f} ms",
-                f"uint8 approximation it replaced {c['bytes_bilinear_ms']:.1f} ms",
-                f"{c['lerobot_frames_over_bytes_bilinear']}x (the price of exactness)", "-", "loss")
-            for c in doc["cells"]]
+    return _headlines([Row(f"Exact LeRobot image path, {c['frames']}: CPU ms per round",
+                           f"{c['lerobot_frames_ms']:.1f} ms",
+                           f"uint8 approximation it replaced {c['bytes_bilinear_ms']:.1f} ms",
+                           f"{c['lerobot_frames_over_bytes_bilinear']}x (the price of exactness)", "-", "loss")
+                       for c in doc["cells"]], lambda i, r: i == 0)
 
 
 def openpi_gateway(doc: dict) -> list[Row]:
@@ -190,8 +211,9 @@ def openpi_gateway(doc: dict) -> list[Row]:
             f"{row[best]['p50_ms']:.0f} ms, {row[best]['chunks_per_s']:.1f}/s ({best.replace('gateway@b', 'batch ')})",
             f"openpi's server {o['p50_ms']:.0f} ms, {o['chunks_per_s']:.1f}/s",
             f"{r['p50']}x p50, {r['chunks_per_s']}x chunks/s", "-",
-            "loss" if r["p50"] > 1.05 or r["chunks_per_s"] < 0.95 else "tie"))
-    return rows
+            "loss" if r["p50"] > 1.05 or r["chunks_per_s"] < 0.95 else
+            "win" if r["p50"] < 0.95 and r["chunks_per_s"] > 1.05 else "tie"))
+    return _headlines(rows, lambda i, r: i in (0, len(rows) - 1))  # the fewest and the most clients
 
 
 def rtc(doc: dict) -> list[Row]:
@@ -203,14 +225,16 @@ def rtc(doc: dict) -> list[Row]:
         rows.append(Row(
             f"RTC (beta {t['param']:g}) vs the best crossfade ({t['against_param']:g} s), {t['task']}, "
             f"{t['latency_ms']:g} ms latency, guidance compute charged: successes",
-            f"{ours}/{n}", f"{base}/{n}", f"McNemar p = {t['p_two_sided']}", "-",
+            f"{ours}/{n}", f"{base}/{n}",
+            f"McNemar p {'< 0.0001' if t['p_two_sided'] < 1e-4 else '= ' + str(t['p_two_sided'])}", "-",
             "tie" if t["p_two_sided"] >= 0.05 else "win" if ours > base else "loss"))
-    return rows
+    return _headlines(rows, lambda i, r: r.question.startswith("RTC (beta 5)"))
 
 
 SUMMARISERS: dict[str, Callable[[dict], list[Row]]] = {
-    "factory": factory, "agents": agents, "scheduling": scheduling, "language": language, "factory_routing": factory_routing, "component_order": component_order,
-    "safety_stop": safety_stop, "camera_frames": camera_frames, "openpi_gateway": openpi_gateway, "rtc": rtc}
+    "factory": factory, "agents": agents, "scheduling": scheduling, "language": language,
+    "factory_routing": factory_routing, "component_order": component_order, "safety_stop": safety_stop,
+    "camera_frames": camera_frames, "openpi_gateway": openpi_gateway, "rtc": rtc}
 
 
 def _run_line(name: str, doc: dict) -> str:
@@ -235,7 +259,7 @@ def readme_table(results_dir: Path) -> str:
              "|---|---|---|---|---|---|---|"]
     for name, doc, rows in collect(results_dir):
         lines += [f"| {r.question} | {r.ours} | {r.baseline} | {r.ratio} | {r.paper} | {r.verdict} "
-                  f"| [{name}](docs/results.md#{name.replace('_', '-')}) |" for r in rows]
+                  f"| [{name}](docs/results.md#{name.replace('_', '-')}) |" for r in rows if r.headline]
     return "\n".join(lines)
 
 
