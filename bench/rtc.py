@@ -4,14 +4,14 @@ policy: how smoothly chunks join, task success, and what guidance costs per chun
 
     .venv/bin/python bench/rtc.py [--quick] [--fleet FILE] [--checkpoint DIR] [--episodes 20]
         [--tasks pick_and_place] [--merges off,crossfade,rtc] [--latency-ms 50,400] [--slots 8]
-        [--crossfades 0.05,0.1,0.2] [--betas 1,5,10] [--compute-share 1] [--schedule exp]
+        [--crossfades 0.05,0.1,0.2] [--betas 1,5,10] [--compute-shares 1] [--schedule exp]
         [--execution-horizon N] [--jobs 1] [--cost-reps 10] [--json bench/results/rtc.json]
 
 Episodes run through the real serving path in lock-step simulated time (physai_lab.evaluation:
 ServingCore from fleet.yaml with the task's `chunk_merge` set per setting, the robot client,
 the trajectory buffer with the merge rule the controller would use, the sim world), with the
 observation -> chunk latency modelled as --latency-ms. Guidance costs compute: with
---compute-share s (the share of that latency that is the model's own compute; 1 by default, the
+--compute-shares s (the share of that latency that is the model's own compute; 1 by default, the
 worst case for RTC), a guided setting's latency is latency x (1 + s x (guided / unguided - 1)),
 the ratio measured first on the same model (batch 1, process CPU time). Crossfade over
 --crossfades and RTC over --betas, each at every latency. Same seeds for every merge rule
@@ -61,8 +61,9 @@ def parse_args(argv=None) -> argparse.Namespace:
     ap.add_argument("--slots", type=int, default=8)
     ap.add_argument("--crossfades", default="0.05,0.1,0.2", help="crossfade durations (s) tried")
     ap.add_argument("--betas", default="1,5,10", help="rtc max_guidance_weight values tried")
-    ap.add_argument("--compute-share", type=float, default=1.0,
-                    help="share of --latency-ms that is model compute, charged x the guided/unguided cost ratio")
+    ap.add_argument("--compute-shares", default="1",
+                    help="shares of --latency-ms that are model compute (each charged x the guided/unguided cost "
+                         "ratio), comma-separated: every RTC setting runs at each")
     ap.add_argument("--schedule", default="exp")
     ap.add_argument("--execution-horizon", type=int, default=None)
     ap.add_argument("--max-episode-s", type=float, default=None)
@@ -92,12 +93,18 @@ def merge_config(name: str, param: float | None, args) -> ChunkMergeConfig:
     return ChunkMergeConfig(name=name)
 
 
-def settings(args) -> list[tuple[str, float | None]]:
-    """(merge, its parameter) for every merge asked, over --crossfades and --betas."""
+def settings(args) -> list[tuple[str, float | None, float]]:
+    """(merge, its parameter, compute share) for every merge asked, over --crossfades, and for RTC
+    over --betas x --compute-shares (the share only matters where guidance costs compute)."""
+    shares = [float(x) for x in args.compute_shares.split(",")]
     out = []
     for m in (m.strip() for m in args.merges.split(",") if m.strip()):
-        values = {"crossfade": args.crossfades, "rtc": args.betas, "rtc_identity": args.betas}.get(m)
-        out += [(m, float(v)) for v in values.split(",")] if values else [(m, None)]
+        if m in ("rtc", "rtc_identity"):
+            out += [(m, float(b), sh) for b in args.betas.split(",") for sh in shares]
+        elif m == "crossfade":
+            out += [(m, float(v), 0.0) for v in args.crossfades.split(",")]
+        else:
+            out += [(m, None, 0.0)]
     return out
 
 
@@ -111,7 +118,7 @@ def charged_latency_ms(latency_ms: float, merge: str, cost: dict | None, share: 
 
 def run_one(job) -> dict:
     """One (task, latency, merge, parameter) setting in its own process."""
-    args, task, latency_ms, merge, param, charged_ms = job
+    args, task, latency_ms, merge, param, share, charged_ms = job
     import torch
 
     torch.set_num_threads(1)
@@ -150,7 +157,7 @@ def run_one(job) -> dict:
     jerks = [j for r in recorders.values() for j in r.jerks]
     return {
         "task": task, "latency_ms": latency_ms, "charged_latency_ms": round(charged_ms, 1), "merge": merge,
-        "param": param, "chunk_merge": dataclasses.asdict(cm),
+        "param": param, "compute_share": share, "chunk_merge": dataclasses.asdict(cm),
         "success_by_seed": [by_seed[s] for s in _seeds(task, args)],
         "episodes": len(res), "successes": ok, "success_rate": round(ok / len(res), 4),
         "success_ci95": [round(x, 4) for x in wilson_interval(ok, len(res))],
@@ -240,23 +247,24 @@ def main(argv=None) -> int:
     model = cfg.server.model.checkpoint or f"preset {cfg.server.model.preset}"
     run = results.start_run(f"closed loop in lock-step simulated time, {model}, "
                             f"{args.episodes} episodes per setting on the same seeds, guidance compute charged "
-                            f"(share {args.compute_share:g}); guidance cost measured on this CPU, one torch thread",
+                            f"(shares {args.compute_shares}); guidance cost measured on this CPU, one torch thread",
                             __file__, argv, quick=args.quick)
     cost = compute_cost(args, args.cost_reps) if args.cost_reps > 0 else None
     jobs = [] if args.cost_only else [
-        (args, t, lat, m, p, charged_latency_ms(lat, m, cost, args.compute_share))
-        for t in tasks for lat in latencies for m, p in settings(args)]
+        (args, t, lat, m, p, sh, charged_latency_ms(lat, m, cost, sh))
+        for t in tasks for lat in latencies for m, p, sh in settings(args)]
     rows = []
     with ProcessPoolExecutor(max_workers=args.jobs) as pool:
         for r in pool.map(run_one, jobs):
             rows.append(r)
-            print(f"rtc bench: {r['task']} {r['latency_ms']:g} ms {r['merge']} {r['param']}: success {r['successes']}/"
+            print(f"rtc bench: {r['task']} {r['latency_ms']:g} ms {r['merge']} {r['param']} share {r['compute_share']:g}: "
+                  f"success {r['successes']}/"
                   f"{r['episodes']} (latency charged {r['charged_latency_ms']:g} ms), jump mean "
                   f"{_f(r['boundary_jump_rad']['mean'])} rad, jerk mean {_f(r['command_jerk_rad_s3']['mean'], 0)} "
                   f"rad/s^3, guides {r['guides']}, {r['wall_s']} s", file=sys.stderr, flush=True)
     doc = {"results": rows, "compute_cost": cost, "paired": paired_tests(rows),
            "method": {"lockstep": True, "episodes": args.episodes, "slots": args.slots, "jobs": args.jobs,
-                      "compute_share": args.compute_share,
+                      "compute_shares": args.compute_shares,
                       "seeds": {t: [_seeds(t, args)[0], _seeds(t, args)[-1]] for t in tasks},
                       "checkpoint": cfg.server.model.checkpoint, "preset": cfg.server.model.preset}}
     doc = results.write_result(args.json or args.out, run, doc)
@@ -279,6 +287,7 @@ def paired_tests(rows: list[dict]) -> list[dict]:
             for label, base in (("vs_off", off), ("vs_best_crossfade", best_fade)):
                 if base is not None:
                     out.append({"task": key[0], "latency_ms": key[1], "merge": r["merge"], "param": r["param"],
+                                "compute_share": r["compute_share"], "charged_latency_ms": r["charged_latency_ms"],
                                 "against": label, "against_param": base["param"],
                                 "success": [r["successes"], base["successes"], r["episodes"]],
                                 **mcnemar_exact(r["success_by_seed"], base["success_by_seed"])})

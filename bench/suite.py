@@ -60,7 +60,8 @@ ENTRIES = (
     Entry("openpi_gateway", "openpi's own clients served by our gateway vs openpi's server, at equal model time",
           "openpi_gateway.py", ("--clients", "1,4,16", "--rounds", "20"), needs=".venv-openpi (make test sets it up)"),
     Entry("rtc", "Real-time chunking in the closed loop, its compute charged as latency, over beta",
-          "rtc.py", ("--episodes", "50", "--latency-ms", "400", "--merges", "off,crossfade,rtc", "--jobs", "2",
+          "rtc.py", ("--episodes", "50", "--latency-ms", "400", "--merges", "off,crossfade,rtc", "--crossfades",
+                     "0.05,0.2", "--betas", "5,10", "--compute-shares", "0.25,0.5,1", "--jobs", "2",
                      "--cost-reps", "10")),
 )
 

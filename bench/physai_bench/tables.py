@@ -222,9 +222,11 @@ def rtc(doc: dict) -> list[Row]:
         if t["merge"] != "rtc" or t["against"] != "vs_best_crossfade":
             continue
         ours, base, n = t["success"]
+        share = t.get("compute_share", 1.0)
         rows.append(Row(
             f"RTC (beta {t['param']:g}) vs the best crossfade ({t['against_param']:g} s), {t['task']}, "
-            f"{t['latency_ms']:g} ms latency, guidance compute charged: successes",
+            f"{t['latency_ms']:g} ms latency, {share:g} of it model time (guided: "
+            f"{t.get('charged_latency_ms', t['latency_ms']):g} ms): successes",
             f"{ours}/{n}", f"{base}/{n}",
             f"McNemar p {'< 0.0001' if t['p_two_sided'] < 1e-4 else '= ' + str(t['p_two_sided'])}", "-",
             "tie" if t["p_two_sided"] >= 0.05 else "win" if ours > base else "loss"))
