@@ -9,7 +9,7 @@ tables built from them: the README's performance summary and docs/results.md).
     .venv/bin/python bench/suite.py --tables               # only rebuild the tables from the files
 
 Entries run one after another (parallel runs would time each other's load), each as its own
-process with `--json <out>/<name>.json`; a failing entry is reported and the others still run. The
+process writing <out>/<name>.json (its `--json`, or `--out` for scheduler.py); a failing entry is reported and the others still run. The
 --quick run writes elsewhere (never over the committed results) and checks that every entry still
 runs and writes a complete header; its figures mean nothing.
 """
@@ -59,7 +59,7 @@ ENTRIES = (
           "camera_frames.py"),
     Entry("openpi_gateway", "openpi's own clients served by our gateway vs openpi's server, at equal model time",
           "openpi_gateway.py", ("--clients", "1,4,16", "--rounds", "20"), needs=".venv-openpi (make test sets it up)"),
-    Entry("rtc", "Real-time chunking in the closed loop, its compute charged as latency, over beta",
+    Entry("rtc", "Real-time chunking in the closed loop, its compute charged as latency, over beta and model-time share",
           "rtc.py", ("--episodes", "50", "--latency-ms", "400", "--merges", "off,crossfade,rtc", "--crossfades",
                      "0.05,0.2", "--betas", "5,10", "--compute-shares", "0.25,0.5,1", "--jobs", "2",
                      "--cost-reps", "10")),
