@@ -88,30 +88,13 @@ ROBOT_YAML = """\
 """
 
 
-# maxInitialPeersRange: with discovery limited to localhost, Fast DDS announces a participant by
-# unicast to a range of participant ids only (32 by default here). The policy server imports
-# torch before it creates its participant, so among ~50 it gets a high id, and robots whose ids
-# fell outside its range never saw its register service (two 16-robot soaks served 8 robots;
-# a probe of 40 early clients and one late service: 32 saw it, 40 with the wider range).
-UDP_ONLY_PROFILE = """<?xml version="1.0" encoding="UTF-8"?>
-<dds xmlns="http://www.eprosima.com">
-  <profiles>
-    <transport_descriptors>
-      <transport_descriptor>
-        <transport_id>soak_udp</transport_id>
-        <type>UDPv4</type>
-        <maxInitialPeersRange>128</maxInitialPeersRange>
-      </transport_descriptor>
-    </transport_descriptors>
-    <participant profile_name="soak_udp_participant" is_default_profile="true">
-      <rtps>
-        <userTransports><transport_id>soak_udp</transport_id></userTransports>
-        <useBuiltinTransports>false</useBuiltinTransports>
-      </rtps>
-    </participant>
-  </profiles>
-</dds>
-"""
+# config/fastdds_udp_only.xml: UDP only, and maxInitialPeersRange 128. With discovery limited to
+# localhost, Fast DDS announces a participant by unicast to a range of participant ids only (32
+# by default here). The policy server imports torch before it creates its participant, so among
+# ~50 it gets a high id, and robots whose ids fell outside its range never saw its register
+# service (two 16-robot soaks served 8 robots; a probe of 40 early clients and one late service:
+# 32 saw it, 40 with the wider range).
+UDP_ONLY_PROFILE = Path(__file__).resolve().parents[1] / "config" / "fastdds_udp_only.xml"
 
 
 def write_fleet(path: Path, args) -> Path:
@@ -362,9 +345,7 @@ def main(argv=None) -> int:
         # regenerate_port). Loopback UDP has no such shared state; frames here are small.
         # (FASTDDS_BUILTIN_TRANSPORTS=UDPv4 was not honoured through rmw_fastrtps here; an XML
         # default profile is.)
-        profile = out / "fastdds_udp_only.xml"
-        profile.write_text(UDP_ONLY_PROFILE)
-        env["FASTDDS_DEFAULT_PROFILES_FILE"] = str(profile.resolve())
+        env["FASTDDS_DEFAULT_PROFILES_FILE"] = str(UDP_ONLY_PROFILE)
     os.environ.update(env)
     robots = [f"robot_{k}" for k in range(args.robots)]
     obs = Observer(robots)

@@ -8,6 +8,14 @@ import pytest
 os.environ.setdefault("TRITON_INTERPRET", "1")
 os.environ.setdefault("ROS_AUTOMATIC_DISCOVERY_RANGE", "LOCALHOST")
 os.environ.setdefault("ROS_DOMAIN_ID", str(random.randint(1, 100)))
+# Fast DDS over loopback UDP only (config/fastdds_udp_only.xml says why): the fault tests SIGKILL
+# processes mid-traffic, and one killed holding a shared-memory port's mutex blocks, for the rest
+# of the run, every later participant of the run's domain that writes to that port (a policy
+# server that never logged a line, 44 minutes into a CI run). Tests of the shared-memory path set
+# their own profile.
+os.environ.setdefault("FASTDDS_DEFAULT_PROFILES_FILE",
+                      os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))),
+                                   "config", "fastdds_udp_only.xml"))
 # Tiny models gain nothing from intra-op threads, and ROS tests run several processes at once on
 # two cores: one torch thread per process avoids oversubscription (measured: test/engine 107 s ->
 # 52 s on a loaded machine). Child processes inherit it.

@@ -27,6 +27,10 @@ alike, whatever the node is doing when the signal comes:
               wakes even while the main thread is inside a long C call (where no Python
               handler can run) and bounds teardown steps that hang (DDS, a join).
 
+Where is it stuck? `kill -USR1 <pid>` writes every thread's Python stack to the node's output
+(faulthandler, registered with guard_start_up): its C-level handler runs even while the main
+thread sits in a DDS or torch call, so a node that hangs at start-up or in teardown says where.
+
 Exit code 0 for a requested stop: launch reports any other code as "process has died" (an
 error, and what respawn and OnProcessExit handlers react to), and systemd's Restart=on-failure
 restarts the unit; a Ctrl-C is not a failure. A node that crashes still exits non-zero.
@@ -37,6 +41,7 @@ that holds it delays the stop until it returns (the dlopen inside `import torch`
 """
 from __future__ import annotations
 
+import faulthandler
 import os
 import select
 import signal
@@ -158,6 +163,8 @@ def guard_start_up() -> None:
     name = _node_main()
     if name is None:
         return
+
+    faulthandler.register(signal.SIGUSR1, all_threads=True)
 
     def leave(signum, frame):
         os.write(2, f"[INFO] [{name}]: {signal.Signals(signum).name} while starting (importing): exiting\n".encode())

@@ -16,7 +16,7 @@ from physai_ros.fleet.processes import ProcessGroup, ProcessSpec
 from physai_ros.ros.codecs.observation import observation_to_msg
 from physai_ros.ros.qos import reliable_qos
 
-import fault_fleet
+from faults import fault_fleet
 from ros_rig import SpunNode, wait_for
 from machine_load import Deadline
 
@@ -91,9 +91,25 @@ class ProcessRig:
         self.node.create_subscription(msg_type, topic, cb, qos or reliable_qos(100))
         return out
 
+    def stacks_and_logs(self) -> str:
+        """On a time-out: every live node process writes its threads' stacks into its log first
+        (SIGUSR1, faulthandler: physai_ros.ros.spin), so a hang says where it is. Only node
+        processes: SIGUSR1 would kill a process without that handler."""
+        asked = False
+        for p in self.procs.procs:
+            if p.popen.poll() is None and p.spec.module.startswith("physai_ros.nodes."):
+                try:
+                    os.kill(p.popen.pid, signal.SIGUSR1)
+                    asked = True
+                except ProcessLookupError:
+                    pass
+        if asked:
+            time.sleep(1.0)  # the dump is written by a C handler at once; the log file is not synced
+        return self.logs(lines=80)
+
     def wait(self, pred, timeout: float, what: str):
         """pred() under the lock until truthy (returned); fails early when a process died."""
-        return wait_for(pred, timeout, what, self.logs, lock=self.lock,
+        return wait_for(pred, timeout, what, self.stacks_and_logs, lock=self.lock,
                         check=lambda: self.assert_alive(f"waiting for {what}"), poll_s=self.poll_s)
 
     def keys(self, robot_id: str):

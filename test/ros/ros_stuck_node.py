@@ -1,6 +1,6 @@
 """Test helper process: a node that gets stuck in its main thread, where no budget reaches it:
 in close() (as a join on a thread stuck in a C call would) or in a timer callback that blocks
-for a minute (stuck_in:=callback). run_node's watchdog must still end the process with exit
+until the process ends (stuck_in:=callback: however long the tests before the stop take). run_node's watchdog must still end the process with exit
 code 0 EXIT_DEADLINE_S after the first signal, and at once on a second one.
 
 Run: python -m ros_stuck_node --ros-args -p stuck_in:=close|callback  (test/ros on PYTHONPATH).
@@ -25,8 +25,8 @@ class Stuck(Node):
     def _tick(self) -> None:
         self.ticks += 1
         if self.stuck_in == "callback" and self.ticks == 3:
-            print("callback: blocking for 60 s", flush=True)
-            time.sleep(60.0)
+            print("callback: blocking until the process ends", flush=True)
+            time.sleep(3600.0)
 
     def close(self, timeout_s: float) -> None:
         if self.stuck_in == "close":

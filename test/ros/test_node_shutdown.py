@@ -202,6 +202,18 @@ def test_server_in_warm_up_and_worker_mid_profile(rig, record_property):
     assert "engine_worker_infer" in log and "still running" in log, log[-3000:]
 
 
+def test_a_node_writes_its_stacks_on_sigusr1_and_carries_on(rig):
+    # What the rig does to every live node when a wait times out: the dump says where a hang is.
+    name = "r0/sim_robot"
+    rig.wait(lambda: "sim robot r0" in _log(rig, name), STARTUP_S, "the sim robot to start")
+    proc = next(p for p in rig.procs.procs if p.spec.name == name)
+    proc.popen.send_signal(signal.SIGUSR1)
+    rig.wait(lambda: "most recent call first" in _log(rig, name), 30, "the sim robot's stack dump")
+    log = _log(rig, name)
+    assert "Thread 0x" in log and "spin" in log, log[-3000:]  # the main thread, in run_node's spin loop
+    rig.assert_alive("after SIGUSR1")
+
+
 def test_fleet_stops_mid_work(rig, record_property):
     infos, joints = rig.r0["infos"], rig.r0["joints"]
     # The client (which starts the rounds) comes last: a chunk the server publishes before the
