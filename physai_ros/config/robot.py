@@ -78,6 +78,12 @@ def parse_robot(i: int, d: Any, tasks: Mapping[str, TaskConfig]) -> RobotConfig:
     image_width = integer(d.get("image_width", 224), join_key(path, "image_width"), 1)
     topics, sizes, features = _cameras(required(d, "cameras", path), join_key(path, "cameras"),
                                        (image_height, image_width))
+    if d.get("simulated", True):
+        # sim_robot publishes camera_<i>/image_raw: another name would leave the client with no frames.
+        want_topics = tuple(f"camera_{i}/image_raw" for i in range(len(topics)))
+        if topics != want_topics:
+            raise FleetConfigError(f"{path}.cameras: a simulated robot publishes {list(want_topics)}, "
+                                   f"got {list(topics)}")
     return RobotConfig(
         id=rid,
         namespace=ns,

@@ -158,6 +158,8 @@ CASES = [
     (lambda d: d["robots"][2].update(cameras=["a", {"topic": "a", "width": 64}]), r"^robots\[2\]\.cameras: .*unique"),
     (lambda d: d["robots"][0].update(joints=["a", "a"]), r"^robots\[0\]\.joints: entries must be unique"),
     (lambda d: d["robots"][0].update(joints=["a", "b"]), r"^robots\[0\]\.joints: a simulated arm with sim.num_joints=4 has joints"),
+    (lambda d: d["robots"][0].update(cameras=["wrist/image_raw"]),
+     r"^robots\[0\]\.cameras: a simulated robot publishes \['camera_0/image_raw'\], got \['wrist/image_raw'\]"),
     (lambda d: d["robots"][3].update(id="robot_0"), r"^robots\[3\]\.id: expected unique values, 'robot_0' repeats robots\[0\]"),
     (lambda d: d["robots"][0].update(id="bad-id"), r"^robots\[0\]\.id: expected letters, digits"),
     (lambda d: d["robots"][0].update(control_rate_hz=float("nan")), r"^robots\[0\]\.control_rate_hz: expected a finite number"),

@@ -65,8 +65,8 @@ def test_a_fleet_whose_cameras_do_not_match_the_checkpoint_stops_before_anything
         task.pop("mode", None)
     doc["server"]["model"]["checkpoint"] = "ckpt"
     robot = doc["robots"][0]
-    doc["robots"] = [dict(robot, cameras=[{"topic": "a", "feature": "left_wrist_0_rgb"},
-                                          {"topic": "b", "feature": "base_0_rgb"}])]
+    doc["robots"] = [dict(robot, cameras=[{"topic": "camera_0/image_raw", "feature": "left_wrist_0_rgb"},
+                                          {"topic": "camera_1/image_raw", "feature": "base_0_rgb"}])]
     fleet = tmp_path / "fleet.yaml"
     fleet.write_text(yaml.safe_dump(doc))
     check_server_files(load_fleet(fleet))  # named, in another order: accepted

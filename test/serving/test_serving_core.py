@@ -207,7 +207,7 @@ def test_a_robot_whose_cameras_differ_in_size_is_served_and_each_view_checked(fl
     view registers (the sizes travel per view), is served, and a view of the other's size is
     refused naming the view and its own registered size."""
     doc = yaml.safe_load(default_fleet_path().read_text())
-    doc["robots"] = [dict(doc["robots"][0], cameras=[
+    doc["robots"] = [dict(doc["robots"][0], simulated=False, cameras=[  # a real arm's camera names
         {"topic": "wrist/image_raw", "height": 96, "width": 128},
         {"topic": "top/image_raw", "height": 128, "width": 96}])]
     arm = parse_fleet(doc).robots[0]
