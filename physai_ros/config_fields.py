@@ -4,7 +4,9 @@ them; physai_ros.config_fields re-exports them)."""
 from __future__ import annotations
 
 import math
-from typing import Any, Mapping
+import sys
+from contextlib import contextmanager
+from typing import Any, Iterator, Mapping
 
 from physai_ros.errors import UserInputError
 
@@ -68,7 +70,27 @@ def strings(v: Any, path: str, lo: int, hi: int | None = None) -> tuple[str, ...
     return tuple(v)
 
 
+# Lists that no_unknown appends (path, allowed keys, "file:line" of its caller) to while
+# recording_allowed_keys() is active: how scripts/fleet_yaml_reference.py reads the keys each
+# parser accepts from the parsers themselves.
+_key_recorders: list[list[tuple[str, frozenset[str], str]]] = []
+
+
+@contextmanager
+def recording_allowed_keys() -> Iterator[list[tuple[str, frozenset[str], str]]]:
+    got: list[tuple[str, frozenset[str], str]] = []
+    _key_recorders.append(got)
+    try:
+        yield got
+    finally:
+        _key_recorders.remove(got)
+
+
 def no_unknown(d: Mapping[str, Any], allowed: set[str], path: str) -> None:
+    if _key_recorders:
+        caller = sys._getframe(1)
+        for got in _key_recorders:
+            got.append((path, frozenset(allowed), f"{caller.f_code.co_filename}:{caller.f_lineno}"))
     extra = sorted(set(d) - allowed)
     if extra:
         raise FleetConfigError(

@@ -257,11 +257,13 @@ def collect(results_dir: Path) -> list[tuple[str, dict, list[Row]]]:
 
 
 def readme_table(results_dir: Path) -> str:
-    lines = ["| Question | Ours | Baseline (same run) | Ratio | Paper, same conditions | Verdict | Results |",
-             "|---|---|---|---|---|---|---|"]
+    """The headline rows; the verdict links the run's section in docs/results.md (its command,
+    commit, machine and load)."""
+    lines = ["| Question (regime) | Ours | Baseline (same run) | Ratio | Paper, same conditions | Verdict |",
+             "|---|---|---|---|---|---|"]
     for name, doc, rows in collect(results_dir):
-        lines += [f"| {r.question} | {r.ours} | {r.baseline} | {r.ratio} | {r.paper} | {r.verdict} "
-                  f"| [{name}](docs/results.md#{name.replace('_', '-')}) |" for r in rows if r.headline]
+        lines += [f"| {r.question} | {r.ours} | {r.baseline} | {r.ratio} | {r.paper} "
+                  f"| [{r.verdict}](docs/results.md#{name}) |" for r in rows if r.headline]
     return "\n".join(lines)
 
 
