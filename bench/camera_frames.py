@@ -10,7 +10,7 @@ size (224 for pi0 / pi0.5):
 
   .venv/bin/python bench/camera_frames.py --frames 640x480,1280x720 --json bench/results/camera_frames.json
 
-Prints the medians (ms) and their ratio; compare with a round's latency (README) to read the
+Prints the medians (ms) and their ratio; compare with a round's latency (docs/capabilities.md) to read the
 share of a round.
 """
 from __future__ import annotations
