@@ -174,17 +174,17 @@ def collect():
             g = general_path(path)
             sections.setdefault(g, set()).update(allowed)
             where.setdefault(g, set()).add(rel)
-        for g, sites in where.items():  # the dataclass the section's parser fills
-            for site in sites:
-                candidates = field_comments(REPO / site.split(":")[0])
-                best = max(candidates, key=lambda c: len(set(c) & sections[g]), default={})
-                for key, text in best.items():
-                    if key in sections[g] and text:
-                        code_notes.setdefault(f"{g}.{key}" if g else key, text)
         for k, v in yaml_comments(f).items():
             texts = comments.setdefault(k, [])
             texts.extend(t for t in v if t not in texts)
         example_values(yaml.safe_load(f.read_text()), "", examples)
+    for g, sites in where.items():  # the dataclass each section's parser fills: its field comments
+        for site in sites:
+            candidates = field_comments(REPO / site.split(":")[0])
+            best = max(candidates, key=lambda c: len(set(c) & sections[g]), default={})
+            for key, text in best.items():
+                if key in sections[g] and text:
+                    code_notes.setdefault(f"{g}.{key}" if g else key, text)
     missing = sorted(parser_sites() - hit)
     if missing:
         raise SystemExit("fleet_yaml_reference: no shipped fleet file reaches these parsers; add their "
