@@ -1,7 +1,8 @@
 """`make test`: the whole suite, isolated from other ROS 2 graphs on this host.
 
-Every run gets its own ROS_DOMAIN_ID and keeps discovery on localhost, so parallel runs (or CI
-next to a developer's session) never cross-talk and no discovery packet leaves the machine.
+Every run gets its own ROS_DOMAIN_ID (and each test module the next one: test/conftest.py) and keeps
+discovery on localhost, so parallel runs (or CI next to a developer's session) rarely cross-talk
+and no discovery packet leaves the machine.
 TRITON_INTERPRET=1 makes the Triton kernels run on CPU tensors through the interpreter.
 """
 from __future__ import annotations

@@ -8,14 +8,6 @@ import pytest
 os.environ.setdefault("TRITON_INTERPRET", "1")
 os.environ.setdefault("ROS_AUTOMATIC_DISCOVERY_RANGE", "LOCALHOST")
 os.environ.setdefault("ROS_DOMAIN_ID", str(random.randint(1, 100)))
-# Fast DDS over loopback UDP only (config/fastdds_udp_only.xml says why): the fault tests SIGKILL
-# processes mid-traffic, and one killed holding a shared-memory port's mutex blocks, for the rest
-# of the run, every later participant of the run's domain that writes to that port (a policy
-# server that never logged a line, 44 minutes into a CI run). Tests of the shared-memory path set
-# their own profile.
-os.environ.setdefault("FASTDDS_DEFAULT_PROFILES_FILE",
-                      os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))),
-                                   "config", "fastdds_udp_only.xml"))
 # Tiny models gain nothing from intra-op threads, and ROS tests run several processes at once on
 # two cores: one torch thread per process avoids oversubscription (measured: test/engine 107 s ->
 # 52 s on a loaded machine). Child processes inherit it.
@@ -44,6 +36,27 @@ if "PHYSAI_ROS_PROFILE_CACHE" not in os.environ:
 # Marks the environment every child inherits; a process that outlives the session fails it.
 from process_sweep import (no_process_outlives_the_session, pytest_runtest_teardown,  # noqa: E402,F401
                            pytest_sessionfinish)
+
+
+# Each test module runs in a ROS domain of its own: the ROS_DOMAIN_ID every rclpy context reads
+# and every process the module starts inherits. Fast DDS' shared-memory ports (their number from
+# the domain) are guarded by named semaphores in /dev/shm; a process the fault tests SIGKILL while
+# it writes to a live participant's port leaves that semaphore locked, and every later writer to
+# the port blocks for good. With one domain for the whole run that reached later modules (a
+# policy server that never logged a line, 44 minutes into a CI run). Over UDP only
+# (config/fastdds_udp_only.xml) 300 kB observations lost fragments under load and waited for
+# retransmission: most chunks arrived expired. The run's first domain is random (1..100), so
+# parallel runs rarely meet; modules count up from it, within 1..232 (higher domains' ports pass
+# 65535).
+_FIRST_DOMAIN = int(os.environ["ROS_DOMAIN_ID"])
+_modules_started = [0]
+
+
+@pytest.fixture(scope="module", autouse=True)
+def ros_domain_of_its_own():
+    _modules_started[0] += 1
+    os.environ["ROS_DOMAIN_ID"] = str(1 + (_FIRST_DOMAIN - 1 + _modules_started[0]) % 232)
+    yield
 
 
 @pytest.fixture(scope="session")
