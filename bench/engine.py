@@ -345,6 +345,34 @@ def compile_comparison(presets, cases, reps: int, warm: int) -> dict:
     return out
 
 
+def _time_one(impl: str, preset: str, ckpt: str, args) -> None:
+    """One implementation in this (fresh) process, the --big-cases at --big-repeats: what
+    bench/engine_full_depth.py runs so that two full-size models never share a process's memory.
+    Prints one JSON object: build seconds, the cases, and the peak RSS of this process and of the
+    largest child (LeRobot runs in its reference venv's python)."""
+    import resource
+
+    import torch
+
+    global CLOCK
+    torch.set_num_threads(args.threads)
+    CLOCK = time.process_time if args.clock == "cpu" else time.perf_counter
+    cases = [tuple(map(int, c.split("x"))) for c in args.big_cases.split(",")]
+    out = {"impl": impl, "cases": {}}
+    if impl == "lerobot":
+        for batch, views in cases:
+            out["cases"][f"b{batch}_v{views}"] = time_lerobot(Path(ckpt), preset, batch, views, args.big_repeats,
+                                                              args.threads)
+    else:
+        eng, out["build_s"] = build_ours(Path(ckpt), preset, impl == "fast")
+        for batch, views in cases:
+            out["cases"][f"b{batch}_v{views}"] = time_ours(eng, f"{preset} {impl}", batch, views,
+                                                           args.big_repeats, args.big_warmup)
+    kb = max(resource.getrusage(resource.RUSAGE_SELF).ru_maxrss, resource.getrusage(resource.RUSAGE_CHILDREN).ru_maxrss)
+    out["peak_rss_gb"] = round(kb * 1024 / 1e9, 2)
+    print(json.dumps(out))
+
+
 def main() -> int:
     ap = argparse.ArgumentParser(description="pi0 engine benchmark")
     ap.add_argument("--json", action="store_true", help="print one JSON object")
@@ -371,7 +399,13 @@ def main() -> int:
                          "the fast path's prefix and denoise and of LeRobot's sample_actions, headline case")
     ap.add_argument("--_write-checkpoint", nargs=2, help=argparse.SUPPRESS)
     ap.add_argument("--_rss", nargs=2, help=argparse.SUPPRESS)
+    ap.add_argument("--_time-one", nargs=3, metavar=("IMPL", "PRESET", "CKPT"), help=argparse.SUPPRESS)
     args = ap.parse_args()
+    global CLOCK, POLICY
+    POLICY = args.policy  # before the hidden modes: the checkpoint writer reads it
+    if args._time_one:
+        _time_one(*args._time_one, args)
+        return 0
     if args._write_checkpoint:
         write_checkpoint(args._write_checkpoint[0], Path(args._write_checkpoint[1]))
         return 0
@@ -382,9 +416,7 @@ def main() -> int:
     import torch
 
     torch.set_num_threads(args.threads)
-    global CLOCK, POLICY
     CLOCK = time.process_time if args.clock == "cpu" else time.perf_counter
-    POLICY = args.policy
     if args.profile:
         profile_tables([p for p in args.presets.split(",") if p], HEADLINE[0], HEADLINE[1], args.profile, args.threads)
         return 0

@@ -233,10 +233,32 @@ def rtc(doc: dict) -> list[Row]:
     return _headlines(rows, lambda i, r: r.question.startswith("RTC (beta 5)"))
 
 
+def engine_full_depth(doc: dict) -> list[Row]:
+    rows = []
+    for c in doc["cells"]:
+        name = {"pi0": "pi0", "pi05": "pi0.5"}[c["policy"]]
+        case, row = next(iter(c["cases"].items()))
+        b, v = case[1:].split("_v")
+        ours = f"{row['ours']['total_ms'] / 1e3:.1f} s"
+        depth = "at full depth" if c["preset"] == "pi0" else f"at the {c['preset']} preset's sizes"
+        q = (f"A {name} chunk {depth} (batch {b}, {v} views, fp32, {doc['threads']} CPU threads): "
+             f"prefix + 10 denoise steps")
+        if "lerobot_over_ours" not in row:
+            rows.append(Row(q, ours, f"{c['reference']}: not measured ({row.get('error', '')[:80]})", "-", "-", "unmeasured"))
+            continue
+        x = row["lerobot_over_ours"]
+        rows.append(Row(q, ours, f"{c['reference']} {row['lerobot']['total_ms'] / 1e3:.1f} s",
+                        f"{x:.2f}x faster (prefix {row.get('prefix_lerobot_over_ours', 0):.2f}x, "
+                        f"denoise {row.get('denoise_lerobot_over_ours', 0):.2f}x)", "-",
+                        "win" if x >= 1.05 else "loss" if x <= 0.95 else "tie"))
+    return rows
+
+
 SUMMARISERS: dict[str, Callable[[dict], list[Row]]] = {
     "factory": factory, "agents": agents, "scheduling": scheduling, "language": language,
     "factory_routing": factory_routing, "component_order": component_order, "safety_stop": safety_stop,
-    "camera_frames": camera_frames, "openpi_gateway": openpi_gateway, "rtc": rtc}
+    "camera_frames": camera_frames, "openpi_gateway": openpi_gateway, "rtc": rtc,
+    "engine_full_depth": engine_full_depth}
 
 
 def _run_line(name: str, doc: dict) -> str:
