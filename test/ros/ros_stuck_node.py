@@ -1,7 +1,8 @@
 """Test helper process: a node that gets stuck in its main thread, where no budget reaches it:
 in close() (as a join on a thread stuck in a C call would) or in a timer callback that blocks
-until the process ends (stuck_in:=callback: however long the tests before the stop take). run_node's watchdog must still end the process with exit
-code 0 EXIT_DEADLINE_S after the first signal, and at once on a second one.
+until the process ends (stuck_in:=callback: however long the tests before the stop take).
+run_node's watchdog must still end the process with exit code 0 EXIT_DEADLINE_S after the first
+signal, and at once on a second one.
 
 Run: python -m ros_stuck_node --ros-args -p stuck_in:=close|callback  (test/ros on PYTHONPATH).
 Prints "ready" once spinning, and a line when it gets stuck in a callback.
