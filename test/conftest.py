@@ -43,9 +43,9 @@ from process_sweep import (no_process_outlives_the_session, pytest_runtest_teard
 # the domain) are guarded by named semaphores in /dev/shm; a process the fault tests SIGKILL while
 # it writes to a live participant's port leaves that semaphore locked, and every later writer to
 # the port blocks for good. With one domain for the whole run that reached later modules (a
-# policy server that never logged a line, 44 minutes into a CI run). Over UDP only
-# (config/fastdds_udp_only.xml) 300 kB observations lost fragments under load and waited for
-# retransmission: most chunks arrived expired. The run's first domain is random (1..100), so
+# policy server that never logged a line, 44 minutes into a CI run: the likeliest cause, as no
+# stack was left). UDP only (config/fastdds_udp_only.xml) would avoid the trap but test another
+# transport than the fleet's default. The run's first domain is random (1..100), so
 # parallel runs rarely meet; modules count up from it, within 1..232 (higher domains' ports pass
 # 65535).
 _FIRST_DOMAIN = int(os.environ["ROS_DOMAIN_ID"])
