@@ -352,11 +352,6 @@ def _time_one(impl: str, preset: str, ckpt: str, args) -> None:
     largest child (LeRobot runs in its reference venv's python)."""
     import resource
 
-    import torch
-
-    global CLOCK
-    torch.set_num_threads(args.threads)
-    CLOCK = time.process_time if args.clock == "cpu" else time.perf_counter
     cases = [tuple(map(int, c.split("x"))) for c in args.big_cases.split(",")]
     out = {"impl": impl, "cases": {}}
     if impl == "lerobot":
@@ -403,9 +398,6 @@ def main() -> int:
     args = ap.parse_args()
     global CLOCK, POLICY
     POLICY = args.policy  # before the hidden modes: the checkpoint writer reads it
-    if args._time_one:
-        _time_one(*args._time_one, args)
-        return 0
     if args._write_checkpoint:
         write_checkpoint(args._write_checkpoint[0], Path(args._write_checkpoint[1]))
         return 0
@@ -417,6 +409,9 @@ def main() -> int:
 
     torch.set_num_threads(args.threads)
     CLOCK = time.process_time if args.clock == "cpu" else time.perf_counter
+    if args._time_one:
+        _time_one(*args._time_one, args)
+        return 0
     if args.profile:
         profile_tables([p for p in args.presets.split(",") if p], HEADLINE[0], HEADLINE[1], args.profile, args.threads)
         return 0

@@ -40,6 +40,7 @@ from pathlib import Path
 
 import numpy as np
 
+from physai_ros.install_paths import share_dir
 from physai_ros.protocol.chunk import HOLD_ENGINE_INSTANCE
 from physai_ros.protocol.topics import (ACTION_CHUNK_TOPIC, CLIENT_STATUS_TOPIC, DIAGNOSTICS_TOPIC,
                                         OBSERVATION_TOPIC, robot_topic)
@@ -94,7 +95,8 @@ ROBOT_YAML = """\
 # ~50 it gets a high id, and robots whose ids fell outside its range never saw its register
 # service (two 16-robot soaks served 8 robots; a probe of 40 early clients and one late service:
 # 32 saw it, 40 with the wider range).
-UDP_ONLY_PROFILE = Path(__file__).resolve().parents[1] / "config" / "fastdds_udp_only.xml"
+def udp_only_profile() -> Path:
+    return share_dir() / "config" / "fastdds_udp_only.xml"
 
 
 def write_fleet(path: Path, args) -> Path:
@@ -345,7 +347,7 @@ def main(argv=None) -> int:
         # regenerate_port). Loopback UDP has no such shared state; frames here are small.
         # (FASTDDS_BUILTIN_TRANSPORTS=UDPv4 was not honoured through rmw_fastrtps here; an XML
         # default profile is.)
-        env["FASTDDS_DEFAULT_PROFILES_FILE"] = str(UDP_ONLY_PROFILE)
+        env["FASTDDS_DEFAULT_PROFILES_FILE"] = str(udp_only_profile())
     os.environ.update(env)
     robots = [f"robot_{k}" for k in range(args.robots)]
     obs = Observer(robots)

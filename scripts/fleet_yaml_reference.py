@@ -37,7 +37,7 @@ def general_path(path: str) -> str:
     out = []
     for i, part in enumerate(parts):
         prev = parts[i - 1] if i else ""
-        out.append(_DYNAMIC[prev] if prev in _DYNAMIC and not prev.endswith("[]") else part)
+        out.append(_DYNAMIC.get(prev, part))
     return ".".join(out)
 
 

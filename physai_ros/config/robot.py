@@ -8,7 +8,7 @@ from typing import Any, Mapping
 from physai_ros.config.task import TaskConfig
 from physai_ros.config_fields import (FleetConfigError, integer, join_key, mapping, no_unknown, number, required,
                                       string, strings)
-from physai_ros.protocol.topics import JOINT_STATES_TOPIC, WRENCH_TOPIC
+from physai_ros.protocol.topics import JOINT_STATES_TOPIC, WRENCH_TOPIC, camera_topic
 
 CAMERA_FORMATS = ("raw", "compressed")  # sensor_msgs/Image | sensor_msgs/CompressedImage
 
@@ -79,8 +79,8 @@ def parse_robot(i: int, d: Any, tasks: Mapping[str, TaskConfig]) -> RobotConfig:
     topics, sizes, features = _cameras(required(d, "cameras", path), join_key(path, "cameras"),
                                        (image_height, image_width))
     if d.get("simulated", True):
-        # sim_robot publishes camera_<i>/image_raw: another name would leave the client with no frames.
-        want_topics = tuple(f"camera_{i}/image_raw" for i in range(len(topics)))
+        # sim_robot publishes camera_topic(i): another name would leave the client with no frames.
+        want_topics = tuple(camera_topic(i) for i in range(len(topics)))
         if topics != want_topics:
             raise FleetConfigError(f"{path}.cameras: a simulated robot publishes {list(want_topics)}, "
                                    f"got {list(topics)}")

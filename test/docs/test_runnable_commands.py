@@ -26,11 +26,14 @@ def runnable_blocks() -> list[tuple[str, str]]:
 
 
 def test_the_guides_mark_commands_to_run():
-    pages = {name.split("#")[0] for name, _ in runnable_blocks()}
+    pages = {name.split("#")[0] for name, _ in BLOCKS}
     assert {"docs/integrator.md", "docs/operator.md", "docs/developer.md"} <= pages, pages
 
 
-@pytest.mark.parametrize("name,block", runnable_blocks(), ids=[n for n, _ in runnable_blocks()])
+BLOCKS = runnable_blocks()
+
+
+@pytest.mark.parametrize("name,block", BLOCKS, ids=[n for n, _ in BLOCKS])
 def test_runnable_block_runs_as_written(name, block):
     (REPO / "out").mkdir(exist_ok=True)
     done = subprocess.run(["bash", "-e", "-c", block], cwd=REPO, capture_output=True, text=True,
