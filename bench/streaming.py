@@ -216,12 +216,12 @@ def tick_sequential(args, impl: str, n_robots: int) -> dict:
     period = 1.0 / args.ae_hz
     every = max(1, round(args.ae_hz / args.vlm_hz))
     t, ms = period, []
-    for k in range(args.tick_reps + 200):
+    for k in range(args.tick_reps + args.tick_warmup):
         if k % every == 0:
             core.vlm_pass(t)
         t0 = time.perf_counter()
         core.tick(t)
-        if k >= 200:
+        if k >= args.tick_warmup:
             ms.append((time.perf_counter() - t0) * 1e3)
         t += period
     out = {"impl": impl, "robots": n_robots, "tick_ms": _dist(ms, period * 1e3), "build_s": round(build_s, 2)}
@@ -283,13 +283,15 @@ def _ros_fleet_doc(args, n_robots: int) -> dict:
     from physai_ros.config.fleet import default_fleet_path
 
     doc = yaml.safe_load(default_fleet_path().read_text())
-    # The random-weight tiny pi0 (the embedded default may be a trained checkpoint): fast to build.
-    doc["server"]["model"] = {"preset": "tiny", "tokenizer": "package://physai_ros/assets/tokenizer.json",
+    # A random-weight preset (the embedded default may be a trained checkpoint): tiny builds fast;
+    # pi0_2layer / pi0 give the tick pi0's widths (the tick's cost, not its actions, is measured).
+    doc["server"]["model"] = {"preset": args.preset, "tokenizer": "package://physai_ros/assets/tokenizer.json",
                               "max_token_len": 48, "seed": 0}
     doc["server"]["profile"] = False
     doc["server"]["streaming"] = {"slots": n_robots, "vlm_hz": args.vlm_hz, "ae_hz": args.ae_hz,
                                   "action_hz": args.action_hz, "force": "random", "when_full": "refuse",
-                                  "timeout_s": 5.0, "torch_threads": args.threads}
+                                  "timeout_s": 5.0, "torch_threads": args.threads,
+                                  "vlm": args.ros_vlm, "ae_priority": args.ae_priority}
     doc["tasks"]["bench_stream"] = dict(doc["tasks"]["pick_place"], mode="streaming",
                                         segment_rate_hz=args.segment_rate_hz, slo_ms=10000,
                                         max_consecutive_slo_violation=1000)
@@ -472,6 +474,21 @@ def _loop_latencies(events, segments, commands, key) -> list:
     return out
 
 
+def _window_rates(before: dict, after: dict) -> dict:
+    """The server's rates between two /diagnostics reports (its own counts since the streams
+    started), so the start-up before the measured window does not dilute them."""
+    keys = ("running_s", "ticks", "vlm_passes", "scheduled_ticks", "missed_ticks")
+    a, b = ({k: _float(d.get(k)) for k in keys} for d in (before, after))
+    if None in a.values() or None in b.values() or b["running_s"] <= a["running_s"]:
+        return {"window_s": None, "window_ae_hz": None, "window_vlm_hz": None, "window_missed_tick_fraction": None}
+    dt = b["running_s"] - a["running_s"]
+    scheduled = b["scheduled_ticks"] - a["scheduled_ticks"]
+    return {"window_s": round(dt, 2), "window_ae_hz": round((b["ticks"] - a["ticks"]) / dt, 2),
+            "window_vlm_hz": round((b["vlm_passes"] - a["vlm_passes"]) / dt, 3),
+            "window_missed_tick_fraction": round((b["missed_ticks"] - a["missed_ticks"]) / scheduled, 4)
+            if scheduled > 0 else None}
+
+
 def run_ros_case(args, n_robots: int) -> dict:
     import tempfile
 
@@ -507,6 +524,7 @@ def run_ros_case(args, n_robots: int) -> dict:
         with probe.lock:
             probe.segments.clear()
             probe.commands.clear()
+            diag_before = dict(probe.diag)
         drive(args.ros_seconds, args.ros_impulse_ms, lambda k, now: probe.impulse(impulse_wrench(k)),
               args.ros_change_ms, lambda k: probe.new_content())
         time.sleep(0.5)  # let the last events reach the controller
@@ -528,6 +546,7 @@ def run_ros_case(args, n_robots: int) -> dict:
         "segments_received": len(segs), "commands_received": len(cmds),
         "server_vlm_hz": _float(diag.get("vlm_hz")), "server_ae_hz": _float(diag.get("ae_hz")),
         "server_missed_tick_fraction": _float(diag.get("missed_tick_fraction")),
+        **_window_rates(diag_before, diag), "server_ae_scheduling": diag.get("ae_scheduling"),
         "wrench_hz_robot0": args.ros_wrench_hz, "camera_hz": args.ros_camera_hz,
     }
     print(f"[ROS, {n_robots} robot(s)] {json.dumps(out)}", file=sys.stderr, flush=True)
@@ -574,14 +593,19 @@ def main() -> int:
     ap.add_argument("--threads", type=int, default=1, help="torch intra-op threads (each stream is its own thread)")
     ap.add_argument("--no-ros", action="store_true", help="skip the ROS 2 cases")
     ap.add_argument("--ros-only", action="store_true", help="skip the in-process cases")
+    ap.add_argument("--ros-vlm", choices=["thread", "process"], default="thread",
+                    help="ROS cases: the server's VLM stream on a thread (the default) or in its own process")
     ap.add_argument("--tick-bench", action="store_true",
                     help="only the action-expert tick: op counts, sequential tick time distribution and "
                          "real-time missed ticks per --impls x --vlm-modes x --robots")
     ap.add_argument("--impls", nargs="+", default=["plain", "fused"], choices=["plain", "fused", "compiled"])
-    ap.add_argument("--vlm-modes", nargs="+", default=["thread", "process", "none"], choices=["thread", "process", "none"])
+    ap.add_argument("--vlm-modes", nargs="*", default=["thread", "process", "none"], choices=["thread", "process", "none"],
+                    help="--tick-bench real-time cases (none given: only the sequential ticks)")
     ap.add_argument("--tick-reps", type=int, default=3000)
+    ap.add_argument("--tick-warmup", type=int, default=200, help="--tick-bench: untimed ticks before the timed ones")
     ap.add_argument("--ae-priority", type=int, default=0,
-                    help="--tick-bench real-time cases: SCHED_FIFO priority of the AE thread (0 = ordinary)")
+                    help="SCHED_FIFO priority of the AE thread (0 = ordinary): --tick-bench real-time cases "
+                         "and the ROS cases' server")
     args = ap.parse_args()
     torch.set_num_threads(args.threads)
     res = {"preset": args.preset, "device": "cpu", "torch_threads": args.threads,

@@ -61,6 +61,8 @@ ENTRIES = (
           "openpi_gateway.py", ("--clients", "1,4,16", "--rounds", "20"), needs=".venv-openpi (make test sets it up)"),
     Entry("engine_full_depth", "The fast path against LeRobot at full pi0 and pi0.5 depth, fp32 on this CPU",
           "engine_full_depth.py", needs=".venv-lerobot and .venv-lerobot06 (make test sets them up)"),
+    Entry("streaming_rates", "The action-expert stream against the paper's 480 Hz: tiny, pi0's widths and full depth, "
+          "alone and over ROS at default settings", "streaming_rates.py"),
     Entry("rtc", "Real-time chunking in the closed loop, its compute charged as latency, over beta and model-time share",
           "rtc.py", ("--episodes", "50", "--latency-ms", "400", "--merges", "off,crossfade,rtc", "--crossfades",
                      "0.05,0.2", "--betas", "5,10", "--compute-shares", "0.25,0.5,1", "--jobs", "2",

@@ -254,11 +254,33 @@ def engine_full_depth(doc: dict) -> list[Row]:
     return rows
 
 
+def streaming_rates(doc: dict) -> list[Row]:
+    target = doc["configured"]["ae_hz"]
+    rows = []
+    for c in doc["cells"]:
+        q = (f"Action-expert ticks/s for one robot at the paper's {target:g} Hz, {c['preset']} preset, "
+             "default settings, over ROS (this CPU)")
+        ros, alone = c.get("ros"), c.get("alone")
+        if not ros or ros.get("window_ae_hz") is None:
+            rows.append(Row(q, f"not measured ({c.get('error', 'no server figure')[:80]})", "-", "-", doc["paper"],
+                            "unmeasured"))
+            continue
+        hz, missed = ros["window_ae_hz"], ros["window_missed_tick_fraction"]
+        tuned = c.get("ros_tuned") or {}
+        also = (f"; tuned (VLM process, {tuned['server_ae_scheduling']}): {tuned['window_ae_hz']:.3g} Hz, "
+                f"{_pct(tuned['window_missed_tick_fraction'])} missed" if tuned.get("window_ae_hz") is not None else "")
+        rows.append(Row(q, f"{hz:.3g} Hz ({_pct(missed)} of tick slots missed), VLM {ros['window_vlm_hz']:.3g} Hz{also}",
+                        f"one tick alone {alone['tick_ms_p50']:.3g} ms: at most {alone['ceiling_hz']:.3g} Hz",
+                        f"{hz / target:.3g}x the paper's rate", doc["paper"],
+                        "tie" if hz >= 0.95 * target and missed < 0.01 else "loss"))
+    return _headlines(rows, lambda i, r: i == len(rows) - 1)  # the deepest preset measured
+
+
 SUMMARISERS: dict[str, Callable[[dict], list[Row]]] = {
     "factory": factory, "agents": agents, "scheduling": scheduling, "language": language,
     "factory_routing": factory_routing, "component_order": component_order, "safety_stop": safety_stop,
     "camera_frames": camera_frames, "openpi_gateway": openpi_gateway, "rtc": rtc,
-    "engine_full_depth": engine_full_depth}
+    "engine_full_depth": engine_full_depth, "streaming_rates": streaming_rates}
 
 
 def _run_line(name: str, doc: dict) -> str:

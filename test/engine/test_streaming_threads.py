@@ -83,3 +83,21 @@ def test_a_failing_consumer_is_counted_and_the_streams_go_on():
     finally:
         eng.stop()
     assert "on_segment: RuntimeError: publisher gone" in eng.errors[0]
+
+
+def test_rates_count_every_tick_and_pass_beyond_the_kept_history():
+    # The engine keeps only the last `history` tick times; its rates must not shrink once that
+    # history is full (a long-running server reported 20000 ticks / its whole run time).
+    core = build(vlm_hz=20.0, ae_hz=240.0, action_hz=120.0, steps_per_token=6)
+    core.clock = time.perf_counter
+    core.add_robot("a", robot_input(1))
+    eng = StreamingEngine(core, None, history=8)
+    eng.start()
+    try:
+        assert wait_for(lambda: core.stats.ticks >= 40 and eng.vlm_passes >= 10)
+    finally:
+        eng.stop()
+    m = eng.metrics()
+    assert len(eng.tick_starts) == 8 and m["ticks"] >= 40 and m["vlm_passes"] >= 10
+    assert m["ae_hz"] == m["ticks"] / m["duration_s"] and m["vlm_hz"] == m["vlm_passes"] / m["duration_s"]
+    assert m["scheduled_ticks"] == m["ticks"] + m["missed_ticks"]

@@ -60,8 +60,11 @@ class StreamingEngine:
         h = self._history
         self.tick_starts: collections.deque = collections.deque(maxlen=h)
         self.tick_ms: collections.deque = collections.deque(maxlen=h)
-        self.vlm_starts: collections.deque = collections.deque(maxlen=h)
         self.vlm_ms: collections.deque = collections.deque(maxlen=h)
+        # Counts since start: the deques above keep only the last `history` entries, so rates
+        # over a long run come from these (a full deque would say 20000 / run time).
+        self.ticks = 0
+        self.vlm_passes = 0
         self.scheduled_ticks = 0
         self.missed_ticks = 0
         self.error_count = 0
@@ -167,7 +170,7 @@ class StreamingEngine:
         nxt = clock()
         while self._wait_until(nxt):
             t0 = clock()
-            self.vlm_starts.append(t0)
+            self.vlm_passes += 1
             self._guard("vlm", self.core.vlm_pass, t0)
             self.vlm_ms.append((clock() - t0) * 1e3)
             nxt += period
@@ -194,6 +197,7 @@ class StreamingEngine:
         while self._wait_until(t_start + k * period):
             t0 = clock()
             self.tick_starts.append(t0)
+            self.ticks += 1
             segs = self._guard("tick", self.core.tick, t0) or ()
             if segs and self.on_segment is not None:
                 # Under the robot-table lock, so once remove_robot returns nothing more is
@@ -220,17 +224,20 @@ class StreamingEngine:
         ts = np.diff(np.asarray(self.tick_starts)) * 1e3 if len(self.tick_starts) > 1 else np.zeros(1)
         tm = np.asarray(self.tick_ms) if self.tick_ms else np.zeros(1)
         vm = np.asarray(self.vlm_ms) if self.vlm_ms else np.zeros(1)
-        vlm_hz = len(self.vlm_starts) / dur
+        passes = self.vlm_passes
         if self.vlm_mode == "process" and self._vlm_stats0 is not None:
             now = self._vlm_stats or self._shared_kv.stats()
             passes = now["passes"] - self._vlm_stats0["passes"]
-            vlm_hz = passes / dur
             vm = np.asarray([(now["pass_ms_total"] - self._vlm_stats0["pass_ms_total"]) / max(passes, 1)])
         return {
             "duration_s": dur,
             "vlm": self.vlm_mode,
-            "vlm_hz": vlm_hz,
-            "ae_hz": len(self.tick_starts) / dur,
+            "vlm_hz": passes / dur,
+            "ae_hz": self.ticks / dur,
+            "vlm_passes": passes,
+            "ticks": self.ticks,
+            "scheduled_ticks": self.scheduled_ticks,
+            "missed_ticks": self.missed_ticks,
             "tick_period_ms_p50": float(np.percentile(ts, 50)),
             "tick_period_ms_p99": float(np.percentile(ts, 99)),
             "tick_compute_ms_p50": float(np.percentile(tm, 50)),

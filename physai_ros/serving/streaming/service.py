@@ -312,7 +312,11 @@ class StreamingService:
                     "starts": self.starts, "admissions_refused": dict(self.refused), "released": dict(self.released),
                     "publish_errors": self.publish_errors, "engine_errors": self.engine.error_count,
                     "vlm_hz": m.get("vlm_hz"), "ae_hz": m.get("ae_hz"),
-                    "missed_tick_fraction": m.get("missed_tick_fraction"), "robots": robots}
+                    "missed_tick_fraction": m.get("missed_tick_fraction"),
+                    # Counts since the streams started, so a reader can take rates over its own window.
+                    "running_s": m.get("duration_s"), "ticks": m.get("ticks"), "vlm_passes": m.get("vlm_passes"),
+                    "scheduled_ticks": m.get("scheduled_ticks"), "missed_ticks": m.get("missed_ticks"),
+                    "ae_scheduling": self.engine.ae_scheduling, "robots": robots}
 
 
 def streaming_tasks(fleet: FleetConfig) -> list[str]:
