@@ -219,10 +219,11 @@ def _child_rss(mode: str, ckpt: str) -> None:
 
     from physai_ros.engine import Pi0Engine, load_lerobot_checkpoint
 
+    # ru_maxrss is the process's peak, so nothing needs to stay referenced until it is read.
     if mode == "load":
-        _, w = load_lerobot_checkpoint(ckpt, progress=lambda m: print(m, file=sys.stderr))
+        load_lerobot_checkpoint(ckpt, progress=lambda m: print(m, file=sys.stderr))
     else:
-        eng = Pi0Engine.from_lerobot_checkpoint(ckpt, fast=True, progress=lambda m: print(m, file=sys.stderr))
+        Pi0Engine.from_lerobot_checkpoint(ckpt, fast=True, progress=lambda m: print(m, file=sys.stderr))
     peak_kb = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
     print(json.dumps({"peak_rss_gb": round(peak_kb * 1024 / 1e9, 2)}))
 

@@ -326,6 +326,7 @@ class _RosProbe:
         self.impulses, self.changes = [], []  # publish times (= stamps) of robot 0's impulses / new frames
         self.color = 0
         self.diag = {}
+        self.diag_reports = []  # arrival times of the server's streaming reports
         node = self.node
         robots = [f"robot_{k}" for k in range(n_robots)]
 
@@ -443,6 +444,7 @@ class _RosProbe:
             if st.name.startswith("policy_server") and st.name.endswith("streaming"):
                 with self.lock:
                     self.diag = {kv.key: kv.value for kv in st.values}
+                    self.diag_reports.append(time.monotonic())
 
     def close(self):
         self._stop = True
@@ -525,6 +527,7 @@ def run_ros_case(args, n_robots: int) -> dict:
             probe.segments.clear()
             probe.commands.clear()
             diag_before = dict(probe.diag)
+            window_start = time.monotonic()
         drive(args.ros_seconds, args.ros_impulse_ms, lambda k, now: probe.impulse(impulse_wrench(k)),
               args.ros_change_ms, lambda k: probe.new_content())
         time.sleep(0.5)  # let the last events reach the controller
@@ -532,6 +535,7 @@ def run_ros_case(args, n_robots: int) -> dict:
             segs, cmds = list(probe.segments), list(probe.commands)
             impulses, changes, obs = list(probe.impulses), list(probe.changes), dict(probe.obs_stamps)
             diag = dict(probe.diag)
+            diag_in_window = sum(t >= window_start for t in probe.diag_reports)
     finally:
         probe.close()
         stop_processes(procs)
@@ -547,6 +551,7 @@ def run_ros_case(args, n_robots: int) -> dict:
         "server_vlm_hz": _float(diag.get("vlm_hz")), "server_ae_hz": _float(diag.get("ae_hz")),
         "server_missed_tick_fraction": _float(diag.get("missed_tick_fraction")),
         **_window_rates(diag_before, diag), "server_ae_scheduling": diag.get("ae_scheduling"),
+        "server_reports_in_window": diag_in_window,
         "wrench_hz_robot0": args.ros_wrench_hz, "camera_hz": args.ros_camera_hz,
     }
     print(f"[ROS, {n_robots} robot(s)] {json.dumps(out)}", file=sys.stderr, flush=True)

@@ -187,3 +187,37 @@ def test_late_ticks_take_bigger_steps_and_keep_the_commit_order():
         # stall start from noise (tau = 1) and catch up with one big step at the next tick.
         assert bool((tau >= expected).all()) and float(tau[0]) == float(expected[0])
     assert core.stats.late_nodes > 0, "stalls longer than the lead commit nodes late, and say so"
+
+
+def test_the_step_runs_without_the_lock_and_a_robot_gone_meanwhile_gets_nothing():
+    # A step at pi0's widths outlasts the tick period; holding the lock through back-to-back
+    # steps starved the server's callbacks (observations, registrations) behind it.
+    import threading
+
+    core = build()
+    core.add_robot("a", robot_input(1), seed=1)
+    core.add_robot("b", robot_input(2), seed=2)
+    core.vlm_pass(0.0)
+    seen = {}
+    step = core.expert.step
+
+    def step_watching_the_lock(*args):
+        def other_thread():
+            seen["lock_free"] = core._lock.acquire(blocking=False)
+            if seen["lock_free"]:
+                core.update_observation("a", robot_input(3))  # a callback gets through
+                core.remove_robot("b")  # and a robot leaves while the step runs
+                core._lock.release()
+        t = threading.Thread(target=other_thread)
+        t.start()
+        t.join()
+        return step(*args)
+
+    core.expert.step = step_watching_the_lock
+    segs = core.tick(P)
+    assert seen["lock_free"] is True
+    assert [s.robot_id for s in segs] == ["a"], "the robot that left during the step gets no segment"
+    core.expert.step = step
+    core.add_robot("b", robot_input(2), seed=2)  # back in a fresh slot: starts anew, not from the old state
+    core.vlm_pass(2 * P)
+    assert {s.robot_id for s in core.tick(3 * P)} == {"a", "b"}

@@ -50,12 +50,9 @@ class StreamingConfig:
     lead_ticks: float = 1.0  # a node is final this many ticks before it is due
     max_robots: int = 4
     stagger: bool = True  # False: all tokens share one flow time (one chunk; tests)
-    # The AE thread's OS scheduling (Linux): 0 = ordinary; N > 0 = SCHED_FIFO priority N, so a
-    # tick preempts other work on its core when its slot comes (needs root or CAP_SYS_NICE;
-    # refused -> ordinary scheduling, said in metrics()["ae_scheduling"]). The thread sleeps
-    # between ticks; if ticks overrun the period it runs back to back, bounded only by the
-    # kernel's RT throttling (sched_rt_runtime_us, 95 % of a core by default): use it with a
-    # tick that fits the period (docs/streaming.md, "The tick").
+    # The AE thread's OS scheduling (Linux): 0 = ordinary; N > 0 = SCHED_FIFO priority N (root or
+    # CAP_SYS_NICE; refused -> ordinary, said in metrics()["ae_scheduling"]). Ticks that overrun the
+    # period then run back to back, bounded only by RT throttling (docs/streaming.md, "The tick").
     ae_priority: int = 0
 
     def schedule(self, num_steps: int) -> StaggeredSchedule:
@@ -336,7 +333,9 @@ class StreamingCore:
 
     # ------------------------------------------------------------------ action-expert stream
     def tick(self, now: float) -> List[StreamSegment]:
-        """One action-expert step at stream time `now` for every robot the newest cache covers."""
+        """One action-expert step at stream time `now` for every robot the newest cache covers.
+        The lock is not held during the step: at pi0's widths back-to-back steps kept it (Python's
+        lock is not fair) and starved the server's callbacks that feed the streams."""
         cfg, sched = self.engine.config, self.schedule
         with self._lock:
             with self.kv.read() as snap:
@@ -362,11 +361,14 @@ class StreamingCore:
             x = torch.stack([r.x for r in robots])
             state = torch.stack([r.state for r in robots])
             wrench, versions, wstamps = self.wrench.read([r.slot for r in robots])
-            x_new, preview = self.expert.step(self._kv, state, wrench, x, tau, tau_new)
-            if x_new.device.type != "cpu":
-                x_new, preview = x_new.cpu(), preview.cpu()
-            out = []
+        x_new, preview = self.expert.step(self._kv, state, wrench, x, tau, tau_new)
+        if x_new.device.type != "cpu":
+            x_new, preview = x_new.cpu(), preview.cpu()
+        out = []
+        with self._lock:
             for i, r in enumerate(robots):
+                if self._robots.get(r.robot_id) is not r:  # left (or left and came back) during the step
+                    continue
                 r.x, r.tau, r.preview = x_new[i], tau_new[i], preview[i]
                 seg = self._emit(r, now, round_id, versions[i], captured.get(r.key, math.nan))
                 if seg is not None:
@@ -378,7 +380,7 @@ class StreamingCore:
             self.stats.ticks += 1
             self.stats.segments += len(out)
             self.stats.late_nodes += sum(s.late_nodes for s in out)
-            return out
+        return out
 
     def _emit(self, r: _Robot, now: float, round_id: int, wrench_version: int, obs_time: float) -> Optional[StreamSegment]:
         hz = self.config.node_hz
