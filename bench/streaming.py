@@ -511,7 +511,8 @@ def run_ros_case(args, n_robots: int) -> dict:
     probe = _RosProbe(n_robots, args)
     procs = []
     try:
-        for spec in fleet_plan.fleet_plan(cfg):
+        specs = fleet_plan.fleet_plan(cfg)
+        for spec in specs:
             procs.append(start_process(spec, str(tmp / "logs")))
         # Warm-up: server start, registrations, every robot streaming.
         end = time.monotonic() + args.ros_startup_s
@@ -520,6 +521,10 @@ def run_ros_case(args, n_robots: int) -> dict:
                 ok = len(probe.segments) > 20 and len(probe.commands) > 100 and probe.diag.get("streaming_robots", "").count("robot_") == n_robots
             if ok:
                 break
+            dead = [(spec.name, p.returncode) for spec, p in zip(specs, procs) if p.poll() is not None]
+            if dead:  # -9 with nothing in the log: most often the kernel's out-of-memory killer
+                raise RuntimeError(f"ROS case {n_robots}: {', '.join(f'{n} exited {rc}' for n, rc in dead)} "
+                                   f"before streaming started (logs in {tmp})")
             time.sleep(0.2)
         else:
             raise RuntimeError(f"ROS case {n_robots}: streaming did not start in {args.ros_startup_s} s (logs in {tmp})")
