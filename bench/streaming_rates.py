@@ -30,6 +30,7 @@ import argparse
 import json
 import subprocess
 import sys
+import threading
 from pathlib import Path
 
 from physai_bench import results
@@ -48,10 +49,23 @@ def _streaming(args: list[str], timeout_s: float) -> dict:
     """bench/streaming.py in its own process; its one JSON object (stdout)."""
     cmd = [sys.executable, str(BENCH / "streaming.py"), *args, "--json"]
     print("+", " ".join(cmd[1:]), file=sys.stderr, flush=True)
-    out = subprocess.run(cmd, stdout=subprocess.PIPE, stderr=sys.stderr, text=True, timeout=timeout_s)
-    if out.returncode != 0:
-        raise RuntimeError(f"streaming.py exited {out.returncode}")
-    return json.loads(out.stdout.strip().splitlines()[-1])
+    with subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True) as proc:
+        # stdout is one short JSON line at the end; relay stderr as it comes, keeping its last line
+        # (the exception that ended a failed run) for the results file.
+        timer = threading.Timer(timeout_s, proc.kill)
+        timer.start()
+        last = ""
+        try:
+            for line in proc.stderr:
+                sys.stderr.write(line)
+                last = line.strip() or last
+            stdout = proc.stdout.read()
+        finally:
+            timer.cancel()
+        rc = proc.wait()
+    if rc != 0:
+        raise RuntimeError(f"streaming.py exited {rc}: {last[-300:]}")
+    return json.loads(stdout.strip().splitlines()[-1])
 
 
 def tick_alone(preset: str, reps: int, warmup: int) -> dict:
@@ -104,7 +118,7 @@ def main(argv: list[str] | None = None) -> int:
             # Tuning only matters where one tick fits the period; at pi0's depth it cannot.
             if cell["alone"]["ceiling_hz"] >= 480 and not args.quick:
                 cell["ros_tuned"] = over_ros(preset, seconds, STARTUP_S[preset], tuned=True)
-        except (RuntimeError, subprocess.TimeoutExpired, ValueError, KeyError) as e:
+        except (RuntimeError, ValueError, KeyError) as e:
             cell["error"] = f"{type(e).__name__}: {e}"
         print(json.dumps(cell), file=sys.stderr, flush=True)
         cells.append(cell)
