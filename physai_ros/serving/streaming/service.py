@@ -316,7 +316,7 @@ class StreamingService:
                     # Counts since the streams started, so a reader can take rates over its own window.
                     "running_s": m.get("duration_s"), "ticks": m.get("ticks"), "vlm_passes": m.get("vlm_passes"),
                     "scheduled_ticks": m.get("scheduled_ticks"), "missed_ticks": m.get("missed_ticks"),
-                    "ae_scheduling": self.engine.ae_scheduling, "robots": robots}
+                    "ae_scheduling": m.get("ae_scheduling"), "robots": robots}
 
 
 def streaming_tasks(fleet: FleetConfig) -> list[str]:
