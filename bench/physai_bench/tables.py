@@ -268,7 +268,8 @@ def streaming_rates(doc: dict) -> list[Row]:
              "default settings, over ROS (this CPU)")
         ros, alone = c.get("ros") or {}, c.get("alone")
         # The reason a measurement failed, without the exception chain and the temporary log path.
-        why = re.sub(r" \(logs in [^)]*\)", "", c.get("error", "no server figure").split(": ")[-1])[:90]
+        why = re.sub(r" \(logs in [^)]*\)", "", c.get("error", "no server figure").split(": ")[-1])
+        why = why.replace("exited -9", "was killed (SIGKILL)")[:90]
         if not alone:
             rows.append(Row(q, f"not measured ({why})", "-", "-", doc["paper"], "unmeasured"))
             continue
