@@ -221,3 +221,14 @@ def test_the_step_runs_without_the_lock_and_a_robot_gone_meanwhile_gets_nothing(
     core.add_robot("b", robot_input(2), seed=2)  # back in a fresh slot: starts anew, not from the old state
     core.vlm_pass(2 * P)
     assert {s.robot_id for s in core.tick(3 * P)} == {"a", "b"}
+
+
+@pytest.mark.parametrize("bad, why", [([None] * 6, "not a numeric vector"), (["a"] * 6, "not a numeric vector"),
+                                      ([[1.0, 2.0], [3.0]], "not a numeric vector"), ([1.0] * 5, "expected 6"),
+                                      ([1.0] * 5 + [float("inf")], "NaN or Inf")])
+def test_a_wrench_that_is_not_six_finite_numbers_is_refused_with_its_reason(bad, why):
+    from physai_ros.engine.streaming.force_token import WrenchError, check_wrench
+
+    with pytest.raises(WrenchError, match=why):
+        check_wrench(bad)
+    assert check_wrench(np.arange(6, dtype=np.float64)).dtype == torch.float32
