@@ -71,63 +71,73 @@ def compile_kernel(fn, cc: int, pointers: Dict[str, str], constexprs: Dict[str, 
     return int(compiled.metadata.shared)
 
 
-def _bf16_gemm_pointers(names: Iterable[str]) -> Dict[str, str]:
-    return {n: ("*fp32" if n in ("part_ptr", "scale_ptr") else "*bf16") for n in names}
+def _gemm_pointers(names: Iterable[str], dtype: str) -> Dict[str, str]:
+    return {n: ("*fp32" if n in ("part_ptr", "scale_ptr") else f"*{dtype}") for n in names}
 
 
-def linear_jobs(cfg: TileConfig, act: int = 1):
+def _precision(dtype: str) -> str:
+    import torch
+
+    from physai_ros.kernels import _runtime
+
+    return _runtime.dot_precision({"bf16": torch.bfloat16, "fp32": torch.float32}[dtype])
+
+
+def linear_jobs(cfg: TileConfig, act: int = 1, dtype: str = "bf16"):
     from physai_ros.kernels import gemm
 
     has_tail = cfg.split_from_n is not None
     yield ("linear", gemm._linear_kernel,
-           _bf16_gemm_pointers(["x_ptr", "w_ptr", "y_ptr", "part_ptr", "scale_ptr", "bias_ptr",
-                                "res_ptr"]),
+           _gemm_pointers(["x_ptr", "w_ptr", "y_ptr", "part_ptr", "scale_ptr", "bias_ptr",
+                           "res_ptr"], dtype),
            dict(stride_xk=1, stride_wk=1, stride_yn=1, stride_rn=1,
                 HAS_SCALE=True, HAS_BIAS=True, ACT=act, HAS_RES=True, UPCAST=False,
                 HAS_TAIL=has_tail, BLOCK_M=cfg.block_m, BLOCK_N=cfg.block_n,
                 BLOCK_K=cfg.block_k, TAIL_BM=cfg.tail_block_m, TAIL_BN=cfg.tail_block_n,
-                SPLIT_K=cfg.split_k if has_tail else 1), cfg, ())
+                SPLIT_K=cfg.split_k if has_tail else 1, DOT_PRECISION=_precision(dtype)), cfg, ())
     if has_tail:
         yield ("split_reduce", gemm._split_reduce_kernel,
-               _bf16_gemm_pointers(["part_ptr", "y_ptr", "scale_ptr", "bias_ptr", "res_ptr"]),
+               _gemm_pointers(["part_ptr", "y_ptr", "scale_ptr", "bias_ptr", "res_ptr"], dtype),
                dict(stride_yn=1, stride_rn=1, HAS_SCALE=True, HAS_BIAS=True, ACT=act,
                     HAS_RES=True, SPLIT_K=cfg.split_k, BLOCK_M=cfg.tail_block_m,
                     BLOCK_N=cfg.tail_block_n), TileConfig(cfg.tail_block_m, cfg.tail_block_n, 16,
                                                           num_warps=4, num_stages=1), ())
 
 
-def gate_jobs(cfg: TileConfig):
+def gate_jobs(cfg: TileConfig, dtype: str = "bf16"):
     from physai_ros.kernels import gemm
 
     yield ("gated_ffn", gemm._gated_kernel,
-           _bf16_gemm_pointers(["x_ptr", "w_ptr", "y_ptr", "scale_ptr"]),
+           _gemm_pointers(["x_ptr", "w_ptr", "y_ptr", "scale_ptr"], dtype),
            dict(stride_xk=1, stride_wk=1, stride_yn=1, HAS_SCALE=True, ACT=1, UPCAST=False,
-                BLOCK_M=cfg.block_m, BLOCK_N=cfg.block_n, BLOCK_K=cfg.block_k), cfg, ())
+                BLOCK_M=cfg.block_m, BLOCK_N=cfg.block_n, BLOCK_K=cfg.block_k,
+                DOT_PRECISION=_precision(dtype)), cfg, ())
 
 
-def qkv_jobs(cfg: TileConfig):
+def qkv_jobs(cfg: TileConfig, dtype: str = "bf16"):
     from physai_ros.kernels import qkv_rope
 
     yield ("qkv_rope", qkv_rope._qkv_rope_kernel,
-           {"x_ptr": "*bf16", "w_ptr": "*bf16", "out_ptr": "*bf16", "scale_ptr": "*fp32",
-            "cos_ptr": "*fp32", "sin_ptr": "*fp32"},
+           {"x_ptr": f"*{dtype}", "w_ptr": f"*{dtype}", "out_ptr": f"*{dtype}",
+            "scale_ptr": "*fp32", "cos_ptr": "*fp32", "sin_ptr": "*fp32"},
            dict(stride_xk=1, stride_wk=1, stride_cd=1, stride_sd=1, HAS_SCALE=True,
-                UPCAST=False, BLOCK_M=cfg.block_m, BLOCK_N=cfg.block_n, BLOCK_K=cfg.block_k),
+                UPCAST=False, BLOCK_M=cfg.block_m, BLOCK_N=cfg.block_n, BLOCK_K=cfg.block_k,
+                DOT_PRECISION=_precision(dtype)),
            cfg, ())
 
 
-def attention_jobs(head_dim: int = 256):
+def attention_jobs(head_dim: int = 256, dtype: str = "bf16"):
     import triton
 
     from physai_ros.kernels import attention
 
-    cfg = attention.AttentionConfig(64, 32, 8, 2) if head_dim > 128 else \
-        attention.AttentionConfig(64, 64, 4, 3)
+    cfg = attention.cuda_config(head_dim, 4 if dtype == "fp32" else 2)
     yield ("attention", attention._attention_kernel,
-           {"q_ptr": "*bf16", "k_ptr": "*bf16", "v_ptr": "*bf16", "mask_ptr": "*u8",
-            "o_ptr": "*bf16"},
+           {"q_ptr": f"*{dtype}", "k_ptr": f"*{dtype}", "v_ptr": f"*{dtype}", "mask_ptr": "*u8",
+            "o_ptr": f"*{dtype}"},
            dict(sqd=1, skd=1, svd=1, smn=1, sod=1, UPCAST=False, BLOCK_M=cfg.block_m,
-                BLOCK_N=cfg.block_n, BLOCK_D=triton.next_power_of_2(head_dim)),
+                BLOCK_N=cfg.block_n, BLOCK_D=triton.next_power_of_2(head_dim),
+                DOT_PRECISION=_precision(dtype)),
            TileConfig(cfg.block_m, cfg.block_n, 16, num_warps=cfg.num_warps,
                       num_stages=cfg.num_stages), ("scale",))
 
@@ -140,31 +150,36 @@ def row_scale_jobs():
                                                                    num_stages=1), ("eps",))
 
 
-def jobs_for_arch(arch: str):
-    """Every distinct kernel/config pair the tile table of `arch` would launch for pi0."""
+def jobs_for_arch(arch: str, dtype: str = "bf16"):
+    """Every distinct kernel/config pair the tile table of `arch` would launch for pi0 with
+    `dtype` tiles. In fp32 a GEMM entry sized for bf16 may not fit: the launch then falls back to
+    the next candidate (tuning.first_that_runs); attention has no fallback, so it must fit."""
     seen = set()
     for (op, _, _, _), cfg in TABLES[arch].items():
-        gen = {"linear": linear_jobs, "gate": gate_jobs, "qkv": qkv_jobs}[op](cfg)
+        gen = {"linear": linear_jobs, "gate": gate_jobs, "qkv": qkv_jobs}[op](cfg, dtype=dtype)
         for job in gen:
             key = (job[0], job[4])
             if key not in seen:
                 seen.add(key)
                 yield job
-    yield from attention_jobs(256)
-    yield from attention_jobs(72)
+    yield from attention_jobs(256, dtype)
+    yield from attention_jobs(72, dtype)  # the vision tower's heads
     yield from row_scale_jobs()
 
 
-def run(archs: Iterable[str], quick: bool = False) -> List[CompileResult]:
-    """Compile the jobs of each arch; `quick` keeps the first job of each kernel kind."""
+def run(archs: Iterable[str], quick: bool = False, dtype: str = "bf16",
+        kernels: Iterable[str] = ()) -> List[CompileResult]:
+    """Compile the jobs of each arch; `quick` keeps the first job of each kernel kind, `kernels`
+    (when given) only those kinds."""
+    only = set(kernels)
     if os.environ.get("TRITON_INTERPRET") == "1":
         raise RuntimeError("unset TRITON_INTERPRET: the interpreter replaces the kernels")
     results = []
     for arch in archs:
         cc = ARCH_CC[arch]
         kinds = set()
-        for name, fn, pointers, constexprs, cfg, floats in jobs_for_arch(arch):
-            if quick and name in kinds:
+        for name, fn, pointers, constexprs, cfg, floats in jobs_for_arch(arch, dtype):
+            if (quick and name in kinds) or (only and name not in only):
                 continue
             kinds.add(name)
             t0 = time.perf_counter()
@@ -174,10 +189,12 @@ def run(archs: Iterable[str], quick: bool = False) -> List[CompileResult]:
             try:
                 shared = compile_kernel(fn, cc, pointers, constexprs, cfg.num_warps,
                                         cfg.num_stages, floats)
-                results.append(CompileResult(name, cc, label, shared, shared <= SMEM_LIMIT[cc],
+                results.append(CompileResult(name, cc, label + f" {dtype}", shared,
+                                             shared <= SMEM_LIMIT[cc],
                                              time.perf_counter() - t0))
             except Exception as exc:  # reported per kernel, the sweep goes on
-                results.append(CompileResult(name, cc, label, -1, False, time.perf_counter() - t0,
+                results.append(CompileResult(name, cc, label + f" {dtype}", -1, False,
+                                             time.perf_counter() - t0,
                                              f"{type(exc).__name__}: {exc}"))
     return results
 
@@ -187,8 +204,12 @@ def main(argv=None) -> int:
     ap.add_argument("--arch", action="append", choices=sorted(TABLES), help="default: all")
     ap.add_argument("--json", action="store_true")
     ap.add_argument("--quick", action="store_true", help="one config per kernel kind")
+    ap.add_argument("--dtype", choices=("bf16", "fp32"), default="bf16", help="tile element type")
+    ap.add_argument("--kernel", action="append", default=[],
+                    help="only this kernel kind (attention, linear, ...); repeatable")
     args = ap.parse_args(argv)
-    results = run(args.arch or sorted(TABLES), quick=args.quick)
+    results = run(args.arch or sorted(TABLES), quick=args.quick, dtype=args.dtype,
+                  kernels=args.kernel)
     if args.json:
         print(json.dumps([asdict(r) for r in results], indent=1))
     else:

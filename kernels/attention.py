@@ -26,9 +26,21 @@ class AttentionConfig:
 def default_config(t: torch.Tensor, head_dim: int) -> AttentionConfig:
     if not t.is_cuda:
         return AttentionConfig(64, 64, num_stages=1)  # few programs: interpreter cost
+    return cuda_config(head_dim, t.element_size())
+
+
+def cuda_config(head_dim: int, element_bytes: int) -> AttentionConfig:
+    """The launch for a GPU. fp32 tiles take twice the shared memory of bf16 ones, and the
+    tf32x3 dots that keep fp32 accurate (_runtime.dot_precision) hold more again: on an H200 the
+    three-stage 64x64 config of the vision tower's heads (72 wide, padded to 128) asked 237,568
+    bytes in fp32 against the 232,448 a block may have. Compiled for sm_90 (kernels/aot.py
+    --dtype fp32): fp32 64x64 two stages 200,704, fp32 256-wide 32x32 two stages 140,288; bf16
+    keeps 122,880 and 100,352."""
     if head_dim > 128:
+        if element_bytes > 2:
+            return AttentionConfig(32, 32, num_warps=4, num_stages=2)
         return AttentionConfig(64, 32, num_warps=8, num_stages=2)
-    return AttentionConfig(64, 64, num_warps=4, num_stages=3)
+    return AttentionConfig(64, 64, num_warps=4, num_stages=3 if element_bytes <= 2 else 2)
 
 
 @triton.jit
@@ -37,7 +49,7 @@ def _attention_kernel(q_ptr, k_ptr, v_ptr, mask_ptr, o_ptr, scale,
                       sqb, sqm, sqh, sqd, skb, skn, skh, skd, svb, svn, svh, svd,
                       smb, smm, smn, sob, som, soh, sod,
                       UPCAST: tl.constexpr, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr,
-                      BLOCK_D: tl.constexpr):
+                      BLOCK_D: tl.constexpr, DOT_PRECISION: tl.constexpr):
     # Grouped-query packing: the GROUP query heads sharing one k/v head are stacked as
     # GROUP * Lq rows of one problem, so each K/V block is loaded once for all of them and
     # short query sequences (the action expert's ~51 tokens) still fill BLOCK_M rows.
@@ -66,7 +78,7 @@ def _attention_kernel(q_ptr, k_ptr, v_ptr, mask_ptr, o_ptr, scale,
                      mask=col_ok[None, :] & d_ok[:, None], other=0.0)
         if UPCAST:
             kt = kt.to(tl.float32)
-        s = tl.dot(q, kt) * scale
+        s = tl.dot(q, kt, input_precision=DOT_PRECISION) * scale
         allowed = tl.load(mask_ptr + b * smb + pos[:, None] * smm + offs_n[None, :] * smn,
                           mask=row_ok[:, None] & col_ok[None, :], other=0) != 0
         s = tl.where(allowed, s, float("-inf"))
@@ -82,7 +94,7 @@ def _attention_kernel(q_ptr, k_ptr, v_ptr, mask_ptr, o_ptr, scale,
             v = v.to(tl.float32)
         else:
             p = p.to(v.dtype)
-        acc = acc * alpha[:, None] + tl.dot(p, v)
+        acc = acc * alpha[:, None] + tl.dot(p, v, input_precision=DOT_PRECISION)
         m_i = m_new
     out = acc / tl.where(l_i > 0.0, l_i, 1.0)[:, None]
     o_rows = b * sob + head * soh + pos * som
@@ -103,6 +115,6 @@ def attention_4d(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, mask: torch.
         q, k, v, m8, out, float(scale), lq, lk, kvh, h // kvh, d,
         *q.stride(), *k.stride(), *v.stride(), *m8.stride(), *out.stride(),
         UPCAST=_runtime.upcast_tiles(q), BLOCK_M=cfg.block_m, BLOCK_N=cfg.block_n,
-        BLOCK_D=max(16, triton.next_power_of_2(d)),
+        BLOCK_D=max(16, triton.next_power_of_2(d)), DOT_PRECISION=_runtime.dot_precision(q.dtype),
         num_warps=cfg.num_warps, num_stages=cfg.num_stages)
     return out

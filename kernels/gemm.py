@@ -62,13 +62,13 @@ def _load_tile_pair(x_ptr, w_ptr, offs_m, offs_n, kk, M, N, k_end,
 def _mma(x_ptr, w_ptr, offs_m, offs_n, k_start, k_end, M, N,
          stride_xm, stride_xk, stride_wn, stride_wk,
          BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr,
-         UPCAST: tl.constexpr):
+         UPCAST: tl.constexpr, DOT_PRECISION: tl.constexpr):
     acc = tl.zeros((BLOCK_M, BLOCK_N), dtype=tl.float32)
     offs_k = tl.arange(0, BLOCK_K)
     for k0 in range(k_start, k_end, BLOCK_K):
         a, b = _load_tile_pair(x_ptr, w_ptr, offs_m, offs_n, k0 + offs_k, M, N, k_end,
                                stride_xm, stride_xk, stride_wn, stride_wk, UPCAST)
-        acc = tl.dot(a, b, acc)
+        acc = tl.dot(a, b, acc, input_precision=DOT_PRECISION)
     return acc
 
 
@@ -103,7 +103,8 @@ def _linear_kernel(x_ptr, w_ptr, y_ptr, part_ptr, scale_ptr, bias_ptr, res_ptr,
                    HAS_SCALE: tl.constexpr, HAS_BIAS: tl.constexpr, ACT: tl.constexpr,
                    HAS_RES: tl.constexpr, UPCAST: tl.constexpr, HAS_TAIL: tl.constexpr,
                    BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr,
-                   TAIL_BM: tl.constexpr, TAIL_BN: tl.constexpr, SPLIT_K: tl.constexpr):
+                   TAIL_BM: tl.constexpr, TAIL_BN: tl.constexpr, SPLIT_K: tl.constexpr,
+                   DOT_PRECISION: tl.constexpr):
     pid = tl.program_id(0)
     main_tiles_n = tl.cdiv(N_MAIN, BLOCK_N)
     main_tiles = tl.cdiv(M, BLOCK_M) * main_tiles_n
@@ -111,7 +112,8 @@ def _linear_kernel(x_ptr, w_ptr, y_ptr, part_ptr, scale_ptr, bias_ptr, res_ptr,
         offs_m = (pid // main_tiles_n) * BLOCK_M + tl.arange(0, BLOCK_M)
         offs_n = (pid % main_tiles_n) * BLOCK_N + tl.arange(0, BLOCK_N)
         acc = _mma(x_ptr, w_ptr, offs_m, offs_n, 0, K, M, N_MAIN,
-                   stride_xm, stride_xk, stride_wn, stride_wk, BLOCK_M, BLOCK_N, BLOCK_K, UPCAST)
+                   stride_xm, stride_xk, stride_wn, stride_wk, BLOCK_M, BLOCK_N, BLOCK_K, UPCAST,
+                   DOT_PRECISION)
         _epilogue_store(acc, offs_m, offs_n, M, N_MAIN, y_ptr, stride_ym, stride_yn,
                         scale_ptr, bias_ptr, res_ptr, stride_rm, stride_rn,
                         HAS_SCALE, HAS_BIAS, ACT, HAS_RES)
@@ -130,7 +132,8 @@ def _linear_kernel(x_ptr, w_ptr, y_ptr, part_ptr, scale_ptr, bias_ptr, res_ptr,
         k_start = split * K_PER_SPLIT
         k_end = tl.minimum(K, k_start + K_PER_SPLIT)
         part = _mma(x_ptr, w_ptr + N_MAIN * stride_wn, rows_t, cols_t, k_start, k_end, M, tail_n,
-                    stride_xm, stride_xk, stride_wn, stride_wk, TAIL_BM, TAIL_BN, BLOCK_K, UPCAST)
+                    stride_xm, stride_xk, stride_wn, stride_wk, TAIL_BM, TAIL_BN, BLOCK_K, UPCAST,
+                    DOT_PRECISION)
         mask_t = (rows_t[:, None] < M) & (cols_t[None, :] < tail_n)
         tl.store(part_ptr + split * M * tail_n + rows_t[:, None] * tail_n + cols_t[None, :],
                  part, mask=mask_t)
@@ -159,7 +162,8 @@ def _split_reduce_kernel(part_ptr, y_ptr, scale_ptr, bias_ptr, res_ptr,
 def _gated_kernel(x_ptr, w_ptr, y_ptr, scale_ptr, M, F, K,
                   stride_xm, stride_xk, stride_wn, stride_wk, stride_ym, stride_yn,
                   HAS_SCALE: tl.constexpr, ACT: tl.constexpr, UPCAST: tl.constexpr,
-                  BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr):
+                  BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr,
+                  DOT_PRECISION: tl.constexpr):
     pid = tl.program_id(0)
     tiles_n = tl.cdiv(F, BLOCK_N)
     offs_m = (pid // tiles_n) * BLOCK_M + tl.arange(0, BLOCK_M)
@@ -176,8 +180,8 @@ def _gated_kernel(x_ptr, w_ptr, y_ptr, scale_ptr, M, F, K,
                     mask=(offs_n[None, :] < F) & (kk[:, None] < K), other=0.0)
         if UPCAST:
             u = u.to(tl.float32)
-        acc_g = tl.dot(a, g, acc_g)
-        acc_u = tl.dot(a, u, acc_u)
+        acc_g = tl.dot(a, g, acc_g, input_precision=DOT_PRECISION)
+        acc_u = tl.dot(a, u, acc_u, input_precision=DOT_PRECISION)
     row_ok = offs_m < M
     if HAS_SCALE:
         s = tl.load(scale_ptr + offs_m, mask=row_ok, other=0.0).to(tl.float32)
@@ -232,6 +236,7 @@ def launch_linear(x2: torch.Tensor, weight: torch.Tensor, bias: Optional[torch.T
         UPCAST=_runtime.upcast_tiles(x2), HAS_TAIL=has_tail,
         BLOCK_M=cfg.block_m, BLOCK_N=cfg.block_n, BLOCK_K=cfg.block_k,
         TAIL_BM=cfg.tail_block_m, TAIL_BN=cfg.tail_block_n, SPLIT_K=split,
+        DOT_PRECISION=_runtime.dot_precision(x2.dtype),
         num_warps=cfg.num_warps, num_stages=cfg.num_stages, **flags)
     if has_tail:
         grid2 = (triton.cdiv(m, cfg.tail_block_m), triton.cdiv(n - n_main, cfg.tail_block_n))
@@ -272,6 +277,7 @@ def gated_2d(x2, w_gate_up, row_scale, activation,
             HAS_SCALE=row_scale is not None, ACT=ACT_CODES[activation],
             UPCAST=_runtime.upcast_tiles(x2),
             BLOCK_M=cfg.block_m, BLOCK_N=cfg.block_n, BLOCK_K=cfg.block_k,
+            DOT_PRECISION=_runtime.dot_precision(x2.dtype),
             num_warps=cfg.num_warps, num_stages=cfg.num_stages)
 
     cfg = config or tuning.select("gate", x2, m, k, 2 * f, run)

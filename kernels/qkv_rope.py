@@ -26,7 +26,8 @@ def _qkv_rope_kernel(x_ptr, w_ptr, out_ptr, scale_ptr, cos_ptr, sin_ptr,
                      stride_xm, stride_xk, stride_wn, stride_wk, stride_om, stride_oh,
                      stride_cm, stride_cd, stride_sm, stride_sd,
                      HAS_SCALE: tl.constexpr, UPCAST: tl.constexpr,
-                     BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr):
+                     BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr,
+                     DOT_PRECISION: tl.constexpr):
     pid_m = tl.program_id(0)
     pid_n = tl.program_id(1)
     head = pid_n // TILES_PER_HEAD
@@ -44,8 +45,8 @@ def _qkv_rope_kernel(x_ptr, w_ptr, out_ptr, scale_ptr, cos_ptr, sin_ptr,
                      mask=(offs_j[None, :] < HALF) & (kk[:, None] < K), other=0.0)
         if UPCAST:
             w2 = w2.to(tl.float32)
-        acc1 = tl.dot(a, w1, acc1)
-        acc2 = tl.dot(a, w2, acc2)
+        acc1 = tl.dot(a, w1, acc1, input_precision=DOT_PRECISION)
+        acc2 = tl.dot(a, w2, acc2, input_precision=DOT_PRECISION)
     row_ok = offs_m < M
     mask = row_ok[:, None] & (offs_j[None, :] < HALF)
     if HAS_SCALE:
@@ -89,6 +90,7 @@ def qkv_rope_2d(x2: torch.Tensor, w_qkv: torch.Tensor, cos2: torch.Tensor, sin2:
             sin2.stride(0), sin2.stride(1),
             HAS_SCALE=row_scale is not None, UPCAST=_runtime.upcast_tiles(x2),
             BLOCK_M=cfg.block_m, BLOCK_N=cfg.block_n, BLOCK_K=cfg.block_k,
+            DOT_PRECISION=_runtime.dot_precision(x2.dtype),
             num_warps=cfg.num_warps, num_stages=cfg.num_stages)
 
     cfg = config or tuning.select("qkv", x2, m, k, heads * head_dim, run)

@@ -83,3 +83,20 @@ def test_without_autotuning_the_first_config_that_launches_serves():
     assert tried == [big, small]
     with pytest.raises(RuntimeError, match="no tile config could run"):
         tuning.first_that_runs([big], run)
+
+
+
+def test_fp32_dots_keep_fp32_accuracy_unless_the_user_allows_tf32():
+    import torch
+
+    from physai_ros.kernels import _runtime
+
+    before = torch.get_float32_matmul_precision()
+    try:
+        torch.set_float32_matmul_precision("highest")
+        assert _runtime.dot_precision(torch.float32) == "tf32x3"
+        assert _runtime.dot_precision(torch.bfloat16) == "tf32"
+        torch.set_float32_matmul_precision("high")
+        assert _runtime.dot_precision(torch.float32) == "tf32"
+    finally:
+        torch.set_float32_matmul_precision(before)
