@@ -164,7 +164,52 @@ def rtc(args, out: dict, save) -> dict:
     return out
 
 
-GROUPS = ("engine_pi0", "language_pi0", "rtc", "kernels", "engine_pi05", "language_pi05")
+def streaming_tick(args, out: dict, save) -> dict:
+    """The streaming tick captured as a CUDA graph per KV snapshot (tick_graph.TickGraph) against
+    the eager fused tick, over ticks that cross a snapshot change and a robot-count change, the
+    Euler state carried over. Same ops in the same order: equal up to cuBLAS picking another
+    algorithm under capture. On the CPU dry run StaticTick (the same contract, no capture)."""
+    from physai_ros.engine import random_weights
+    from physai_ros.engine.streaming.expert import StreamingExpert
+    from physai_ros.engine.streaming.tick import FusedTick
+    from physai_ros.engine.streaming.tick_graph import StaticTick, TickGraph
+
+    cfg = config(args.size)
+    cuda = torch.device(args.device).type == "cuda"
+    for dt in ("fp32", "bf16") if cuda else ("fp32",):
+        def run(dt=dt):
+            w = random_weights(cfg, seed=3, dtype=dtype_of(dt), device=args.device)
+            engine, expert = StreamingExpert.build(cfg, w, force="random", device=args.device, dtype=dtype_of(dt))
+            eager, graphed = expert.fused, FusedTick(expert, graph_maker=TickGraph if cuda else StaticTick)
+            caches = [engine.prefix(inputs(cfg, 3, 2, seed=s)) for s in (7, 8)]
+            gen = torch.Generator().manual_seed(9)
+            x_e = x_g = None
+            errs = []
+            # (cache, robots, a new snapshot?): three snapshots, so 3 captures and 4 replays
+            for c, b, fresh in ((0, 3, True), (0, 3, False), (0, 3, False), (1, 3, True), (1, 3, False),
+                                (1, 2, True), (1, 2, False)):
+                if fresh:
+                    rows = torch.arange(b)
+                    kv_e, kv_g = eager.prepare(caches[c], rows), graphed.prepare(caches[c], rows)
+                    if x_e is None or x_e.shape[0] != b:
+                        x_e = x_g = torch.randn(b, cfg.chunk_size, cfg.max_action_dim, generator=gen)
+                tau = torch.rand(b, cfg.chunk_size, generator=gen, dtype=torch.float64)
+                tau[:, 0] = 0.0
+                new = (tau - 1.0 / cfg.num_steps).clamp(min=0.0)
+                state, wrench = torch.randn(b, cfg.max_state_dim, generator=gen), torch.randn(b, 6, generator=gen)
+                ref = eager.step(kv_e, state, wrench, x_e, tau, new)
+                got = graphed.step(kv_g, state, wrench, x_g, tau, new)
+                errs.append(max(rel_err(g, r) for g, r in zip(got, ref)))
+                x_e, x_g = ref[0], got[0]  # the Euler state carries over, as in the stream
+            tol = 1e-5 if dt == "fp32" else 1e-2
+            g = graphed.graphs
+            return {"rel_err": max(errs), "per_tick": errs, "captures": g.captures, "replays": g.replays,
+                    "tol": tol, "ok": bool(max(errs) <= tol and g.captures == 3 and g.replays == 4)}
+        guarded(out, dt, run, save)
+    return out
+
+
+GROUPS = ("engine_pi0", "language_pi0", "rtc", "kernels", "streaming_tick", "engine_pi05", "language_pi05")
 
 
 def main(argv=None) -> int:
@@ -185,6 +230,7 @@ def main(argv=None) -> int:
               "language_pi0": lambda out: language(args, "pi0", out, save),
               "rtc": lambda out: rtc(args, out, save),
               "kernels": lambda out: kernels(args, out, save),
+              "streaming_tick": lambda out: streaming_tick(args, out, save),
               "engine_pi05": lambda out: engine_modes(args, "pi05", out, save),
               "language_pi05": lambda out: language(args, "pi05", out, save)}
     wanted = [g for g in args.groups.split(",") if g]

@@ -66,10 +66,11 @@ def _streaming(r: dict) -> List[str]:
     rows = []
     for k, v in r.items():
         if k.startswith("robots_") and isinstance(v, dict) and "error" not in v:
-            rows.append([str(v["robots"]), _fmt(v.get("vlm_hz")), _fmt(v.get("ae_hz")), _fmt(v.get("missed_tick_fraction")),
+            rows.append([str(v["robots"]), v.get("tick", "fused"), _fmt(v.get("vlm_hz")), _fmt(v.get("ae_hz")),
+                         _fmt(v.get("missed_tick_fraction")),
                          f"{_fmt(v.get('tick_compute_ms_p50'))} / {_fmt(v.get('tick_compute_ms_p99'))}",
                          _fmt(v.get("alone_tick_ms_p50")), _fmt(v.get("alone_vlm_ms_p50"))])
-    return _table(["robots", "VLM Hz", "AE Hz", "missed ticks", "tick ms p50/p99", "tick alone ms", "VLM pass alone ms"], rows)
+    return _table(["robots", "tick", "VLM Hz", "AE Hz", "missed ticks", "tick ms p50/p99", "tick alone ms", "VLM pass alone ms"], rows)
 
 
 def _language(r: dict) -> List[str]:

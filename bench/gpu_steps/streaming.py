@@ -31,18 +31,22 @@ def alone(core, device, reps: int) -> dict:
             "alone_vlm_ms_p50": round(statistics.median(vlm[1:] or vlm), 3)}
 
 
-def run(args, robots: int, built) -> dict:
+def run(args, robots: int, built, tick: str) -> dict:
     from physai_ros.engine.streaming.stream_engine import StreamingEngine
     from physai_ros.engine.streaming.streams import StreamingConfig, StreamingCore
 
+    from physai_ros.engine.streaming.expert import StreamingExpert
+
     engine, expert = built
+    if tick != expert.tick:  # another tick over the same model and weights
+        expert = StreamingExpert(engine.model, expert.tw, expert.force, tick=tick)
     cfg = engine.config
     scale = 1.0 if torch.device(args.device).type == "cuda" else 0.1
     scfg = StreamingConfig(vlm_hz=30.0 * scale, ae_hz=480.0 * scale, action_hz=50.0 * scale, max_robots=max(4, robots))
     core = StreamingCore(engine, expert, scfg)
     for i in range(robots):
         core.add_robot(f"r{i}", inputs(cfg, 1, 2, seed=i)[0], seed=i)
-    out = {"robots": robots, "rate_scale": scale, **alone(core, args.device, 60)}
+    out = {"robots": robots, "tick": tick, "rate_scale": scale, **alone(core, args.device, 60)}
     segments = [0]
     eng = StreamingEngine(core, lambda seg: segments.__setitem__(0, segments[0] + 1))
     eng.start()
@@ -64,7 +68,11 @@ def run(args, robots: int, built) -> dict:
 
 
 def main(argv=None) -> int:
-    args = parse_args("gpu_check step 3: the two-stream streaming engine", argv)
+    def extra(ap):
+        ap.add_argument("--ticks", default="fused,graphs",
+                        help="tick implementations to run (graphs: CUDA only, skipped on the CPU)")
+
+    args = parse_args("gpu_check step 3: the two-stream streaming engine", argv, extra)
     from physai_ros.engine import random_weights
     from physai_ros.engine.streaming.expert import StreamingExpert
 
@@ -82,9 +90,13 @@ def main(argv=None) -> int:
     guarded(res, "build", build)
     write(args.json_out, res)
     if built:
-        for robots in (1, 4):
-            guarded(res, f"robots_{robots}", lambda: run(args, robots, built))
-            write(args.json_out, res)
+        cuda = torch.device(args.device).type == "cuda"
+        ticks = [t for t in args.ticks.split(",") if t and (cuda or t != "graphs")]
+        for tick in ticks:  # the graphed tick is the new one: each tick at 1 robot, then at 4
+            for robots in (1, 4):
+                key = f"robots_{robots}" if tick == "fused" else f"robots_{robots}_{tick}"
+                guarded(res, key, lambda: run(args, robots, built, tick))
+                write(args.json_out, res)
     free(args.device)
     return 0
 

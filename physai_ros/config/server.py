@@ -85,7 +85,7 @@ class StreamingServerConfig:
     # SCHED_FIFO priority (needs root or CAP_SYS_NICE; 0 = ordinary scheduling).
     vlm: str = "thread"          # thread | process
     ae_priority: int = 0         # 0..99
-    tick: str = "fused"          # fused | compiled (torch.compile at start-up) | plain
+    tick: str = "fused"          # fused | compiled (torch.compile at start-up) | graphs (CUDA graph per KV snapshot; GPU only) | plain
 
 
 @dataclass(frozen=True)
@@ -326,13 +326,13 @@ def parse_server(d: Any) -> ServerConfig:
         torch_threads=integer(d.get("torch_threads", 0), join_key(path, "torch_threads"), 0),
         robot_timeout_s=None if d.get("robot_timeout_s") is None else number(d["robot_timeout_s"],
                                                                            join_key(path, "robot_timeout_s")),
-        streaming=_parse_streaming(d.get("streaming", {}), join_key(path, "streaming")),
+        streaming=_parse_streaming(d.get("streaming", {}), join_key(path, "streaming"), device),
         language=parse_server_language(d.get("language"), join_key(path, "language")),
         components=_parse_components(d.get("components", {}), join_key(path, "components")),
     )
 
 
-def _parse_streaming(v: Any, path: str) -> StreamingServerConfig:
+def _parse_streaming(v: Any, path: str, device: str = "cpu") -> StreamingServerConfig:
     d = mapping(v, path)
     dflt = StreamingServerConfig()
     no_unknown(d, set(vars(dflt)), path)
@@ -350,5 +350,7 @@ def _parse_streaming(v: Any, path: str) -> StreamingServerConfig:
     if out["ae_priority"] > 99:
         raise FleetConfigError(f"{join_key(path, 'ae_priority')}: SCHED_FIFO priorities are 1..99 (0: ordinary), "
                                f"got {out['ae_priority']}")
-    out["tick"] = string(d.get("tick", dflt.tick), join_key(path, "tick"), ("fused", "compiled", "plain"))
+    out["tick"] = string(d.get("tick", dflt.tick), join_key(path, "tick"), ("fused", "compiled", "graphs", "plain"))
+    if out["tick"] == "graphs" and device != "cuda":
+        raise FleetConfigError(f"{join_key(path, 'tick')}: graphs needs server.device cuda (device is {device!r})")
     return StreamingServerConfig(**out)

@@ -76,6 +76,10 @@ def test_engine_arithmetic_follows_the_device_and_names_mistakes(doc):
         parse_fleet(_mut(doc, lambda d: d["server"].update(dtype="bf16")))
     with pytest.raises(FleetConfigError, match=r"^server\.cuda_graphs: on needs server\.device cuda"):
         parse_fleet(yaml.safe_load(yaml.safe_dump(doc).replace("server:\n", "server:\n  cuda_graphs: on\n", 1)))
+    with pytest.raises(FleetConfigError, match=r"^server\.streaming\.tick: graphs needs server\.device cuda"):
+        parse_fleet(_mut(doc, lambda d: d["server"].setdefault("streaming", {}).update(tick="graphs")))
+    graphed = parse_fleet(_mut(doc, lambda d: d["server"].update(device="cuda", streaming={"tick": "graphs"})))
+    assert graphed.server.streaming.tick == "graphs"
 
 
 def test_with_num_robots_clones_last_entry_with_fresh_ids():

@@ -17,8 +17,8 @@ attention, gated FFN, the ops backend) is B1's FastPi0, used as it is.
 Two implementations of the tick: `step_plain` (B1's `gemma_block` per layer; the
 reference, ~720 aten ops at the tiny preset) and `FusedTick` (streaming_tick.py: the same
 function with the tick-invariant work prepared per model and per KV snapshot, ~100 ops, or one
-torch.compile'd graph). `StreamingExpert(tick=...)` picks one: "fused" (default), "compiled",
-"plain". Non-torch backends (Triton) always run the plain tick.
+torch.compile'd graph, or on a GPU a CUDA graph per KV snapshot: tick_graph.py).
+`StreamingExpert(tick=...)` picks one: "fused" (default), "compiled", "graphs", "plain". Non-torch backends (Triton) always run the plain tick.
 """
 from __future__ import annotations
 
@@ -34,6 +34,7 @@ from physai_ros.engine.pi0.fast import FastPi0
 from physai_ros.engine.pi0.modeling import rope_angles, sincos_time_embedding
 from physai_ros.engine.streaming.force_token import ForceProjection
 from physai_ros.engine.streaming.tick import FusedKV, FusedTick
+from physai_ros.engine.streaming.tick_graph import TickGraph
 from physai_ros.engine.types import Pi0Config, PrefixCache
 from physai_ros.kernels import ops
 
@@ -70,7 +71,7 @@ class ExpertKV:
     fused: Optional[FusedKV] = None  # the fused tick's view of the same snapshot
 
 
-TICKS = ("fused", "compiled", "plain")
+TICKS = ("fused", "compiled", "graphs", "plain")
 
 
 class StreamingExpert:
@@ -91,8 +92,14 @@ class StreamingExpert:
         self._grid_times = torch.tensor(cfg.step_times(), dtype=torch.float32)  # read on the host (time_bias)
         if model.backend != "torch":
             tick = "plain"  # the fused tick is torch ops only
+        if tick == "graphs" and model.device.type != "cuda":
+            raise ValueError(f"tick='graphs' captures CUDA graphs; the model is on {model.device}")
         self.tick = tick
-        self.fused = None if tick == "plain" else FusedTick(self, compile=tick == "compiled")
+        self.fused = None if tick == "plain" else self._fused_tick()
+
+    def _fused_tick(self) -> FusedTick:
+        maker = TickGraph if self.tick == "graphs" else None
+        return FusedTick(self, compile=self.tick == "compiled", graph_maker=maker)
 
     @property
     def force(self) -> Optional[ForceProjection]:
@@ -105,7 +112,7 @@ class StreamingExpert:
         before must be prepared again (StreamingCore does at its next VLM pass)."""
         self._force = value
         if getattr(self, "fused", None) is not None:
-            self.fused = FusedTick(self, compile=self.tick == "compiled")
+            self.fused = self._fused_tick()
 
     @property
     def has_force(self) -> bool:
@@ -125,7 +132,8 @@ class StreamingExpert:
         force: None (take `force_proj.*` from the weights if present, else no force token),
         "random" (seeded projection, for tests and benchmarks) or a ForceProjection.
         tick: "fused" (default), "compiled" (torch.compile of the fused tick; compiles at the
-        first tick of each batch shape) or "plain" (B1's layers; the reference).
+        first tick of each batch shape), "graphs" (CUDA only: the fused tick captured per KV
+        snapshot) or "plain" (B1's layers; the reference).
         """
         from physai_ros.engine.streaming.vlm import VLMSpec
 

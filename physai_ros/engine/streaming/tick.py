@@ -42,12 +42,13 @@ from __future__ import annotations
 import math
 import time
 from dataclasses import dataclass
-from typing import List, Optional, Tuple
+from typing import Callable, List, Optional, Tuple
 
 import numpy as np
 import torch
 
 from physai_ros.engine.pi0.modeling import MASK_VALUE
+from physai_ros.engine.streaming.tick_graph import SnapshotGraphs
 from physai_ros.engine.types import PrefixCache
 
 
@@ -71,10 +72,12 @@ def _rotate_rows(w: torch.Tensor, heads: int, hd: int) -> torch.Tensor:
 
 
 class FusedTick:
-    def __init__(self, expert, compile: bool = False, pad_prefix: Optional[bool] = None):
+    def __init__(self, expert, compile: bool = False, pad_prefix: Optional[bool] = None,
+                 graph_maker: Optional[Callable] = None):
         """compile: torch.compile the tick (inductor). pad_prefix (default: = compile): prepare
         every snapshot at max_prefix_len keys (padding masked), so shapes depend on the robot
-        count only."""
+        count only. graph_maker: capture the tick per snapshot (tick_graph.TickGraph: a CUDA
+        graph; StaticTick: the same static-buffer contract without capture, for CPU tests)."""
         m, cfg = expert.model, expert.cfg
         spec = cfg.expert
         self.cfg, self.spec = cfg, spec
@@ -128,8 +131,11 @@ class FusedTick:
         self.compile_s: Optional[float] = None
         self._compiled_for = set()
         self._fn = self._tick
+        if compile and graph_maker is not None:
+            raise ValueError("a tick is either torch.compile'd or captured as a graph, not both")
         if compile:
             self._fn = torch.compile(self._tick, dynamic=False, fullgraph=True)
+        self.graphs = None if graph_maker is None else SnapshotGraphs(self._tick, graph_maker)
 
     # ------------------------------------------------------------------ per snapshot
     def prepare(self, cache: PrefixCache, rows: torch.Tensor) -> FusedKV:
@@ -260,6 +266,8 @@ class FusedTick:
             x = x.to(dev, torch.float32).contiguous()
         args = (kv.kv_t, kv.mask_bias, kv.cos, kv.sin, state, wrench, x,
                 *self.host_inputs(tau, tau_new))
+        if self.graphs is not None:
+            return self.graphs.step(kv, args[:4], args[4:])
         if not self.compiled:
             return self._fn(*args)
         shape = (tuple(x.shape), int(kv.mask_bias.shape[-1]))
