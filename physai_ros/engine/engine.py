@@ -61,7 +61,11 @@ class Pi0Engine:
         seed: int = 0,
         cuda_graphs=False,  # True, False or "auto" (where built: fast pi0 on CUDA)
         language: bool = False,
+        model=None,
     ):
+        """model: another engine's prepared fast model to run over, instead of `weights` (the
+        weights are then not held twice: the streaming service beside the chunked engine). The
+        fast models keep no state between calls, so engines on different threads can share one."""
         config.validate()
         self.config = config
         self.device = torch.device(device)
@@ -75,6 +79,15 @@ class Pi0Engine:
         self.keep_prefix = False
         self._kept: Optional[Tuple[PrefixCache, Batch]] = None
         self._gen = torch.Generator().manual_seed(seed)
+        self._graphs = None
+        if model is not None:
+            if weights is not None or not fast or cuda_graphs is True:
+                raise ValueError("model=: a shared fast model, without weights or CUDA graphs of its own")
+            if (model.cfg, model.device.type, model.dtype, model.backend) != (config, self.device.type, dtype, backend):
+                raise ValueError(f"model=: built for {model.device}/{model.dtype}/{model.backend}, "
+                                 f"not {self.device}/{dtype}/{backend} with this config")
+            self.model = model
+            return
         if weights is None:
             weights = random_weights(config, seed=seed)
         check_weight_shapes(config, weights)
@@ -87,7 +100,6 @@ class Pi0Engine:
             self.model = fast_cls(config, weights, backend=backend, consume=True, dtype=dtype, language=language)
         else:
             self.model = (PlainPi05 if pi05 else PlainPi0)(config, weights)
-        self._graphs = None
         if cuda_graphs == "auto":  # where they are built: the fast pi0 path on a CUDA device
             # pi0.5 only when asked: its graphs are built like pi0's (its fast denoise has no host
             # sync or copy either: test_launch_budgets) but have not been captured on a GPU yet.

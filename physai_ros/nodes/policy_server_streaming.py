@@ -40,17 +40,21 @@ class PolicyServerStreaming:
         self.node, self.fleet, self.core, self.router = node, fleet, core, node.router
         self.input_refusals = node.report.input_refusals  # the server's "inputs" and "security" statuses
         log = node.get_logger()
+        local = [s.engine for s in core.engines.values() if not s.remote]
         self.service = build_streaming_service(fleet, self._publish, core.action_runner,
-                                               ros_clock=lambda: now_sec(node), log=log.warning)
+                                               ros_clock=lambda: now_sec(node), log=log.warning,
+                                               chunked=local[0] if local else None)
         for r in fleet.robots:  # known streaming robots: topics now, so discovery is done early
             if r.task.mode == "streaming":
                 self._ensure_topics(r.id, r.namespace)
         node.create_timer(0.5, self._reap)
         node.updater.add("streaming", self._diagnose)
         sc = fleet.server.streaming
+        shared = bool(local) and self.service.core.expert.model is local[0].model
         log.info(f"streaming mode for task(s) {', '.join(streaming_tasks(fleet))}: {sc.slots} slot(s), "
                  f"VLM {sc.vlm_hz:g} Hz, action expert {sc.ae_hz:g} Hz, force token "
-                 f"{'on' if self.service.core.expert.has_force else 'off'} ({sc.force}), when full: {sc.when_full}")
+                 f"{'on' if self.service.core.expert.has_force else 'off'} ({sc.force}), when full: {sc.when_full}, "
+                 f"weights {'shared with the chunked engine' if shared else 'of their own'}")
 
     @classmethod
     def maybe(cls, node, fleet, core) -> "PolicyServerStreaming | None":

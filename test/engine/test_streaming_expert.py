@@ -105,3 +105,43 @@ def test_staggered_sampler_converges_to_the_chunked_one_as_the_stagger_shrinks()
         errors.append(float((x - ref).abs().max()))
     assert errors[1] > errors[2] > errors[3]
     assert errors[3] < 2e-3, errors  # measured 0.10, 0.0090, 0.00088 for 1e-3..1e-5
+
+
+def test_streaming_over_the_chunked_engine_shares_its_weights_and_ticks_the_same():
+    """A server's streams over its chunked engine's prepared model (StreamingExpert.over) hold the
+    weights once and compute what streams built from the same weights compute, bit for bit."""
+    from physai_ros.engine import Pi0Engine
+
+    chunked = Pi0Engine(CFG, seed=0)
+    engine, expert = StreamingExpert.over(chunked, force="random", seed=0)
+    own_engine, own_expert = StreamingExpert.build(CFG, force="random", seed=0)
+    assert engine.model is chunked.model and expert.model is chunked.model
+    assert engine.model is not own_engine.model
+    robots = [robot_input(s, 2, p) for s, p in ((1, 6), (2, 9))]
+    cache, own_cache = engine.prefix(robots), own_engine.prefix(robots)
+    for a, b in zip(cache.keys + cache.values, own_cache.keys + own_cache.values):
+        assert torch.equal(a, b)
+    rows = torch.arange(2)
+    kv, own_kv = expert.prepare(cache, rows), own_expert.prepare(own_cache, rows)
+    g = torch.Generator().manual_seed(4)
+    x = torch.randn(2, CFG.chunk_size, CFG.max_action_dim, generator=g)
+    tau = torch.rand(2, CFG.chunk_size, generator=g, dtype=torch.float64)  # off the sampler's grid
+    state, wrench = torch.randn(2, CFG.max_state_dim, generator=g), torch.randn(2, 6, generator=g)
+    got = expert.step(kv, state, wrench, x, tau, (tau - 0.07).clamp(min=0))
+    ref = own_expert.step(own_kv, state, wrench, x, tau, (tau - 0.07).clamp(min=0))
+    for a, b in zip(got, ref):
+        assert torch.equal(a, b)
+    # The chunked engine still serves chunks meanwhile: its own model, untouched.
+    assert chunked.infer(robots)[0].actions.shape == (CFG.chunk_size, CFG.max_action_dim)
+
+
+def test_streaming_over_a_plain_engine_or_with_a_mismatched_model_is_refused():
+    from physai_ros.engine import Pi0Engine
+
+    with pytest.raises(ValueError, match="fast pi0 engine"):
+        StreamingExpert.over(Pi0Engine(CFG, fast=False))
+    chunked = Pi0Engine(CFG)
+    with pytest.raises(ValueError, match="built for cpu/torch.float32"):
+        Pi0Engine(CFG, dtype=torch.bfloat16, model=chunked.model)
+    with pytest.raises(ValueError, match="without weights"):
+        Pi0Engine(CFG, weights={}, model=chunked.model)

@@ -77,6 +77,31 @@ def test_fleet_yaml_picks_the_vlm_process_the_ae_priority_and_the_tick():
     assert parse_fleet(fleet_doc()).server.streaming.vlm == "thread"  # the default stays in-process
 
 
+def test_the_streams_run_over_the_chunked_engines_model_unless_a_vlm_process_needs_its_own():
+    """One copy of the weights in a server with both modes (a full-depth pi0 server with two was
+    killed for memory on a 24 GB host); a VLM process builds its own copy, so it keeps one."""
+    from physai_ros.serving.startup.engine_builder import build_core
+    from physai_ros.serving.streaming.service import build_streaming_service
+
+    f = parse_fleet(fleet_doc())
+    core = build_core(f)
+    chunked = core.engines["engine_0"].engine
+    svc = build_streaming_service(f, lambda seg: None, core.action_runner, log=lambda m: None, chunked=chunked)
+    try:
+        assert svc.engine.core.expert.model is chunked.model
+        assert svc.engine.core.engine.model is chunked.model
+    finally:
+        svc.close(1.0)
+    doc = fleet_doc()
+    doc["server"]["streaming"].update(vlm="process")
+    f = parse_fleet(doc)
+    svc = build_streaming_service(f, lambda seg: None, core.action_runner, log=lambda m: None, chunked=chunked)
+    try:
+        assert svc.engine.core.expert.model is not chunked.model
+    finally:
+        svc.close(1.0)
+
+
 # ---------------------------------------------------------------- slots
 def test_slots_admission_chunked_fallback_refusal_and_release():
     f = fleet(slots=1, when_full="chunked")

@@ -57,6 +57,14 @@ class TimeWeights:
                            w_t=w_in[:, width:].clone(), b_in=weights["action_time_in.bias"].double().cpu().clone())
 
 
+def _force_projection(force, config: Pi0Config, seed: int) -> Optional[ForceProjection]:
+    if isinstance(force, str):
+        if force != "random":
+            raise ValueError(f"force={force!r}: expected None, 'random' or a ForceProjection")
+        return ForceProjection.random(config.expert.width, seed=seed + 1)
+    return force
+
+
 @dataclass
 class ExpertKV:
     """Static K/V buffers [B, T_prefix + S, KV, hd] per expert layer for one cache snapshot and
@@ -142,15 +150,33 @@ class StreamingExpert:
             weights = random_weights(config, seed=seed)
         weights = dict(weights)  # Pi0Engine consumes the dict it is given, not the caller's
         from_ckpt = ForceProjection.pop_from(weights, config.expert.width)
-        if isinstance(force, str):
-            if force != "random":
-                raise ValueError(f"force={force!r}: expected None, 'random' or a ForceProjection")
-            force = ForceProjection.random(config.expert.width, seed=seed + 1)
+        force = _force_projection(force, config, seed)
         force = force if force is not None else from_ckpt
         tw = TimeWeights.from_weights(weights, config.expert.width)
         engine = Pi0Engine(config, weights, device=device, dtype=dtype, fast=True, backend=backend, seed=seed)
         expert = StreamingExpert(engine.model, tw, force, tick=tick)
         expert.vlm_spec = spec if torch.device(device).type == "cpu" else None  # StreamingEngine(vlm="process")
+        return engine, expert
+
+    @staticmethod
+    def over(chunked: Pi0Engine, force=None, seed: int = 0,
+             tick: str = "fused") -> Tuple[Pi0Engine, "StreamingExpert"]:
+        """A Pi0Engine and a StreamingExpert over another engine's prepared fast pi0 model (a
+        server's chunked engine), so the weights are held once: a full-depth pi0 server with
+        both modes needed 2 x 13 GB in fp32 and was killed for memory on a 24 GB host.
+        force: None (no force token: a checkpoint's `force_proj.*` is not in the shared model,
+        `build` takes it), "random" or a ForceProjection. No VLM process (it would need its own
+        copy of the weights): vlm_spec is None."""
+        m = chunked.model
+        parts = getattr(m, "action_time_parts", None)
+        if not chunked.fast or parts is None:
+            raise ValueError(f"streaming over a shared model needs a fast pi0 engine, not {type(m).__name__}")
+        engine = Pi0Engine(chunked.config, device=chunked.device, dtype=chunked.dtype, fast=True,
+                           backend=chunked.backend, seed=seed, model=m)
+        const, w_t, b_in = parts
+        expert = StreamingExpert(m, TimeWeights(const=const, w_t=w_t, b_in=b_in),
+                                 _force_projection(force, chunked.config, seed), tick=tick)
+        expert.vlm_spec = None
         return engine, expert
 
     # ------------------------------------------------------------------ per snapshot

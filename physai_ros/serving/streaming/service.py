@@ -323,12 +323,56 @@ def streaming_tasks(fleet: FleetConfig) -> list[str]:
     return sorted(n for n, t in fleet.tasks.items() if t.mode == "streaming")
 
 
+def can_share(fleet: FleetConfig, chunked) -> bool:
+    """Whether the streams can run over the chunked engine's prepared model: a fast pi0 model,
+    the VLM on a thread (a VLM process builds its own copy), and no force projection to take
+    from the checkpoint (the chunked engine does not keep `force_proj.*`)."""
+    srv, sc = fleet.server, fleet.server.streaming
+    if sc.vlm != "thread" or getattr(chunked, "model", None) is None:
+        return False
+    if not getattr(chunked, "fast", False) or not hasattr(chunked.model, "action_time_parts"):
+        return False
+    if sc.force != "checkpoint" or srv.model.preset is not None:
+        return True
+    from physai_ros.engine.checkpoint.format import weight_keys
+    from physai_ros.engine.streaming.force_token import FORCE_KEYS
+    from physai_ros.serving.startup.preflight import checkpoint_dir
+
+    return not set(FORCE_KEYS) & set(weight_keys(checkpoint_dir(fleet)))
+
+
 def build_streaming_service(fleet: FleetConfig, publish: Callable[[TrajectorySegmentData], None], runner: ActionModelRunner,
                             ros_clock: Callable[[], float] = time.time,
-                            log: Callable[[str], None] = print) -> StreamingService:
+                            log: Callable[[str], None] = print, chunked=None) -> StreamingService:
     """The streams for fleet.yaml's server.streaming over the server's model (the same weights
-    as the chunked engine: the preset's seeded random weights, or the checkpoint's)."""
+    as the chunked engine: the preset's seeded random weights, or the checkpoint's). With
+    `chunked` (the server's first local engine) they run over its prepared model where
+    `can_share` says they can, so the weights are held once; otherwise they load their own."""
     from physai_ros.engine.streaming.streams import StreamingConfig, StreamingCore
+    from physai_ros.engine.streaming.expert import StreamingExpert
+
+    srv, sc = fleet.server, fleet.server.streaming
+    force = "random" if sc.force == "random" else None
+    if sc.vlm == "process" and srv.device != "cpu":
+        raise FleetConfigError(f"server.streaming.vlm: process runs on the CPU only (server.device is {srv.device!r}; "
+                               "a CUDA KV cache would need IPC handles): use vlm: thread")
+    if chunked is not None and chunked.config.policy == "pi0" and can_share(fleet, chunked):
+        engine, expert = StreamingExpert.over(chunked, force=force, seed=srv.model.seed, tick=sc.tick)
+    else:
+        engine, expert = _own_model(fleet, force)
+    if sc.force == "none":
+        expert.force = None
+    core = StreamingCore(engine, expert, StreamingConfig(
+        vlm_hz=sc.vlm_hz, ae_hz=sc.ae_hz, action_hz=sc.action_hz, steps_per_token=sc.steps_per_token,
+        max_robots=sc.slots, ae_priority=sc.ae_priority))
+    return StreamingService(core, sc, publish, runner, max_observation_age_s=srv.max_observation_age_s,
+                            ros_clock=ros_clock, log=log)
+
+
+def _own_model(fleet: FleetConfig, force):
+    """The streams' own copy of the served model's weights (preset or checkpoint)."""
+    import torch
+
     from physai_ros.engine.streaming.expert import StreamingExpert
     from physai_ros.engine.types import Pi0Config
 
@@ -345,18 +389,5 @@ def build_streaming_service(fleet: FleetConfig, publish: Callable[[TrajectorySeg
         # action-time MLP; its pi0.5 counterpart (adaRMS per token time) is not written.
         raise FleetConfigError(f"tasks.{streaming_tasks(fleet)[0]}.mode: streaming serves pi0 checkpoints only; "
                                f"{checkpoint_dir(fleet)} is {mcfg.policy} (set `mode: chunked`)")
-    force = "random" if sc.force == "random" else None
-    if sc.vlm == "process" and srv.device != "cpu":
-        raise FleetConfigError(f"server.streaming.vlm: process runs on the CPU only (server.device is {srv.device!r}; "
-                               "a CUDA KV cache would need IPC handles): use vlm: thread")
-    import torch
-
-    engine, expert = StreamingExpert.build(mcfg, weights, force=force, device=srv.device, seed=srv.model.seed,
-                                           tick=sc.tick, dtype=getattr(torch, srv.torch_dtype))
-    if sc.force == "none":
-        expert.force = None
-    core = StreamingCore(engine, expert, StreamingConfig(
-        vlm_hz=sc.vlm_hz, ae_hz=sc.ae_hz, action_hz=sc.action_hz, steps_per_token=sc.steps_per_token,
-        max_robots=sc.slots, ae_priority=sc.ae_priority))
-    return StreamingService(core, sc, publish, runner, max_observation_age_s=srv.max_observation_age_s,
-                            ros_clock=ros_clock, log=log)
+    return StreamingExpert.build(mcfg, weights, force=force, device=srv.device, seed=srv.model.seed,
+                                 tick=sc.tick, dtype=getattr(torch, srv.torch_dtype))
