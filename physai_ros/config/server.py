@@ -85,7 +85,7 @@ class StreamingServerConfig:
     # SCHED_FIFO priority (needs root or CAP_SYS_NICE; 0 = ordinary scheduling).
     vlm: str = "thread"          # thread | process
     ae_priority: int = 0         # 0..99
-    tick: str = "fused"          # fused | compiled (torch.compile at start-up) | graphs (CUDA graph per KV snapshot; GPU only) | plain
+    tick: str = "fused"          # fused | compiled (torch.compile at start-up) | graphs (CUDA graph per snapshot shape; GPU only) | plain
 
 
 @dataclass(frozen=True)

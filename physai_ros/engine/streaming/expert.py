@@ -17,7 +17,7 @@ attention, gated FFN, the ops backend) is B1's FastPi0, used as it is.
 Two implementations of the tick: `step_plain` (B1's `gemma_block` per layer; the
 reference, ~720 aten ops at the tiny preset) and `FusedTick` (streaming_tick.py: the same
 function with the tick-invariant work prepared per model and per KV snapshot, ~100 ops, or one
-torch.compile'd graph, or on a GPU a CUDA graph per KV snapshot: tick_graph.py).
+torch.compile'd graph, or on a GPU a CUDA graph per snapshot shape: tick_graph.py).
 `StreamingExpert(tick=...)` picks one: "fused" (default), "compiled", "graphs", "plain". Non-torch backends (Triton) always run the plain tick.
 """
 from __future__ import annotations

@@ -76,7 +76,7 @@ class FusedTick:
                  graph_maker: Optional[Callable] = None):
         """compile: torch.compile the tick (inductor). pad_prefix (default: = compile): prepare
         every snapshot at max_prefix_len keys (padding masked), so shapes depend on the robot
-        count only. graph_maker: capture the tick per snapshot (tick_graph.TickGraph: a CUDA
+        count only. graph_maker: capture the tick per snapshot shape (tick_graph.TickGraph: a CUDA
         graph; StaticTick: the same static-buffer contract without capture, for CPU tests)."""
         m, cfg = expert.model, expert.cfg
         spec = cfg.expert
@@ -136,6 +136,7 @@ class FusedTick:
         if compile:
             self._fn = torch.compile(self._tick, dynamic=False, fullgraph=True)
         self.graphs = None if graph_maker is None else SnapshotGraphs(self._tick, graph_maker)
+        self._static: dict = {}  # with graphs: one FusedKV per shape, refilled by each snapshot
 
     # ------------------------------------------------------------------ per snapshot
     def prepare(self, cache: PrefixCache, rows: torch.Tensor) -> FusedKV:
@@ -175,7 +176,26 @@ class FusedTick:
             return torch.cat([t.expand(b * s, h + kv, hd).reshape(b * s, -1),
                               torch.full((b * s, kv * hd), v_fill, dtype=t.dtype, device=dev)], 1).to(self.dtype).contiguous()
 
-        return FusedKV(kv_t, bias.contiguous(), cols_of(self._cos[pos], 1.0), cols_of(self._sin[pos], 0.0), b)
+        fresh = FusedKV(kv_t, bias.contiguous(), cols_of(self._cos[pos], 1.0), cols_of(self._sin[pos], 0.0), b)
+        return fresh if self.graphs is None else self._refill(fresh)
+
+    def _refill(self, fresh: FusedKV) -> FusedKV:
+        """With graphs, a snapshot's values go into the buffers of the last snapshot of the same
+        shape, so the graph captured against those buffers serves every later snapshot: one
+        capture per shape (robot count, prefix length), not one per VLM pass (at 30 Hz a capture
+        per pass would cost an eager tick and a capture each time). prepare and the ticks run on
+        the same thread and stream, so a refill never races a replay."""
+        key = (fresh.batch, tuple(fresh.kv_t[0].shape), tuple(fresh.mask_bias.shape))
+        static = self._static.get(key)
+        if static is None:
+            self._static[key] = fresh
+            return fresh
+        for dst, src in zip(static.kv_t, fresh.kv_t):
+            dst.copy_(src)
+        static.mask_bias.copy_(fresh.mask_bias)
+        static.cos.copy_(fresh.cos)
+        static.sin.copy_(fresh.sin)
+        return static
 
     # ------------------------------------------------------------------ per tick
     def host_inputs(self, tau: torch.Tensor, tau_new: torch.Tensor):

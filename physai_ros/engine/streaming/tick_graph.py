@@ -1,28 +1,27 @@
-"""The fused streaming tick as a CUDA graph, one per KV snapshot (realtime-vla section 3.1 applied
-to the 480 Hz stream).
+"""The fused streaming tick as a CUDA graph (realtime-vla section 3.1 applied to the 480 Hz
+stream).
 
 Why: on an H200 the eager fused tick at pi0's expert widths took 9.6 ms alone (host-bound: some
 200 launches and their Python around them), 36 ms beside the VLM thread, so the stream ran at
 23 Hz with 95 % of its 480 Hz slots missed (bench/results/gpu, 2026-11-29). A replay is one
 launch from the host.
 
-How: `FusedTick._tick` is a pure function of tensors. Its per-snapshot inputs (the K^T/V^T
-buffers whose suffix columns each tick overwrites, the mask bias, RoPE tables) already live at
-fixed addresses for as long as the snapshot does, so a graph is captured per snapshot against
-them; the per-tick inputs (state, wrench, Euler state, host scalars) are copied into static
-buffers before each replay, and the outputs are copied out (the robot's preview may be read
-after the next tick has run). The first tick of a snapshot runs eagerly (its result is that
-tick's answer) and then captures; every later tick of the snapshot replays.
+How: `FusedTick._tick` is a pure function of tensors. With graphs, `FusedTick.prepare` writes
+each KV snapshot (the K^T/V^T buffers whose suffix columns each tick overwrites, the mask bias,
+the RoPE tables) into the buffers of the last snapshot of the same shape, so one graph per shape
+(robot count, prefix length) serves every VLM pass. The per-tick inputs (state, wrench, Euler
+state, host scalars) are copied into static buffers before each replay, and the outputs copied
+out (a robot's preview may be read after the next tick has run). The first tick on a shape runs
+eagerly (its result is that tick's answer) and then captures; every later one replays.
 
 Capture is thread-local and on a side stream, without the device-wide synchronize, garbage
 collection and cache flush that `torch.cuda.graph` does on entry: the VLM thread keeps running
-on its own stream meanwhile. A retired snapshot's graph is kept until the next one retires, so
-no graph (and its private memory pool) is destroyed while its last replay may still be queued.
+on its own stream meanwhile.
 
 What the CPU can check is tested: `StaticTick` keeps the same contract (static inputs, outputs
-copied out, one per snapshot and batch) by calling the tick on its static buffers, and
-test_streaming_tick_graph drives `SnapshotGraphs` with it against the eager tick. The capture
-itself needs a GPU: bench/gpu_steps checks it against the eager fused tick and times it.
+copied out, one per snapshot buffer set) by calling the tick on its static buffers, and
+test_streaming_tick_graph drives it against the eager tick. The capture itself needs a GPU:
+bench/gpu_steps checks it against the eager fused tick and times it.
 """
 from __future__ import annotations
 
@@ -79,26 +78,22 @@ class TickGraph(StaticTick):
 
 
 class SnapshotGraphs:
-    """The captured tick of the snapshot being ticked: the first tick of a snapshot (or of a new
-    robot count) runs eagerly and captures, the others replay."""
+    """The captured tick of each snapshot buffer set (one per shape: FusedTick refills them): the
+    first tick on a set runs eagerly and captures, the others replay."""
 
     def __init__(self, fn: Callable, make: Callable[..., StaticTick] = TickGraph):
         self.fn, self.make = fn, make
-        self._current: Optional[Tuple[object, int, StaticTick]] = None  # (snapshot, batch, tick)
-        self._retired: Optional[StaticTick] = None
+        self._ticks: Dict[int, Tuple[object, StaticTick]] = {}  # id(snapshot) -> (snapshot, tick)
         self.captures = 0
         self.replays = 0
 
     def step(self, snapshot, snapshot_args: Sequence, tick_args: Sequence[Optional[torch.Tensor]]
              ) -> Tuple[torch.Tensor, ...]:
-        batch = int(tick_args[2].shape[0])  # x [B, C, A]
-        cur = self._current
-        if cur is not None and cur[0] is snapshot and cur[1] == batch:
+        hit = self._ticks.get(id(snapshot))
+        if hit is not None and hit[0] is snapshot:
             self.replays += 1
-            return cur[2].replay(tick_args)
+            return hit[1].replay(tick_args)
         out = self.fn(*snapshot_args, *tick_args)  # this tick's answer
-        tick = self.make(self.fn, snapshot_args, tick_args)
-        self._retired = None if cur is None else cur[2]
-        self._current = (snapshot, batch, tick)
+        self._ticks[id(snapshot)] = (snapshot, self.make(self.fn, snapshot_args, tick_args))
         self.captures += 1
         return out
