@@ -352,7 +352,7 @@ class ServingCore:
         f0 = self.clock()
         chunk = runner.finish(req.payload, reg, output, slot.instance_id, queue_ms, inference_ms)
         chunk = replace(chunk, prepare_ms=(prepare_s + self.clock() - f0) * 1e3)
-        self.rtc.record(req.payload, output.actions, chunk)
+        chunk = self.rtc.answer(req.payload, output.actions, chunk)
         if chunk.error:
             self.registry.record_error(req.robot_id)
         else:
