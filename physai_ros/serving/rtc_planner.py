@@ -29,6 +29,10 @@ not executing it (a refused chunk, a restarted robot, or the client's SLO hold, 
 as round 0), or the action period changed. Each case is counted in `stats`. A buffer that ran
 to the end of the old chunk still executes it (it holds the last action): the leftover is then
 that held action, as above.
+
+The same memory and latency samples are kept for every robot, whatever its merge rule, for one
+more use: a chunk's horizon is raised to the delay d where the horizon policy chose fewer
+actions than land alive (`fit_horizon`).
 """
 from __future__ import annotations
 
@@ -101,11 +105,12 @@ def plan_guide(prev: SentChunk, stamp: float, latency_s: float, action_dim: int,
 
 class RtcPlanner:
     """Thread-safe: guides are built in the instances' threads, chunks remembered under the
-    serving core's lock."""
+    serving core's lock. Guides go to the tasks with `chunk_merge: rtc`; the latency samples and
+    the horizon's floor (fit_horizon) serve every task it is given."""
 
     def __init__(self, settings: Mapping[str, ChunkMergeConfig]):
-        # task id -> its chunk_merge, for the tasks that use rtc only
-        self.settings = {k: v for k, v in settings.items() if v.rtc}
+        self.merges = dict(settings)  # task id -> its chunk_merge, every task
+        self.settings = {k: v for k, v in settings.items() if v.rtc}  # the tasks that use rtc
         self._sent: dict[str, SentChunk] = {}
         self._latency: dict[str, deque] = {}
         self._sampled: dict[str, int] = {}  # robot -> round whose latency is recorded
@@ -168,19 +173,32 @@ class RtcPlanner:
     def attach(self, inp, obs: ObservationData, reg):
         """The engine input `inp` of `obs` with its guide, when its task uses rtc and one applies."""
         if obs.task_id not in self.settings:
+            self.observe(obs, reg.control_period)
             return inp
         g = self.guide(obs, reg.action_dim, reg.control_period)
         return inp if g is None else dataclasses.replace(inp, rtc=g)
 
+    def observe(self, obs: ObservationData, control_period: float) -> None:
+        """A latency sample from an observation of a task without rtc (`plan` takes those of
+        rtc tasks): capture -> arrival of the round the controller executes."""
+        cfg = self.merges.get(obs.task_id)
+        if cfg is None or obs.task_id in self.settings:
+            return
+        with self._lock:
+            prev = self._sent.get(obs.robot_id)
+            if self._why_not(obs, prev, control_period) is None:
+                self._sample_latency(obs, prev, cfg)
+
     def fit_horizon(self, obs: ObservationData, chunk):
         """The chunk with its horizon raised to the inference delay d of the robot's measured
-        latency L (d = floor(L / dt) + 2, at most the chunk), where its task uses rtc: a chunk
+        latency L (d = floor(L / dt) + 2, at most the chunk), whatever its merge rule: a chunk
         lands L after its capture, so a horizon of H actions with H dt <= L is all due before it
-        lands, and the controller refuses it as expired. The paper's constraint is the same: the
-        execution horizon covers at least the delay. Seen in bench/rtc.py: with guidance charged
-        as latency (636 ms) and the confidence horizon's minimum of 6 actions at 10 Hz, 77 % of
-        the chunks expired on arrival and no episode succeeded; at 518 ms they did not expire."""
-        if obs.task_id not in self.settings or chunk.status != STATUS_OK or chunk.error or chunk.dt <= 0:
+        lands, and the controller refuses it as expired. Real-time chunking states the same
+        constraint (the execution horizon covers at least the delay). Seen in bench/rtc.py at
+        636 ms with the confidence horizon's minimum of 6 actions at 10 Hz: 77 % of the rtc
+        chunks expired on arrival and no episode succeeded (0/50; at 518 ms none expired), and at
+        the same 636 ms the crossfade's chunks expired too (0/20)."""
+        if obs.task_id not in self.merges or chunk.status != STATUS_OK or chunk.error or chunk.dt <= 0:
             return chunk
         with self._lock:
             lat = self._latency.get(obs.robot_id)
@@ -197,13 +215,13 @@ class RtcPlanner:
         ActionChunkData to send): its horizon fitted (fit_horizon), and remembered if it is OK.
         Returns the chunk to send."""
         chunk = self.fit_horizon(obs, chunk)
-        if obs.task_id in self.settings and chunk.status == STATUS_OK and not chunk.error:
+        if obs.task_id in self.merges and chunk.status == STATUS_OK and not chunk.error:
             self.remember(obs, actions, chunk.dt, chunk.horizon)
         return chunk
 
     def remember(self, obs: ObservationData, actions: np.ndarray, dt: float, horizon: int) -> None:
         """The chunk just answered for `obs` (actions: the engine's normalised, padded output)."""
-        if obs.task_id not in self.settings:
+        if obs.task_id not in self.merges:
             return
         sent = SentChunk(int(obs.round_id), float(obs.stamp), float(dt), int(horizon),
                          np.array(actions, dtype=np.float32, copy=True))

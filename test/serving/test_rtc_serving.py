@@ -169,16 +169,17 @@ def test_planner_reads_the_execution_info(doc):
                      _prev().actions, dt, 6)
     p = planner.plan(_obs_for(robot, 6, 10.6, 4, 10.61), a, dt)  # round 4 took 0.31 s
     assert p.delay == 5
-    # A task without rtc: nothing remembered, nothing planned.
+    # A task without rtc: remembered (for its latency and horizon floor), never guided.
     other = cfg.robot("robot_1")
     planner.remember(_obs_for(other, 2, 10.0, 0, 0.0), _prev().actions, dt, 6)
-    assert planner.plan(_obs_for(other, 4, 10.3, 2, 10.13), a, dt) is None and "robot_1" not in planner._sent
+    assert planner.plan(_obs_for(other, 4, 10.3, 2, 10.13), a, dt) is None and "robot_1" in planner._sent
 
 
 def test_a_horizon_shorter_than_the_measured_delay_is_raised_so_the_chunk_lands_alive(doc):
     """A chunk lands L after its capture: with H dt <= L all its horizon is due before it lands
-    and the controller refuses it as expired (bench/rtc.py at 636 ms: 77 % of the chunks, 0/50
-    episodes). The horizon is raised to the delay d = floor(L / dt) + 2, at most the chunk."""
+    and the controller refuses it as expired (bench/rtc.py at 636 ms: 77 % of the rtc chunks,
+    0/50 episodes; crossfade 0/20). The horizon is raised to the delay d = floor(L / dt) + 2, at
+    most the chunk, whatever the merge rule."""
     from physai_ros.protocol.chunk import ActionChunkData
 
     cfg = _with(doc, {"name": "rtc"})
@@ -203,8 +204,14 @@ def test_a_horizon_shorter_than_the_measured_delay_is_raised_so_the_chunk_lands_
     # Beyond the chunk: the whole chunk, no more.
     planner._latency["robot_0"].append(2.0)
     assert planner.answer(obs4, _prev(chunk=10).actions, chunk(robot, 4, 6)).horizon == 10
-    # A task without rtc keeps its policy's horizon.
-    assert planner.answer(_obs_for(other, 4, 10.3, 2, 10.636), _prev().actions, chunk(other, 4, 6)).horizon == 6
+    # Any merge rule: a task without rtc samples its latency from its observations (observe,
+    # called by attach for such tasks) and gets the same floor, but never a guide.
+    assert not cfg.tasks[other.task.name].chunk_merge.rtc
+    assert planner.answer(_obs_for(other, 2, 10.0, 0, 0.0), _prev().actions, chunk(other, 2, 6)).horizon == 6
+    obs_other = _obs_for(other, 4, 10.3, 2, 10.636)
+    planner.observe(obs_other, dt)
+    assert planner.plan(obs_other, a, dt) is None
+    assert planner.answer(obs_other, _prev().actions, chunk(other, 4, 6)).horizon == 8
 
 
 # ---- the serving core, RTC and non-RTC robots in one batch -----------------------------------
