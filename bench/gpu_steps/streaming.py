@@ -63,6 +63,9 @@ def run(args, robots: int, built, tick: str) -> dict:
     out.update({k: (round(v, 3) if isinstance(v, float) else v) for k, v in m.items() if k != "errors"})
     out["missed_ticks"], out["scheduled_ticks"] = eng.missed_ticks, eng.scheduled_ticks
     out["segments"], out["errors"] = segments[0], eng.errors[:5]
+    graphs = getattr(expert.fused, "graphs", None)
+    if graphs is not None:
+        out.update(graph_captures=graphs.captures, graph_replays=graphs.replays, graph_failure=graphs.failed)
     out["ok"] = bool(not eng.errors and segments[0] > 0)
     return out
 

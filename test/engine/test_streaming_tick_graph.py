@@ -81,3 +81,21 @@ def test_graphs_are_refused_off_a_gpu_and_with_torch_compile():
         StreamingExpert(engine.model, expert.tw, None, tick="graphs")
     with pytest.raises(ValueError, match="not both"):
         FusedTick(expert, compile=True, graph_maker=StaticTick)
+
+
+def test_a_capture_that_fails_leaves_the_ticks_eager_and_says_why():
+    engine, expert = StreamingExpert.build(CFG, force=None)
+
+    def refuse(*args):
+        raise RuntimeError("operation not permitted when stream is capturing")
+
+    staged = FusedTick(expert, graph_maker=refuse)
+    kv = staged.prepare(engine.prefix([robot_input(3, 2, 6)]), torch.arange(1))
+    state, wrench, x, tau, new = _tick_inputs(1, 0)
+    ref = expert.fused.step(expert.fused.prepare(engine.prefix([robot_input(3, 2, 6)]), torch.arange(1)),
+                            state, wrench, x, tau, new)
+    for _ in range(3):
+        got = staged.step(kv, state, wrench, x, tau, new)
+        assert all(torch.equal(a, b) for a, b in zip(got, ref))
+    assert staged.graphs.failed.startswith("RuntimeError: operation not permitted")
+    assert (staged.graphs.captures, staged.graphs.replays) == (0, 0)

@@ -86,6 +86,7 @@ class SnapshotGraphs:
         self._ticks: Dict[int, Tuple[object, StaticTick]] = {}  # id(snapshot) -> (snapshot, tick)
         self.captures = 0
         self.replays = 0
+        self.failed = ""  # why a capture failed; the ticks then stay eager, answers unchanged
 
     def step(self, snapshot, snapshot_args: Sequence, tick_args: Sequence[Optional[torch.Tensor]]
              ) -> Tuple[torch.Tensor, ...]:
@@ -94,6 +95,13 @@ class SnapshotGraphs:
             self.replays += 1
             return hit[1].replay(tick_args)
         out = self.fn(*snapshot_args, *tick_args)  # this tick's answer
-        self._ticks[id(snapshot)] = (snapshot, self.make(self.fn, snapshot_args, tick_args))
+        if self.failed:
+            return out
+        try:
+            tick = self.make(self.fn, snapshot_args, tick_args)
+        except Exception as exc:  # a capture the device refuses must not stop the stream
+            self.failed = f"{type(exc).__name__}: {exc}"
+            return out
+        self._ticks[id(snapshot)] = (snapshot, tick)
         self.captures += 1
         return out
