@@ -379,15 +379,17 @@ def _own_model(fleet: FleetConfig, force):
     srv, sc = fleet.server, fleet.server.streaming
     if srv.model.preset is not None:
         mcfg, weights = Pi0Config.preset(srv.model.preset), None
+        source = f"preset {srv.model.preset!r}"
     else:
         from physai_ros.engine.checkpoint.loader import load_lerobot_checkpoint
 
         from physai_ros.serving.startup.preflight import checkpoint_dir
-        mcfg, weights = load_lerobot_checkpoint(checkpoint_dir(fleet), **srv.model.load_args())
+        source = str(checkpoint_dir(fleet))
+        mcfg, weights = load_lerobot_checkpoint(source, **srv.model.load_args())
     if mcfg.policy != "pi0":
         # The streaming expert's per-token schedule is built around pi0's state token and
         # action-time MLP; its pi0.5 counterpart (adaRMS per token time) is not written.
         raise FleetConfigError(f"tasks.{streaming_tasks(fleet)[0]}.mode: streaming serves pi0 checkpoints only; "
-                               f"{checkpoint_dir(fleet)} is {mcfg.policy} (set `mode: chunked`)")
+                               f"{source} is {mcfg.policy} (set `mode: chunked`)")
     return StreamingExpert.build(mcfg, weights, force=force, device=srv.device, seed=srv.model.seed,
                                  tick=sc.tick, dtype=getattr(torch, srv.torch_dtype))
