@@ -173,7 +173,7 @@ class StreamingExpert:
             raise ValueError(f"streaming over a shared model needs a fast pi0 engine, not {type(m).__name__}")
         engine = Pi0Engine(chunked.config, device=chunked.device, dtype=chunked.dtype, fast=True,
                            backend=chunked.backend, seed=seed, model=m)
-        const, w_t, b_in = parts
+        const, w_t, b_in = (t.cpu() for t in parts)  # host tables, as TimeWeights.from_weights makes
         expert = StreamingExpert(m, TimeWeights(const=const, w_t=w_t, b_in=b_in),
                                  _force_projection(force, chunked.config, seed), tick=tick)
         expert.vlm_spec = None
