@@ -32,10 +32,9 @@ def alone(core, device, reps: int) -> dict:
 
 
 def run(args, robots: int, built, tick: str) -> dict:
+    from physai_ros.engine.streaming.expert import StreamingExpert
     from physai_ros.engine.streaming.stream_engine import StreamingEngine
     from physai_ros.engine.streaming.streams import StreamingConfig, StreamingCore
-
-    from physai_ros.engine.streaming.expert import StreamingExpert
 
     engine, expert = built
     if tick != expert.tick:  # another tick over the same model and weights

@@ -81,14 +81,19 @@ def old_plan_at(actions: np.ndarray, index: np.ndarray, last: int) -> np.ndarray
     return ((1.0 - frac) * actions[lo] + frac * actions[hi]).astype(np.float32)
 
 
+def inference_delay(latency_s: float, dt: float, chunk: int) -> int:
+    """d = floor(L / dt) + 2 actions, at most the chunk: the buffer interpolates linearly between
+    actions, so the command just after a chunk lands (between actions floor(L/dt) and
+    floor(L/dt) + 1) still reads both."""
+    return min(chunk, max(0, math.floor(latency_s / dt + 1e-9) + 2))
+
+
 def plan_guide(prev: SentChunk, stamp: float, latency_s: float, action_dim: int,
                cfg: ChunkMergeConfig) -> GuidePlan:
     """The guide for a chunk answering an observation captured at `stamp` (pure: tested by hand)."""
     chunk = prev.actions.shape[0]
     dt = prev.dt
-    # The buffer interpolates linearly between actions: the command just after the chunk lands
-    # (between actions floor(L/dt) and floor(L/dt) + 1) still reads both, so both are frozen.
-    delay = min(chunk, max(0, math.floor(latency_s / dt + 1e-9) + 2))
+    delay = inference_delay(latency_s, dt, chunk)  # both actions the landing command reads are frozen
     index = (stamp - prev.stamp) / dt + np.arange(chunk, dtype=np.float64)
     executed = int(np.count_nonzero(index <= prev.horizon - 1 + 1e-9))  # rows on the executed plan
     if delay <= executed:
@@ -204,7 +209,7 @@ class RtcPlanner:
             lat = self._latency.get(obs.robot_id)
             if not lat:
                 return chunk
-            need = min(int(chunk.actions.shape[0]), math.floor(max(lat) / chunk.dt + 1e-9) + 2)
+            need = inference_delay(max(lat), chunk.dt, int(chunk.actions.shape[0]))
             if chunk.horizon >= need:
                 return chunk
             self.stats["horizon_raised_to_delay"] += 1

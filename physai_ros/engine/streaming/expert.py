@@ -18,7 +18,8 @@ Two implementations of the tick: `step_plain` (B1's `gemma_block` per layer; the
 reference, ~720 aten ops at the tiny preset) and `FusedTick` (streaming_tick.py: the same
 function with the tick-invariant work prepared per model and per KV snapshot, ~100 ops, or one
 torch.compile'd graph, or on a GPU a CUDA graph per snapshot shape: tick_graph.py).
-`StreamingExpert(tick=...)` picks one: "fused" (default), "compiled", "graphs", "plain". Non-torch backends (Triton) always run the plain tick.
+`StreamingExpert(tick=...)` picks one: "fused" (default), "compiled", "graphs", "plain".
+Non-torch backends (Triton) always run the plain tick.
 """
 from __future__ import annotations
 
@@ -140,8 +141,8 @@ class StreamingExpert:
         force: None (take `force_proj.*` from the weights if present, else no force token),
         "random" (seeded projection, for tests and benchmarks) or a ForceProjection.
         tick: "fused" (default), "compiled" (torch.compile of the fused tick; compiles at the
-        first tick of each batch shape), "graphs" (CUDA only: the fused tick captured per KV
-        snapshot) or "plain" (B1's layers; the reference).
+        first tick of each batch shape), "graphs" (CUDA only: the fused tick captured per
+        snapshot shape) or "plain" (B1's layers; the reference).
         """
         from physai_ros.engine.streaming.vlm import VLMSpec
 
