@@ -59,6 +59,8 @@ ENTRIES = (
           "camera_frames.py"),
     Entry("openpi_gateway", "openpi's own clients served by our gateway vs openpi's server, at equal model time",
           "openpi_gateway.py", ("--clients", "1,4,16", "--rounds", "20"), needs=".venv-openpi (make test sets it up)"),
+    Entry("serving", "Serving overhead over ROS beside openpi's websocket server and a bare rclpy floor, at equal "
+          "model time", "serving_vs_openpi.py", ("--reps", "2"), needs=".venv-openpi (make test sets it up)"),
     Entry("engine_full_depth", "The fast path against LeRobot at full pi0 and pi0.5 depth, fp32 on this CPU",
           "engine_full_depth.py", needs=".venv-lerobot and .venv-lerobot06 (make test sets them up)"),
     Entry("streaming_rates", "The action-expert stream against the paper's 480 Hz: tiny, pi0's widths and full depth, "

@@ -222,6 +222,52 @@ def openpi_gateway(doc: dict) -> list[Row]:
     return _headlines(rows, lambda i, r: i in (0, len(rows) - 1))  # the fewest and the most clients
 
 
+def _ratio_verdict(*ratios: float) -> str:
+    """Ours over a baseline, lower is better: all within 5 % a tie, all better a win, all worse a loss."""
+    if all(abs(r - 1) <= 0.05 for r in ratios):
+        return "tie"
+    return "win" if all(r < 0.95 for r in ratios) else "loss" if all(r > 1.05 for r in ratios) else "mixed"
+
+
+def serving(doc: dict) -> list[Row]:
+    rows = []
+    for case, c in doc["cases"].items():
+        n, views, size = case.split("_")
+        n, views = int(n.removesuffix("robot")), int(views.removesuffix("views"))
+        med, ms = c["median"], doc["engine_model_ms"].get(case)
+        ours = med.get("physai")
+        where = f"{views} view{'s' if views > 1 else ''} {size}, over ROS on this host, equal model time ({ms:g} ms)"
+        if ours is None:
+            continue
+        if n == 1 and "openpi+engine" in med:
+            o, f = med["openpi+engine"], med.get("rclpy+engine")
+            p50, p99 = ours["overhead_beyond_policy_ms_p50"], ours["overhead_beyond_policy_ms_p99"]
+            r50, r99 = p50 / o["overhead_ms_p50"], p99 / o["overhead_ms_p99"]
+            rows.append(Row(
+                f"Serving overhead beyond the policy (round trip minus model and its transforms), 1 robot, {where}: "
+                "p50 / p99",
+                f"{_num(p50)} / {_num(p99)} ms",
+                f"openpi's websocket server {_num(o['overhead_ms_p50'])} / {_num(o['overhead_ms_p99'])} ms"
+                + (f"; a bare rclpy echo {_num(f['overhead_ms_p50'])} / {_num(f['overhead_ms_p99'])} ms" if f else ""),
+                f"{r50:.2f}x / {r99:.2f}x openpi's", "-", _ratio_verdict(r50, r99)))
+        elif n > 1 and "rclpy+engine batch" in med:
+            f = med["rclpy+engine batch"]
+            whole, outside = ours["overhead_beyond_policy_ms_p50"], ours["overhead_beyond_batch_policy_excl_queue_ms_p50"]
+            rw, ro = whole / f["overhead_ms_p50"], outside / f["overhead_excl_queue_ms_p50"]
+            one = med.get("openpi")
+            rows.append(Row(
+                f"Serving overhead with {n} robots batched, {where}: p50 with the wait for the batch in flight, "
+                "and outside it (beyond the batch's policy)",
+                f"{_num(whole)} ms, {_num(outside)} ms outside the wait",
+                f"a batching rclpy floor {_num(f['overhead_ms_p50'])} ms, {_num(f['overhead_excl_queue_ms_p50'])} ms"
+                + (f"; openpi one at a time with no model {_num(one['overhead_ms_p50'])} ms" if one else ""),
+                f"{rw:.2f}x / {ro:.2f}x the floor", "-", _ratio_verdict(rw, ro)))
+    # The README: the first one-robot case and the first batched one.
+    firsts = {next((i for i, r in enumerate(rows) if r.question.startswith(k)), -1)
+              for k in ("Serving overhead beyond", "Serving overhead with")}
+    return _headlines(rows, lambda i, r: i in firsts)
+
+
 def rtc(doc: dict) -> list[Row]:
     rows = []
     for t in doc["paired"]:
@@ -293,7 +339,7 @@ def streaming_rates(doc: dict) -> list[Row]:
 SUMMARISERS: dict[str, Callable[[dict], list[Row]]] = {
     "factory": factory, "agents": agents, "scheduling": scheduling, "language": language,
     "factory_routing": factory_routing, "component_order": component_order, "safety_stop": safety_stop,
-    "camera_frames": camera_frames, "openpi_gateway": openpi_gateway, "rtc": rtc,
+    "camera_frames": camera_frames, "openpi_gateway": openpi_gateway, "serving": serving, "rtc": rtc,
     "engine_full_depth": engine_full_depth, "streaming_rates": streaming_rates}
 
 
