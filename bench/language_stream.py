@@ -27,10 +27,15 @@ R * ceil(N / k) requests; its first ceil(N / k) frames fill that pipeline and ar
     .venv/bin/python bench/language_stream.py --json bench/results/language.json
     .venv/bin/python bench/language_stream.py --preset pi0_2layer --robots 1 --budgets 16,64 --frames 2 --cell-seconds 0
     python3 bench/language_stream.py --device cuda --preset pi0 --dtype bfloat16 --f-min 0.001
+    python3 bench/language_stream.py --device cuda --preset pi0 --policy pi05 --dtype bfloat16 --f-min 5 \
+        --cuda-graphs        # every prefill and action step as the server's graphed engine runs it
 
 Reports per (robots R, budget N, mode): frames/s (the action frequency; x chunk = actions/s),
 whether it holds --f-min, tokens/s, p50/p99 frame time, the split into actions / text prefill /
-decode, and ratios vs isolated; then, labelled PREDICTED, the roofline lower bound of the same
+decode, and ratios vs isolated. --cuda-graphs (CUDA only) runs each mode's action step through
+the engine's own infer_frame (collation, the captured prefix and denoise graphs, chunks copied to
+the host: the policy server's path) and isolated's text prefill through the captured prefix
+graph (Pi0Engine.prefill), so no mode pays host-bound eager launches the others do not; then, labelled PREDICTED, the roofline lower bound of the same
 cells for the full pi0 on an H100 (language_roofline.py, bench/physai_bench/roofline.py's model), never a
 measurement. Results and the measured tables: docs/language.md.
 """
@@ -68,18 +73,20 @@ def build_engine(args):
     with torch.device(args.device):
         if args.checkpoint or args.preset == "sim_pi0":
             path = args.checkpoint or SHIPPED
-            return Pi0Engine.from_lerobot_checkpoint(path, device=args.device, dtype=dtype, language=True)
+            return Pi0Engine.from_lerobot_checkpoint(path, device=args.device, dtype=dtype, language=True,
+                                                     cuda_graphs=args.cuda_graphs)
     over = dict(policy="pi05", time_schedule="multiply", rope_style="multiply") if args.policy == "pi05" else {}
     cfg = Pi0Config.preset(args.preset, **over)
     # Drawn where they run: a full pi0 takes a minute to draw on the CPU, a second on a GPU.
     weights = random_weights(cfg, seed=0, dtype=dtype, device=args.device)
     with torch.device(args.device):
-        return Pi0Engine(cfg, weights, device=args.device, dtype=dtype, language=True)
+        return Pi0Engine(cfg, weights, device=args.device, dtype=dtype, language=True, cuda_graphs=args.cuda_graphs)
 
 
-def frame_batches(engine, robots: int, views: int, prompt_len: int, count: int, seed: int):
+def frame_batches(engine, robots: int, views: int, prompt_len: int, count: int, seed: int, collated: bool = True):
     """`count` collated frames of `robots` observations (random images, prompt and noise: the
-    timing does not depend on their content), cycled through the run."""
+    timing does not depend on their content), cycled through the run; collated=False: the
+    EngineInput lists themselves (the engine's infer_frame collates them, as in the server)."""
     import torch
 
     from physai_ros.engine import EngineInput
@@ -99,7 +106,7 @@ def frame_batches(engine, robots: int, views: int, prompt_len: int, count: int, 
                 state=torch.randn(cfg.max_state_dim, generator=gen),
                 noise=torch.randn(cfg.chunk_size, cfg.max_action_dim, generator=gen),
             ) for _ in range(robots)]
-        out.append(collate(inputs, cfg, engine.device, engine.dtype))
+        out.append(collate(inputs, cfg, engine.device, engine.dtype) if collated else inputs)
     return out
 
 
@@ -164,15 +171,21 @@ class Stepper:
                 "k": res.k, "batch": active_before + len(res.new_requests) - len(res.refused),
                 "refused": len(res.refused)}
         t0 = CLOCK()
-        cache = m.prefix(b.images, b.image_masks, b.tokens, b.token_mask)
-        m.denoise(cache, b.state, b.noise)
+        inputs = None
+        if isinstance(b, list):  # --cuda-graphs: the engine's own action step, as the server runs it
+            inputs = b
+            _, cache, b = e.infer_frame(inputs, keep_prefix=True)
+        else:
+            cache = m.prefix(b.images, b.image_masks, b.tokens, b.token_mask)
+            m.denoise(cache, b.state, b.noise)
         _sync(e)
         t1 = CLOCK()
         parts = {"actions_s": t1 - t0}
         if self.mode == "isolated":
             # The text task's own forward pass over the same observation (batched over the
             # robots like the action prefill: the only difference is the redundancy).
-            cache = m.prefix(b.images, b.image_masks, b.tokens, b.token_mask)
+            cache = e.prefill(inputs) if inputs is not None else m.prefix(b.images, b.image_masks, b.tokens,
+                                                                          b.token_mask)
             _sync(e)
             t2 = CLOCK()
             parts["text_prefill_s"] = t2 - t1
@@ -318,6 +331,8 @@ def main(argv=None) -> int:
     ap.add_argument("--clock", choices=("wall", "cpu"), default="wall")
     ap.add_argument("--device", default="cpu")
     ap.add_argument("--dtype", default="float32")
+    ap.add_argument("--cuda-graphs", action="store_true",
+                    help="CUDA only: action steps and isolated's text prefill through the engine's captured graphs")
     ap.add_argument("--no-prediction", action="store_true", help="skip the roofline GPU prediction")
     ap.add_argument("--json", default=None, help="write the result (with the results header) here")
     ap.add_argument("--out", default=None, help="the same as --json (kept for older commands)")
@@ -326,6 +341,8 @@ def main(argv=None) -> int:
         args.preset, args.robots, args.budgets, args.k = "tiny", "1,2", "4,8", 4
         args.frames, args.cell_seconds, args.max_frames, args.f_min = 2, 0.0, 2, 0.001
     path = args.json or args.out
+    if args.cuda_graphs and not args.device.startswith("cuda"):
+        ap.error("--cuda-graphs needs --device cuda (CUDA graphs are captured on a GPU)")
 
     import torch
 
@@ -352,19 +369,20 @@ def main(argv=None) -> int:
                  f"{args.views} views x {cfg.vision.num_tokens} + {prompt_len} prompt tokens, {cfg.policy}",
         "host": {"device": str(engine.device) if engine.device.type != "cpu" else f"cpu ({os.cpu_count()} cores)",
                     "threads": args.threads, "load_avg_start": os.getloadavg(), "torch": torch.__version__},
-        "clock": args.clock, "k": args.k, "f_min_hz": args.f_min, "shared_decode": args.shared_decode,
+        "clock": args.clock, "cuda_graphs": args.cuda_graphs, "k": args.k, "f_min_hz": args.f_min, "shared_decode": args.shared_decode,
         "isolated_decode": args.isolated_decode,
         "workload": "one new observation and one new N-token text request per robot per frame (paper Fig. 4)",
         "cells": [],
     }
     run = results.start_run(f"{result['model']}; {result['host']['device']}, {args.threads} torch thread(s), "
-                            f"{args.dtype}; f_min {args.f_min:g} frames/s, k {args.k}; isolated texts decoded "
+                            f"{args.dtype}{', CUDA graphs' if args.cuda_graphs else ', eager'}; f_min {args.f_min:g} "
+                            f"frames/s, k {args.k}; isolated texts decoded "
                             f"{'as one batch per frame' if args.isolated_decode == 'frame' else 'one by one'}",
                             __file__, argv, quick=args.quick)
     t_start = time.perf_counter()
     with torch.no_grad():  # as the engine's own prefix/denoise/decoders run
         for r in robots:
-            batches = frame_batches(engine, r, args.views, prompt_len, 2, seed=r)
+            batches = frame_batches(engine, r, args.views, prompt_len, 2, seed=r, collated=not args.cuda_graphs)
             for n in budgets:
                 cells = run_cells(modes, engine, decoder, r, n, args, batches)
                 result["cells"].append({"robots": r, "budget": n, "modes": cells, "ratios": ratios(cells)})

@@ -1,6 +1,8 @@
 """The language stream on the device (bench/language_stream.py, OxyGen's three modes side by
-side) at full pi0 size in bf16: isolated vs shared prefill vs continuous batching, one and four
-robots, 16-token texts, actions eager (the bench's engine); then, tiny, the language stream on
+side) at full pi0.5 size in bf16: isolated vs shared prefill vs continuous batching, one and four
+robots, 16-token texts, every action step and isolated's text prefill through CUDA graphs (the
+server's engine; runs 3 and 4 measured them eager: ~250 ms a frame, so continuous batching under
+the paper's 5 frames/s floor decoded nothing); then, tiny, the language stream on
 an engine with CUDA graphs against the same eager (the replay hands the text a copy of its prefix
 rows: engine.infer_frame)."""
 from __future__ import annotations
@@ -63,6 +65,8 @@ def main(argv=None) -> int:
                   "--f-min", "5" if args.size == "full" else "0.001", "--no-prediction", "--json", str(out)]
     if args.size == "full":
         argv_bench += ["--policy", "pi05"]
+    if torch.device(args.device).type == "cuda":
+        argv_bench += ["--cuda-graphs"]
     res["command"] = "bench/language_stream.py " + " ".join(argv_bench)
 
     def bench():

@@ -103,12 +103,9 @@ class GraphCache:
             cache=cache,
         )
 
-    def run(self, batch: Batch, keep_prefix: bool = False
-            ) -> Tuple[torch.Tensor, torch.Tensor, float, Optional[PrefixCache]]:
-        """batch: collated on the CPU at its static shape (static_collate_kwargs). Returns CPU
-        (actions, updates) for the batch's robots, the prefix time in ms (CUDA events) and, with
-        keep_prefix, a copy of the robots' rows of the prefix cache (the language stream starts
-        its texts from it; the graph's own buffers are overwritten by the next replay)."""
+    def _stage(self, batch: Batch) -> Tuple[int, _Captured]:
+        """The batch's graphs (captured on first use) with its inputs copied into their static
+        buffers (padded with copies of robot 0), queued on the current stream."""
         n = batch.size
         b = bucket(n)
         key = (b, int(batch.images.shape[1]), int(batch.tokens.shape[1]))
@@ -121,21 +118,43 @@ class GraphCache:
             if n < b:
                 h[n:].copy_(src[:1].expand_as(h[n:]))
             g.dev_in[k].copy_(h, non_blocking=True)
+        return n, g
+
+    @staticmethod
+    def _rows(cache: PrefixCache, n: int) -> PrefixCache:
+        """A copy of the first n rows (device to device, queued behind the replay): the graph's own
+        buffers are overwritten by the next replay."""
+        return PrefixCache(keys=[k[:n].clone() for k in cache.keys], values=[v[:n].clone() for v in cache.values],
+                           pad=cache.pad[:n].clone(), next_pos=cache.next_pos[:n].clone())
+
+    def run(self, batch: Batch, keep_prefix: bool = False
+            ) -> Tuple[torch.Tensor, torch.Tensor, float, Optional[PrefixCache]]:
+        """batch: collated on the CPU at its static shape (static_collate_kwargs). Returns CPU
+        (actions, updates) for the batch's robots, the prefix time in ms (CUDA events) and, with
+        keep_prefix, a copy of the robots' rows of the prefix cache (the language stream starts
+        its texts from it)."""
+        n, g = self._stage(batch)
         stream = torch.cuda.current_stream(self.device)
         g.start.record(stream)
         g.prefix_graph.replay()
         g.prefix_done.record(stream)
         g.denoise_graph.replay()
-        kept = None
-        if keep_prefix:  # device-to-device, queued behind the replay on the same stream
-            c = g.cache
-            kept = PrefixCache(keys=[k[:n].clone() for k in c.keys], values=[v[:n].clone() for v in c.values],
-                               pad=c.pad[:n].clone(), next_pos=c.next_pos[:n].clone())
+        kept = self._rows(g.cache, n) if keep_prefix else None
         g.host_actions.copy_(g.actions, non_blocking=True)
         g.host_updates.copy_(g.updates, non_blocking=True)
         stream.synchronize()
         t_prefix = g.start.elapsed_time(g.prefix_done)
         return g.host_actions[:n].clone(), g.host_updates[:, :n].clone(), t_prefix, kept
+
+    def prefix_rows(self, batch: Batch) -> PrefixCache:
+        """The prefix graph alone (same static batch as run): a copy of the robots' rows of its KV
+        cache, on the device. What a text task pays for a prefill of its own where it does not
+        share the action step's (the isolated baseline of bench/language_stream.py)."""
+        n, g = self._stage(batch)
+        g.prefix_graph.replay()
+        kept = self._rows(g.cache, n)
+        torch.cuda.current_stream(self.device).synchronize()
+        return kept
 
 
 def token_bucket(n: int, max_tokens: int) -> int:

@@ -228,6 +228,16 @@ class Pi0Engine:
         kept, self._kept = self._kept, None
         return kept
 
+    def prefill(self, batch: List[EngineInput]) -> PrefixCache:
+        """The VLM prefix alone for these robots (their rows of the KV cache, on the device),
+        through the captured prefix graph where graphs are built: what a text task pays to
+        prefill an observation of its own when it does not share the action step's (OxyGen's
+        isolated baseline, bench/language_stream.py)."""
+        if self._graphs is not None:
+            return self._graphs.prefix_rows(self._collate(batch, for_graphs=True))
+        b = self._collate(batch)
+        return self.model.prefix(b.images, b.image_masks, b.tokens, b.token_mask)
+
     def infer_frame(self, batch: List[EngineInput], keep_prefix: bool = True
                     ) -> Tuple[List[EngineOutput], Optional[PrefixCache], Optional[Batch]]:
         """infer(), also handing back the frame's prefix KV cache and collated batch, for the

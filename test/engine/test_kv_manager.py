@@ -148,3 +148,32 @@ def test_run_frame_holds_the_floor_and_reports_texts(engine):
     r2 = run_frame(engine, dec, m, slow, frames[2], ["robot_0", "robot_1"],
                    {"robot_0": SamplingParams(max_tokens=4)}, clock=lambda: next(ticks))
     assert r2.k == 0 and r2.emitted == {} and m.active() == [r2.new_requests["robot_0"]]
+
+
+def test_run_frame_on_engine_inputs_takes_the_engines_own_action_step(engine):
+    """A list of EngineInput runs the engine's infer_frame (its collation, CUDA graphs where
+    built): the same chunks, texts and K/V as the frame collated by hand."""
+    from physai_ros.engine.language.frame import DecodeBudget, run_frame
+
+    gen = torch.Generator().manual_seed(8)
+    inputs = [make_input(CFG, 2, 5, gen), make_input(CFG, 1, 9, gen)]
+    ask = {"robot_0": SamplingParams(max_tokens=3), "robot_1": SamplingParams(max_tokens=3)}
+    got = {}
+    for form, frame in (("inputs", inputs), ("collated", collate(inputs, CFG, "cpu", torch.float32))):
+        m = KVCacheManager(robot_budget_bytes=1 << 30)
+        r = run_frame(engine, engine.language_decoder(), m, DecodeBudget(k_max=3, f_min_hz=0.001), frame,
+                      ["robot_0", "robot_1"], ask)
+        got[form] = (r.actions, r.updates, [r.emitted[r.new_requests[k]] for k in ("robot_0", "robot_1")])
+    assert torch.equal(got["inputs"][0], got["collated"][0]) and torch.equal(got["inputs"][1], got["collated"][1])
+    assert got["inputs"][2] == got["collated"][2] and all(len(t) == 3 for t in got["inputs"][2])
+
+
+def test_prefill_alone_equals_the_action_steps_prefix(engine):
+    """Pi0Engine.prefill (a text task's own prefill in the isolated baseline): the prefix of
+    infer_frame, row for row."""
+    gen = torch.Generator().manual_seed(9)
+    inputs = [make_input(CFG, 2, 5, gen), make_input(CFG, 1, 9, gen)]
+    _, cache, _ = engine.infer_frame(inputs, keep_prefix=True)
+    alone = engine.prefill(inputs)
+    assert all(torch.equal(a, b) for a, b in zip(alone.keys + alone.values, cache.keys + cache.values))
+    assert torch.equal(alone.pad, cache.pad) and torch.equal(alone.next_pos, cache.next_pos)
