@@ -4,23 +4,30 @@ it, repeated; per run the episodes completed / ended per task, chunks the contro
 
   .venv/bin/python bench/demo_success.py --fleet config/fleet.yaml --duration 60 --runs 2 \
       --json out/demo_success.json
+  .venv/bin/python bench/suite.py --only demo      # the suite's entry: 300 s idle, 300 s busy
 
 "busy" runs start a stand-in for a compile next to the fleet: `--hog-procs` processes spinning
 on the CPU in one session (one autogroup, as a job started from a terminal is), for the whole
 run including the server's start-up. The fleet's processes keep their default priorities.
 Run it with nothing else on the machine; it prints the load average before each run.
+--json PATH writes the results file (the suite's header: command, commit, machine, load);
+--quick is the suite's smoke size (one idle run of 20 s served: figures meaningless).
 """
 from __future__ import annotations
 
 import argparse
 import json
 import os
+import shutil
 import signal
 import subprocess
 import sys
+import tempfile
 import time
 from collections import defaultdict
 from pathlib import Path
+
+from physai_bench import results
 
 ROOT = Path(__file__).resolve().parents[1]
 HOG = "import time\nwhile True:\n    pass\n"
@@ -92,9 +99,19 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--runs", type=int, default=1, help="runs per condition")
     ap.add_argument("--conditions", default="idle,busy", help="comma list of idle, busy")
     ap.add_argument("--hog-procs", type=int, default=2, help="spinning processes of the busy job")
-    ap.add_argument("--json", default=None)
+    ap.add_argument("--json", default=None, help="write the results file here")
     ap.add_argument("--out-dir", default="out/demo_success", help="each run's logs, summary and contact sheet")
+    ap.add_argument("--quick", action="store_true", help="one idle run, 20 s served")
     args = ap.parse_args(argv)
+    if args.quick:
+        args.duration, args.runs, args.conditions = 20.0, 1, "idle"
+        args.out_dir = tempfile.mkdtemp(prefix="demo_success_quick_")  # a smoke run leaves nothing in out/
+    run_doc = results.start_run(
+        f"physai-fleet as a user runs it ({args.fleet or 'the embedded default fleet'}: the policy server with the "
+        f"trained sim_pi0, four simulated robots, real DDS, 13 processes) for {args.duration:g} s served per run, "
+        f"{args.runs} run(s) per condition ({args.conditions}; busy: {args.hog_procs} processes spinning on the "
+        "CPU beside it for the whole run); success from the sim robots' own task status", __file__, argv,
+        quick=args.quick)
     runs = []
     for cond in [c.strip() for c in args.conditions.split(",") if c.strip()]:
         for k in range(args.runs):
@@ -103,10 +120,10 @@ def main(argv: list[str] | None = None) -> int:
             d = digest(run)
             runs.append({**d, "stdout_tail": run["stdout_tail"], "stderr_tail": run["stderr_tail"]})
             print(json.dumps(d), flush=True)
-    if args.json:
-        Path(args.json).parent.mkdir(parents=True, exist_ok=True)
-        Path(args.json).write_text(json.dumps({"fleet": args.fleet or "config/fleet.yaml",
-                                               "duration_s": args.duration, "runs": runs}, indent=2))
+    results.write_result(args.json, run_doc, {"fleet": args.fleet or "config/fleet.yaml",
+                                              "duration_s": args.duration, "runs": runs})
+    if args.quick:
+        shutil.rmtree(args.out_dir, ignore_errors=True)
     return 0 if all(r["rc"] == 0 for r in runs) else 1
 
 

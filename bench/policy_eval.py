@@ -3,22 +3,23 @@
 and the Kairos Figure 11 trade-off (success rate vs average execution horizon, static H sweep vs
 confidence-threshold t sweep).
 
-    .venv/bin/python bench/policy_eval.py --json [--fleet FILE] [--checkpoint DIR] [--episodes 50]
-        [--preset tiny] [--tasks pick_and_place,reach] [--tradeoff-task pick_and_place]
+    .venv/bin/python bench/policy_eval.py --json out/policy_eval.json [--fleet FILE] [--checkpoint DIR]
+        [--episodes 50] [--preset tiny] [--tasks pick_and_place,reach] [--tradeoff-task pick_and_place]
         [--static 1,2,4,7,10] [--thresholds 0,0.05,0.1,0.2,0.5] [--h-min 1] [--slots 8]
         [--latency-ms 50] [--jobs 2] [--deadline-min M] [--plot docs/images/policy_tradeoff.png]
-        [--robot pick_and_place=robot_2] [--out out/policy_eval.json]
+        [--robot pick_and_place=robot_2] [--quick]
 
 Every episode runs through the real serving path (physai_ros.serving.serving_core.ServingCore built by
 serving.startup.engine_builder from fleet.yaml: engine, tokenizer, normalisation, horizon policy, scheduler;
 the robot client and trajectory buffer logic; the sim world and renderer) in simulated lockstep
 time (physai_lab.evaluation.lockstep). Seeds are disjoint from the training seeds listed in the
-checkpoint's manifest (checked). --json prints the result document on stdout.
+checkpoint's manifest (checked). --json PATH writes the results file (the benchmark suite's
+"policy" entry), rewritten after every setting so an interrupted run keeps its finished settings;
+--quick is the suite's smoke size (the tiny random preset, 1 s episodes: figures meaningless).
 """
 from __future__ import annotations
 
 import argparse
-import json
 import os
 import platform
 import sys
@@ -26,8 +27,9 @@ import time
 from concurrent.futures import ProcessPoolExecutor, as_completed
 from pathlib import Path
 
+from physai_bench import results
 from physai_lab.evaluation.lockstep import LockstepConfig
-from physai_lab.evaluation.results import dominance, summarize
+from physai_lab.evaluation.results import dominance, mcnemar_exact, summarize
 from physai_lab.evaluation.sweep import (Setting, disjoint_from_training, eval_seeds, run_setting,
                                          fleet_for, task_robot, training_manifest)
 
@@ -38,7 +40,9 @@ def _floats(text: str) -> list[float]:
 
 def parse_args(argv=None) -> argparse.Namespace:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    ap.add_argument("--json", action="store_true", help="print the result document (JSON) on stdout")
+    ap.add_argument("--json", default=None, help="write the results file here (after every setting too)")
+    ap.add_argument("--quick", action="store_true",
+                    help="smoke size: tiny random preset, 2 episodes, 1 s episodes, two sweep points")
     ap.add_argument("--fleet", default=None, help="fleet.yaml (default: the embedded config/fleet.yaml)")
     ap.add_argument("--checkpoint", default=None, help="override server.model with this checkpoint directory")
     ap.add_argument("--preset", default=None, help="override server.model with a preset (e.g. tiny: smoke runs)")
@@ -58,10 +62,12 @@ def parse_args(argv=None) -> argparse.Namespace:
                          "policy); default: the first robot running TASK")
     ap.add_argument("--jobs", type=int, default=min(2, os.cpu_count() or 1), help="settings run in parallel")
     ap.add_argument("--plot", default="docs/images/policy_tradeoff.png", help="PNG path ('' for none)")
-    ap.add_argument("--out", default=None, help="also write the JSON document here (updated after every setting)")
     ap.add_argument("--deadline-min", type=float, default=None,
                     help="start no new setting after this many minutes (the JSON lists what is missing)")
     args = ap.parse_args(argv)
+    if args.quick:
+        args.preset, args.episodes, args.slots, args.max_episode_s = "tiny", 2, 2, 1.0
+        args.static, args.thresholds, args.plot = "1,8", "0.5", ""
     if args.episodes < 1 or args.slots < 1 or args.jobs < 1:
         ap.error("--episodes, --slots and --jobs must be >= 1")
     args.robot_of = {}
@@ -153,9 +159,16 @@ def main(argv=None) -> int:
         print(f"policy_eval: evaluation seeds overlap the training seeds: {overlap[:10]}", file=sys.stderr)
         return 2
 
+    model = cfg.server.model
+    run = results.start_run(
+        f"Closed-loop success of the fleet's policy ({model.preset + ' preset, random weights' if model.preset else model.checkpoint}) "
+        f"through the real serving path (ServingCore, robot client logic, trajectory buffer, simulated robot) in "
+        f"lockstep simulated time, no DDS, {args.latency_ms:g} ms modelled round trip, {args.episodes} episodes per "
+        f"setting on seeds disjoint from training; tasks {','.join(tasks)} against the privileged scripted expert "
+        f"on the same seeds; Kairos Figure 11 sweep (static H {args.static} vs confidence t {args.thresholds}) on "
+        f"{tt or 'no task'}", __file__, argv, quick=args.quick)
     ctx = dict(args=args, cfg=cfg, chunk=chunk, tasks=tasks, tt=tt, h_min=h_min, manifest=manifest,
-               default_of=default_of, expert_of=expert_of, sweep=sweep, order=order, t_start=t_start,
-               argv=argv)
+               default_of=default_of, expert_of=expert_of, sweep=sweep, order=order, t_start=t_start)
     done: dict = {}
     deadline = t_start + args.deadline_min * 60 if args.deadline_min else None
     with ProcessPoolExecutor(max_workers=args.jobs) as pool:
@@ -168,8 +181,8 @@ def main(argv=None) -> int:
             p = summarize(setting.policy, setting.parameter, res)
             print(f"policy_eval: {setting.label}: success {p.successes}/{p.episodes}, avg horizon "
                   f"{p.avg_horizon:.2f}, {wall:.0f} s", file=sys.stderr, flush=True)
-            if args.out:  # partial results survive an interrupted run
-                _write(build_doc(ctx, done), args.out)
+            if args.json:  # partial results survive an interrupted run
+                results.write_result(args.json, run, build_doc(ctx, done))
             if deadline is not None and time.perf_counter() > deadline:
                 n = sum(f.cancel() for f in futures)
                 if n:
@@ -177,22 +190,12 @@ def main(argv=None) -> int:
     doc = build_doc(ctx, done)
     if args.plot and doc["tradeoff"]:
         doc["plot"] = plot(doc, args.plot)
-    text = json.dumps(doc, indent=2)
-    if args.out:
-        _write(doc, args.out)
-    if args.json:
-        print(text)
-    else:
-        dom = doc["dominance"]
-        print(f"success rate {doc['success_rate']} (expert {doc['expert_success_rate']}) over "
-              f"{args.episodes} episodes per task; confidence dominates: "
-              f"{dom['confidence_dominates'] if dom else '-'}")
+    results.write_result(args.json, run, doc)
+    dom = doc["dominance"]
+    print(f"success rate {doc['success_rate']} (expert {doc['expert_success_rate']}) over "
+          f"{args.episodes} episodes per task; confidence dominates: "
+          f"{dom['confidence_dominates'] if dom else '-'}")
     return 0
-
-
-def _write(doc: dict, path: str) -> None:
-    Path(path).parent.mkdir(parents=True, exist_ok=True)
-    Path(path).write_text(json.dumps(doc, indent=2))
 
 
 def _rate(eps) -> float | None:
@@ -215,6 +218,8 @@ def build_doc(ctx: dict, done: dict) -> dict:
         if e in done:
             entry["expert"] = summarize("expert", ctx["chunk"], done[e][0]).as_dict()
             exp_eps += done[e][0]
+        if d in done and e in done:  # the same seeds in the same order: a paired test
+            entry["policy_vs_expert"] = mcnemar_exact([x.success for x in done[d][0]], [x.success for x in done[e][0]])
         per_task[task] = entry
     tradeoff, dom = [], None
     if tt:
@@ -244,11 +249,8 @@ def build_doc(ctx: dict, done: dict) -> dict:
                              for t in set(tasks) | ({tt} if tt else set())},
                    "max_episode_s": args.max_episode_s},
         "underruns_per_episode": round(float(np.mean([e.underruns for e in main_eps])), 2) if main_eps else None,
-        "wall_s": {s.label: round(w, 1) for s, (_, w) in done.items()},
-        "wall_total_s": round(time.perf_counter() - ctx["t_start"], 1),
-        "host": {"cpus": os.cpu_count(), "loadavg_end": [round(x, 2) for x in os.getloadavg()],
-                 "python": platform.python_version(), "jobs": args.jobs},
-        "command": " ".join(["bench/policy_eval.py", *(ctx["argv"] if ctx["argv"] is not None else sys.argv[1:])]),
+        "setting_wall_s": {s.label: round(w, 1) for s, (_, w) in done.items()},
+        "host": {"python": platform.python_version(), "jobs": args.jobs},
     }
 
 

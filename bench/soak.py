@@ -1,4 +1,5 @@
-"""Soak benchmark (not CI): a simulated fleet served for many minutes.
+"""Soak benchmark: a simulated fleet served for many minutes (the suite's "soak" entry; --quick,
+one minute with two robots, is what make test runs).
 
 Runs `physai-fleet` (the real policy server with the tiny pi0, and per robot a sim_robot, a
 robot_client and a trajectory_controller, each its own process) on a generated fleet file, and
@@ -17,6 +18,7 @@ watches it from this process over DDS:
   - the 1-minute load average.
 
     .venv/bin/python bench/soak.py --minutes 12 --robots 16 --json out/soak/soak.json
+    .venv/bin/python bench/suite.py --only soak     # 10 minutes, 16 robots: bench/results/soak.json
 
 The robots run at reduced sensor and control rates (see ROBOT_YAML) so 16 of them plus the
 server fit on a small machine; the serving path is the same as at full rate. Every fleet process
@@ -30,9 +32,11 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import shutil
 import signal
 import subprocess
 import sys
+import tempfile
 import threading
 import time
 from collections import Counter, defaultdict
@@ -40,6 +44,7 @@ from pathlib import Path
 
 import numpy as np
 
+from physai_bench import results
 from physai_ros.install_paths import share_dir
 from physai_ros.protocol.chunk import HOLD_ENGINE_INSTANCE
 from physai_ros.protocol.topics import (ACTION_CHUNK_TOPIC, CLIENT_STATUS_TOPIC, DIAGNOSTICS_TOPIC,
@@ -333,8 +338,18 @@ def main(argv=None) -> int:
                     help="autogroup nice of the policy server (0: same share as every robot process)")
     ap.add_argument("--monitor-nice", type=int, default=-5,
                     help="autogroup nice of physai-fleet itself (its fleet monitor: an operator's host)")
-    ap.add_argument("--json", default=None, help="write the result here (default OUT_DIR/soak.json)")
+    ap.add_argument("--json", default=None, help="write the results file here (default OUT_DIR/soak.json)")
+    ap.add_argument("--quick", action="store_true", help="one minute, two robots: that it runs, not figures")
     args = ap.parse_args(argv)
+    if args.quick:
+        args.minutes, args.robots = 1.0, 2
+        args.out_dir = tempfile.mkdtemp(prefix="soak_quick_")  # a smoke run leaves nothing in out/
+    run = results.start_run(
+        f"physai-fleet with the tiny pi0 ({args.scheduler}, {'insecure' if args.insecure else 'authenticated'}) and "
+        f"{args.robots} simulated robots (sim_robot, robot_client, trajectory_controller each a process; {args.image} px "
+        f"frames at {args.camera_hz:g} Hz, physics {args.physics_hz:g} Hz, control {args.control_hz:g} Hz) for "
+        f"{args.minutes:g} min over Fast DDS ({args.transport} transport) on this host; rounds from every client's "
+        f"own ledger, resident memory every {args.sample_s:g} s", __file__, argv, quick=args.quick)
     out = Path(args.out_dir)
     out.mkdir(parents=True, exist_ok=True)
     fleet = write_fleet(out / "soak_fleet.yaml", args)
@@ -439,8 +454,9 @@ def main(argv=None) -> int:
         "client_status": statuses,
     }
     path = Path(args.json) if args.json else out / "soak.json"
-    path.parent.mkdir(parents=True, exist_ok=True)
-    path.write_text(json.dumps(result, indent=2))
+    results.write_result(path, run, result)
+    if args.quick and args.json:  # the results file is elsewhere: the run's folder can go
+        shutil.rmtree(out, ignore_errors=True)
     print(json.dumps({k: result[k] for k in ("physai_fleet_rc", "serving_s", "latency_by_minute", "fallbacks",
                                              "refused_inputs", "load_avg_1min", "memory_slope_mb_per_min_by_kind",
                                              "memory_slope_second_half_mb_per_min_by_kind")},

@@ -61,6 +61,13 @@ ENTRIES = (
           "openpi_gateway.py", ("--clients", "1,4,16", "--rounds", "20"), needs=".venv-openpi (make test sets it up)"),
     Entry("serving", "Serving overhead over ROS beside openpi's websocket server and a bare rclpy floor, at equal "
           "model time", "serving_vs_openpi.py", ("--reps", "2"), needs=".venv-openpi (make test sets it up)"),
+    Entry("policy", "Closed-loop success of the shipped policy vs the scripted expert, and Kairos's horizon "
+          "trade-off (confidence vs static)", "policy_eval.py", ("--tasks", "reach,pick_and_place", "--jobs", "2")),
+    Entry("demo", "Does the default fleet (make demo) keep completing tasks over ROS with a CPU-heavy job beside it?",
+          "demo_success.py", ("--duration", "300", "--runs", "1", "--conditions", "idle,busy", "--out-dir",
+                              "out/demo_success")),
+    Entry("soak", "Sixteen robots served for ten minutes: no round lost or answered twice, latency and memory flat?",
+          "soak.py", ("--minutes", "10", "--robots", "16", "--out-dir", "out/soak")),
     Entry("engine_full_depth", "The fast path against LeRobot at full pi0 and pi0.5 depth, fp32 on this CPU",
           "engine_full_depth.py", needs=".venv-lerobot and .venv-lerobot06 (make test sets them up)"),
     Entry("streaming_rates", "The action-expert stream against the paper's 480 Hz: tiny, pi0's widths and full depth, "
