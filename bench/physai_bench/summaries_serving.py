@@ -47,9 +47,9 @@ def serving(doc: dict) -> list[Row]:
         n, views = int(n.removesuffix("robot")), int(views.removesuffix("views"))
         med, ms = c["median"], doc["engine_model_ms"].get(case)
         ours = med.get("physai")
-        where = f"{views} view{'s' if views > 1 else ''} {size}, over ROS on this host, equal model time ({ms:g} ms)"
-        if ours is None:
+        if ours is None or ms is None:  # rows compare at equal model time: ours ran, anchors at 'engine'
             continue
+        where = f"{views} view{'s' if views > 1 else ''} {size}, over ROS on this host, equal model time ({ms:g} ms)"
         if n == 1 and "openpi+engine" in med:
             o, f = med["openpi+engine"], med.get("rclpy+engine")
             p50, p99 = ours["overhead_beyond_policy_ms_p50"], ours["overhead_beyond_policy_ms_p99"]

@@ -58,7 +58,7 @@ class SentChunk:
     stamp: float  # capture time of the observation it answered, robot clock
     dt: float
     horizon: int
-    actions: np.ndarray  # [chunk, max_action_dim] float32, normalised, padded
+    actions: np.ndarray  # [chunk, max_action_dim] float32, normalised, padded (empty: a task without rtc)
 
 
 @dataclass(frozen=True)
@@ -69,6 +69,9 @@ class GuidePlan:
     delay: int
     execution_horizon: int
     latency_s: float
+
+
+_NO_ACTIONS = np.zeros((0, 0), dtype=np.float32)  # a task without rtc: its chunks are never read back
 
 
 def old_plan_at(actions: np.ndarray, index: np.ndarray, last: int) -> np.ndarray:
@@ -228,8 +231,10 @@ class RtcPlanner:
         """The chunk just answered for `obs` (actions: the engine's normalised, padded output)."""
         if obs.task_id not in self.merges:
             return
-        sent = SentChunk(int(obs.round_id), float(obs.stamp), float(dt), int(horizon),
-                         np.array(actions, dtype=np.float32, copy=True))
+        # Only rtc tasks guide from the actions; the others keep the round's timing alone (their
+        # latency samples for the horizon floor), not a copy of every chunk.
+        kept = np.array(actions, dtype=np.float32, copy=True) if obs.task_id in self.settings else _NO_ACTIONS
+        sent = SentChunk(int(obs.round_id), float(obs.stamp), float(dt), int(horizon), kept)
         with self._lock:
             old = self._sent.get(obs.robot_id)
             if old is None or sent.round_id >= old.round_id:
