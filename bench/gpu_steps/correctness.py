@@ -210,7 +210,16 @@ def streaming_tick(args, out: dict, save) -> dict:
     return out
 
 
-GROUPS = ("engine_pi0", "language_pi0", "rtc", "kernels", "streaming_tick", "engine_pi05", "language_pi05")
+# pi0 first through every kind of check, then pi0.5: a step stopped at its time box has still
+# looked at each kind once. Each check: (args, its result dict, save) -> None.
+CHECKS = {"engine_pi0": lambda args, out, save: engine_modes(args, "pi0", out, save),
+          "language_pi0": lambda args, out, save: language(args, "pi0", out, save),
+          "rtc": rtc,
+          "kernels": kernels,
+          "streaming_tick": streaming_tick,
+          "engine_pi05": lambda args, out, save: engine_modes(args, "pi05", out, save),
+          "language_pi05": lambda args, out, save: language(args, "pi05", out, save)}
+GROUPS = tuple(CHECKS)
 
 
 def main(argv=None) -> int:
@@ -225,23 +234,14 @@ def main(argv=None) -> int:
     def save():
         write(args.json_out, res)
 
-    # pi0 first through every kind of check, then pi0.5: a step stopped at its time box has
-    # still looked at each kind once.
-    checks = {"engine_pi0": lambda out: engine_modes(args, "pi0", out, save),
-              "language_pi0": lambda out: language(args, "pi0", out, save),
-              "rtc": lambda out: rtc(args, out, save),
-              "kernels": lambda out: kernels(args, out, save),
-              "streaming_tick": lambda out: streaming_tick(args, out, save),
-              "engine_pi05": lambda out: engine_modes(args, "pi05", out, save),
-              "language_pi05": lambda out: language(args, "pi05", out, save)}
     wanted = [g for g in args.groups.split(",") if g]
     unknown = sorted(set(wanted) - set(GROUPS))
     if unknown:
         raise SystemExit(f"unknown groups {unknown}; known: {', '.join(GROUPS)}")
     for key in wanted:
-        fn = checks[key]
+        fn = CHECKS[key]
         res[key] = {}  # filled case by case, saved after each
-        guarded(res, key, lambda: fn(res[key]))
+        guarded(res, key, lambda: fn(args, res[key], save))
         save()
     return 0
 
