@@ -160,6 +160,13 @@ class StreamingExpert:
         return engine, expert
 
     @staticmethod
+    def can_run_over(chunked) -> bool:
+        """Whether `over` can share this engine's model: a fast pi0 one (it has the action-time
+        parts the ticks read)."""
+        model = getattr(chunked, "model", None)
+        return bool(getattr(chunked, "fast", False)) and getattr(model, "action_time_parts", None) is not None
+
+    @staticmethod
     def over(chunked: Pi0Engine, force=None, seed: int = 0,
              tick: str = "fused") -> Tuple[Pi0Engine, "StreamingExpert"]:
         """A Pi0Engine and a StreamingExpert over another engine's prepared fast pi0 model (a
@@ -169,9 +176,9 @@ class StreamingExpert:
         `build` takes it), "random" or a ForceProjection. No VLM process (it would need its own
         copy of the weights): vlm_spec is None."""
         m = chunked.model
-        parts = getattr(m, "action_time_parts", None)
-        if not chunked.fast or parts is None:
+        if not StreamingExpert.can_run_over(chunked):
             raise ValueError(f"streaming over a shared model needs a fast pi0 engine, not {type(m).__name__}")
+        parts = m.action_time_parts
         engine = Pi0Engine(chunked.config, device=chunked.device, dtype=chunked.dtype, fast=True,
                            backend=chunked.backend, seed=seed, model=m)
         const, w_t, b_in = (t.cpu() for t in parts)  # host tables, as TimeWeights.from_weights makes

@@ -327,10 +327,10 @@ def can_share(fleet: FleetConfig, chunked) -> bool:
     """Whether the streams can run over the chunked engine's prepared model: a fast pi0 model,
     the VLM on a thread (a VLM process builds its own copy), and no force projection to take
     from the checkpoint (the chunked engine does not keep `force_proj.*`)."""
+    from physai_ros.engine.streaming.expert import StreamingExpert
+
     srv, sc = fleet.server, fleet.server.streaming
-    if sc.vlm != "thread" or getattr(chunked, "model", None) is None:
-        return False
-    if not getattr(chunked, "fast", False) or not hasattr(chunked.model, "action_time_parts"):
+    if sc.vlm != "thread" or not StreamingExpert.can_run_over(chunked):
         return False
     if sc.force != "checkpoint" or srv.model.preset is not None:
         return True
