@@ -75,3 +75,38 @@ def test_a_later_start_takes_this_machine_s_measurement_after_one_warm_up_call(f
     assert started(dataclasses.replace(settings, cache=False)).engine.calls == [1, 1, 2, 2, 3, 3]
     entry.write_text("{not json")  # a damaged entry is measured again
     assert started(settings).engine.calls == [1, 1, 2, 2, 3, 3]
+
+
+def test_a_cached_profile_far_slower_than_this_start_s_warm_up_is_measured_again(fleet, tmp_path, monkeypatch):
+    """The cache key cannot hold the load a measurement ran under: an entry whose batch-1
+    latency is over WARM_UP_FACTOR times this start's warm-up call (measured under a benchmark's
+    load) is measured again and replaced."""
+    import json
+
+    from physai_ros.serving.startup import profile_cache
+
+    monkeypatch.setenv("PHYSAI_ROS_PROFILE_CACHE", str(tmp_path / "profiles"))
+    settings = ProfileConfig(reps=1, max_batch=2, views=1, tokens=8)
+    cfg = dataclasses.replace(fleet, server=dataclasses.replace(fleet.server, max_batch=8, profile=settings))
+
+    def started():
+        core = build_core(cfg, instance_id="stale")
+        slot = core.engines["engine_0"]
+        slot.engine = CountingEngine(slot.engine)
+        profile_local_engines(core, cfg, progress=said.append)
+        return slot
+
+    said: list[str] = []
+    measured = started()
+    [entry] = list((tmp_path / "profiles").glob("*.json"))
+    doc = json.loads(entry.read_text())
+    doc["profile"] = [[1, 3600.0], [2, 3700.0]]  # an hour a call: never this start's warm-up
+    entry.write_text(json.dumps(doc))
+    again = started()
+    assert again.engine.calls == [1, 1, 1, 2, 2] and again.profile.latency(1) < 3600.0
+    assert any("measured on a busier machine" in line for line in said)
+    assert json.loads(entry.read_text())["profile"] == [list(p) for p in again.profile.to_pairs()]
+    # One that agrees is kept (the factor opened wide: this machine's load must not decide the test).
+    monkeypatch.setattr(profile_cache, "WARM_UP_FACTOR", 1e6)
+    kept = started()
+    assert kept.engine.calls == [1] and kept.profile == again.profile and measured.profile.latency(1) < 3600.0

@@ -196,14 +196,22 @@ def profile_local_engines(core: ServingCore, cfg: FleetConfig,
             measurement=(slot.instance_id, p, min(p.max_batch, slot.max_batch), tokens, frame_size)) if p.cache else None
         cached = profile_cache.load(key) if key else None
         if cached is not None:
-            slot.profile, path = cached
+            t_call = time.perf_counter()
             with torch.inference_mode():  # the warm-up the measurement would have been
                 slot.engine.infer(synthetic_inputs(slot.engine.config, 1, p.views, tokens, frame_size=frame_size))
+            t_call = time.perf_counter() - t_call
             took[slot.instance_id] = time.perf_counter() - t0
+            profile, path = cached
+            if profile_cache.agrees_with_warm_up(profile, t_call):
+                slot.profile = profile
+                if progress is not None:
+                    progress(f"{slot.instance_id}: latency profile from {path} (measured on this machine "
+                             f"before; delete it to measure again), warm-up call {took[slot.instance_id]:.1f} s")
+                continue
             if progress is not None:
-                progress(f"{slot.instance_id}: latency profile from {path} (measured on this machine "
-                         f"before; delete it to measure again), warm-up call {took[slot.instance_id]:.1f} s")
-            continue
+                progress(f"{slot.instance_id}: the cached latency profile ({profile.latency(1) * 1e3:.0f} ms at "
+                         f"batch 1, {path}) is over {profile_cache.WARM_UP_FACTOR:g}x this start's warm-up call "
+                         f"({t_call * 1e3:.0f} ms): measured on a busier machine; measuring again")
 
         def on_batch(b: int, n: int, left_s: float, iid: str = slot.instance_id) -> None:
             if progress is not None:
