@@ -35,8 +35,8 @@ whether it holds --f-min, tokens/s, p50/p99 frame time, the split into actions /
 decode, and ratios vs isolated. --cuda-graphs (CUDA only) runs each mode's action step through
 the engine's own infer_frame (collation, the captured prefix and denoise graphs, chunks copied to
 the host: the policy server's path) and isolated's text prefill through the captured prefix
-graph (Pi0Engine.prefill), so no mode pays host-bound eager launches the others do not; then, labelled PREDICTED, the roofline lower bound of the same
-cells for the full pi0 on an H100 (language_roofline.py, bench/physai_bench/roofline.py's model), never a
+graph (Pi0Engine.prefill), so no mode pays host-bound eager launches the others do not. Then,
+labelled PREDICTED, the roofline lower bound of the same cells for the full pi0 on an H100 (language_roofline.py, bench/physai_bench/roofline.py's model), never a
 measurement. Results and the measured tables: docs/language.md.
 """
 from __future__ import annotations
@@ -369,8 +369,8 @@ def main(argv=None) -> int:
                  f"{args.views} views x {cfg.vision.num_tokens} + {prompt_len} prompt tokens, {cfg.policy}",
         "host": {"device": str(engine.device) if engine.device.type != "cpu" else f"cpu ({os.cpu_count()} cores)",
                     "threads": args.threads, "load_avg_start": os.getloadavg(), "torch": torch.__version__},
-        "clock": args.clock, "cuda_graphs": args.cuda_graphs, "k": args.k, "f_min_hz": args.f_min, "shared_decode": args.shared_decode,
-        "isolated_decode": args.isolated_decode,
+        "clock": args.clock, "cuda_graphs": args.cuda_graphs, "k": args.k, "f_min_hz": args.f_min,
+        "shared_decode": args.shared_decode, "isolated_decode": args.isolated_decode,
         "workload": "one new observation and one new N-token text request per robot per frame (paper Fig. 4)",
         "cells": [],
     }

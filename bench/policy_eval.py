@@ -161,7 +161,8 @@ def main(argv=None) -> int:
 
     model = cfg.server.model
     run = results.start_run(
-        f"Closed-loop success of the fleet's policy ({model.preset + ' preset, random weights' if model.preset else model.checkpoint}) "
+        f"Closed-loop success of the fleet's policy "
+        f"({model.preset + ' preset, random weights' if model.preset else model.checkpoint}) "
         f"through the real serving path (ServingCore, robot client logic, trajectory buffer, simulated robot) in "
         f"lockstep simulated time, no DDS, {args.latency_ms:g} ms modelled round trip, {args.episodes} episodes per "
         f"setting on seeds disjoint from training; tasks {','.join(tasks)} against the privileged scripted expert "

@@ -1,6 +1,7 @@
-"""The summarisers of the serving, engine and policy entries (camera_frames, openpi_gateway, serving,
-policy, demo, soak, rtc, engine_full_depth, streaming_rates): each reads its entry's results file and returns
-the rows physai_bench.tables prints, with the baseline of the same run and a verdict."""
+"""The summarisers of the serving, engine and policy entries (camera_frames, openpi_gateway,
+serving, policy, demo, soak, rtc, engine_full_depth, streaming_rates): each reads its entry's
+results file and returns the rows physai_bench.tables prints, with the baseline of the same run
+and a verdict."""
 from __future__ import annotations
 
 import re
@@ -63,7 +64,8 @@ def serving(doc: dict) -> list[Row]:
                 f"{r50:.2f}x / {r99:.2f}x openpi's", "-", _ratio_verdict(r50, r99)))
         elif n > 1 and "rclpy+engine batch" in med:
             f = med["rclpy+engine batch"]
-            whole, outside = ours["overhead_beyond_policy_ms_p50"], ours["overhead_beyond_batch_policy_excl_queue_ms_p50"]
+            whole = ours["overhead_beyond_policy_ms_p50"]
+            outside = ours["overhead_beyond_batch_policy_excl_queue_ms_p50"]
             rw, ro = whole / f["overhead_ms_p50"], outside / f["overhead_excl_queue_ms_p50"]
             one = med.get("openpi")
             rows.append(Row(
@@ -161,7 +163,8 @@ def demo(doc: dict) -> list[Row]:
             "episodes completed / ended, all robots",
             f"{d_b}/{e_b} = {d_b / e_b:.2f} busy ({busy['stopped']} clients stopped, worst run's latency p50 "
             f"{num(busy['latency_p50'] or 0)} ms)",
-            f"{d_i}/{e_i} = {d_i / e_i:.2f} idle ({idle['stopped']} stopped, worst p50 {num(idle['latency_p50'] or 0)} ms)",
+            f"{d_i}/{e_i} = {d_i / e_i:.2f} idle ({idle['stopped']} stopped, worst p50 "
+            f"{num(idle['latency_p50'] or 0)} ms)",
             f"Fisher p = {p:.2g}", "-", "tie" if p >= 0.05 else "loss" if d_b / e_b < d_i / e_i else "win"))
     return headlines(rows, lambda i, r: i == 0)
 

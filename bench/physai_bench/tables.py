@@ -1,9 +1,9 @@
-"""The README's performance summary and docs/results.md, generated from bench/results: each row is
-read from one results file (a summariser per entry, in physai_bench.summaries_*), names its
+"""The README's performance summary and docs/results.md, generated from bench/results: each row
+is read from one results file (a summariser per entry, in physai_bench.summaries_*), names its
 regime, the baseline measured beside it in the same run, the paper's figure at the same conditions
-where the paper has one, and where we lose; each file's header (command, commit, date, machine, load) is printed with it. Run
-by bench/suite.py (after a full run, or with --tables); a test keeps the committed text equal to
-what the files give.
+where the paper has one, and where we lose; each file's header (command, commit, date, machine,
+load) is printed with it. Run by bench/suite.py (after a full run, or with --tables); a test
+keeps the committed text equal to what the files give.
 """
 from __future__ import annotations
 
