@@ -170,14 +170,11 @@ class Stepper:
             return tokens, {"actions_s": res.actions_s, "decode_s": res.decode_s}, {
                 "k": res.k, "batch": active_before + len(res.new_requests) - len(res.refused),
                 "refused": len(res.refused)}
+        from physai_ros.engine.language.frame import action_step
+
         t0 = CLOCK()
-        inputs = None
-        if isinstance(b, list):  # --cuda-graphs: the engine's own action step, as the server runs it
-            inputs = b
-            _, cache, b = e.infer_frame(inputs, keep_prefix=True)
-        else:
-            cache = m.prefix(b.images, b.image_masks, b.tokens, b.token_mask)
-            m.denoise(cache, b.state, b.noise)
+        inputs = b if isinstance(b, list) else None  # --cuda-graphs: the engine's own action step
+        _, _, cache, b = action_step(e, b)
         _sync(e)
         t1 = CLOCK()
         parts = {"actions_s": t1 - t0}

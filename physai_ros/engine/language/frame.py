@@ -107,22 +107,28 @@ def decode_frame(decoder, manager: KVCacheManager, budget: DecodeBudget, actions
     return emitted, finished, k, decode_s
 
 
+def action_step(engine, batch):
+    """A frame's actions and the prefix cache its texts start from: (actions, updates, cache,
+    collated batch). A collated batch (engine.batching.Batch) runs the model's prefix and denoise
+    here; a list of EngineInput runs the engine's own action step (Pi0Engine.infer_frame:
+    collation, CUDA graphs where built, the chunks on the host), as the policy server does."""
+    if isinstance(batch, (list, tuple)):
+        outputs, cache, batch = engine.infer_frame(list(batch), keep_prefix=True)
+        return (torch.stack([o.actions for o in outputs]), torch.stack([o.updates for o in outputs], dim=1),
+                cache, batch)
+    cache = engine.model.prefix(batch.images, batch.image_masks, batch.tokens, batch.token_mask)
+    actions, updates = engine.model.denoise(cache, batch.state, batch.noise)
+    return actions, updates, cache, batch
+
+
 def run_frame(engine, decoder, manager: KVCacheManager, budget: DecodeBudget, batch, robots: Sequence[str],
               ask: Dict[str, SamplingParams], clock: Callable[[], float] = time.perf_counter,
               questions: Optional[Dict[str, Sequence[int]]] = None) -> FrameResult:
-    """Algorithm 1 for one frame of `robots`: a collated batch (engine.batching.Batch) runs the
-    model's prefix and denoise here; a list of EngineInput runs the engine's own action step
-    (Pi0Engine.infer_frame: collation, CUDA graphs where built, the chunks on the host). `ask`
-    names the robots that start a text this frame and its sampling parameters, `questions` the
-    token ids a robot's text answers (none: it continues the prompt)."""
+    """Algorithm 1 for one frame of `robots` (`batch`: collated, or a list of EngineInput; see
+    action_step). `ask` names the robots that start a text this frame and its sampling
+    parameters, `questions` the token ids a robot's text answers (none: it continues the prompt)."""
     t0 = clock()
-    if isinstance(batch, (list, tuple)):
-        outputs, cache, batch = engine.infer_frame(list(batch), keep_prefix=True)
-        actions = torch.stack([o.actions for o in outputs])
-        updates = torch.stack([o.updates for o in outputs], dim=1)
-    else:
-        cache = engine.model.prefix(batch.images, batch.image_masks, batch.tokens, batch.token_mask)
-        actions, updates = engine.model.denoise(cache, batch.state, batch.noise)
+    actions, updates, cache, batch = action_step(engine, batch)
     actions_s = clock() - t0
     new, refused = start_texts(decoder, manager, cache, batch, robots, ask, questions)
     emitted, finished, k, decode_s = decode_frame(decoder, manager, budget, actions_s, clock)
