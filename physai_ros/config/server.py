@@ -86,6 +86,11 @@ class StreamingServerConfig:
     vlm: str = "thread"          # thread | process
     ae_priority: int = 0         # 0..99
     tick: str = "fused"          # fused | compiled (torch.compile at start-up) | graphs (CUDA graph per snapshot shape; GPU only) | plain
+    # The most a VLM pass / an action-expert tick waits while a chunked batch computes on a local
+    # instance: on shared cores chunked rounds (deadlines, SLO escalation) go first, the streams
+    # run late (serving.compute_priority). Absent: 1.0 / 0.25 on the CPU, 0 (never) on CUDA.
+    vlm_waits_for_chunked_s: float = 1.0
+    tick_waits_for_chunked_s: float = 0.25
 
 
 @dataclass(frozen=True)
@@ -351,6 +356,8 @@ def _parse_streaming(v: Any, path: str, device: str = "cpu") -> StreamingServerC
         raise FleetConfigError(f"{join_key(path, 'ae_priority')}: SCHED_FIFO priorities are 1..99 (0: ordinary), "
                                f"got {out['ae_priority']}")
     out["tick"] = string(d.get("tick", dflt.tick), join_key(path, "tick"), ("fused", "compiled", "graphs", "plain"))
+    for key in ("vlm_waits_for_chunked_s", "tick_waits_for_chunked_s"):
+        out[key] = number(d.get(key, 0.0 if device == "cuda" else getattr(dflt, key)), join_key(path, key), allow_zero=True)
     if out["tick"] == "graphs" and device != "cuda":
         raise FleetConfigError(f"{join_key(path, 'tick')}: graphs needs server.device cuda (device is {device!r})")
     return StreamingServerConfig(**out)

@@ -43,7 +43,8 @@ class PolicyServerStreaming:
         local = [s.engine for s in core.engines.values() if not s.remote]
         self.service = build_streaming_service(fleet, self._publish, core.action_runner,
                                                ros_clock=lambda: now_sec(node), log=log.warning,
-                                               chunked=local[0] if local else None)
+                                               chunked=local[0] if local else None,
+                                               chunked_compute=node._serving_threads.chunked)
         for r in fleet.robots:  # known streaming robots: topics now, so discovery is done early
             if r.task.mode == "streaming":
                 self._ensure_topics(r.id, r.namespace)

@@ -15,12 +15,14 @@ work queued for it is re-dispatched, and a hot standby, if configured, takes its
 """
 from __future__ import annotations
 
+import contextlib
 import queue
 import threading
 import time
 from typing import Callable, Sequence
 
 from physai_ros.protocol.chunk import ActionChunkData
+from physai_ros.serving.compute_priority import ChunkedCompute
 from physai_ros.serving.compute_threads import use_threads
 from physai_ros.serving.serving_core import BatchWork, ServingCore
 
@@ -33,10 +35,12 @@ class ServingThreads:
     def __init__(self, core: ServingCore, on_chunks: Callable[[Sequence[ActionChunkData]], None],
                  on_refresh: Callable[[str, int], None],
                  on_error: Callable[[str], None] = lambda msg: None,
-                 on_texts: Callable[[Sequence], None] = lambda texts: None, torch_threads: int | None = None):
+                 on_texts: Callable[[Sequence], None] = lambda texts: None, torch_threads: int | None = None,
+                 chunked: ChunkedCompute | None = None):
         """on_texts: the language stream's updates (RobotTextData), after each batch's chunks.
         torch_threads: each instance thread's intra-op threads (serving.compute_threads; None:
-        torch's default)."""
+        torch's default). chunked: told of every batch on a local instance (the streams' VLM
+        pass waits for them: serving.compute_priority)."""
         self.core = core
         self.on_chunks, self.on_refresh, self.on_error, self.on_texts = on_chunks, on_refresh, on_error, on_texts
         self._stop = threading.Event()
@@ -48,6 +52,7 @@ class ServingThreads:
         self._threads += list(self._instance_threads.values())
         self._dead: set[str] = set()
         self._torch_threads = torch_threads
+        self.chunked = chunked or ChunkedCompute()
 
     def start(self) -> "ServingThreads":
         for t in self._threads:
@@ -125,12 +130,14 @@ class ServingThreads:
     def _instance_loop(self, instance_id: str) -> None:
         use_threads(self._torch_threads)
         q = self._queues[instance_id]
+        local = not self.core.engines[instance_id].remote
         while True:
             work: BatchWork | None = q.get()
             if work is None:
                 return
             try:
-                chunks = self.core.run_batch(work)
+                with self.chunked.batch() if local else contextlib.nullcontext():
+                    chunks = self.core.run_batch(work)
             except Exception as e:  # run_batch already freed the instance
                 self.on_error(f"batch on {instance_id} failed: {type(e).__name__}: {e}")
                 continue

@@ -82,6 +82,20 @@ def test_engine_arithmetic_follows_the_device_and_names_mistakes(doc):
     assert graphed.server.streaming.tick == "graphs"
 
 
+def test_streams_wait_for_chunked_batches_on_the_cpu_only_by_default(doc):
+    """server.streaming.*_waits_for_chunked_s: absent, 1.0 / 0.25 s on the CPU (the cores are
+    shared) and 0 on CUDA; an explicit value wins on either; a negative one is refused by key."""
+    cpu = parse_fleet(doc).server.streaming
+    assert (cpu.vlm_waits_for_chunked_s, cpu.tick_waits_for_chunked_s) == (1.0, 0.25)
+    gpu = parse_fleet(_mut(doc, lambda d: d["server"].update(device="cuda"))).server.streaming
+    assert (gpu.vlm_waits_for_chunked_s, gpu.tick_waits_for_chunked_s) == (0.0, 0.0)
+    set_both = {"vlm_waits_for_chunked_s": 0.5, "tick_waits_for_chunked_s": 0}
+    told = parse_fleet(_mut(doc, lambda d: d["server"].update(device="cuda", streaming=set_both))).server.streaming
+    assert (told.vlm_waits_for_chunked_s, told.tick_waits_for_chunked_s) == (0.5, 0.0)
+    with pytest.raises(FleetConfigError, match=r"^server\.streaming\.tick_waits_for_chunked_s: expected a finite number >= 0"):
+        parse_fleet(_mut(doc, lambda d: d["server"].setdefault("streaming", {}).update(tick_waits_for_chunked_s=-1)))
+
+
 def test_with_num_robots_clones_last_entry_with_fresh_ids():
     cfg = load_fleet().with_num_robots(6)
     assert [r.id for r in cfg.robots] == [f"robot_{i}" for i in range(6)]

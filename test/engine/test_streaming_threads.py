@@ -6,6 +6,7 @@ import time
 import numpy as np
 
 from physai_ros.engine.streaming.stream_engine import StreamingEngine
+from physai_ros.serving.compute_priority import ChunkedCompute
 
 from streaming_helpers import one_torch_thread  # noqa: F401 (autouse)
 from streaming_helpers import build, robot_input
@@ -101,3 +102,43 @@ def test_rates_count_every_tick_and_pass_beyond_the_kept_history():
     assert len(eng.tick_starts) == 8 and m["ticks"] >= 40 and m["vlm_passes"] >= 10
     assert m["ae_hz"] == m["ticks"] / m["duration_s"] and m["vlm_hz"] == m["vlm_passes"] / m["duration_s"]
     assert m["scheduled_ticks"] == m["ticks"] + m["missed_ticks"]
+
+
+def test_streams_wait_their_turn_while_a_chunked_batch_computes():
+    """With a batch held, both streams wait in wait_turn (each at most its bound) and count it;
+    the ticks that waited past their slot are missed ticks, the streams go on afterwards."""
+    core = build(vlm_hz=20.0, ae_hz=240.0, action_hz=120.0, steps_per_token=6)
+    core.clock = time.perf_counter
+    core.add_robot("a", robot_input(1))
+    gate = ChunkedCompute()
+    bounds = {"vlm": 0.2, "tick": 0.05}
+    asked = set()
+
+    def wait_turn(stream):
+        asked.add(stream)
+        return gate.wait_idle(bounds[stream])
+
+    eng = StreamingEngine(core, None, wait_turn=wait_turn)
+    release = threading.Event()
+
+    def batch():
+        with gate.batch():
+            release.wait(60.0)
+
+    holder = threading.Thread(target=batch)
+    holder.start()
+    eng.start()
+    try:
+        assert wait_for(lambda: eng.vlm_waits >= 2 and eng.tick_waits >= 2)
+        release.set()
+        holder.join(60.0)
+        ticks = eng.ticks
+        assert wait_for(lambda: eng.ticks >= ticks + 5), "the ticks resume once the batch is done"
+    finally:
+        release.set()
+        eng.stop()
+    m = eng.metrics()
+    assert asked == {"vlm", "tick"} and eng.errors == []
+    assert m["vlm_waits"] >= 2 and m["vlm_waited_s"] >= 2 * bounds["vlm"] * 0.99
+    assert m["tick_waits"] >= 2 and m["tick_waited_s"] >= 2 * bounds["tick"] * 0.99
+    assert m["missed_ticks"] > 0

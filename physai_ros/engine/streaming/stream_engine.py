@@ -27,10 +27,14 @@ class StreamingEngine:
     """The two streams on two threads. start() / stop() may be called repeatedly."""
 
     def __init__(self, core: StreamingCore, on_segment: Optional[Callable[[StreamSegment], None]] = None,
-                 history: int = 20000, vlm: str = "thread", vlm_spec=None):
+                 history: int = 20000, vlm: str = "thread", vlm_spec=None,
+                 wait_turn: Optional[Callable[[str], float]] = None):
         """vlm: "thread" (the VLM stream on a thread of this process) or "process" (its own
         process, the KV cache through shared memory: streaming_vlm.py; CPU only). vlm_spec:
-        how the child builds the prefix model (default: the one StreamingExpert.build recorded)."""
+        how the child builds the prefix model (default: the one StreamingExpert.build recorded).
+        wait_turn: called by each stream ("vlm", "tick") before its pass or tick; it may block (the
+        server's chunked batches go first: serving.compute_priority); returns the seconds waited.
+        A tick that waited past its slot counts as missed, like a late one."""
         if vlm not in ("thread", "process"):
             raise ValueError(f"vlm={vlm!r}: expected 'thread' or 'process'")
         if vlm == "process":
@@ -40,6 +44,7 @@ class StreamingEngine:
             if vlm_spec is None:
                 raise ValueError("vlm='process' needs a VLMSpec (StreamingExpert.build records one)")
         self.vlm_mode, self.vlm_spec = vlm, vlm_spec
+        self.wait_turn = wait_turn
         self._vlm_proc = None
         self._shared_kv = None
         self.vlm_start_s: Optional[float] = None
@@ -65,6 +70,9 @@ class StreamingEngine:
         # over a long run come from these (a full deque would say 20000 / run time).
         self.ticks = 0
         self.vlm_passes = 0
+        # Passes and ticks that waited in wait_turn, and for how long in all.
+        self.vlm_waits = self.tick_waits = 0
+        self.vlm_waited_s = self.tick_waited_s = 0.0
         self.scheduled_ticks = 0
         self.missed_ticks = 0
         self.error_count = 0
@@ -169,6 +177,10 @@ class StreamingEngine:
         clock, period = self.core.clock, 1.0 / self.core.config.vlm_hz
         nxt = clock()
         while self._wait_until(nxt):
+            waited = self.wait_turn("vlm") if self.wait_turn is not None else 0.0
+            if waited > 0:
+                self.vlm_waits += 1
+                self.vlm_waited_s += waited
             t0 = clock()
             self.vlm_passes += 1
             self._guard("vlm", self.core.vlm_pass, t0)
@@ -195,6 +207,10 @@ class StreamingEngine:
         t_start = clock()
         k = 0
         while self._wait_until(t_start + k * period):
+            waited = self.wait_turn("tick") if self.wait_turn is not None else 0.0
+            if waited > 0:
+                self.tick_waits += 1
+                self.tick_waited_s += waited
             t0 = clock()
             self.tick_starts.append(t0)
             self.ticks += 1
@@ -235,6 +251,10 @@ class StreamingEngine:
             "vlm_hz": passes / dur,
             "ae_hz": self.ticks / dur,
             "vlm_passes": passes,
+            "vlm_waits": self.vlm_waits,
+            "vlm_waited_s": self.vlm_waited_s,
+            "tick_waits": self.tick_waits,
+            "tick_waited_s": self.tick_waited_s,
             "ticks": self.ticks,
             "scheduled_ticks": self.scheduled_ticks,
             "missed_ticks": self.missed_ticks,

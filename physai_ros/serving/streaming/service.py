@@ -37,6 +37,7 @@ from typing import Any, Callable, Optional
 from physai_ros.config.fleet import FleetConfig, FleetConfigError
 from physai_ros.config.server import StreamingServerConfig
 from physai_ros.config.task import TaskConfig
+from physai_ros.serving.compute_priority import ChunkedCompute
 from physai_ros.protocol.observation import ObservationData
 from physai_ros.protocol.registration import RobotRegistration
 from physai_ros.protocol.segment import TrajectorySegmentData
@@ -78,9 +79,11 @@ class StreamingService:
     def __init__(self, core, cfg: StreamingServerConfig, publish: Callable[[TrajectorySegmentData], None],
                  runner: ActionModelRunner, max_observation_age_s: float = 2.0,
                  ros_clock: Callable[[], float] = time.time,
-                 engine_factory: Optional[Callable[..., Any]] = None, log: Callable[[str], None] = print):
+                 engine_factory: Optional[Callable[..., Any]] = None, log: Callable[[str], None] = print,
+                 chunked: Optional[ChunkedCompute] = None):
         """runner: the action model's runner, the chunked path's own (one way from an
-        observation to engine inputs and from model actions to robot units)."""
+        observation to engine inputs and from model actions to robot units). chunked: local chunked
+        batches, which each stream waits for (cfg.*_waits_for_chunked_s; serving.compute_priority)."""
         from physai_ros.engine.streaming.stream_engine import StreamingEngine
 
         self.core = core  # StreamingCore (its clock is the stream clock)
@@ -92,6 +95,8 @@ class StreamingService:
         self.validator = ObservationValidator(max_observation_age_s)
         # vlm only when not the default: a test's engine_factory need not know the keyword.
         extra = {"vlm": cfg.vlm} if cfg.vlm != "thread" else {}
+        if chunked is not None:
+            extra["wait_turn"] = lambda stream: chunked.wait_idle(getattr(cfg, f"{stream}_waits_for_chunked_s"))
         self.engine = (engine_factory or StreamingEngine)(core, on_segment=self._on_segment, **extra)
         self.offset_s = self._offset()
         self._slots: dict[str, _Slot] = {}
@@ -308,15 +313,15 @@ class StreamingService:
                             "refused": dict(self.validator.refused.get(rid, Counter()))}
                       for rid, s in self._slots.items()}
             m = self.engine.metrics() if self.engine.started_at is not None else {}
-            return {"slots": self.cfg.slots, "streaming_robots": sorted(self._slots), "running": self.engine.running,
-                    "starts": self.starts, "admissions_refused": dict(self.refused), "released": dict(self.released),
-                    "publish_errors": self.publish_errors, "engine_errors": self.engine.error_count,
-                    "vlm_hz": m.get("vlm_hz"), "ae_hz": m.get("ae_hz"),
-                    "missed_tick_fraction": m.get("missed_tick_fraction"),
-                    # Counts since the streams started, so a reader can take rates over its own window.
-                    "running_s": m.get("duration_s"), "ticks": m.get("ticks"), "vlm_passes": m.get("vlm_passes"),
-                    "scheduled_ticks": m.get("scheduled_ticks"), "missed_ticks": m.get("missed_ticks"),
-                    "ae_scheduling": m.get("ae_scheduling"), "robots": robots}
+            out = {"slots": self.cfg.slots, "streaming_robots": sorted(self._slots), "running": self.engine.running,
+                   "starts": self.starts, "admissions_refused": dict(self.refused), "released": dict(self.released),
+                   "publish_errors": self.publish_errors, "engine_errors": self.engine.error_count,
+                   "running_s": m.get("duration_s")}
+            # Counts since the streams started, so a reader can take rates over its own window.
+            for k in ("vlm_hz", "ae_hz", "missed_tick_fraction", "ticks", "vlm_passes", "scheduled_ticks",
+                      "missed_ticks", "vlm_waits", "vlm_waited_s", "tick_waits", "tick_waited_s", "ae_scheduling"):
+                out[k] = m.get(k)
+            return {**out, "robots": robots}
 
 
 def streaming_tasks(fleet: FleetConfig) -> list[str]:
@@ -342,8 +347,8 @@ def can_share(fleet: FleetConfig, chunked) -> bool:
 
 
 def build_streaming_service(fleet: FleetConfig, publish: Callable[[TrajectorySegmentData], None], runner: ActionModelRunner,
-                            ros_clock: Callable[[], float] = time.time,
-                            log: Callable[[str], None] = print, chunked=None) -> StreamingService:
+                            ros_clock: Callable[[], float] = time.time, log: Callable[[str], None] = print,
+                            chunked=None, chunked_compute: Optional[ChunkedCompute] = None) -> StreamingService:
     """The streams for fleet.yaml's server.streaming over the server's model (the same weights
     as the chunked engine: the preset's seeded random weights, or the checkpoint's). With
     `chunked` (the server's first local engine) they run over its prepared model where
@@ -366,7 +371,7 @@ def build_streaming_service(fleet: FleetConfig, publish: Callable[[TrajectorySeg
         vlm_hz=sc.vlm_hz, ae_hz=sc.ae_hz, action_hz=sc.action_hz, steps_per_token=sc.steps_per_token,
         max_robots=sc.slots, ae_priority=sc.ae_priority))
     return StreamingService(core, sc, publish, runner, max_observation_age_s=srv.max_observation_age_s,
-                            ros_clock=ros_clock, log=log)
+                            ros_clock=ros_clock, log=log, chunked=chunked_compute)
 
 
 def _own_model(fleet: FleetConfig, force):
