@@ -39,8 +39,8 @@ class ServingThreads:
                  chunked: ChunkedCompute | None = None):
         """on_texts: the language stream's updates (RobotTextData), after each batch's chunks.
         torch_threads: each instance thread's intra-op threads (serving.compute_threads; None:
-        torch's default). chunked: told of every batch on a local instance (the streams' VLM
-        pass waits for them: serving.compute_priority)."""
+        torch's default). chunked: told of every batch on a local instance (the streams wait
+        for them: serving.compute_priority)."""
         self.core = core
         self.on_chunks, self.on_refresh, self.on_error, self.on_texts = on_chunks, on_refresh, on_error, on_texts
         self._stop = threading.Event()

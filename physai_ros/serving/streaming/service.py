@@ -37,11 +37,11 @@ from typing import Any, Callable, Optional
 from physai_ros.config.fleet import FleetConfig, FleetConfigError
 from physai_ros.config.server import StreamingServerConfig
 from physai_ros.config.task import TaskConfig
-from physai_ros.serving.compute_priority import ChunkedCompute
 from physai_ros.protocol.observation import ObservationData
 from physai_ros.protocol.registration import RobotRegistration
 from physai_ros.protocol.segment import TrajectorySegmentData
 from physai_ros.serving.action_runner import ActionModelRunner
+from physai_ros.serving.compute_priority import ChunkedCompute
 from physai_ros.serving.streaming.segments import SegmentMerger, merge_segments
 from physai_ros.serving.validation import ObservationValidator, Refusal
 
