@@ -22,6 +22,10 @@ class ExecutionGate:
         self.message_rejections: Counter = Counter()
         self.last_message_reject = ""
         self.holds: Counter = Counter()
+        # The server's refusals and error answers (ActionChunk status refused / error): they tell
+        # the robot client to fall back or ask again; nothing here executes them, and they are not
+        # bad input, so they are counted apart from the rejections, by status.
+        self.client_answers: Counter = Counter()
         self.have_start = False  # the first joint state set the position to hold
         self.seen_chunk = False
         self.holding_round: Optional[int] = None  # a robot_client hold in effect (until the next chunk)
@@ -60,6 +64,11 @@ class ExecutionGate:
         if all(n in index for n in self.buffer.joint_names) and len(positions) == len(names):
             self.buffer.set_hold_position([positions[index[n]] for n in self.buffer.joint_names])
             self.have_start = True
+
+    def on_client_answer(self, status: str) -> None:
+        """A refusal or error answer from the server for the robot client: counted, not executed,
+        the buffer untouched."""
+        self.client_answers[status] += 1
 
     def on_hold(self, round_id: int, now: float) -> str:
         """A robot client's hold stops the buffer (it is never inserted); returns what it did."""

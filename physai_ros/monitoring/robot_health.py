@@ -66,7 +66,7 @@ class BufferHealth:
         self._dry_since: float | None = None
 
     def run(self, stat, now: float, st: ExecutionState, *, have_start: bool, seen_chunk: bool,
-               holding_round: int | None, holds: Mapping[str, int]):
+               holding_round: int | None, holds: Mapping[str, int], client_answers: Mapping[str, int]):
         new_underruns = st.underruns - self._prev_underruns
         self._prev_underruns = st.underruns
         dry_after_chunk = st.buffer_dry and seen_chunk and holding_round is None
@@ -96,7 +96,10 @@ class BufferHealth:
                 ("actions_remaining", st.actions_remaining), ("executing_round_id", st.executing_round_id),
                 ("buffer_dry", st.buffer_dry), ("underruns", st.underruns),
                 ("underruns_since_last_update", new_underruns), ("chunks_accepted", st.chunks_accepted),
-                ("holds_applied", holds.get("applied", 0)), ("holds_ignored", holds.get("ignored", 0))):
+                ("holds_applied", holds.get("applied", 0)), ("holds_ignored", holds.get("ignored", 0)),
+                # The server's refusals / errors for the robot client: not executed, not rejections.
+                ("server_refusals_seen", client_answers.get("refused", 0)),
+                ("server_errors_seen", client_answers.get("error", 0))):
             stat.add(key, str(value))
         return stat
 

@@ -25,7 +25,7 @@ from physai_ros.control.trajectory_buffer import TrajectoryBuffer
 from physai_ros.monitoring.config import load_monitoring
 from physai_ros.monitoring.robot_health import BufferHealth, RejectionHealth
 from physai_ros.protocol import topics
-from physai_ros.protocol.chunk import is_hold_chunk
+from physai_ros.protocol.chunk import STATUS_ERROR, STATUS_REFUSED, is_hold_chunk
 from physai_ros.ros import qos
 from physai_ros.ros.codecs.chunk import ChunkMessageError, executable_chunk_from_msg
 from physai_ros.ros.codecs.execution_info import execution_info_to_msg
@@ -116,6 +116,8 @@ class TrajectoryControllerNode(Node):
             detail = self.gate.on_hold(int(msg.round_id), now_sec(self))
             self.get_logger().info(f"robot_client hold round {msg.round_id}: {detail}", throttle_duration_sec=1.0)
             return
+        if msg.status in (STATUS_REFUSED, STATUS_ERROR):  # the client's business; never executed
+            return self.gate.on_client_answer("refused" if msg.status == STATUS_REFUSED else "error")
         try:
             chunk = executable_chunk_from_msg(msg)
         except ChunkMessageError as exc:
@@ -188,7 +190,8 @@ class TrajectoryControllerNode(Node):
         now = now_sec(self)
         g = self.gate
         return self._buffer_health.run(stat, now, self.buffer.execution_state(now), have_start=g.have_start,
-                                       seen_chunk=g.seen_chunk, holding_round=g.holding_round, holds=g.holds)
+                                       seen_chunk=g.seen_chunk, holding_round=g.holding_round, holds=g.holds,
+                                       client_answers=g.client_answers)
 
 
 def main(args: list[str] | None = None) -> int:

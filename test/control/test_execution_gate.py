@@ -59,3 +59,17 @@ def test_the_execution_state_counts_refusals_before_the_buffer_too():
     g.reject("malformed_message")
     st = g.execution_state(0.0)
     assert st.chunks_rejected == 2 and st.last_reject_reason == "malformed_message"
+
+
+def test_the_servers_answers_for_the_client_are_counted_apart_and_never_rejections():
+    """A refused or error ActionChunk is the robot client's business (fall back, ask again): the
+    gate counts it by status, the buffer is untouched and nothing counts as rejected."""
+    g = gate()
+    g.on_joint_state(NAMES, [0.0, 0.0])
+    g.on_client_answer("refused")
+    g.on_client_answer("refused")
+    g.on_client_answer("error")
+    st = g.execution_state(0.0)
+    assert g.client_answers == {"refused": 2, "error": 1}
+    assert st.chunks_rejected == 0 and st.last_reject_reason == "" and not g.seen_chunk
+

@@ -225,7 +225,7 @@ def test_fuzzed_observations_are_refused_and_counted(rig):
 @st.composite
 def bad_chunk(draw):
     kind = draw(st.sampled_from([
-        "wrong_robot", "status_error", "status_refused", "count_mismatch", "no_actions",
+        "wrong_robot", "unknown_status", "count_mismatch", "no_actions",
         "confidence_mismatch", "wrong_dimension", "unknown_joint", "duplicate_joint", "nan",
         "negative_dt", "huge_dt", "bad_horizon", "stale_round", "time_backwards",
         "capture_in_future"]))
@@ -256,9 +256,8 @@ def build_bad_chunk(kind, n, data, last_round, last_capture):
     if kind == "wrong_robot":
         other = data.draw(st.text(NAME_CHARS, min_size=1, max_size=8).filter(lambda s: s != "ctl"))
         return _chunk(other, rnd, t, acts), "wrong_robot"
-    if kind in ("status_error", "status_refused"):
-        return _chunk("ctl", rnd, t, acts, status=1 if kind == "status_error" else 2,
-                      error="engine failed"), "malformed_message"
+    if kind == "unknown_status":  # 0 ok, 1 error, 2 refused (the client's answers: tested apart)
+        return _chunk("ctl", rnd, t, acts, status=data.draw(st.integers(3, 255))), "malformed_message"
     if kind == "count_mismatch":
         m = _chunk("ctl", rnd, t, acts)
         m.num_actions = n + data.draw(st.integers(1, 5))
@@ -340,6 +339,18 @@ def test_fuzzed_chunks_are_rejected_by_the_controller_and_good_ones_still_run(ri
             send_good()  # a good chunk between bad ones is still executed
 
     fuzz()
+    send_good()
+    # The server's refusals and error answers are the robot client's business: the controller
+    # executes neither, counts them apart (its buffer status) and not as rejections.
+    buffer_status = "ctl/trajectory_controller: buffer"
+    seen0 = rig.wait(lambda: rig.diag.get(buffer_status), 20.0, "the controller's buffer status")
+    for status, error in ((2, "stale_timestamp: observation is 3.1 s old"), (1, "engine failed")):
+        rig.chunk_pub.publish(_chunk("ctl", state["round"] + 1, now_s(), [[9.0] * len(CTL_JOINTS)] * 5,
+                                     status=status, error=error))
+    rig.wait(lambda: (d := rig.diag.get(buffer_status))
+             and int(d["server_refusals_seen"]) == int(seen0["server_refusals_seen"]) + 1
+             and int(d["server_errors_seen"]) == int(seen0["server_errors_seen"]) + 1, 20.0,
+             f"the refusal and the error counted apart ({rig.diag.get(buffer_status)})")
     send_good()
     final = info()
     assert final.chunks_accepted == accepted0 + state["n"]

@@ -33,7 +33,7 @@ def test_rejection_health_grades_new_refusals_by_reason_and_recovers():
 
 def test_buffer_health_levels():
     h = BufferHealth(rate_hz=100.0, dry_error_s=2.0)
-    common = dict(holds={"applied": 0})
+    common = dict(holds={"applied": 0}, client_answers={})
     st = _run(h, 0.0, _state(buffer_dry=True), have_start=False, seen_chunk=False, holding_round=None, **common)
     assert st.level == WARN and "joint_states" in st.message
     st = _run(h, 1.0, _state(buffer_dry=True), have_start=True, seen_chunk=False, holding_round=None, **common)
@@ -47,8 +47,11 @@ def test_buffer_health_levels():
     st = _run(h, 6.5, dry, have_start=True, seen_chunk=True, holding_round=None, **common)
     assert st.level == ERROR and "2.5 s" in st.message
     # a client hold explains the dry buffer: WARN with the round, and the dry clock restarts
-    st = _run(h, 7.0, dry, have_start=True, seen_chunk=True, holding_round=5, holds={"applied": 1})
+    st = _run(h, 7.0, dry, have_start=True, seen_chunk=True, holding_round=5, holds={"applied": 1},
+              client_answers={"refused": 3, "error": 1})
     assert st.level == WARN and "rounds <= 5" in st.message and dict(st.values)["holds_applied"] == "1"
+    # the server's answers for the client are shown apart from the rejections
+    assert (dict(st.values)["server_refusals_seen"], dict(st.values)["server_errors_seen"]) == ("3", "1")
     assert _run(h, 7.5, dry, have_start=True, seen_chunk=True, holding_round=None, **common).level == WARN
 
 
