@@ -12,19 +12,10 @@ from physai_ros.serving.compute_priority import ChunkedCompute
 from physai_ros.serving.serving_threads import ServingThreads
 from physai_ros.serving.startup.engine_builder import build_core
 
-from machine_load import Deadline
 from observation_builders import make_obs
+from ros_rig import wait_for
 
 TIMEOUT_S = 60.0
-
-
-def wait_for(cond, timeout=TIMEOUT_S):
-    deadline = Deadline(timeout)
-    while not cond():
-        if deadline.expired():
-            return False
-        time.sleep(0.01)
-    return True
 
 
 def test_idle_gate_does_not_wait_and_a_zero_bound_never_waits():
@@ -48,7 +39,8 @@ def test_a_waiter_is_released_when_the_last_batch_ends():
     threads = [threading.Thread(target=batch) for _ in range(2)]
     for t in threads:
         t.start()
-    assert inside.wait(TIMEOUT_S) and wait_for(lambda: gate.running == 2)
+    assert inside.wait(TIMEOUT_S)
+    wait_for(lambda: gate.running == 2, TIMEOUT_S, "both batches in flight")
     waiter = threading.Thread(target=lambda: waited.append(gate.wait_idle(TIMEOUT_S)))
     waiter.start()
     time.sleep(0.05)

@@ -95,8 +95,9 @@ class StreamingService:
         self.validator = ObservationValidator(max_observation_age_s)
         # vlm only when not the default: a test's engine_factory need not know the keyword.
         extra = {"vlm": cfg.vlm} if cfg.vlm != "thread" else {}
-        if chunked is not None:
-            extra["wait_turn"] = lambda stream: chunked.wait_idle(getattr(cfg, f"{stream}_waits_for_chunked_s"))
+        waits = {"vlm": cfg.vlm_waits_for_chunked_s, "tick": cfg.tick_waits_for_chunked_s}
+        if chunked is not None and any(waits.values()):  # none at all on CUDA (both bounds 0)
+            extra["wait_turn"] = lambda stream: chunked.wait_idle(waits[stream])
         self.engine = (engine_factory or StreamingEngine)(core, on_segment=self._on_segment, **extra)
         self.offset_s = self._offset()
         self._slots: dict[str, _Slot] = {}
@@ -318,10 +319,9 @@ class StreamingService:
                    "publish_errors": self.publish_errors, "engine_errors": self.engine.error_count,
                    "running_s": m.get("duration_s")}
             # Counts since the streams started, so a reader can take rates over its own window.
-            for k in ("vlm_hz", "ae_hz", "missed_tick_fraction", "ticks", "vlm_passes", "scheduled_ticks",
-                      "missed_ticks", "vlm_waits", "vlm_waited_s", "tick_waits", "tick_waited_s", "ae_scheduling"):
-                out[k] = m.get(k)
-            return {**out, "robots": robots}
+            keys = ("vlm_hz", "ae_hz", "missed_tick_fraction", "ticks", "vlm_passes", "scheduled_ticks", "missed_ticks",
+                    "vlm_waits", "vlm_waited_s", "tick_waits", "tick_waited_s", "ae_scheduling")
+            return {**out, **{k: m.get(k) for k in keys}, "robots": robots}
 
 
 def streaming_tasks(fleet: FleetConfig) -> list[str]:
