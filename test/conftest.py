@@ -52,11 +52,26 @@ _FIRST_DOMAIN = int(os.environ["ROS_DOMAIN_ID"])
 _modules_started = [0]
 
 
+def _next_domain() -> str:
+    _modules_started[0] += 1
+    return str(1 + (_FIRST_DOMAIN - 1 + _modules_started[0]) % 232)
+
+
 @pytest.fixture(scope="module", autouse=True)
 def ros_domain_of_its_own():
-    _modules_started[0] += 1
-    os.environ["ROS_DOMAIN_ID"] = str(1 + (_FIRST_DOMAIN - 1 + _modules_started[0]) % 232)
+    os.environ["ROS_DOMAIN_ID"] = _next_domain()
     yield
+
+
+@pytest.fixture
+def ros_domain_per_test():
+    """A domain for this test alone, for modules whose tests each start a whole fleet as processes
+    (no rclpy context of the module's): a child that physai-fleet had to SIGKILL in one test can
+    leave a shared-memory port locked, and the next test's nodes in that domain would block on it."""
+    module_domain = os.environ["ROS_DOMAIN_ID"]
+    os.environ["ROS_DOMAIN_ID"] = _next_domain()
+    yield
+    os.environ["ROS_DOMAIN_ID"] = module_domain
 
 
 @pytest.fixture(scope="session")

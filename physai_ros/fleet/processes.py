@@ -100,12 +100,22 @@ def stop_processes(popens: list[subprocess.Popen], grace_s: float = 5.0) -> None
         try:
             p.wait(timeout=max(0.0, deadline - time.monotonic()))
         except subprocess.TimeoutExpired:
-            # A child ignoring SIGTERM: kill its whole session (it may have children).
+            # A child ignoring SIGTERM: kill its whole session (it may have children). Said aloud:
+            # a node killed while it held a Fast DDS shared-memory port leaves the port locked
+            # for later nodes of its domain (docs/robot_side.md), so a later hang traces to here.
             try:
                 os.killpg(p.pid, signal.SIGKILL)
+                print(f"physai-fleet: pid {p.pid} ({_command_name(p)}) still running {grace_s:.0f} s after "
+                      "SIGTERM: killed; its ROS domain may keep a locked shared-memory port "
+                      "(docs/robot_side.md)", file=sys.stderr, flush=True)
             except ProcessLookupError:
                 pass
             p.wait(timeout=5.0)
+
+
+def _command_name(p: subprocess.Popen) -> str:
+    args = p.args if isinstance(p.args, (list, tuple)) else [p.args]
+    return " ".join(str(a) for a in args[:4])
 
 
 @dataclass

@@ -17,7 +17,7 @@ def _env():
     return {**os.environ, "PYTHONPATH": os.pathsep.join([str(HERE), os.environ.get("PYTHONPATH", "")])}
 
 
-def test_stop_terminates_and_escalates(tmp_path):
+def test_stop_terminates_and_escalates(tmp_path, capfd):
     group = ProcessGroup(tmp_path, env=_env())
     polite = group.start(ProcessSpec("polite", "ros_test_child", params={"mode": "polite"}))
     stubborn = group.start(ProcessSpec("stubborn", "ros_test_child", params={"mode": "stubborn"}))
@@ -27,6 +27,9 @@ def test_stop_terminates_and_escalates(tmp_path):
     codes = group.stop(grace_s=1.0)
     assert codes["polite"] == 0  # handled SIGTERM and exited cleanly
     assert codes["stubborn"] == -signal.SIGKILL
+    # The kill is said aloud, with the pid: it can leave a Fast DDS shared-memory port locked.
+    err = capfd.readouterr().err
+    assert f"pid {stubborn.popen.pid} " in err and "killed" in err and "polite" not in err, err
     assert polite.popen.poll() is not None and stubborn.popen.poll() is not None
 
 

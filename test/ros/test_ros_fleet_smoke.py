@@ -21,7 +21,7 @@ from physai_ros.monitoring.robot_health import TIMING_REASONS
 from machine_load import scaled
 from ros_rig import wait_for
 
-pytestmark = [pytest.mark.ros, pytest.mark.slow]
+pytestmark = [pytest.mark.ros, pytest.mark.slow, pytest.mark.usefixtures("ros_domain_per_test")]
 
 
 def test_fleet_is_a_list_of_process_specs():
