@@ -12,6 +12,8 @@ time subtracted) and this process's, each divided by the observations served.
                                                   # 1/4/16 robots)
   python bench/serving.py --json --cases 1robot_2views_224,4robot_2views_224 --rounds 20
   python bench/serving.py --auth both --reps 2 ...  # authentication off and on, side by side
+  python bench/serving.py --auth both --reps 2 --out bench/results/serving_auth.json ...  # a results
+                                                  # file with its header (the suite's serving_auth)
 
 Authentication: `--auth on` runs the server with the fleet's auth (a throwaway auto
 keystore) and the load generators do what a robot client does: sign the registration, tag each
@@ -275,7 +277,20 @@ def main(argv=None):
     ap.add_argument("--auth", choices=("on", "off", "both"), default="on",
                     help="authentication (default on, as fleets run); both: off and on side by side")
     ap.add_argument("--reps", type=int, default=1, help="with --auth both: off/on/on/off pairs")
+    ap.add_argument("--warmup", type=int, default=3, help="answers per robot before measuring (each case)")
+    ap.add_argument("--out", type=Path, default=None, help="write a results file (bench/physai_bench.results)")
+    ap.add_argument("--quick", action="store_true", help="two small cases, 3 rounds, auth both: checks the bench runs")
     args = ap.parse_args(argv)
+    if args.quick:
+        args.cases, args.rounds, args.warmup, args.auth, args.reps = "1robot_1views_224,4robot_1views_224", 3, 1, "both", 1
+    from physai_bench import results
+
+    run = results.start_run(
+        "the shipped sim_pi0 (default fleet) in a real policy_server process on this CPU, FIFO batching; the load "
+        "generators are one process over DDS (shared memory), closed loop; overhead = round trip minus the server's "
+        "inference_ms (pre/post-processing and the wait for the batch in flight included); authentication off "
+        "(insecure server, plain messages) and on (signed registration, HMAC-tagged observations, Ed25519-signed "
+        "chunks checked by the generators) alternated off/on/on/off per rep", __file__, argv, quick=args.quick)
     env = dict(os.environ)
     env.setdefault("ROS_AUTOMATIC_DISCOVERY_RANGE", "LOCALHOST")
     env.setdefault("ROS_DOMAIN_ID", str(100 + os.getpid() % 100))
@@ -306,7 +321,7 @@ def main(argv=None):
             try:
                 for name in cases:
                     n, v, hw = parse_case(name)
-                    r = run_case(node, srv.pid, n, v, hw, args.rounds, args.timeout, auth=auth)
+                    r = run_case(node, srv.pid, n, v, hw, args.rounds, args.timeout, auth=auth, warmup=args.warmup)
                     runs[mode][name].append(r)
                     if not args.json:
                         print(f"auth {mode} {name}: overhead p50 {r['overhead_ms_p50']:.2f} ms p99 "
@@ -341,6 +356,9 @@ def main(argv=None):
         if not args.json:
             for name, ratio in out["auth_on_over_off"].items():
                 print(f"{name}: auth on / off: " + ", ".join(f"{k} {v:.2f}x" for k, v in ratio.items()))
+    if args.out:
+        body = {k: v for k, v in out.items() if not k.startswith("load_average")}  # the header has the load
+        results.write_result(args.out, run, {"rounds": args.rounds, "warmup": args.warmup, "reps": args.reps, **body})
     if args.json:
         print(json.dumps(out, indent=2))
     return 0

@@ -28,14 +28,12 @@ from __future__ import annotations
 
 import argparse
 import json
-import subprocess
 import sys
-import threading
 from pathlib import Path
 
 from physai_bench import results
+from physai_bench.streaming_runs import run_streaming_bench
 
-BENCH = Path(__file__).resolve().parent
 PRESETS = ("tiny", "pi0_2layer", "pi0")
 # Timed ticks per preset (a full-depth tick takes tenths of a second on 2 cores).
 TICK_REPS = {"tiny": 2000, "pi0_2layer": 300, "pi0": 30}
@@ -45,31 +43,8 @@ STARTUP_S = {"tiny": 180, "pi0_2layer": 300, "pi0": 900}
 PAPER = "480 Hz action expert beside a 30 Hz VLM, pi0 on one RTX 4090 (realtime-vla section 6)"
 
 
-def _streaming(args: list[str], timeout_s: float) -> dict:
-    """bench/streaming.py in its own process; its one JSON object (stdout)."""
-    cmd = [sys.executable, str(BENCH / "streaming.py"), *args, "--json"]
-    print("+", " ".join(cmd[1:]), file=sys.stderr, flush=True)
-    with subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True) as proc:
-        # stdout is one short JSON line at the end; relay stderr as it comes, keeping its last line
-        # (the exception that ended a failed run) for the results file.
-        timer = threading.Timer(timeout_s, proc.kill)
-        timer.start()
-        last = ""
-        try:
-            for line in proc.stderr:
-                sys.stderr.write(line)
-                last = line.strip() or last
-            stdout = proc.stdout.read()
-        finally:
-            timer.cancel()
-        rc = proc.wait()
-    if rc != 0:
-        raise RuntimeError(f"streaming.py exited {rc}: {last[-300:]}")
-    return json.loads(stdout.strip().splitlines()[-1])
-
-
 def tick_alone(preset: str, reps: int, warmup: int) -> dict:
-    doc = _streaming(["--tick-bench", "--preset", preset, "--impls", "fused", "--vlm-modes", "--robots", "1",
+    doc = run_streaming_bench(["--tick-bench", "--preset", preset, "--impls", "fused", "--vlm-modes", "--robots", "1",
                       "--tick-reps", str(reps), "--tick-warmup", str(warmup), "--vlm-hz", "0.001"], 3600)
     seq = doc["tick"]["sequential"][0]
     ms = seq["tick_ms"]
@@ -82,7 +57,7 @@ def over_ros(preset: str, seconds: float, startup_s: float, tuned: bool = False)
     own process and SCHED_FIFO 10 for the action-expert thread (refused without the privilege;
     the file says which it got)."""
     extra = ["--ros-vlm", "process", "--ae-priority", "10"] if tuned else []
-    doc = _streaming(["--ros-only", "--preset", preset, "--robots", "1", "--ros-seconds", str(seconds),
+    doc = run_streaming_bench(["--ros-only", "--preset", preset, "--robots", "1", "--ros-seconds", str(seconds),
                       "--ros-startup-s", str(startup_s), *extra], startup_s + seconds + 300)
     case = doc["ros_cases"][0]
     keep = ("window_s", "window_ae_hz", "window_missed_tick_fraction", "window_vlm_hz", "server_ae_scheduling",

@@ -27,6 +27,7 @@ from physai_bench import results, tables
 
 BENCH = Path(__file__).resolve().parent
 RESULTS = BENCH / "results"
+RECORDED_TRACES = "bench/workloads/recorded_fleet_60s.json"  # a 60 s default-fleet run's tasks
 
 
 @dataclass(frozen=True)
@@ -47,6 +48,11 @@ ENTRIES = (
           "factory_agents.py", ("--policies", "kairos,fifo_rr,spf_rr")),
     Entry("scheduling", "Kairos wait-ratio scheduling and dynamic horizon on LIBERO-like tasks vs FIFO and Autellix",
           "scheduler.py", ("--libero",), ("--libero", "--quick"), out_flag="--out"),
+    Entry("scheduling_synthetic", "Kairos on the synthetic pi0 edge workload: online rates and fleets up to 1,000 "
+          "robots, vs FIFO and Autellix", "scheduler.py", (), out_flag="--out"),
+    Entry("scheduling_recorded", "The wait-ratio scheduler on tasks our own fleet recorded (physai-fleet "
+          "--record-trace), vs FIFO and Autellix", "scheduler.py", ("--traces", RECORDED_TRACES),
+          ("--traces", RECORDED_TRACES, "--quick"), out_flag="--out"),
     Entry("language", "Text from the action prefill (OxyGen): KV sharing and cross-frame batching vs a batching "
           "isolated baseline", "language_stream.py", ("--robots", "1,4,16", "--budgets", "16,64,256")),
     Entry("factory_routing", "Does the plan's routing pay in the real server (per-instance queues vs none)?",
@@ -61,6 +67,10 @@ ENTRIES = (
           "openpi_gateway.py", ("--clients", "1,4,16", "--rounds", "20"), needs=".venv-openpi (make test sets it up)"),
     Entry("serving", "Serving overhead over ROS beside openpi's websocket server and a bare rclpy floor, at equal "
           "model time", "serving_vs_openpi.py", ("--reps", "2"), needs=".venv-openpi (make test sets it up)"),
+    Entry("serving_auth", "What authentication costs per round over ROS: off vs on, 1-16 robots, 1-3 views, "
+          "224 and 640x480", "serving.py", ("--auth", "both", "--reps", "2", "--rounds", "30", "--cases",
+                                             "1robot_1views_224,1robot_2views_224,1robot_3views_224,4robot_2views_224,"
+                                             "16robot_2views_224,1robot_2views_480x640"), out_flag="--out"),
     Entry("policy", "Closed-loop success of the shipped policy vs the scripted expert, and Kairos's horizon "
           "trade-off (confidence vs static)", "policy_eval.py", ("--tasks", "reach,pick_and_place", "--jobs", "2")),
     Entry("demo", "Does the default fleet (make demo) keep completing tasks over ROS with a CPU-heavy job beside it?",
@@ -72,6 +82,8 @@ ENTRIES = (
           "engine_full_depth.py", needs=".venv-lerobot and .venv-lerobot06 (make test sets them up)"),
     Entry("streaming_rates", "The action-expert stream against the paper's 480 Hz: tiny, pi0's widths and full depth, "
           "alone and over ROS at default settings", "streaming_rates.py"),
+    Entry("streaming_fleet", "Several streaming robots on one server at the fleet's CPU rates: the streams' rates and "
+          "the wrench and frame loops, 1-4 robots, in process and over ROS", "streaming_fleet.py"),
     Entry("rtc", "Real-time chunking in the closed loop, its compute charged as latency, over beta and model-time share",
           "rtc.py", ("--episodes", "50", "--latency-ms", "400", "--merges", "off,crossfade,rtc", "--crossfades",
                      "0.05,0.2", "--betas", "5,10", "--compute-shares", "0.25,0.5,1", "--jobs", "2",

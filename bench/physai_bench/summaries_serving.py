@@ -1,5 +1,5 @@
 """The summarisers of the serving, engine and policy entries (camera_frames, openpi_gateway,
-serving, policy, demo, soak, rtc, engine_full_depth, streaming_rates): each reads its entry's
+serving, serving_auth, policy, demo, soak, rtc, engine_full_depth, streaming_rates): each reads its entry's
 results file and returns the rows physai_bench.tables prints, with the baseline of the same run
 and a verdict."""
 from __future__ import annotations
@@ -76,6 +76,29 @@ def serving(doc: dict) -> list[Row]:
                 f"{rw:.2f}x / {ro:.2f}x the floor", "-", _ratio_verdict(rw, ro)))
     # The README (kept short): the first one-robot case; docs/results.md has every case.
     return headlines(rows, lambda i, r: i == 0)
+
+
+def serving_auth(doc: dict) -> list[Row]:
+    """Authentication on over off, per case (medians of the alternated server runs)."""
+    rows = []
+    for case, c in doc["cases"].items():
+        if "auth_on" not in c or "auth_off" not in c:
+            continue
+        n, views, size = case.split("_")
+        n, views = int(n.removesuffix("robot")), int(views.removesuffix("views"))
+        on, off = c["auth_on"], c["auth_off"]
+        lost = sum(r["lost"] for m in (on, off) for r in m["runs"])
+        r50, r99 = on["overhead_ms_p50"] / off["overhead_ms_p50"], on["overhead_ms_p99"] / off["overhead_ms_p99"]
+        rows.append(Row(
+            f"Authentication's cost, {n} robot{'s' if n > 1 else ''}, {views} view{'s' if views > 1 else ''} {size}, "
+            "over ROS (this CPU): serving overhead p50 / p99 (batch wait included)",
+            f"on {num(on['overhead_ms_p50'])} / {num(on['overhead_ms_p99'])} ms"
+            + (f" ({lost} rounds lost)" if lost else ""),
+            f"off {num(off['overhead_ms_p50'])} / {num(off['overhead_ms_p99'])} ms",
+            f"{r50:.2f}x / {r99:.2f}x (client CPU {on['client_cpu_ms_per_obs'] / off['client_cpu_ms_per_obs']:.2f}x)",
+            "-", "loss" if lost else _ratio_verdict(r50, r99)))
+    # The README: the fleet's usual robot (1 robot, 2 views at 224); docs/results.md has every case.
+    return headlines(rows, lambda i, r: r.question.startswith("Authentication's cost, 1 robot, 2 views 224"))
 
 
 def policy(doc: dict) -> list[Row]:
@@ -266,3 +289,32 @@ def streaming_rates(doc: dict) -> list[Row]:
                         "tie" if hz >= 0.95 * target and missed < 0.01 else "loss"))
     # The README: the tiny model (the best case) and the deepest preset measured.
     return headlines(rows, lambda i, r: i in (0, len(rows) - 1))
+
+
+def streaming_fleet(doc: dict) -> list[Row]:
+    """Each robot count against one robot on the same server, over ROS and in process."""
+    rates = doc["configured"]
+    rows = []
+    for where, key, hz_key, missed_key in (("over ROS", "over_ros", "window_ae_hz", "window_missed_tick_fraction"),
+                                           ("in process", "in_process", "ae_hz", "missed_tick_fraction")):
+        cases = {c["robots"]: c for c in doc[key]}
+        one = cases.get(1)
+        for n, c in sorted(cases.items()):
+            if n == 1 or one is None or c.get(hz_key) is None or not c.get("quick_loop_ms_p50"):
+                continue
+
+            def cell(x):
+                return (f"AE {num(x[hz_key])} Hz ({pct(x[missed_key])} of ticks missed), wrench -> "
+                        f"{'command' if key == 'over_ros' else 'segment'} p50 {num(x['quick_loop_ms_p50'])} ms, "
+                        f"frame p50 {num(x['slow_loop_ms_p50'])} ms")
+            r_quick = c["quick_loop_ms_p50"] / one["quick_loop_ms_p50"]
+            r_hz = one[hz_key] / c[hz_key]
+            rows.append(Row(
+                f"{n} streaming robots on one server, {where} (tiny preset, this CPU, fleet rates VLM "
+                f"{rates['vlm_hz']:g} / AE {rates['ae_hz']:g} Hz): what each robot gets",
+                cell(c), "1 robot: " + cell(one), f"wrench loop {r_quick:.2f}x, AE rate {1 / r_hz:.2f}x one robot's",
+                "-", _ratio_verdict(r_quick, r_hz)))
+    # The README: the most robots over ROS (the fleet's case); docs/results.md has the rest.
+    last_ros = max((i for i, r in enumerate(rows) if "over ROS" in r.question), default=0)
+    return headlines(rows, lambda i, r: i == last_ros) if rows else [
+        Row("Several streaming robots on one server", "not measured (no 1-robot baseline)", "-", "-", "-", "unmeasured")]

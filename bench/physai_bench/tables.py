@@ -22,12 +22,14 @@ BEGIN, END = "<!-- results-table:begin (bench/suite.py --tables) -->", "<!-- res
 # One summariser per suite entry, in the order the tables print them.
 SUMMARISERS: dict[str, Callable[[dict], list[Row]]] = {
     "factory": planning.factory, "agents": planning.agents, "scheduling": planning.scheduling,
+    "scheduling_synthetic": planning.scheduling_synthetic, "scheduling_recorded": planning.scheduling_recorded,
     "language": planning.language, "factory_routing": planning.factory_routing,
     "component_order": planning.component_order, "safety_stop": planning.safety_stop,
     "camera_frames": serving.camera_frames, "openpi_gateway": serving.openpi_gateway, "serving": serving.serving,
+    "serving_auth": serving.serving_auth,
     "policy": serving.policy, "demo": serving.demo, "soak": serving.soak,
     "rtc": serving.rtc, "engine_full_depth": serving.engine_full_depth,
-    "streaming_rates": serving.streaming_rates}
+    "streaming_rates": serving.streaming_rates, "streaming_fleet": serving.streaming_fleet}
 
 
 def _run_line(name: str, doc: dict) -> str:
