@@ -56,7 +56,8 @@ def main(argv: list[str] | None = None) -> int:
         f"CPU, tiny preset (random weights), the shipped fleet's streaming rates (VLM {rates['vlm_hz']:g} Hz, action "
         f"expert {rates['ae_hz']:g} Hz, actions {rates['action_hz']:g} Hz, segments {rates['segment_rate_hz']:g}/s) and "
         "default settings (VLM on a thread, ordinary scheduling, 1 intra-op thread); one server's streams shared "
-        "by 1-4 robots, in process and over ROS (server, clients, controllers as processes on loopback)",
+        "by 1-4 robots, in process and over ROS (the server, a client and a 480 Hz controller per robot and the "
+        "sensors' player as processes on loopback, all on this host: the robot side competes for its cores)",
         __file__, argv, quick=args.quick)
     cmd = ["--preset", "tiny", "--robots", *map(str, robots), "--seconds", str(seconds),
            "--ros-seconds", str(ros_seconds), "--vlm-hz", str(rates["vlm_hz"]), "--ae-hz", str(rates["ae_hz"]),

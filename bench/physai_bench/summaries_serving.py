@@ -5,6 +5,7 @@ and a verdict."""
 from __future__ import annotations
 
 import re
+from dataclasses import replace
 
 from physai_bench.rows import Row, headlines, num, pct
 
@@ -237,7 +238,30 @@ def rtc(doc: dict) -> list[Row]:
             f"{ours}/{n}", f"{base}/{n}",
             f"McNemar p {'< 0.0001' if t['p_two_sided'] < 1e-4 else '= ' + str(t['p_two_sided'])}", "-",
             "tie" if t["p_two_sided"] >= 0.05 else "win" if ours > base else "loss"))
-    return headlines(rows, lambda i, r: r.question.startswith("RTC (beta 5)"))
+    rows = [replace(r, headline=False) for r in rows]
+    return rows + _rtc_headline(rows, [t for t in doc["paired"] if t["merge"] == "rtc"
+                                       and t["against"] == "vs_best_crossfade"])
+
+
+def _rtc_headline(rows: list[Row], paired: list[dict]) -> list[Row]:
+    """The README's one RTC row: every beta at every model-time share, the first beta's p-values."""
+    by_beta: dict[float, list] = {}
+    for r, t in zip(rows, paired):
+        by_beta.setdefault(t["param"], []).append((r, t))
+    if not by_beta:
+        return []
+    (beta0, first), *others = sorted(by_beta.items())
+    t0 = first[0][1]
+    shares = " / ".join(f"{t.get('compute_share', 1.0):g}" for _, t in first)
+
+    def successes(cells):
+        return " / ".join(r.ours.split("/")[0] for r, _ in cells)
+    return [Row(f"RTC vs the best crossfade ({t0['against_param']:g} s), {t0['task']}, {t0['latency_ms']:g} ms latency, "
+                f"{shares} of it model time: successes",
+                f"beta {beta0:g}: {successes(first)} of {t0['success'][2]}"
+                + "".join(f"; beta {b:g}: {successes(c)}" for b, c in others), first[0][0].baseline,
+                f"beta {beta0:g}: McNemar " + " / ".join(r.ratio.removeprefix("McNemar ") for r, _ in first), "-",
+                "/".join(r.verdict for r, _ in first))]
 
 
 def engine_full_depth(doc: dict) -> list[Row]:
@@ -304,14 +328,13 @@ def streaming_fleet(doc: dict) -> list[Row]:
                 continue
 
             def cell(x):
-                return (f"AE {num(x[hz_key])} Hz ({pct(x[missed_key])} of ticks missed), wrench -> "
-                        f"{'command' if key == 'over_ros' else 'segment'} p50 {num(x['quick_loop_ms_p50'])} ms, "
-                        f"frame p50 {num(x['slow_loop_ms_p50'])} ms")
+                return (f"AE {num(x[hz_key])} Hz ({pct(x[missed_key])} missed), wrench p50 "
+                        f"{num(x['quick_loop_ms_p50'])} ms, frame p50 {num(x['slow_loop_ms_p50'])} ms")
             r_quick = c["quick_loop_ms_p50"] / one["quick_loop_ms_p50"]
             r_hz = one[hz_key] / c[hz_key]
             rows.append(Row(
-                f"{n} streaming robots on one server, {where} (tiny preset, this CPU, fleet rates VLM "
-                f"{rates['vlm_hz']:g} / AE {rates['ae_hz']:g} Hz): what each robot gets",
+                f"{n} streaming robots on one server, {where} (tiny, this CPU, VLM {rates['vlm_hz']:g} / AE "
+                f"{rates['ae_hz']:g} Hz): per robot, wrench / frame to {'command' if key == 'over_ros' else 'segment'}",
                 cell(c), "1 robot: " + cell(one), f"wrench loop {r_quick:.2f}x, AE rate {1 / r_hz:.2f}x one robot's",
                 "-", _ratio_verdict(r_quick, r_hz)))
     # The README: the most robots over ROS (the fleet's case); docs/results.md has the rest.
