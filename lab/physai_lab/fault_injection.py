@@ -14,6 +14,9 @@ slot_hook) when the environment says so, and `attach` reads PHYSAI_FAULT_INJECTI
   stall@k  the k-th batch blocks for STALL_S before it runs, as a hung kernel or a very long
            batch would (a node must still stop within its budget: physai_ros.ros.spin); it
            says so on stderr first, so a test knows the engine thread is inside the batch.
+  slow@k   from the k-th batch on, every batch waits SLOW_S before it runs, as a throttled GPU or a
+           neighbour's load would make it: the slot's measured service times drift (the factory
+           plan's online profile); said once on stderr.
 
 Batches count from 1 and only batches served by ServingCore.run_batch count (not the start-up
 profile or warm-up).
@@ -27,8 +30,9 @@ from dataclasses import dataclass, field
 
 ENV_VAR = "PHYSAI_FAULT_INJECTION"
 HOOK = "physai_lab.fault_injection:attach"
-KINDS = ("raise", "die", "stall")
+KINDS = ("raise", "die", "stall", "slow")
 STALL_S = 600.0
+SLOW_S = 0.25
 
 
 class InjectedEngineError(RuntimeError):
@@ -46,9 +50,16 @@ class FaultPlan:
     raise_on: frozenset[int] = frozenset()
     die_on: frozenset[int] = frozenset()
     stall_on: frozenset[int] = frozenset()
+    slow_on: frozenset[int] = frozenset()  # slow from the first of these batches on
     fired: list[str] = field(default_factory=list)
 
     def before_batch(self, instance_id: str, batch_no: int) -> None:
+        if self.slow_on and batch_no >= min(self.slow_on):
+            if not any(f.startswith("slow@") for f in self.fired):
+                self.fired.append(f"slow@{batch_no}")
+                print(f"{ENV_VAR}: {instance_id} slowed by {SLOW_S:g} s a batch from batch {batch_no} on",
+                      file=sys.stderr, flush=True)
+            time.sleep(SLOW_S)
         if batch_no in self.stall_on:
             self.fired.append(f"stall@{batch_no}")
             print(f"{ENV_VAR}: stalling {instance_id} on batch {batch_no} for {STALL_S:g} s",
@@ -72,8 +83,8 @@ def parse_fault_spec(spec: str) -> dict[str, FaultPlan]:
         iid, sep, what = item.partition(":")
         kind, at, num = what.partition("@")
         if not (iid and sep and at and kind in KINDS and num.isdigit() and int(num) >= 1):
-            raise ValueError(f"{ENV_VAR}: bad item {item!r}; expected <instance_id>:raise@<k> or "
-                             f"<instance_id>:die@<k> or <instance_id>:stall@<k> with k >= 1")
+            raise ValueError(f"{ENV_VAR}: bad item {item!r}; expected <instance_id>:<kind>@<k> with kind "
+                             f"one of {', '.join(KINDS)} and k >= 1")
         plans.setdefault(iid, {k: set() for k in KINDS})[kind].add(int(num))
     return {iid: FaultPlan(*(frozenset(p[k]) for k in KINDS)) for iid, p in plans.items()}
 

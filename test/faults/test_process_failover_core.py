@@ -257,6 +257,17 @@ def test_fault_plan_fires_only_on_its_batches():
     assert p.fired == ["raise@2", "die@3"]
 
 
+def test_a_slowed_slot_waits_before_every_batch_from_its_first_slow_one(monkeypatch):
+    import physai_lab.fault_injection as fi
+
+    waits = []
+    monkeypatch.setattr(fi.time, "sleep", waits.append)
+    p = parse_fault_spec("engine_0:slow@3")["engine_0"]
+    for batch_no in range(1, 6):
+        p.before_batch("engine_0", batch_no)
+    assert waits == [fi.SLOW_S] * 3 and p.fired == ["slow@3"]
+
+
 def test_a_refused_robot_retries_and_reports_the_refusal_once():
     from physai_ros.protocol.registration import RegistrationResult
 
