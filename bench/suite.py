@@ -55,6 +55,9 @@ ENTRIES = (
           ("--traces", RECORDED_TRACES, "--quick"), out_flag="--out"),
     Entry("language", "Text from the action prefill (OxyGen): KV sharing and cross-frame batching vs a batching "
           "isolated baseline", "language_stream.py", ("--robots", "1,4,16", "--budgets", "16,64,256")),
+    Entry("language_pi05", "The same at the paper's f_min (5 frames/s) on pi0.5 (tiny widths, random weights)",
+          "language_stream.py", ("--preset", "tiny", "--policy", "pi05", "--f-min", "5", "--robots", "1,4,16",
+                                 "--budgets", "16,64,256"), ("--quick", "--policy", "pi05", "--f-min", "5")),
     Entry("factory_routing", "Does the plan's routing pay in the real server (per-instance queues vs none)?",
           "factory_routing.py"),
     Entry("component_order", "Kairos ordering of real pipeline component steps vs shortest-first and FIFO",

@@ -36,3 +36,13 @@ def num(x: float) -> str:
 def lower(reduction: float) -> str:
     """A latency reduction (0.3: 30 % less) in words."""
     return f"{reduction:.1%} lower" if reduction >= 0 else f"{-reduction:.1%} higher"
+
+
+def side_by_side(question: str, rows: list[Row]) -> Row:
+    """One README row for several of an entry's rows: each field's values joined by " / " in the
+    rows' order (one value when all agree), the verdicts by "/". The rows themselves stay in
+    docs/results.md."""
+    def join(values: list[str], sep: str = " / ") -> str:
+        return values[0] if len(set(values)) == 1 else sep.join(values)
+    return Row(question, join([r.ours for r in rows]), join([r.baseline for r in rows]),
+               join([r.ratio for r in rows]), join([r.paper for r in rows]), join([r.verdict for r in rows], "/"))

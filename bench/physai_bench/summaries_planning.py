@@ -4,7 +4,7 @@ each reads its entry's results file and returns the rows physai_bench.tables pri
 baseline of the same run and a verdict."""
 from __future__ import annotations
 
-from physai_bench.rows import Row, headlines, lower, pct
+from physai_bench.rows import Row, headlines, lower, pct, side_by_side
 
 
 def factory(doc: dict) -> list[Row]:
@@ -152,10 +152,19 @@ def language(doc: dict) -> list[Row]:
             f"{r['continuous']['frames_per_s']}x isolated's frames/s, {r['continuous']['tokens_per_s']}x its tokens/s"
             + (f"; {c['frames_per_s'] / m['shared']['frames_per_s']:.2f}x sharing alone's frames/s"
                if "shared" in m else ""),
-            "up to 3.7x isolated (pi0.5, RTX 4090, f_min 5 frames/s)", _language_verdict(r["continuous"], c)))
-    # The README keeps a middle cell and the largest (where the floor is held by decoding less).
-    return headlines(rows, lambda i, r: r.question.startswith(("Language stream, 4 robot(s) x 64-token",
-                                                                "Language stream, 16 robot(s) x 256-token")))
+            "up to 3.7x isolated (pi0.5, RTX 4090, f_min 5 frames/s)", _language_verdict(r["continuous"], c),
+            headline=False))
+    # The README: a middle cell and the largest (where the floor is held by decoding less), in one row.
+    cells = [(cell["robots"], cell["budget"], row) for cell, row in zip(
+        [c for c in doc["cells"] if "continuous" in c["modes"] and "isolated" in c["modes"]], rows)]
+    picked = [(n, b, row) for n, b, row in cells if (n, b) in ((4, 64), (16, 256))] or cells[-1:]
+    model = doc.get("model", "")  # "<checkpoint or preset>: <sizes>, ..., <pi0 | pi05>"
+    model = f"{model.split(':')[0].rsplit('/', 1)[-1]}, {model.rsplit(', ', 1)[-1]}" if ":" in model else model
+    readme = side_by_side(
+        f"Language stream, {model}, f_min {doc['f_min_hz']:g} frames/s, "
+        + " / ".join(f"{n} robots x {b}" for n, b, _ in picked) + "-token texts: frames/s (actions/s / chunk)",
+        [row for _, _, row in picked])
+    return rows + [readme]
 
 
 def _language_verdict(ratio: dict, continuous: dict) -> str:

@@ -23,7 +23,7 @@ BEGIN, END = "<!-- results-table:begin (bench/suite.py --tables) -->", "<!-- res
 SUMMARISERS: dict[str, Callable[[dict], list[Row]]] = {
     "factory": planning.factory, "agents": planning.agents, "scheduling": planning.scheduling,
     "scheduling_synthetic": planning.scheduling_synthetic, "scheduling_recorded": planning.scheduling_recorded,
-    "language": planning.language, "factory_routing": planning.factory_routing,
+    "language": planning.language, "language_pi05": planning.language, "factory_routing": planning.factory_routing,
     "component_order": planning.component_order, "safety_stop": planning.safety_stop,
     "camera_frames": serving.camera_frames, "openpi_gateway": serving.openpi_gateway, "serving": serving.serving,
     "serving_auth": serving.serving_auth,
