@@ -162,7 +162,7 @@ def language(doc: dict) -> list[Row]:
     model = f"{model.split(':')[0].rsplit('/', 1)[-1]}, {model.rsplit(', ', 1)[-1]}" if ":" in model else model
     readme = side_by_side(
         f"Language stream, {model}, f_min {doc['f_min_hz']:g} frames/s, "
-        + " / ".join(f"{n} robots x {b}" for n, b, _ in picked) + "-token texts: frames/s (actions/s / chunk)",
+        + " / ".join(f"{n} robots x {b}" for n, b, _ in picked) + "-token texts: frames/s",
         [row for _, _, row in picked])
     return rows + [readme]
 
