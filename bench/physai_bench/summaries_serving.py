@@ -1,7 +1,7 @@
 """The summarisers of the serving, engine and policy entries (camera_frames, openpi_gateway,
-serving, serving_auth, policy, demo, soak, rtc, engine_full_depth, streaming_rates): each reads its entry's
-results file and returns the rows physai_bench.tables prints, with the baseline of the same run
-and a verdict."""
+serving, serving_auth, policy, demo, soak, rtc, engine_full_depth, streaming_rates,
+streaming_fleet): each reads its entry's results file and returns the rows physai_bench.tables
+prints, with the baseline of the same run and a verdict."""
 from __future__ import annotations
 
 import re

@@ -216,6 +216,15 @@ class ClosedLoop:
     def ok(self) -> list:
         return [c for _, c in self.chunks if c.status == 0]  # ActionChunk.STATUS_OK
 
+    def assert_answered_exactly_once(self) -> None:
+        """Every round sent was answered once, OK (the newest may still be in flight); hold rig.lock."""
+        answers: dict[int, int] = {}
+        for _, c in self.chunks:
+            answers[c.round_id] = answers.get(c.round_id, 0) + 1
+        assert all(n == 1 for n in answers.values()), (self.rid, answers)
+        assert self.unanswered == [] and set(self.sent[:-1]) <= set(answers), (self.rid, self.sent, answers)
+        assert all(c.status == 0 for _, c in self.chunks), [c.error for _, c in self.chunks if c.status]
+
     def stop(self):
         self._stop.set()
         self._thread.join(timeout=5)

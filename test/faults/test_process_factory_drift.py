@@ -89,15 +89,10 @@ def test_a_slowed_system1_is_measured_and_a_new_plan_applied_with_no_round_lost(
             lp.stop()
         with rig.lock:
             for rid, lp in loops.items():
-                answers: dict[int, int] = {}
-                for _, c in lp.chunks:
-                    answers[c.round_id] = answers.get(c.round_id, 0) + 1
-                assert all(n == 1 for n in answers.values()), (rid, answers)
-                assert lp.unanswered == [] and set(lp.sent[:-1]) <= set(answers), (rid, lp.sent, answers)
-                assert all(c.status == 0 for _, c in lp.chunks), [c.error for _, c in lp.chunks if c.status]
-                # Rounds before the change ran where the start-up plan put the robot; after it, on
-                # one of the System 1 instances the new plan names.
-                first = [c.engine_instance for c in lp.ok()[:SLOW_FROM // 2]]
+                lp.assert_answered_exactly_once()
+                # The first rounds ran where the start-up plan put the robot (no drift is checked
+                # before 8 batches in all); the rounds after the change, on the instance it names.
+                first = [c.engine_instance for c in lp.ok()[:3]]
                 assert set(first) == {on[rid]}, (rid, on, first)
                 after = {c.engine_instance for c in lp.ok()[base[rid] + 1:]}
                 assert after <= system1 and len(after) == 1, (rid, after, change)

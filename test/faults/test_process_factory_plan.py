@@ -67,15 +67,6 @@ def _routes(reply) -> dict[str, str]:
     return dict(zip(reply.route_components, reply.route_instances))
 
 
-def _exactly_once(lp: ClosedLoop) -> None:
-    answers: dict[int, int] = {}
-    for _, c in lp.chunks:
-        answers[c.round_id] = answers.get(c.round_id, 0) + 1
-    assert all(n == 1 for n in answers.values()), (lp.rid, answers)
-    assert lp.unanswered == [] and set(lp.sent[:-1]) <= set(answers), (lp.rid, lp.sent, answers)
-    assert all(c.status == 0 for _, c in lp.chunks), [c.error for _, c in lp.chunks if c.status]
-
-
 def test_the_plan_places_the_robots_on_two_instances_and_their_rounds_run_there(served):
     rig, cfg, replies, loops = served
     on = {rid: _routes(r)["system1"] for rid, r in replies.items()}
@@ -107,7 +98,7 @@ def test_an_instance_dying_with_no_standby_moves_its_robots_and_a_new_plan_is_ap
              "3 more rounds per robot on the new plan")
     with rig.lock:
         for lp in loops.values():
-            _exactly_once(lp)
+            lp.assert_answered_exactly_once()
             assert lp.ok()[-1].engine_instance == "engine_1"
     rig.assert_alive("after the new plan")
 
