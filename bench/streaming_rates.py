@@ -44,8 +44,8 @@ PAPER = "480 Hz action expert beside a 30 Hz VLM, pi0 on one RTX 4090 (realtime-
 
 
 def tick_alone(preset: str, reps: int, warmup: int) -> dict:
-    doc = run_streaming_bench(["--tick-bench", "--preset", preset, "--impls", "fused", "--vlm-modes", "--robots", "1",
-                      "--tick-reps", str(reps), "--tick-warmup", str(warmup), "--vlm-hz", "0.001"], 3600)
+    doc = run_streaming_bench(["--tick-bench", "--preset", preset, "--impls", "fused", "--vlm-modes", "--robots",
+                               "1", "--tick-reps", str(reps), "--tick-warmup", str(warmup), "--vlm-hz", "0.001"], 3600)
     seq = doc["tick"]["sequential"][0]
     ms = seq["tick_ms"]
     return {"tick_ms_p50": ms["p50"], "tick_ms_p99": ms["p99"], "ticks": ms["n"],
@@ -58,7 +58,7 @@ def over_ros(preset: str, seconds: float, startup_s: float, tuned: bool = False)
     the file says which it got)."""
     extra = ["--ros-vlm", "process", "--ae-priority", "10"] if tuned else []
     doc = run_streaming_bench(["--ros-only", "--preset", preset, "--robots", "1", "--ros-seconds", str(seconds),
-                      "--ros-startup-s", str(startup_s), *extra], startup_s + seconds + 300)
+                               "--ros-startup-s", str(startup_s), *extra], startup_s + seconds + 300)
     case = doc["ros_cases"][0]
     keep = ("window_s", "window_ae_hz", "window_missed_tick_fraction", "window_vlm_hz", "server_ae_scheduling",
             "quick_loop_ms_p50", "quick_loop_ms_p99", "quick_loop_samples", "slow_loop_ms_p50", "slow_loop_ms_p99",

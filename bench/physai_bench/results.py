@@ -78,7 +78,7 @@ class Run:
                 "regime": self.regime, "quick": self.quick, "wall_s": round(time.monotonic() - self.started, 1)}
 
 
-def _from_repo(arg: str) -> str:
+def from_repo(arg: str) -> str:
     """A path inside the repository as seen from its root (other arguments as they are)."""
     if not arg.startswith("/"):
         return arg
@@ -90,7 +90,7 @@ def _from_repo(arg: str) -> str:
 
 def command_line(script: str | Path, args: list[str] | None = None) -> str:
     """The command as a user types it from the repository's root (args: sys.argv[1:] when None)."""
-    return shlex.join(["python", _from_repo(str(script)), *map(_from_repo, sys.argv[1:] if args is None else args)])
+    return shlex.join(["python", from_repo(str(script)), *map(from_repo, sys.argv[1:] if args is None else args)])
 
 
 def start_run(regime: str, script: str | Path, args: list[str] | None = None, quick: bool = False) -> Run:

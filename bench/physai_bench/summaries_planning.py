@@ -86,15 +86,20 @@ def scheduling(doc: dict) -> list[Row]:
                               ("the wait-ratio scheduler alone (static horizon)", "kairos_wo_dynamic_horizon",
                                "10.9-39.3 %")):
         f, a = t2["vs_fifo"][key], t2["vs_autellix"][key]
-        rows.append(Row(
+        rows.append(_vs_fifo_and_autellix(
             f"{label}, LIBERO-like tasks at the highest stable rate ({rate:g} tasks/s): average task latency",
-            f"{lower(f['avg_s'])} than FIFO, {lower(a['avg_s'])} than Autellix",
-            "FIFO and Autellix, static horizon", f"P95 {lower(f['p95_s'])} than FIFO",
-            f"{paper} lower average at peak load (its models and benchmarks)",
+            f["avg_s"], a["avg_s"], f["p95_s"], f"{paper} lower average at peak load (its models and benchmarks)",
             "loss" if f["avg_s"] < 0.05 else "win"))
     # The README: Kairos as the paper runs it; the scheduler alone (a loss here) in docs/results.md
     # and the README's capability table.
     return headlines(rows, lambda i, r: i == 0)
+
+
+def _vs_fifo_and_autellix(question: str, vs_fifo: float, vs_autellix: float, p95_vs_fifo: float, paper: str,
+                          verdict: str, horizons: str = "static horizon") -> Row:
+    """A scheduler row: its average latency reduction against FIFO and Autellix, P95 against FIFO."""
+    return Row(question, f"{lower(vs_fifo)} than FIFO, {lower(vs_autellix)} than Autellix",
+               f"FIFO and Autellix, {horizons}", f"P95 {lower(p95_vs_fifo)} than FIFO", paper, verdict)
 
 
 def _verdict(reduction: float) -> str:
@@ -109,10 +114,9 @@ def scheduling_synthetic(doc: dict) -> list[Row]:
                                 ("the wait-ratio scheduler alone (static horizon)", "scheduler_only_vs_fifo_static",
                                  "scheduler_only_vs_autellix_static")):
         f, a = red[key_f], red[key_a]
-        rows.append(Row(
+        rows.append(_vs_fifo_and_autellix(
             f"{label}, synthetic pi0 edge workload at {rate:g} tasks/s (its highest): average task latency",
-            f"{lower(f['avg_s'])} than FIFO, {lower(a['avg_s'])} than Autellix", "FIFO and Autellix, static horizon",
-            f"P95 {lower(f['p95_s'])} than FIFO",
+            f["avg_s"], a["avg_s"], f["p95_s"],
             "31.8-66.5 % lower (its models and benchmarks)" if key_f == "kairos_vs_fifo" else "10.9-39.3 % lower",
             _verdict(f["avg_s"])))
     for n, cell in doc["by_fleet_size"].items():
@@ -128,21 +132,21 @@ def scheduling_recorded(doc: dict) -> list[Row]:
     ours, fifo, autellix = (peak[f"{n}/recorded"] for n in ("wait_ratio", "fifo", "autellix"))
     f, a = 1 - ours["avg_s"] / fifo["avg_s"], 1 - ours["avg_s"] / autellix["avg_s"]
     meta = doc["traces_meta"]
-    return [Row(
+    return [_vs_fifo_and_autellix(
         f"The wait-ratio scheduler, {doc['tasks_in_file']} tasks recorded from our fleet ({meta['model']}), "
         f"replayed at {doc['peak_rate_per_s']:g} tasks/s: average task latency",
-        f"{lower(f)} than FIFO, {lower(a)} than Autellix", "FIFO and Autellix, the recorded horizons",
-        f"P95 {lower(1 - ours['p95_s'] / fifo['p95_s'])} than FIFO", "10.9-39.3 % lower (the scheduler alone)",
-        _verdict(f))]
+        f, a, 1 - ours["p95_s"] / fifo["p95_s"], "10.9-39.3 % lower (the scheduler alone)", _verdict(f),
+        horizons="the recorded horizons")]
 
 
 def language(doc: dict) -> list[Row]:
-    rows = []
+    rows, sizes = [], []  # sizes: each row's (robots, budget)
     for cell in doc["cells"]:
         m, r = cell["modes"], cell["ratios"]
         if "continuous" not in m or "isolated" not in m:
             continue
         c = m["continuous"]
+        sizes.append((cell["robots"], cell["budget"]))
         rows.append(Row(
             f"Language stream, {cell['robots']} robot(s) x {cell['budget']}-token texts, f_min {doc['f_min_hz']:g} "
             "frames/s: frames/s (actions/s / chunk)",
@@ -155,8 +159,7 @@ def language(doc: dict) -> list[Row]:
             "up to 3.7x isolated (pi0.5, RTX 4090, f_min 5 frames/s)", _language_verdict(r["continuous"], c),
             headline=False))
     # The README: a middle cell and the largest (where the floor is held by decoding less), in one row.
-    cells = [(cell["robots"], cell["budget"], row) for cell, row in zip(
-        [c for c in doc["cells"] if "continuous" in c["modes"] and "isolated" in c["modes"]], rows)]
+    cells = [(n, b, row) for (n, b), row in zip(sizes, rows)]
     picked = [(n, b, row) for n, b, row in cells if (n, b) in ((4, 64), (16, 256))] or cells[-1:]
     model = doc.get("model", "")  # "<checkpoint or preset>: <sizes>, ..., <pi0 | pi05>"
     model = f"{model.split(':')[0].rsplit('/', 1)[-1]}, {model.rsplit(', ', 1)[-1]}" if ":" in model else model

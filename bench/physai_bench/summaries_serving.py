@@ -312,11 +312,11 @@ def streaming_rates(doc: dict) -> list[Row]:
                         ceiling, f"{num(hz / target)}x the paper's rate", doc["paper"],
                         "tie" if hz >= 0.95 * target and missed < 0.01 else "loss"))
     # The README: the tiny model (the best case) and the deepest preset measured, in one row.
-    rows = [replace(r, headline=False) for r in rows]
-    picked = [doc["cells"][0]["preset"], doc["cells"][-1]["preset"]] if len(rows) > 1 else [doc["cells"][0]["preset"]]
-    ends = [rows[0], rows[-1]] if len(rows) > 1 else rows
-    return rows + [side_by_side(f"Action-expert ticks/s for one robot at the paper's {target:g} Hz, "
-                                f"{' / '.join(picked)} preset, default settings, over ROS (this CPU)", ends)]
+    rows = [replace(r, headline=False) for r in rows]  # one per cell, in the cells' order
+    ends = sorted({0, len(rows) - 1})
+    presets = " / ".join(doc["cells"][i]["preset"] for i in ends)
+    return rows + [side_by_side(f"Action-expert ticks/s for one robot at the paper's {target:g} Hz, {presets} "
+                                "preset, default settings, over ROS (this CPU)", [rows[i] for i in ends])]
 
 
 def streaming_fleet(doc: dict) -> list[Row]:

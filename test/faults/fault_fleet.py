@@ -3,6 +3,7 @@ builders, shared by the in-process and the real-process fault tests."""
 from __future__ import annotations
 
 import copy
+import json
 import time
 
 import numpy as np
@@ -51,6 +52,23 @@ def fleet_doc(robots=("r0", "r1", "r2"), server=None, tasks=None) -> dict:
 def write_fleet(path, **kw) -> str:
     path.write_text(yaml.safe_dump(fleet_doc(**kw)))
     return str(path)
+
+
+def write_factory_fleet(d, robots, **factory) -> str:
+    """d/fleet.yaml for the factory process tests: two engine instances with System 1 measured at
+    start-up, a factory block planning two pick_place robots on two servers (`factory` overrides
+    its keys), and the profile file it names (d/profiles.json). Returns the fleet file's path."""
+    from physai_ros.scheduler.factory.profiling import profile_from_service_times
+
+    profile = profile_from_service_times("tiny", "cpu", {1: 0.05, 2: 0.08}, requests=600)
+    (d / "profiles.json").write_text(json.dumps({"profiles": [profile.to_dict()]}))
+    doc = fleet_doc(robots=robots, server={"engine_instances": 2, "max_batch": 2, "scheduler": "wait_ratio",
+                                           "profile": {"reps": 1, "max_batch": 2, "views": 1}})
+    doc["tasks"]["pick_place"]["pipeline"] = {"action_period_ms": 100}
+    doc["factory"] = {"servers": 2, "hardware": "cpu", "profiles": "profiles.json", "models": {"system1": "tiny"},
+                      "robots": {"pick_place": 2}, "apply": True, **factory}
+    (d / "fleet.yaml").write_text(yaml.safe_dump(doc))
+    return str(d / "fleet.yaml")
 
 
 def image(seed: int = 0) -> ImageData:

@@ -81,6 +81,11 @@ class ProcessRig:
         with self.lock:
             return {name: lvl for name, (lvl, _) in self.diag_status.items()}
 
+    def status(self, name: str) -> dict[str, str]:
+        """A copy of the latest values of one /diagnostics status ({} until it arrives)."""
+        with self.lock:
+            return dict(self.diag.get(name, {}))
+
     def record(self, msg_type, topic: str, qos=None, stamp_arrival: bool = True) -> list:
         """Subscribe `topic`; returns the list that (arrival time, msg) pairs are appended to."""
         out: list = []

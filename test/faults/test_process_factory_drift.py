@@ -10,19 +10,16 @@ threshold (0.5); the robots are closed loops in the test process (process_rig.Cl
 """
 from __future__ import annotations
 
-import json
 import re
 
 import pytest
-import yaml
 
 from physai_lab.fault_injection import SLOW_S, fault_env
 from physai_ros.client.robot_client import RobotClientCore
 from physai_ros.config.fleet import load_fleet
 from physai_ros.ros.codecs.registration import registration_to_request
-from physai_ros.scheduler.factory.profiling import profile_from_service_times
 
-from fault_fleet import fleet_doc
+from fault_fleet import write_factory_fleet
 from process_rig import STARTUP_S, ClosedLoop, ProcessRig, server_spec
 
 pytestmark = [pytest.mark.ros, pytest.mark.slow]
@@ -30,21 +27,8 @@ pytestmark = [pytest.mark.ros, pytest.mark.slow]
 SLOW_FROM = 10  # each instance's batch from which it is slowed
 
 
-def _fleet(d) -> str:
-    profile = profile_from_service_times("tiny", "cpu", {1: 0.05, 2: 0.08}, requests=600)
-    (d / "profiles.json").write_text(json.dumps({"profiles": [profile.to_dict()]}))
-    doc = fleet_doc(robots=("a", "b"), server={"engine_instances": 2, "max_batch": 2, "scheduler": "wait_ratio",
-                                               "profile": {"reps": 1, "max_batch": 2, "views": 1}})
-    doc["tasks"]["pick_place"]["pipeline"] = {"action_period_ms": 100}
-    doc["factory"] = {"servers": 2, "hardware": "cpu", "profiles": "profiles.json", "models": {"system1": "tiny"},
-                      "robots": {"pick_place": 2}, "apply": True}  # profile_drift: the default 0.5
-    (d / "fleet.yaml").write_text(yaml.safe_dump(doc))
-    return str(d / "fleet.yaml")
-
-
 def _diag(rig) -> dict[str, str]:
-    with rig.lock:
-        return dict(rig.diag.get("policy_server: factory plan", {}))
+    return rig.status("policy_server: factory plan")
 
 
 def _slowed_plan_change(diag: dict[str, str]) -> str | None:
@@ -56,7 +40,7 @@ def _slowed_plan_change(diag: dict[str, str]) -> str | None:
 
 
 def test_a_slowed_system1_is_measured_and_a_new_plan_applied_with_no_round_lost(tmp_path):
-    fleet_file = _fleet(tmp_path)
+    fleet_file = write_factory_fleet(tmp_path, ("a", "b"))  # profile_drift: the default 0.5
     cfg = load_fleet(fleet_file)
     rig = ProcessRig(tmp_path / "logs")
     loops: dict[str, ClosedLoop] = {}

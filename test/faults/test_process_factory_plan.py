@@ -10,18 +10,14 @@ test process (process_rig.ClosedLoop); tests run in file order and share the ser
 """
 from __future__ import annotations
 
-import json
-
 import pytest
-import yaml
 
 from physai_lab.fault_injection import fault_env
 from physai_ros.client.robot_client import RobotClientCore
 from physai_ros.config.fleet import load_fleet
 from physai_ros.ros.codecs.registration import registration_to_request
-from physai_ros.scheduler.factory.profiling import profile_from_service_times
 
-from fault_fleet import fleet_doc
+from fault_fleet import write_factory_fleet
 from process_rig import STARTUP_S, ClosedLoop, ProcessRig, server_spec
 
 pytestmark = [pytest.mark.ros, pytest.mark.slow]
@@ -30,17 +26,10 @@ DIE_AT = 100  # engine_0's batch that kills its thread
 
 
 def _fleet(d) -> str:
-    profile = profile_from_service_times("tiny", "cpu", {1: 0.05, 2: 0.08}, requests=600)
-    (d / "profiles.json").write_text(json.dumps({"profiles": [profile.to_dict()]}))
     # System 1 measured at start-up (server.profile) and a drift threshold no load swing reaches:
-    # the plans here change for the robots and instances only (drift: test_factory_replanning.py).
-    doc = fleet_doc(robots=("a", "b", "c"), server={"engine_instances": 2, "max_batch": 2, "scheduler": "wait_ratio",
-                                                    "profile": {"reps": 1, "max_batch": 2, "views": 1}})
-    doc["tasks"]["pick_place"]["pipeline"] = {"action_period_ms": 100}
-    doc["factory"] = {"servers": 2, "hardware": "cpu", "profiles": "profiles.json", "models": {"system1": "tiny"},
-                      "robots": {"pick_place": 2}, "apply": True, "profile_drift": 100.0}
-    (d / "fleet.yaml").write_text(yaml.safe_dump(doc))
-    return str(d / "fleet.yaml")
+    # the plans here change for the robots and instances only (drift: test_factory_replanning.py and
+    # test_process_factory_drift.py).
+    return write_factory_fleet(d, ("a", "b", "c"), profile_drift=100.0)
 
 
 @pytest.fixture(scope="module")
@@ -104,5 +93,4 @@ def test_an_instance_dying_with_no_standby_moves_its_robots_and_a_new_plan_is_ap
 
 
 def _diag(rig) -> dict[str, str]:
-    with rig.lock:
-        return dict(rig.diag.get("policy_server: factory plan", {}))
+    return rig.status("policy_server: factory plan")
