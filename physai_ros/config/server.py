@@ -280,6 +280,12 @@ class ComponentServerConfig:
     max_queue: int = 32  # questions waiting per backend; more are refused `busy`
     max_question_chars: int = 1000  # longer questions are refused `bad_question`
     max_answer_tokens: int = 256  # a query asking for more is refused `max_tokens`
+    # K/V memory (MiB) each instance may give `model: vla` questions at once: Kairos's time-slot
+    # dispatcher admits a question only where it fits (serving.pipeline.memory_dispatch). None: unbounded
+    kv_budget_mb: float | None = None
+    # route: a `model: vla` question runs on the instance its factory route names | memory: on any
+    # free instance, the one with the lowest expected K/V peak (its route's on a tie)
+    placement: str = "route"
 
 
 def _parse_components(v: Any, path: str) -> ComponentServerConfig:
@@ -288,8 +294,12 @@ def _parse_components(v: Any, path: str) -> ComponentServerConfig:
     no_unknown(d, set(vars(dflt)), path)
     ints = {k: integer(d.get(k, getattr(dflt, k)), join_key(path, k), 1)
             for k in ("max_batch", "max_queue", "max_question_chars", "max_answer_tokens")}
+    budget = d.get("kv_budget_mb")
     return ComponentServerConfig(order=string(d.get("order", dflt.order), join_key(path, "order"),
                                                ("kairos", "shortest", "fifo")),
+                                 kv_budget_mb=None if budget is None else number(budget, join_key(path, "kv_budget_mb")),
+                                 placement=string(d.get("placement", dflt.placement), join_key(path, "placement"),
+                                                  ("route", "memory")),
                                  **ints)
 
 

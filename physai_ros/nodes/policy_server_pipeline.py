@@ -50,7 +50,8 @@ class PolicyServerPipeline:
                                         settings=ComponentServiceSettings(
                                             max_queue=c.max_queue, max_batch=c.max_batch, order=c.order,
                                             max_question_chars=c.max_question_chars,
-                                            max_answer_tokens=c.max_answer_tokens))
+                                            max_answer_tokens=c.max_answer_tokens,
+                                            kv_budget_mb=c.kv_budget_mb, placement=c.placement))
         for r in fleet.robots:  # known robots: topics now, so discovery is done before queries flow
             self.ensure_topics(r.id, r.namespace)
         # Robots the fleet file does not list get theirs once registered.

@@ -16,7 +16,6 @@ from typing import Protocol, Sequence
 import numpy as np
 
 
-
 @dataclass(frozen=True)
 class ComponentQuery:
     """One question about one robot's observation."""
@@ -43,6 +42,16 @@ class ComponentAnswer:
     @property
     def ok(self) -> bool:
         return not self.error
+
+
+@dataclass(frozen=True)
+class KVDemand:
+    """The K/V memory one query will hold on its backend (bytes): its prompt's at once, its
+    answer's by the last token. A backend that can say it has `kv_demand(query) -> KVDemand`;
+    the server then admits its queries by memory (serving.pipeline.memory_dispatch)."""
+
+    prompt_bytes: int
+    answer_bytes: int
 
 
 class ComponentBackend(Protocol):

@@ -27,11 +27,12 @@ import time
 from dataclasses import dataclass
 from typing import Any, Callable, Optional, Sequence
 
+import numpy as np
 import torch
 
 from physai_ros.engine.batching import collate
 from physai_ros.engine.language.decoder import SamplingParams, batch_requests
-from physai_ros.pipeline.backend import ComponentAnswer, ComponentQuery
+from physai_ros.pipeline.backend import ComponentAnswer, ComponentQuery, KVDemand
 from physai_ros.pipeline.kept_prefix import KeptPrefix, KeptPrefixes
 from physai_ros.pipeline.vla_inputs import QueryError, check_query, engine_input, question_ids
 
@@ -105,6 +106,7 @@ class VLABackboneBackend:
         self.stats = VLABackendStats()
         self._gen = torch.Generator().manual_seed(0)  # collate's noise: drawn, never used
         self._lock = threading.Lock()  # one batch at a time
+        self._element_size = torch.empty((), dtype=engine.dtype).element_size()
 
     @classmethod
     def from_core(cls, core: Any, instance_id: Optional[str] = None, attach: bool = True,
@@ -167,6 +169,24 @@ class VLABackboneBackend:
                     st.own += 1
                 out.append(self._answer_of(j, ms, timings))
             return out
+
+    def kv_demand(self, q: ComponentQuery) -> KVDemand:
+        """The K/V one question will hold (serving.pipeline.memory_dispatch), as decoder.start
+        copies it: the observation's prefix (its views' image tokens and the prompt's valid
+        tokens, the whole prompt window for a prompt that cannot be read here), then the
+        question's and the answer's tokens."""
+        cfg = self.config
+        per_token = 2 * cfg.vlm.depth * cfg.vlm.num_kv_heads * cfg.vlm.head_dim * self._element_size
+        try:
+            prompt = int(self.runner.tokens(q.task_prompt, np.asarray(q.state)).mask.sum())
+        except Exception:  # the batch will say what is wrong with it; here only its size matters
+            prompt = self.tokenizer.max_len
+        try:
+            question = len(question_ids(self.tokenizer, q.question, cfg.vocab_size, self.settings.max_question_tokens))
+        except QueryError:
+            question = self.settings.max_question_tokens
+        prefix = len(q.images) * cfg.vision.num_tokens + prompt + question
+        return KVDemand(prefix * per_token, int(q.max_tokens) * per_token)
 
     def close(self) -> None:
         """Nothing to release but the kept prefixes (the engine belongs to whoever built it)."""

@@ -7,10 +7,8 @@ backends (physai_ros.pipeline.backend), without ROS (nodes/policy_server_pipelin
   System 1 round lately, its own prefill otherwise); `model: {hf: DIR, device}` is one
   HFVisionLanguageBackend per distinct (resolved DIR, device), loaded at start-up. Tests inject
   their own (a ScriptedBackend) by key.
-- Every query is checked before it is queued (a registered robot, its own task, a component its
-  task has, a bounded printable question, the views and state it registered, max_tokens bounds):
-  a refused query gets an answer with error "<reason>: <detail>" (reasons in
-  protocol.component), counted per reason; nothing a robot sends raises here.
+- Every query is checked before it is queued (serving.pipeline.query_check): a refused query gets
+  an answer with error "<reason>: <detail>", counted per reason; nothing a robot sends raises here.
 - A bounded queue per backend (full: `busy`); per robot and component at most one query waits:
   a newer one replaces the queued older one, which is answered `superseded` (the robot's pipeline
   keeps one query per component in flight, so an older one is one it gave up).
@@ -19,12 +17,14 @@ backends (physai_ros.pipeline.backend), without ROS (nodes/policy_server_pipelin
   backend.answer(batch); a backend that raises costs that batch an error answer each, never the
   thread. Every query gets exactly one answer through `on_answers(list)` (refusals included,
   from the caller's thread; answers from the worker thread).
+- With `kv_budget_mb` or `placement: memory`, the VLA backbone's questions are admitted by the
+  K/V memory they will need, Kairos's time-slot dispatcher (serving.pipeline.memory_dispatch):
+  a question that fits no instance waits; with memory placement, one queue feeds every instance.
 """
 from __future__ import annotations
 
 import threading
 import time
-import unicodedata
 from collections import Counter, OrderedDict, deque
 from dataclasses import dataclass, field
 from typing import Any, Callable, Mapping
@@ -33,13 +33,17 @@ import numpy as np
 
 from physai_ros.config.fleet import FleetConfig
 from physai_ros.protocol.component import QUESTION_COMPONENTS
-from physai_ros.protocol.component import (BAD_IMAGES, BAD_QUESTION, BAD_STATE, BUSY, CLOSED,
-                                           MAX_TOKENS, SUPERSEDED, UNKNOWN_COMPONENT, UNKNOWN_ROBOT, WRONG_TASK,
-                                           ComponentAnswerData, ComponentRequest, refusal)
+from physai_ros.protocol.component import (BAD_QUESTION, BUSY, CLOSED, SUPERSEDED, UNKNOWN_COMPONENT,
+                                           UNKNOWN_ROBOT, ComponentAnswerData, ComponentRequest, refusal)
 from physai_ros.serving.compute_threads import use_threads
 from physai_ros.serving.pipeline.backends import (VLA_KEY, _key_paths, answer_data, ask, distinct, instance_key,
                                                   load_backends, plan_routes)
-from physai_ros.serving.pipeline.order import ComponentOrder
+from physai_ros.serving.pipeline.memory_dispatch import PLACEMENTS, ComponentMemoryDispatch, gated_instances
+from physai_ros.serving.pipeline.order import ComponentOrder, agent_name
+from physai_ros.serving.pipeline.query_check import check_request
+
+POOL_KEY = "vla@any"  # with memory placement, the queue of every `model: vla` question
+
 
 @dataclass(frozen=True)
 class ComponentServiceSettings:
@@ -49,6 +53,8 @@ class ComponentServiceSettings:
     max_answer_tokens: int = 256
     latency_window: int = 512  # answers per component kept for the percentiles
     order: str = "kairos"  # which waiting questions go first: kairos | fifo (serving.pipeline.order)
+    kv_budget_mb: float | None = None  # K/V memory per instance for `model: vla` questions (memory_dispatch)
+    placement: str = "route"  # route: a question runs where its route says | memory: any free instance
 
 
 @dataclass
@@ -56,6 +62,9 @@ class _Waiting:
     req: ComponentRequest
     key: str  # backend key
     received: float  # service clock
+    route: str | None = None  # the instance its route names (memory placement prefers it)
+    kv: Any = None  # the backend's KVDemand, asked once (memory dispatch)
+    ticket: int | None = None  # its memory admission, completed when its batch ends
 
 
 @dataclass
@@ -101,6 +110,7 @@ class ComponentService:
         self._stop = False
         self._turn = 0
         self.order = ComponentOrder(settings.order)
+        self._gate_backends(settings)
         self._threads: list[threading.Thread] = []
         if start:
             self.start()
@@ -113,7 +123,11 @@ class ComponentService:
             for key, b in self.backends.items():
                 groups.setdefault(id(b), []).append(key)
             for n, keys in enumerate(groups.values()):
-                t = threading.Thread(target=self._work, args=(tuple(keys),), name=f"component_service_{n}", daemon=True)
+                me = self._instance.get(keys[0])
+                if me is not None and POOL_KEY in self._queues:  # memory placement: every gated worker draws on it
+                    keys.append(POOL_KEY)
+                t = threading.Thread(target=self._work, args=(tuple(keys), me), name=f"component_service_{n}",
+                                     daemon=True)
                 self._threads.append(t)
                 t.start()
         return self
@@ -125,7 +139,7 @@ class ComponentService:
         on_answers: the caller only logs it). Never raises for what the request holds."""
         key = ""
         try:
-            bad = self._check(req)
+            bad = check_request(req, self.core.registration, self.routes, self.settings)
             if bad is None:
                 key, bad = self._route(req)
         except Exception as e:  # a request of the wrong types: still only its own problem
@@ -140,15 +154,18 @@ class ComponentService:
             if bad is None and self._stop:
                 bad = (CLOSED, "the server is shutting down")
             if bad is None:
+                route = self._instance.get(key) if self.memory is not None else None
+                if route is not None and POOL_KEY in self._queues:
+                    key = POOL_KEY
                 queue = self._queues[key]
                 slot = (req.robot_id, req.component)
                 older = queue.pop(slot, None)
                 if older is not None:
                     out.append(self._refused_locked(older.req, SUPERSEDED, f"query {req.query_id} replaced it"))
                 if len(queue) >= self.settings.max_queue:
-                    bad = (BUSY, f"{len(queue)} queries wait for {self.backends[key].name}")
+                    bad = (BUSY, f"{len(queue)} queries wait for {getattr(self.backends.get(key), 'name', key)}")
                 else:
-                    queue[slot] = _Waiting(req, key, now)
+                    queue[slot] = _Waiting(req, key, now, route)
                     self._cv.notify_all()
             refused = None
             if bad is not None:
@@ -184,45 +201,6 @@ class ComponentService:
                 key = instance_key(iid)
         return (key, None) if key is not None else ("", (UNKNOWN_COMPONENT, f"task {reg.task_id!r} has none"))
 
-    def _check(self, req: ComponentRequest) -> tuple[str, str] | None:
-        """(reason, detail) for a query this service does not take, else None."""
-        q, s = req.query, self.settings
-        reg = self.core.registration(q.robot_id)
-        if reg is None:
-            return UNKNOWN_ROBOT, f"{q.robot_id[:64]!r} is not registered with this server"
-        if req.task_id and req.task_id != reg.task_id:
-            return WRONG_TASK, f"query for task {req.task_id[:64]!r}, the robot is registered for {reg.task_id!r}"
-        if (reg.task_id, q.component) not in self.routes:
-            have = sorted(c for (t, c) in self.routes if t == reg.task_id)
-            return UNKNOWN_COMPONENT, (f"task {reg.task_id!r} has no component {q.component[:32]!r}"
-                                       f" (has: {', '.join(have) or 'none'})")
-        text = q.question.strip() if isinstance(q.question, str) else ""
-        if not text:
-            return BAD_QUESTION, "empty"
-        if len(q.question) > s.max_question_chars:
-            return BAD_QUESTION, f"{len(q.question)} characters, at most {s.max_question_chars}"
-        for label, t in (("question", q.question), ("task_prompt", q.task_prompt)):
-            if not isinstance(t, str) or any(unicodedata.category(ch) in ("Cc", "Cs", "Co", "Cn")
-                                             and ch not in "\n\t" for ch in t):
-                return BAD_QUESTION, f"{label}: control, surrogate, private-use or unassigned characters"
-        if len(q.task_prompt) > s.max_question_chars:
-            return BAD_QUESTION, f"task_prompt: {len(q.task_prompt)} characters, at most {s.max_question_chars}"
-        if isinstance(q.max_tokens, bool) or not isinstance(q.max_tokens, int) \
-                or not 1 <= q.max_tokens <= s.max_answer_tokens:
-            return MAX_TOKENS, f"expected 1..{s.max_answer_tokens}, got {q.max_tokens!r}"
-        if len(q.images) != reg.num_views:
-            return BAD_IMAGES, f"{len(q.images)} images, registered {reg.num_views}"
-        for i, im in enumerate(q.images):
-            h, w = reg.view_size(i)
-            if not isinstance(im, np.ndarray) or im.dtype != np.uint8 or im.shape != (h, w, 3):
-                got = f"{im.dtype} {list(im.shape)}" if isinstance(im, np.ndarray) else type(im).__name__
-                return BAD_IMAGES, f"images[{i}]: {got}, registered {h}x{w} (HxWx3 uint8)"
-        if q.state is not None and len(q.state):
-            st = np.asarray(q.state)
-            if st.shape != (reg.state_dim,) or not np.issubdtype(st.dtype, np.number) or not np.all(np.isfinite(st)):
-                return BAD_STATE, f"{st.dtype} {list(st.shape)}, registered {reg.state_dim} finite values"
-        return None
-
     def _refused_locked(self, req: ComponentRequest, reason: str, detail: str) -> ComponentAnswerData:
         self.refused[reason] += 1
         stats = self._stats.get(req.component)
@@ -242,26 +220,59 @@ class ComponentService:
 
     # ---- the worker --------------------------------------------------------------------------
 
-    def _take_locked(self, mine: tuple[str, ...] | None = None) -> tuple[str, list[_Waiting]] | None:
+    def _gate_backends(self, settings: ComponentServiceSettings) -> None:
+        """Backends that can say a question's K/V (kv_demand: the VLA backbone) are admitted by
+        memory when a budget or memory placement is set: one instance per backend, named by its
+        instance key (`vla` without a factory plan)."""
+        self._instance = gated_instances(self.backends, VLA_KEY)  # gated backend key -> its instance (a key)
+        if settings.placement not in PLACEMENTS:
+            raise ValueError(f"placement {settings.placement!r}: expected one of {', '.join(PLACEMENTS)}")
+        wanted = settings.kv_budget_mb is not None or settings.placement == "memory"
+        budget = settings.kv_budget_mb * (1 << 20) if settings.kv_budget_mb is not None else None
+        self.memory = ComponentMemoryDispatch(set(self._instance.values()), budget) \
+            if wanted and self._instance else None
+        if self.memory is not None and settings.placement == "memory":
+            self._queues[POOL_KEY] = OrderedDict()
+        self._busy: set[str] = set()  # gated instances running a batch
+
+    def _take_locked(self, mine: tuple[str, ...] | None = None,
+                     me: str | None = None) -> tuple[str, list[_Waiting]] | None:
+        """The next batch of one of `mine`'s queues, in the order's order; `me`: the worker's
+        gated instance (None: not gated), which runs the pooled questions it is given."""
         keys = [k for k in self._queues if self._queues[k] and (mine is None or k in mine)]
         if not keys:
             return None
         key = keys[self._turn % len(keys)]
         self._turn += 1
         queue = self._queues[key]
-        batch = []
+        gate = self.memory if me is not None and (key == POOL_KEY or key in self._instance) else None
+        free = {i for i in self.memory.instances if i not in self._busy} if key == POOL_KEY else set()
+        now, batch, left = self.clock(), [], False
         for w in self.order.ordered(list(queue.values())):
             if len(batch) >= self.settings.max_batch:
                 break
             slot = (w.req.robot_id, w.req.component)
             if slot in self._running:  # its older query is in a batch now: this one waits for the next
                 continue
+            if gate is not None:
+                w.kv = w.kv or self.backends[me].kv_demand(w.req.query)
+                adm = gate.admit(agent_name(w.req.task_id, w.req.component), w.kv, me, free | {me}, now, w.route)
+                if adm.instance != me:  # no memory (it waits), or another free instance's: left for it
+                    left = left or adm.instance is not None
+                    continue
+                w.ticket = adm.ticket
             batch.append(queue.pop(slot))
+            if gate is not None and adm.over_budget:  # it needs the instance alone
+                break
         for w in batch:
             self._running[(w.req.robot_id, w.req.component)] = w.req.query_id
-        return (key, batch) if batch else None
+        if left:
+            self._cv.notify_all()
+        if batch and gate is not None:
+            self._busy.add(me)
+        return ((me if key == POOL_KEY else key), batch) if batch else None
 
-    def _work(self, mine: tuple[str, ...]) -> None:
+    def _work(self, mine: tuple[str, ...], me: str | None = None) -> None:
         # With server.torch_threads N >= 1 (one spinning OpenMP team per engine), one intra-op
         # thread: a second team beside System 1's made its calls 2.6x slower. By default torch's
         # own setup, as the engines' threads: their teams are throttled already, and in `make
@@ -270,10 +281,10 @@ class ComponentService:
         use_threads(1 if self.fleet.server.torch_threads else None)
         while True:
             with self._lock:
-                took = self._take_locked(mine)
+                took = self._take_locked(mine, me)
                 while took is None and not self._stop:
                     self._cv.wait(0.5)
-                    took = self._take_locked(mine)
+                    took = self._take_locked(mine, me)
                 if took is None:
                     return
             self.run_batch(*took)
@@ -290,6 +301,13 @@ class ComponentService:
             for w, a in zip(batch, raw):
                 self._running.pop((w.req.robot_id, w.req.component), None)
                 out.append(self._answer_locked(w, a, backend, started, done))
+            if self.memory is not None and key in self._instance:
+                for w in batch:
+                    if w.ticket is not None:
+                        self.memory.complete(w.ticket, done)
+                        w.ticket = None
+                    self.memory.observed(agent_name(w.req.task_id, w.req.component), done - started)
+                self._busy.discard(self._instance[key])
             self._cv.notify_all()
         self._deliver(out)
         due = [self.order.on_answered(w.req.robot_id, w.req.task_id, w.req.component, w.received, done,
@@ -339,6 +357,8 @@ class ComponentService:
                 d[f"{comp}.errors"] = sum(s.errors.values())
                 d[f"{comp}.latency_ms_p50"] = round(_percentile(lat, 50), 2)
                 d[f"{comp}.latency_ms_p99"] = round(_percentile(lat, 99), 2)
+            if self.memory is not None:
+                d.update(self.memory.diagnostics(), placement=self.settings.placement)
         d.update(self.order.diagnostics())
         return d
 
