@@ -60,8 +60,13 @@ def fleet(n: int, order: str):
                         "tasks": {"inspect": task}, "robots": robots, "security": {"insecure": True}})
 
 
-def run(n: int, order: str, seconds: float, checks: int, pause_s: float) -> dict:
+def run(n: int, order: str, seconds: float, checks: int, pause_s: float, kv_budget_mb: float | None = None,
+        wrap=None) -> dict:
+    """One run; kv_budget_mb: the memory dispatcher's budget (None: off); wrap(backends) ->
+    backends: what the service is given instead of fleet.yaml's (bench/component_memory.py
+    meters them). The result carries the service's `memory.*` diagnostics when gated."""
     from physai_ros.client.robot_client import RobotClientCore
+    from physai_ros.serving.pipeline.backends import load_backends
 
     cfg = fleet(n, order)
     core = build_core(cfg, instance_id=f"order_{order}")
@@ -76,8 +81,10 @@ def run(n: int, order: str, seconds: float, checks: int, pause_s: float) -> dict
                 answered[(a.robot_id, a.query_id)] = time.monotonic()
             cv.notify_all()
 
-    svc = ComponentService(cfg, core, on_answers,
-                           settings=ComponentServiceSettings(order=order, max_batch=4, max_queue=64))
+    backends = load_backends(cfg, core)
+    svc = ComponentService(cfg, core, on_answers, backends=wrap(backends) if wrap else backends,
+                           settings=ComponentServiceSettings(order=order, max_batch=4, max_queue=64,
+                                                             kv_budget_mb=kv_budget_mb))
     rng = np.random.default_rng(0)
     frame = tuple(rng.integers(0, 256, (*HW, 3), dtype=np.uint8) for _ in range(1))
     stop = threading.Event()
@@ -136,7 +143,8 @@ def run(n: int, order: str, seconds: float, checks: int, pause_s: float) -> dict
            "step_p95_ms": round(float(np.percentile(lat, 95)) * 1e3, 1) if lat.size else None,
            "answer_mean_ms": {c: round(float(np.mean([x for s, x in v if s >= measured_from])) * 1e3, 1)
                               for c, v in per_comp.items()},
-           "agent_order": svc.order.diagnostics()["agent_order"]}
+           "agent_order": svc.order.diagnostics()["agent_order"],
+           "memory": {k: v for k, v in svc.diagnostics().items() if k.startswith("memory.")}}
     return out
 
 

@@ -62,6 +62,9 @@ ENTRIES = (
           "factory_routing.py"),
     Entry("component_order", "Kairos ordering of real pipeline component steps vs shortest-first and FIFO",
           "component_order.py", ("--robots", "4,16", "--seconds", "45", "--reps", "2")),
+    Entry("component_memory", "Kairos's memory-aware dispatcher on the real component path: K/V held per batch "
+          "and step latency, across budgets and loads, vs no dispatcher", "component_memory.py",
+          ("--robots", "8,16", "--budgets", "2,4", "--seconds", "30", "--reps", "2")),
     Entry("safety_stop", "How often the arm moves with a person in the cell: no safety, our model, a perfect one",
           "safety_stop.py", ("--seconds", "90", "--seeds", "7,8")),
     Entry("camera_frames", "What the exact LeRobot image path costs on raw camera frames (640x480, 1280x720)",
