@@ -11,9 +11,9 @@ begins with a new planner question (which is also how the server cuts the steps)
 a warm-up (the first third of each run, where Kairos is still learning): step latency (planner
 asked -> last answer of the step), each component's answer latency, steps per second.
 
-Not measured here: the memory-aware time-slot dispatcher (the server has one instance per
-robot's route, no choice to make: docs/factory.md), and a model whose monitor ends steps by its
-verdict (here the next subgoal ends a step).
+Not measured here: the memory-aware time-slot dispatcher (bench/component_memory.py runs this
+rig with it), and a model whose monitor ends steps by its verdict (here the next subgoal ends a
+step).
 
   python bench/component_order.py --robots 4,8 --seconds 60 --reps 2 --json bench/results/component_order.json
 """

@@ -65,6 +65,9 @@ ENTRIES = (
     Entry("component_memory", "Kairos's memory-aware dispatcher on the real component path: K/V held per batch "
           "and step latency, across budgets and loads, vs no dispatcher", "component_memory.py",
           ("--robots", "8,16", "--budgets", "2,4", "--seconds", "30", "--reps", "2")),
+    Entry("pipeline_value", "What a task pipeline adds on the same seeds: System 1 alone, trained components, perfect "
+          "ones (tasks per hour, false dones, arm moving with a person in the cell)", "pipeline_value.py",
+          ("--seeds", "8", "--shift-s", "60")),
     Entry("safety_stop", "How often the arm moves with a person in the cell: no safety, our model, a perfect one",
           "safety_stop.py", ("--seconds", "90", "--seeds", "7,8")),
     Entry("camera_frames", "What the exact LeRobot image path costs on raw camera frames (640x480, 1280x720)",

@@ -166,7 +166,10 @@ class ComponentRig(StatusWatcher):
 
 @pytest.fixture(scope="module")
 def server(tmp_path_factory):
-    with running_fleet(tmp_path_factory.mktemp("components"), fleet_doc(insecure=False), ComponentRig,
+    doc = fleet_doc(insecure=False)
+    # Kairos's memory dispatcher on, with room for the tests' questions: fleet.yaml's keys reach the node.
+    doc["server"]["components"] = {"kv_budget_mb": 1.0}
+    with running_fleet(tmp_path_factory.mktemp("components"), doc, ComponentRig,
                        lambda cfg: [fleet_plan.server_spec(cfg)]) as env:
         cfg, fleet, rig = env
         rig.register("r0")
@@ -194,6 +197,11 @@ def test_a_registered_robot_s_query_is_answered_by_the_served_backbone(server):
     # A random tiny model says something or stops at once; either way a well-formed answer.
     assert a.error == "" and 1 <= a.tokens <= 4 and a.backend.startswith("vla_backbone/"), (a.error, a.tokens)
     assert a.latency_ms > 0 and a.queue_ms >= 0
+    # Admitted by the K/V it would hold, within the fleet's budget, on /diagnostics.
+    rig.wait(lambda: int(rig.diag.get("policy_server: pipeline", {}).get("memory.admitted", 0)) >= 1, 30,
+             "the memory dispatcher's counters")
+    d = dict(rig.diag["policy_server: pipeline"])
+    assert float(d["memory.kv_budget_mb"]) == 1.0 and 0 < float(d["memory.peak_mb.vla"]) <= 1.0, d
 
 
 def test_hostile_queries_are_refused_or_dropped_counted_and_the_server_keeps_answering(server):

@@ -68,10 +68,15 @@ class ShiftResult:
     moving_with_intruder_s: float
     held_s: float  # the pipeline held the robot
     escalations: int
+    dones: int = 0  # the monitor's "done" verdicts ...
+    false_dones: int = 0  # ... of which the sim's success test did not hold (the attempt's pipeline ends early)
     pipeline: dict = field(default_factory=dict)  # ClientPipeline.status()["pipeline"], components' counts
     # Why each of the pipeline's resets came, by the sim's ground truth (its failure reason: dropped, knocked,
     # wrong_order, timeout; "not failed" for a reset of a healthy episode): where a task is lost.
     reset_reasons: dict = field(default_factory=dict)
+
+
+DONE_WINDOW_S = 1.0  # a "done" answered this long after the success test last held is still a true one
 
 
 def system1_only(robot: RobotConfig) -> RobotConfig:
@@ -103,6 +108,8 @@ class ShiftSlot(EpisodeSlot):
         self.intruder_s = self.moving_with_intruder_s = self.held_s = 0.0
         self.escalated_at: float | None = None
         self.escalations = 0
+        self.dones = self.false_dones = 0
+        self._last_success = -1e9  # sim time the success test last held
 
     def _reset(self, reason: str) -> None:
         label, why = self.runtime.world.progress()
@@ -127,6 +134,8 @@ class ShiftSlot(EpisodeSlot):
 
     def observe(self, out, dt: float) -> None:
         snap = out.snapshot
+        if snap.success:
+            self._last_success = snap.time
         if snap.intruder_present:
             self.intruder_s += dt
             if float(np.max(np.abs(snap.velocities))) > MOVING_RAD_S:
@@ -138,6 +147,9 @@ class ShiftSlot(EpisodeSlot):
         for hold in out.holds:
             apply_hold(self.buffer, hold.round_id, now)
         for ev in out.events:
+            if ev.kind == "end_task":  # true if the success test held when its frame was taken (the
+                self.dones += 1         # answer comes component_latency_s later, the sim resets 0.5 s after)
+                self.false_dones += self.runtime.world.time - self._last_success > DONE_WINDOW_S
             if ev.kind == "escalate" and self.escalated_at is None:
                 self.escalated_at = now
                 self.escalations += 1
@@ -165,7 +177,8 @@ class ShiftSlot(EpisodeSlot):
             timeouts=int(rt.timeouts), resets=int(rt.resets_requested), resets_not_failed=self.resets_not_failed,
             operator_resets=self.operator_resets,
             intruder_s=round(self.intruder_s, 3), moving_with_intruder_s=round(self.moving_with_intruder_s, 3),
-            held_s=round(self.held_s, 3), escalations=self.escalations, pipeline=status,
+            held_s=round(self.held_s, 3), escalations=self.escalations, dones=self.dones,
+            false_dones=self.false_dones, pipeline=status,
             reset_reasons=dict(self.reset_reasons))
 
 
@@ -220,7 +233,7 @@ def run_shifts(server: Server, backend: ComponentBackend | None, robots: Sequenc
 
 # ShiftResult fields summed per (setting, task).
 TOTALS = ("shift_s", "completed", "episodes", "timeouts", "resets", "resets_not_failed", "operator_resets",
-          "intruder_s", "moving_with_intruder_s", "held_s", "escalations")
+          "intruder_s", "moving_with_intruder_s", "held_s", "escalations", "dones", "false_dones")
 
 
 def summarise(results: Sequence[ShiftResult]) -> dict:

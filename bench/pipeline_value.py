@@ -1,0 +1,137 @@
+"""What a task pipeline is worth to a factory, on the same seeds in one run: System 1 alone, the
+pipeline with the trained components, the pipeline with perfect ones.
+
+Each setting works config/fleet_pipeline.yaml's pipeline tasks for shifts of simulated time
+(physai_lab.evaluation.pipeline_shift: the robot client's own pipeline logic, the served
+checkpoint as System 1, the sims' intruders, drops and knocks, an operator acknowledging
+escalations 20 s later), in lockstep, so the outcome does not depend on the machine's load.
+
+- `system1`: the task without its pipeline, System 1 on the task's own prompt. For
+  place_in_order that is the two-cube instruction, which System 1 was never trained on (it was
+  trained on the single-cube subgoals the planner names): no prompt it was trained on does the
+  whole task, which is the planner's reason to exist. Said, not hidden.
+- `pipeline`: the task's components answered by the checkpoint's own backbone (the trained
+  planner, safety checker and monitor).
+- `perfect`: the same pipeline answered from the sim's ground truth (physai_lab.evaluation.
+  truth_backend): what System 1 makes of a right plan, a right safety answer and a right verdict.
+
+Per task and setting: tasks completed per hour with a 95 % interval (shifts resampled), false
+"done"s per hour (the monitor said done and the success test had not held within 1 s), the arm's
+moving share of the time a person was in the cell (with its interval), time-outs and resets. Per
+pair of settings: the per-shift completions compared on the same seeds (mean difference with its
+bootstrap interval, wins / losses, Wilcoxon signed-rank p). The flow sampler's noise stream is
+shared by every robot the run serves, so equal seeds give equal scenes, not equal noise.
+
+  python bench/pipeline_value.py --seeds 8 --shift-s 60 --json bench/results/pipeline_value.json
+"""
+from __future__ import annotations
+
+import argparse
+import dataclasses
+import json
+import time
+from pathlib import Path
+
+from physai_bench import results
+from physai_bench.paired import paired, rate_ci, share_ci
+
+REPO = Path(__file__).resolve().parents[1]
+SETTINGS = ("system1", "pipeline", "perfect")
+PAIRS = (("pipeline", "system1"), ("perfect", "system1"), ("pipeline", "perfect"))
+
+
+def per_setting(shifts: list) -> dict:
+    secs = [s.shift_s for s in shifts]
+    out = {"shifts": len(shifts), "hours": round(sum(secs) / 3600, 3),
+           "completed": sum(s.completed for s in shifts),
+           "completed_per_hour": round(sum(s.completed for s in shifts) / max(sum(secs), 1e-9) * 3600, 2),
+           "completed_per_hour_ci95": rate_ci([s.completed for s in shifts], secs),
+           "false_dones": sum(s.false_dones for s in shifts), "dones": sum(s.dones for s in shifts),
+           "false_dones_per_hour": round(sum(s.false_dones for s in shifts) / max(sum(secs), 1e-9) * 3600, 2),
+           "timeouts": sum(s.timeouts for s in shifts), "resets": sum(s.resets for s in shifts),
+           "resets_not_failed": sum(s.resets_not_failed for s in shifts),
+           "escalations": sum(s.escalations for s in shifts),
+           "intruder_s": round(sum(s.intruder_s for s in shifts), 2),
+           "moving_with_intruder_s": round(sum(s.moving_with_intruder_s for s in shifts), 2)}
+    out["moving_share_with_intruder"] = (round(out["moving_with_intruder_s"] / out["intruder_s"], 4)
+                                         if out["intruder_s"] else None)
+    out["moving_share_with_intruder_ci95"] = share_ci([s.moving_with_intruder_s for s in shifts],
+                                                      [s.intruder_s for s in shifts])
+    reasons: dict = {}
+    for s in shifts:
+        for why, n in s.reset_reasons.items():
+            reasons[why] = reasons.get(why, 0) + n
+    out["reset_reasons"] = reasons
+    return out
+
+
+def main(argv=None) -> None:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap.add_argument("--fleet", default=str(REPO / "config/fleet_pipeline.yaml"))
+    ap.add_argument("--seeds", type=int, default=8, help="shifts per task and setting")
+    ap.add_argument("--seed-base", type=int, default=950_000, help="unlike any training seed")
+    ap.add_argument("--shift-s", type=float, default=60.0)
+    ap.add_argument("--tasks", default="", help="fleet tasks (default: every task with a pipeline)")
+    ap.add_argument("--slots", type=int, default=2, help="robots served at once")
+    ap.add_argument("--threads", type=int, default=2)
+    ap.add_argument("--quick", action="store_true", help="pick_place_monitored, 2 seeds of 8 s")
+    ap.add_argument("--json", default="")
+    a = ap.parse_args(argv)
+    if a.quick:
+        a.tasks, a.seeds, a.shift_s = "pick_place_monitored", 2, 8.0
+    import torch
+
+    from physai_lab.evaluation.lockstep import SimClock, clone_robots
+    from physai_lab.evaluation.pipeline_shift import ShiftConfig, run_shifts, system1_only
+    from physai_lab.evaluation.servers import build_policy_server
+    from physai_lab.evaluation.truth_backend import TruthBackend
+    from physai_ros.config.fleet import load_fleet
+    from physai_ros.pipeline.vla_backend import VLABackboneBackend
+
+    torch.set_num_threads(a.threads)
+    cfg = load_fleet(a.fleet)
+    run_info = results.start_run("the shipped sim_pi0_pipeline checkpoint (System 1 and its components) on CPU, "
+                                 "simulated shifts in lockstep (outcomes independent of load)", __file__, argv,
+                                 quick=a.quick)
+    clock = SimClock()
+    core = build_policy_server(cfg, clock)
+    worlds: dict = {}
+    backends = {"system1": None, "pipeline": VLABackboneBackend.from_core(core, attach=False),
+                "perfect": TruthBackend(lambda rid: worlds[rid].runtime.world)}
+    bases = {}
+    for r in cfg.robots:
+        if r.simulated and r.task.pipeline is not None:
+            bases.setdefault(r.task.name, r)
+    wanted = [t for t in a.tasks.split(",") if t]
+    if set(wanted) - set(bases):
+        ap.error(f"--tasks: known {sorted(bases)}")
+    seeds = [a.seed_base + i for i in range(a.seeds)]
+    shift = ShiftConfig(shift_s=a.shift_s)
+    report: dict = {"fleet": str(Path(a.fleet).resolve().relative_to(REPO)) if Path(a.fleet).resolve().is_relative_to(
+        REPO) else a.fleet, "seeds": seeds, "shift": dataclasses.asdict(shift), "tasks": {}}
+    t0 = time.perf_counter()
+    for name, base in bases.items():
+        if wanted and name not in wanted:
+            continue
+        runs = {}
+        for setting in SETTINGS:
+            robot = system1_only(base) if setting == "system1" else base
+            res = run_shifts(core, backends[setting], clone_robots(robot, a.slots, prefix=f"{setting}_{name}"), seeds,
+                             shift, setting, clock=clock, slot_hook=lambda slots: worlds.update(
+                                 {s.robot.id: s for s in slots}))
+            runs[setting] = sorted(res, key=lambda s: s.seed)
+            print(f"{name} {setting}: {sum(s.completed for s in res)} completed in {len(res)} shifts "
+                  f"({time.perf_counter() - t0:.0f} s)", flush=True)
+        entry = {s: per_setting(v) for s, v in runs.items()}
+        entry["paired_completed"] = {f"{x}_vs_{y}": paired([s.completed for s in runs[x]], [s.completed for s in runs[y]])
+                                     for x, y in PAIRS}
+        entry["per_shift_completed"] = {s: [r.completed for r in v] for s, v in runs.items()}
+        report["tasks"][name] = entry
+    doc = results.write_result(a.json, run_info, report)
+    print(json.dumps({t: {s: (e[s]["completed"], e[s]["completed_per_hour_ci95"], e[s]["false_dones"],
+                              e[s]["moving_share_with_intruder"]) for s in SETTINGS} for t, e in doc["tasks"].items()},
+                     indent=1))
+
+
+if __name__ == "__main__":
+    main()
