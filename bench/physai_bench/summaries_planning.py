@@ -1,7 +1,7 @@
 """The summarisers of the scheduling and planning entries (factory, agents, scheduling,
 scheduling_synthetic, scheduling_recorded, language, factory_routing, component_order,
-component_memory, safety_stop): each reads its entry's results file and returns the rows
-physai_bench.tables prints, with the baseline of the same run and a verdict."""
+component_memory, pipeline_value, safety_stop): each reads its entry's results file and returns
+the rows physai_bench.tables prints, with the baseline of the same run and a verdict."""
 from __future__ import annotations
 
 from physai_bench.rows import Row, headlines, lower, pct, side_by_side
@@ -237,6 +237,46 @@ def component_memory(doc: dict) -> list[Row]:
                 "loss" if ours_over else "tie" if not any(over) and ratio <= 1.05 else
                 "win" if ratio <= 1.02 else "mixed"))
     return headlines(rows, lambda i, r: i == len(rows) - len(doc["budgets_questions"]))  # largest load, tightest
+
+
+def pipeline_value(doc: dict) -> list[Row]:
+    """Per task: tasks per hour with the trained pipeline, beside System 1 alone and the perfect
+    pipeline, with the paired test on the same seeds; then false dones and the arm moving with a
+    person in the cell, summed over the tasks."""
+    rows = []
+    for task, e in doc["tasks"].items():
+        ours, alone, perfect = e["pipeline"], e["system1"], e["perfect"]
+        vs, pv = e["paired_completed"]["pipeline_vs_system1"], e["paired_completed"]["perfect_vs_system1"]
+
+        def rate(x: dict) -> str:
+            lo, hi = x["completed_per_hour_ci95"]
+            return f"{x['completed_per_hour']:.0f} [{lo:.0f}, {hi:.0f}]"
+        rows.append(Row(
+            f"Task pipeline, {task}, {ours['shifts']} shifts of {doc['shift']['shift_s']:g} s on the same seeds: "
+            "tasks completed per hour",
+            f"{rate(ours)} with the trained components", f"System 1 alone {rate(alone)}; perfect components "
+            f"{rate(perfect)}",
+            f"{vs['mean_diff']:+.2f} tasks per shift vs alone [{vs['ci95'][0]:+.2f}, {vs['ci95'][1]:+.2f}], Wilcoxon "
+            f"p = {vs['wilcoxon_p']:.2g} (perfect: {pv['mean_diff']:+.2f}, p = {pv['wilcoxon_p']:.2g})", "-",
+            "win" if vs["ci95"][0] > 0 and vs["wilcoxon_p"] < 0.05 else
+            "loss" if vs["ci95"][1] < 0 and vs["wilcoxon_p"] < 0.05 else "tie"))
+    tot = {s: {k: sum(e[s][k] for e in doc["tasks"].values()) for k in ("false_dones", "dones", "intruder_s",
+                                                                         "moving_with_intruder_s", "hours")}
+           for s in ("system1", "pipeline", "perfect")}
+
+    def share(s: str) -> str:
+        t = tot[s]
+        return pct(t["moving_with_intruder_s"] / t["intruder_s"]) if t["intruder_s"] else "no visit"
+    rows.append(Row(
+        "Task pipeline, every task's shifts: false dones per hour, arm moving while a person is in the cell",
+        f"{tot['pipeline']['false_dones'] / max(tot['pipeline']['hours'], 1e-9):.1f} per hour "
+        f"({tot['pipeline']['false_dones']} of {tot['pipeline']['dones']} dones); moving {share('pipeline')}",
+        f"System 1 alone: no monitor, moving {share('system1')}; perfect components: "
+        f"{tot['perfect']['false_dones']} false dones, moving {share('perfect')}", "-", "-",
+        "win" if tot["pipeline"]["intruder_s"] and tot["system1"]["intruder_s"] and
+        tot["pipeline"]["moving_with_intruder_s"] / tot["pipeline"]["intruder_s"] <
+        tot["system1"]["moving_with_intruder_s"] / tot["system1"]["intruder_s"] else "tie"))
+    return headlines(rows, lambda i, r: "place_in_order," in r.question)  # the two-step task's row
 
 
 def safety_stop(doc: dict) -> list[Row]:

@@ -12,7 +12,7 @@ from physai_ros.config.fleet import parse_fleet
 from physai_ros.config_fields import FleetConfigError
 from physai_ros.pipeline.backend import KVDemand
 from physai_ros.pipeline.vla_backend import VLABackboneBackend
-from physai_ros.serving.pipeline.memory_dispatch import ComponentMemoryDispatch, gated_instances
+from physai_ros.serving.pipeline.memory_dispatch import ComponentMemoryDispatch, demand_of, gated_instances
 from physai_ros.serving.pipeline.service import ComponentService, ComponentServiceSettings
 from physai_ros.serving.startup.engine_builder import build_core
 from physai_lab.scripted_backend import ScriptedBackend
@@ -67,6 +67,13 @@ def test_only_backends_that_say_their_memory_are_gated():
     shared, other, text_only = Sized(), Sized(), ScriptedBackend()
     got = gated_instances({"vla": shared, "vla@engine_0": shared, "vla@engine_1": other, "hf:x@cpu": text_only}, "vla")
     assert got == {"vla": "vla@engine_0", "vla@engine_0": "vla@engine_0", "vla@engine_1": "vla@engine_1"}
+
+
+def test_a_backend_that_cannot_size_a_query_still_gets_it_served():
+    class Broken:
+        def kv_demand(self, q):
+            raise RuntimeError("no tokenizer")
+    assert demand_of(Broken(), object()) == KVDemand(0, 0)
 
 
 class Sized(ScriptedBackend):

@@ -55,6 +55,16 @@ def gated_instances(backends: Mapping[str, Any], shared_key: str) -> dict[str, s
     return out
 
 
+def demand_of(backend: Any, query: Any) -> KVDemand:
+    """The backend's word on a query's K/V; one it cannot give (its kv_demand raised) counts as
+    none, so the query is still served (its batch says what is wrong with it) and the worker
+    thread never dies of it."""
+    try:
+        return backend.kv_demand(query)
+    except Exception:
+        return KVDemand(0, 0)
+
+
 class ComponentMemoryDispatch:
     """instances: the names of the instances answering gated questions; capacity_bytes: each
     one's K/V budget for them (None: unbounded, so only the choice between instances is made)."""

@@ -38,7 +38,7 @@ from physai_ros.protocol.component import (BAD_QUESTION, BUSY, CLOSED, SUPERSEDE
 from physai_ros.serving.compute_threads import use_threads
 from physai_ros.serving.pipeline.backends import (VLA_KEY, _key_paths, answer_data, ask, distinct, instance_key,
                                                   load_backends, plan_routes)
-from physai_ros.serving.pipeline.memory_dispatch import PLACEMENTS, ComponentMemoryDispatch, gated_instances
+from physai_ros.serving.pipeline.memory_dispatch import PLACEMENTS, ComponentMemoryDispatch, demand_of, gated_instances
 from physai_ros.serving.pipeline.order import ComponentOrder, agent_name
 from physai_ros.serving.pipeline.query_check import check_request
 
@@ -255,7 +255,7 @@ class ComponentService:
             if slot in self._running:  # its older query is in a batch now: this one waits for the next
                 continue
             if gate is not None:
-                w.kv = w.kv or self.backends[me].kv_demand(w.req.query)
+                w.kv = w.kv or demand_of(self.backends[me], w.req.query)
                 adm = gate.admit(agent_name(w.req.task_id, w.req.component), w.kv, me, free | {me}, now, w.route)
                 if adm.instance != me:  # no memory (it waits), or another free instance's: left for it
                     left = left or adm.instance is not None
