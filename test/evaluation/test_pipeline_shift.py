@@ -42,10 +42,10 @@ def _oracle(slots_by_id, robot_ids):
     return b
 
 
-def _shift(robot, seeds, pipeline: bool, shift_s: float, **kw):
+def _shift(robot, seeds, pipeline: bool, shift_s: float, backend=None, **kw):
     slots = {}
     server = ExpertServer(lambda rid: slots[rid].runtime.world, chunk_size=8)
-    backend = _oracle(slots, [robot.id]) if pipeline else None
+    backend = backend or (_oracle(slots, [robot.id]) if pipeline else None)
     robot = robot if pipeline else system1_only(robot)
 
     def hook(ss):
@@ -69,6 +69,7 @@ def test_a_truthful_monitor_resets_failed_episodes_and_completes_more():
     assert set(p.reset_reasons) <= {"knocked", "timeout"} and sum(p.reset_reasons.values()) >= 1, p.reset_reasons
     assert p.completed > b.completed, (b, p)
     assert p.pipeline["components"]["monitor"]["answered"] > 0
+    assert p.false_dones == 0 and b.dones == 0  # a truthful monitor's dones are true; alone, none is said
     assert {q.component for q in backend.asked} == {"monitor"}
     totals = summarise(base + pipe)
     assert totals["pipeline"]["pick_and_place"]["completed"] == p.completed
@@ -104,6 +105,14 @@ def _with_safety(task):
     pio = next(t for t in load_fleet(FLEET).tasks.values() if t.name == "place_in_order")
     safety = dataclasses.replace(pio.pipeline.safety, freq_hz=2.0)
     return dataclasses.replace(task, pipeline=dataclasses.replace(task.pipeline, safety=safety))
+
+
+def test_a_monitor_that_says_done_before_the_task_is_done_is_counted():
+    robot = _robot(knock_prob=0.0, drop_prob=0.0, intruder_rate_per_min=0.0)
+    eager = ScriptedBackend().default(robot.id, "monitor", "done")
+    (p,), _ = _shift(robot, [4], pipeline=True, shift_s=12.0, backend=eager)
+    # Asked every 2 s from the start: most answers come long before the expert's first success.
+    assert p.dones >= 4 and p.false_dones >= p.dones - p.completed >= 3, p
 
 
 def test_shift_config_is_checked():
