@@ -25,7 +25,7 @@ from collections import defaultdict
 
 import numpy as np
 
-from component_order import HW, PROMPT, QUESTIONS, run
+from component_order import HW, PROMPT, QUESTIONS, load_entry, run
 from physai_bench import results
 
 MB = 1 << 20
@@ -122,14 +122,7 @@ def main(argv=None) -> None:
                         kv_budget_mb=None if b is None else b * question / MB, wrap=wrap)
                 runs[name].append(measured(r, sizes, question, budgets))
                 print(n, name, json.dumps(runs[name][-1]), flush=True)
-        entry = {c: {"median_step_mean_ms": float(np.median([r["step_mean_ms"] for r in rs])),
-                     "median_step_p95_ms": float(np.median([r["step_p95_ms"] for r in rs])),
-                     "median_steps_per_s": float(np.median([r["steps_per_s"] for r in rs])), "runs": rs}
-                 for c, rs in runs.items()}
-        base = entry["fifo"]["median_step_mean_ms"]
-        entry["step_mean_vs_fifo"] = {c: round(v["median_step_mean_ms"] / base, 3) for c, v in entry.items()
-                                      if isinstance(v, dict) and "median_step_mean_ms" in v}
-        report["loads"][f"{n}_robots"] = entry
+        report["loads"][f"{n}_robots"] = load_entry(runs)
     report = results.write_result(args.json, run_info, report)
     for load, e in report["loads"].items():
         print(load, e["step_mean_vs_fifo"])

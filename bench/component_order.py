@@ -148,6 +148,19 @@ def run(n: int, order: str, seconds: float, checks: int, pause_s: float, kv_budg
     return out
 
 
+def load_entry(runs: dict) -> dict:
+    """One load's conditions (name -> its runs): medians over the runs, and each condition's mean
+    step latency over FIFO's (the condition named "fifo")."""
+    entry = {c: {"median_step_mean_ms": float(np.median([r["step_mean_ms"] for r in rs])),
+                 "median_step_p95_ms": float(np.median([r["step_p95_ms"] for r in rs])),
+                 "median_steps_per_s": float(np.median([r["steps_per_s"] for r in rs])), "runs": rs}
+             for c, rs in runs.items()}
+    base = entry["fifo"]["median_step_mean_ms"]
+    entry["step_mean_vs_fifo"] = {c: round(v["median_step_mean_ms"] / base, 3) for c, v in entry.items()
+                                  if isinstance(v, dict) and "median_step_mean_ms" in v}
+    return entry
+
+
 def main(argv=None) -> None:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--robots", default="4,8")
@@ -172,14 +185,7 @@ def main(argv=None) -> None:
             for order in ORDERS[rep % 3:] + ORDERS[:rep % 3]:
                 runs[order].append(run(n, order, args.seconds, args.checks, args.pause_s))
                 print(n, order, json.dumps(runs[order][-1]), flush=True)
-        entry = {o: {"median_step_mean_ms": float(np.median([r["step_mean_ms"] for r in rs])),
-                     "median_step_p95_ms": float(np.median([r["step_p95_ms"] for r in rs])),
-                     "median_steps_per_s": float(np.median([r["steps_per_s"] for r in rs])), "runs": rs}
-                 for o, rs in runs.items()}
-        base = entry["fifo"]["median_step_mean_ms"]
-        entry["step_mean_vs_fifo"] = {o: round(v["median_step_mean_ms"] / base, 3) for o, v in entry.items()
-                                      if isinstance(v, dict) and "median_step_mean_ms" in v}
-        report["loads"][f"{n}_robots"] = entry
+        report["loads"][f"{n}_robots"] = load_entry(runs)
     report = results.write_result(args.json, run_info, report)
     print(json.dumps({k: v for k, v in report.items() if k != "loads"}, indent=1))
     for load, e in report["loads"].items():

@@ -3,6 +3,7 @@ query builders, shared by the in-process and the real-process component service 
 from __future__ import annotations
 
 import copy
+import threading
 
 import numpy as np
 
@@ -57,3 +58,23 @@ def request(robot="r0", component="safety", query_id=1, question="is the workcel
     st = np.linspace(-0.5, 0.5, len(JOINTS)).astype(np.float32) if state == "ok" else state
     q = ComponentQuery(robot, component, question, prompt, images(views, hw, seed), st, max_tokens)
     return ComponentRequest(query_id=query_id, task_id=task_id, query=q)
+
+
+class Collector:
+    """on_answers for a ComponentService: every answer kept, waited for by count."""
+
+    def __init__(self):
+        self.answers, self.cv = [], threading.Condition()
+
+    def __call__(self, answers):
+        with self.cv:
+            self.answers.extend(answers)
+            self.cv.notify_all()
+
+    def by_id(self, query_id, robot="r0"):
+        return [a for a in self.answers if a.query_id == query_id and a.robot_id == robot]
+
+    def wait(self, n, timeout=30.0):
+        with self.cv:
+            assert self.cv.wait_for(lambda: len(self.answers) >= n, timeout), self.answers
+            return list(self.answers)

@@ -17,7 +17,7 @@ from physai_ros.serving.pipeline.service import ComponentService, ComponentServi
 from physai_ros.serving.startup.engine_builder import build_core
 from physai_lab.scripted_backend import ScriptedBackend
 
-from component_helpers import fleet_doc, request
+from component_helpers import Collector, fleet_doc, request
 
 MB = 1 << 20
 COMPONENTS = ("safety", "monitor", "system2")
@@ -118,25 +118,14 @@ def _six_questions(svc):
 
 
 def _answers(svc, got, n):
-    with got.cv:
-        assert got.cv.wait_for(lambda: len(got.answers) >= n, 30), got.answers
+    answers = got.wait(n)
     assert svc.close(5.0)
-    return got.answers
-
-
-class Got:
-    def __init__(self):
-        self.answers, self.cv = [], threading.Condition()
-
-    def __call__(self, answers):
-        with self.cv:
-            self.answers.extend(answers)
-            self.cv.notify_all()
+    return answers
 
 
 def test_batches_are_bounded_by_the_budget_and_every_question_is_answered_once(served):
     fleet, core = served
-    backend, got = Sized(mb=1.0), Got()
+    backend, got = Sized(mb=1.0), Collector()
     svc = ComponentService(fleet, core, got, backends={"vla": backend}, start=False,
                            settings=ComponentServiceSettings(kv_budget_mb=2.5, max_batch=8))
     ids = _six_questions(svc)
@@ -151,7 +140,7 @@ def test_batches_are_bounded_by_the_budget_and_every_question_is_answered_once(s
 
 def test_without_a_budget_the_service_batches_as_before(served):
     fleet, core = served
-    backend, got = Sized(mb=1.0), Got()
+    backend, got = Sized(mb=1.0), Collector()
     svc = ComponentService(fleet, core, got, backends={"vla": backend}, start=False,
                            settings=ComponentServiceSettings(max_batch=8))
     _six_questions(svc)
@@ -164,14 +153,13 @@ def test_memory_placement_sends_questions_to_the_free_instance(served):
     """Two instances; the first blocks in its first batch: with memory placement the other
     answers the rest (route placement would leave them all to the first)."""
     fleet, core = served
-    first, second, got = Sized(mb=1.0), Sized(mb=1.0), Got()
+    first, second, got = Sized(mb=1.0), Sized(mb=1.0), Collector()
     first.hold.clear()
     svc = ComponentService(fleet, core, got, backends={"vla": first, "vla@engine_1": second}, start=False,
                            settings=ComponentServiceSettings(kv_budget_mb=1.5, placement="memory", max_batch=8))
     ids = _six_questions(svc)
     svc.start()
-    with got.cv:
-        assert got.cv.wait_for(lambda: len(got.answers) >= 5, 30), got.answers
+    got.wait(5)
     first.hold.set()
     answers = _answers(svc, got, 6)
     assert sorted(a.query_id for a in answers) == sorted(ids)

@@ -18,7 +18,7 @@ from physai_ros.serving.pipeline.service import ComponentService, ComponentServi
 from physai_ros.serving.startup.engine_builder import build_core
 from physai_ros.serving.startup.preflight import ServerFilesError, check_server_files
 
-from component_helpers import PROMPT, fleet_doc, request
+from component_helpers import PROMPT, Collector, fleet_doc, request
 
 
 @pytest.fixture(scope="module")
@@ -30,24 +30,6 @@ def served():
     for rid in ("r0", "r1", "r2"):
         assert core.register(RobotClientCore(fleet.robot(rid)).registration()).accepted
     return fleet, core
-
-
-class Collector:
-    def __init__(self):
-        self.answers, self.cv = [], threading.Condition()
-
-    def __call__(self, answers):
-        with self.cv:
-            self.answers.extend(answers)
-            self.cv.notify_all()
-
-    def by_id(self, query_id, robot="r0"):
-        return [a for a in self.answers if a.query_id == query_id and a.robot_id == robot]
-
-    def wait(self, n, timeout=30.0):
-        with self.cv:
-            assert self.cv.wait_for(lambda: len(self.answers) >= n, timeout), self.answers
-            return list(self.answers)
 
 
 class Recording(ScriptedBackend):
