@@ -39,6 +39,7 @@ def test_too_big_for_an_empty_instance_runs_alone_rather_than_never():
     d = ComponentMemoryDispatch(["a"], MB)
     big = d.admit("t/system2", KVDemand(2 * MB, 0), "a", {"a"}, 0.0)
     assert big.instance == "a" and big.over_budget and d.over_budget == 1
+    assert d.diagnostics()["memory.peak_mb.a"] == 2.0  # the overflow is shown, not hidden
     assert d.admit("t/safety", KVDemand(1, 0), "a", {"a"}, 0.0).instance is None  # it has the instance
     d.complete(big.ticket, 0.1)
     assert d.admit("t/safety", KVDemand(1, 0), "a", {"a"}, 0.1).instance == "a"

@@ -117,6 +117,7 @@ class ComponentMemoryDispatch:
                 self._over[ticket] = me
                 self.over_budget += 1
                 self.admitted += 1
+                self.peak_bytes[me] = max(self.peak_bytes[me], want.at(want.expected_s))
                 return Admission(me, ticket, over_budget=True)
             self.waited += 1
             return Admission(None)
