@@ -226,13 +226,13 @@ def component_memory(doc: dict) -> list[Row]:
             ratio = ours["median_step_mean_ms"] / free["median_step_mean_ms"]
             fifo = e["fifo"]["median_step_mean_ms"]
             rows.append(Row(
-                f"Kairos memory dispatcher, {load.replace('_', ' ')}, K/V budget {b} planner questions: "
-                "batches over it, mean step latency",
+                f"Kairos memory dispatcher, {load.replace('_', ' ')}, K/V budget of {b} questions: batches over "
+                "it, mean step",
                 f"{ours_over} of {sum(r['batches'] for r in ours['runs'])} (largest {held:g}); "
                 f"{ours['median_step_mean_ms']:.0f} ms",
                 f"Kairos order alone: {pct(float(sum(over) / len(over)))} over (largest {largest:g}), "
                 f"{free['median_step_mean_ms']:.0f} ms; FIFO {fifo:.0f} ms",
-                f"{ratio:.2f}x the step latency of Kairos alone", "-",
+                f"{ratio:.2f}x Kairos alone's step latency", "-",
                 # A budget Kairos alone never exceeds holds nothing back: a tie at equal latency.
                 "loss" if ours_over else "tie" if not any(over) and ratio <= 1.05 else
                 "win" if ratio <= 1.02 else "mixed"))
@@ -252,12 +252,11 @@ def pipeline_value(doc: dict) -> list[Row]:
             lo, hi = x["completed_per_hour_ci95"]
             return f"{x['completed_per_hour']:.0f} [{lo:.0f}, {hi:.0f}]"
         rows.append(Row(
-            f"Task pipeline, {task}, {ours['shifts']} shifts of {doc['shift']['shift_s']:g} s on the same seeds: "
+            f"Task pipeline, {task}, {ours['shifts']} x {doc['shift']['shift_s']:g} s shifts, same seeds: "
             "tasks completed per hour",
-            f"{rate(ours)} with the trained components", f"System 1 alone {rate(alone)}; perfect components "
-            f"{rate(perfect)}",
-            f"{vs['mean_diff']:+.2f} tasks per shift vs alone [{vs['ci95'][0]:+.2f}, {vs['ci95'][1]:+.2f}], Wilcoxon "
-            f"p = {vs['wilcoxon_p']:.2g} (perfect: {pv['mean_diff']:+.2f}, p = {pv['wilcoxon_p']:.2g})", "-",
+            f"{rate(ours)} (trained components)", f"System 1 alone {rate(alone)}; perfect components {rate(perfect)}",
+            f"{vs['mean_diff']:+.2f} tasks/shift vs alone [{vs['ci95'][0]:+.2f}, {vs['ci95'][1]:+.2f}], Wilcoxon "
+            f"p = {vs['wilcoxon_p']:.2g} (perfect {pv['mean_diff']:+.2f}, p = {pv['wilcoxon_p']:.2g})", "-",
             "win" if vs["ci95"][0] > 0 and vs["wilcoxon_p"] < 0.05 else
             "loss" if vs["ci95"][1] < 0 and vs["wilcoxon_p"] < 0.05 else "tie"))
     tot = {s: {k: sum(e[s][k] for e in doc["tasks"].values()) for k in ("false_dones", "dones", "intruder_s",
