@@ -64,7 +64,8 @@ def main(argv=None) -> int:
     import torch
 
     from physai_lab.evaluation.lockstep import SimClock, clone_robots
-    from physai_lab.evaluation.pipeline_shift import ShiftConfig, run_shifts, summarise, system1_only
+    from physai_lab.evaluation.pipeline_shift import (ShiftConfig, pipeline_robots, run_shifts, summarise,
+                                                      system1_only)
     from physai_lab.evaluation.servers import ExpertServer, build_policy_server
     from physai_lab.evaluation.sweep import scale_setting
     from physai_ros.pipeline.vla_backend import VLABackboneBackend
@@ -86,11 +87,7 @@ def main(argv=None) -> int:
     system1 = core if a.system1 == "policy" else ExpertServer(lambda rid: worlds[rid].runtime.world, chunk_size=8)
     shift = ShiftConfig(shift_s=a.shift_s, component_latency_s=a.component_latency_s,
                         operator_response_s=a.operator_response_s)
-    # One robot entry per fleet task that has a pipeline (its sim's events as fleet.yaml sets them).
-    bases = {}
-    for r in cfg.robots:
-        if r.simulated and r.task.pipeline is not None:
-            bases.setdefault(r.task.name, r)
+    bases = pipeline_robots(cfg.robots)  # one robot entry per fleet task that has a pipeline
     wanted = [t for t in a.tasks.split(",") if t]
     unknown = sorted(set(wanted) - set(bases))
     settings = [x for x in a.settings.split(",") if x]

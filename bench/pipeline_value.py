@@ -41,27 +41,18 @@ PAIRS = (("pipeline", "system1"), ("perfect", "system1"), ("pipeline", "perfect"
 
 
 def per_setting(shifts: list) -> dict:
+    """One setting's shifts of one task: pipeline_shift.summarise's totals, per hour with their
+    95 % intervals."""
+    from physai_lab.evaluation.pipeline_shift import summarise
+
+    (out,) = summarise(shifts)[shifts[0].setting].values()  # one sim task per call
     secs = [s.shift_s for s in shifts]
-    out = {"shifts": len(shifts), "hours": round(sum(secs) / 3600, 3),
-           "completed": sum(s.completed for s in shifts),
-           "completed_per_hour": round(sum(s.completed for s in shifts) / max(sum(secs), 1e-9) * 3600, 2),
-           "completed_per_hour_ci95": rate_ci([s.completed for s in shifts], secs),
-           "false_dones": sum(s.false_dones for s in shifts), "dones": sum(s.dones for s in shifts),
-           "false_dones_per_hour": round(sum(s.false_dones for s in shifts) / max(sum(secs), 1e-9) * 3600, 2),
-           "timeouts": sum(s.timeouts for s in shifts), "resets": sum(s.resets for s in shifts),
-           "resets_not_failed": sum(s.resets_not_failed for s in shifts),
-           "escalations": sum(s.escalations for s in shifts),
-           "intruder_s": round(sum(s.intruder_s for s in shifts), 2),
-           "moving_with_intruder_s": round(sum(s.moving_with_intruder_s for s in shifts), 2)}
-    out["moving_share_with_intruder"] = (round(out["moving_with_intruder_s"] / out["intruder_s"], 4)
-                                         if out["intruder_s"] else None)
-    out["moving_share_with_intruder_ci95"] = share_ci([s.moving_with_intruder_s for s in shifts],
-                                                      [s.intruder_s for s in shifts])
-    reasons: dict = {}
-    for s in shifts:
-        for why, n in s.reset_reasons.items():
-            reasons[why] = reasons.get(why, 0) + n
-    out["reset_reasons"] = reasons
+    out.update(hours=round(out["shift_s"] / 3600, 3),
+               completed_per_hour=round(out["completed"] / max(out["shift_s"], 1e-9) * 3600, 2),
+               completed_per_hour_ci95=rate_ci([s.completed for s in shifts], secs),
+               false_dones_per_hour=round(out["false_dones"] / max(out["shift_s"], 1e-9) * 3600, 2),
+               moving_share_with_intruder_ci95=share_ci([s.moving_with_intruder_s for s in shifts],
+                                                        [s.intruder_s for s in shifts]))
     return out
 
 
@@ -82,7 +73,7 @@ def main(argv=None) -> None:
     import torch
 
     from physai_lab.evaluation.lockstep import SimClock, clone_robots
-    from physai_lab.evaluation.pipeline_shift import ShiftConfig, run_shifts, system1_only
+    from physai_lab.evaluation.pipeline_shift import ShiftConfig, pipeline_robots, run_shifts, system1_only
     from physai_lab.evaluation.servers import build_policy_server
     from physai_lab.evaluation.truth_backend import TruthBackend
     from physai_ros.config.fleet import load_fleet
@@ -98,17 +89,14 @@ def main(argv=None) -> None:
     worlds: dict = {}
     backends = {"system1": None, "pipeline": VLABackboneBackend.from_core(core, attach=False),
                 "perfect": TruthBackend(lambda rid: worlds[rid].runtime.world)}
-    bases = {}
-    for r in cfg.robots:
-        if r.simulated and r.task.pipeline is not None:
-            bases.setdefault(r.task.name, r)
+    bases = pipeline_robots(cfg.robots)
     wanted = [t for t in a.tasks.split(",") if t]
     if set(wanted) - set(bases):
         ap.error(f"--tasks: known {sorted(bases)}")
     seeds = [a.seed_base + i for i in range(a.seeds)]
     shift = ShiftConfig(shift_s=a.shift_s)
-    report: dict = {"fleet": str(Path(a.fleet).resolve().relative_to(REPO)) if Path(a.fleet).resolve().is_relative_to(
-        REPO) else a.fleet, "seeds": seeds, "shift": dataclasses.asdict(shift), "tasks": {}}
+    report: dict = {"fleet": results.from_repo(a.fleet), "seeds": seeds, "shift": dataclasses.asdict(shift),
+                    "tasks": {}}
     t0 = time.perf_counter()
     for name, base in bases.items():
         if wanted and name not in wanted:

@@ -84,6 +84,16 @@ def system1_only(robot: RobotConfig) -> RobotConfig:
     return dataclasses.replace(robot, task=dataclasses.replace(robot.task, pipeline=None))
 
 
+def pipeline_robots(robots: Sequence[RobotConfig]) -> dict[str, RobotConfig]:
+    """Fleet task name -> the first simulated robot whose task has a pipeline (its sim's events as
+    fleet.yaml sets them): the robot a shift bench clones for that task."""
+    out: dict[str, RobotConfig] = {}
+    for r in robots:
+        if r.simulated and r.task.pipeline is not None:
+            out.setdefault(r.task.name, r)
+    return out
+
+
 def _array(im: ImageData) -> np.ndarray:
     return np.frombuffer(im.data, np.uint8).reshape(im.height, im.width, 3)
 
