@@ -69,7 +69,9 @@ class GraphCache:
         }
 
     def _capture(self, key: Tuple[int, int, int]) -> _Captured:
-        host = {k: torch.zeros(shape, dtype=dt).pin_memory() for k, (shape, dt) in self._shapes(key).items()}
+        # Host buffers name the CPU: a caller may have pointed torch's default device at the GPU.
+        shapes = self._shapes(key).items()
+        host = {k: torch.zeros(shape, dtype=dt, device="cpu").pin_memory() for k, (shape, dt) in shapes}
         dev = {k: torch.zeros(shape, dtype=dt, device=self.device) for k, (shape, dt) in self._shapes(key).items()}
         dev["image_masks"][:, 0] = True  # a valid dummy observation for warm-up and capture
         dev["token_mask"][:, 0] = True
@@ -97,8 +99,8 @@ class GraphCache:
         return _Captured(
             host_in=host, dev_in=dev, prefix_graph=g_prefix, denoise_graph=g_denoise,
             actions=actions, updates=updates,
-            host_actions=torch.empty(actions.shape, dtype=actions.dtype).pin_memory(),
-            host_updates=torch.empty(updates.shape, dtype=updates.dtype).pin_memory(),
+            host_actions=torch.empty(actions.shape, dtype=actions.dtype, device="cpu").pin_memory(),
+            host_updates=torch.empty(updates.shape, dtype=updates.dtype, device="cpu").pin_memory(),
             prefix_done=torch.cuda.Event(enable_timing=True), start=torch.cuda.Event(enable_timing=True),
             cache=cache,
         )

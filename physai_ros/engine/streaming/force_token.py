@@ -103,7 +103,7 @@ class WrenchMailbox:
     def __init__(self, slots: int, device="cpu"):
         self.device = torch.device(device)
         self._lock = threading.Lock()
-        self._host = torch.zeros(slots, WRENCH_DIM)
+        self._host = torch.zeros(slots, WRENCH_DIM, device="cpu")  # host-side, whatever torch's default device
         self._version = [0] * slots
         self._stamp = [-math.inf] * slots
         self._gpu = self.device.type == "cuda" and torch.cuda.is_available()
