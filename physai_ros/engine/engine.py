@@ -59,7 +59,7 @@ class Pi0Engine:
         fast: bool = True,
         backend: str = "torch",
         seed: int = 0,
-        cuda_graphs=False,  # True, False or "auto" (where built: fast pi0 on CUDA)
+        cuda_graphs=False,  # True, False or "auto" (where built: the fast path on CUDA)
         language: bool = False,
         model=None,
     ):
@@ -100,10 +100,9 @@ class Pi0Engine:
             self.model = fast_cls(config, weights, backend=backend, consume=True, dtype=dtype, language=language)
         else:
             self.model = (PlainPi05 if pi05 else PlainPi0)(config, weights)
-        if cuda_graphs == "auto":  # where they are built: the fast pi0 path on a CUDA device
-            # pi0.5 only when asked: its graphs are built like pi0's (its fast denoise has no host
-            # sync or copy either: test_launch_budgets) but have not been captured on a GPU yet.
-            cuda_graphs = fast and not pi05 and self.device.type == "cuda" and torch.cuda.is_available()
+        if cuda_graphs == "auto":  # where they are built: the fast path (pi0 or pi0.5) on a CUDA device
+            # pi0.5's too since H200 runs matched them with the CPU reference (bench/results/gpu).
+            cuda_graphs = fast and self.device.type == "cuda" and torch.cuda.is_available()
         if cuda_graphs:
             if not (fast and self.device.type == "cuda" and torch.cuda.is_available()):
                 raise ValueError("cuda_graphs needs fast=True and a CUDA device")

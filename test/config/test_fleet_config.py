@@ -80,6 +80,11 @@ def test_engine_arithmetic_follows_the_device_and_names_mistakes(doc):
         parse_fleet(_mut(doc, lambda d: d["server"].setdefault("streaming", {}).update(tick="graphs")))
     graphed = parse_fleet(_mut(doc, lambda d: d["server"].update(device="cuda", streaming={"tick": "graphs"})))
     assert graphed.server.streaming.tick == "graphs"
+    # Unsaid, the tick is graphed on CUDA and fused elsewhere; a user's choice wins on either.
+    assert parse_fleet(doc).server.streaming.tick == "fused"
+    assert parse_fleet(_mut(doc, lambda d: d["server"].update(device="cuda"))).server.streaming.tick == "graphs"
+    told = parse_fleet(_mut(doc, lambda d: d["server"].update(device="cuda", streaming={"tick": "fused"})))
+    assert told.server.streaming.tick == "fused"
 
 
 def test_streams_wait_for_chunked_batches_on_the_cpu_only_by_default(doc):
