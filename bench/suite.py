@@ -68,6 +68,8 @@ ENTRIES = (
     Entry("pipeline_value", "What a task pipeline adds on the same seeds: System 1 alone, trained components, perfect "
           "ones (tasks per hour, false dones, arm moving with a person in the cell)", "pipeline_value.py",
           ("--seeds", "8", "--shift-s", "60")),
+    Entry("drop_watch", "Does the robot see its drops? The grasp watch's recall, precision and delay against the "
+          "sim's drops, and tasks when acting on it", "drop_watch.py", ("--seeds", "8", "--shift-s", "60")),
     Entry("safety_stop", "How often the arm moves with a person in the cell: no safety, our model, a perfect one",
           "safety_stop.py", ("--seconds", "90", "--seeds", "7,8")),
     Entry("camera_frames", "What the exact LeRobot image path costs on raw camera frames (640x480, 1280x720)",

@@ -1,6 +1,6 @@
 """The summarisers of the scheduling and planning entries (factory, agents, scheduling,
 scheduling_synthetic, scheduling_recorded, language, factory_routing, component_order,
-component_memory, pipeline_value, safety_stop): each reads its entry's results file and returns
+component_memory, pipeline_value, drop_watch, safety_stop): each reads its entry's results file and returns
 the rows physai_bench.tables prints, with the baseline of the same run and a verdict."""
 from __future__ import annotations
 
@@ -276,6 +276,34 @@ def pipeline_value(doc: dict) -> list[Row]:
         tot["pipeline"]["moving_with_intruder_s"] / tot["pipeline"]["intruder_s"] <
         tot["system1"]["moving_with_intruder_s"] / tot["system1"]["intruder_s"] else "tie"))
     return headlines(rows, lambda i, r: "place_in_order," in r.question)  # the two-step task's row
+
+
+def drop_watch(doc: dict) -> list[Row]:
+    """Per task: what the grasp watch saw of the sim's drops (recall by cause, precision, delay)
+    beside the trained monitor's resets on drops in the same shifts; then acting on it (replan)
+    against reporting only, tasks per hour paired on seeds."""
+    rows = []
+    for task, e in doc["tasks"].items():
+        d, tot = e["watch"]["detection"], e["watch"]["totals"]
+        recall = ", ".join(f"{c} {r:.2f} ({d['detected'].get(c, 0)}/{d['drops'][c]})" for c, r in d["recall"].items())
+        delay = f", delay median {d['delay_s']['median']:.3f} s (max {d['delay_s']['max']:.3f})" if d["delay_s"] else ""
+        precision = f"{d['precision']:.2f}" if d["precision"] is not None else "-"
+        rows.append(Row(
+            f"Grasp watch, {task}, {tot['shifts']} x {doc['shift']['shift_s']:g} s shifts: drops seen",
+            f"recall {recall or 'no drop'}; precision {precision}{delay}",
+            f"trained monitor: {e['watch']['totals']['monitor_resets_on_drops']} resets on a drop", "-", "-",
+            "win" if d["precision"] is not None and d["precision"] >= 0.9 and d["recall"].get("slip", 0) >= 0.9
+            else "mixed"))
+        vs, rp, wt = e["paired_completed"], e["replan"]["totals"], tot
+        rows.append(Row(
+            f"Grasp watch, {task}: tasks per hour when a lost grasp drops the plan",
+            f"{rp['completed']} tasks ({rp['completed_per_hour_ci95'][0]:.0f}-{rp['completed_per_hour_ci95'][1]:.0f}"
+            " per hour)", f"reporting only: {wt['completed']} tasks",
+            f"{vs['mean_diff']:+.2f} tasks/shift [{vs['ci95'][0]:+.2f}, {vs['ci95'][1]:+.2f}], "
+            f"p = {vs['wilcoxon_p']:.2g}", "-",
+            "win" if vs["ci95"][0] > 0 and vs["wilcoxon_p"] < 0.05 else
+            "loss" if vs["ci95"][1] < 0 and vs["wilcoxon_p"] < 0.05 else "tie"))
+    return headlines(rows, lambda i, r: i == 0)  # the first task's drops seen
 
 
 def safety_stop(doc: dict) -> list[Row]:

@@ -25,7 +25,7 @@ SUMMARISERS: dict[str, Callable[[dict], list[Row]]] = {
     "scheduling_synthetic": planning.scheduling_synthetic, "scheduling_recorded": planning.scheduling_recorded,
     "language": planning.language, "language_pi05": planning.language, "factory_routing": planning.factory_routing,
     "component_order": planning.component_order, "component_memory": planning.component_memory,
-    "pipeline_value": planning.pipeline_value,
+    "pipeline_value": planning.pipeline_value, "drop_watch": planning.drop_watch,
     "safety_stop": planning.safety_stop,
     "camera_frames": serving.camera_frames, "openpi_gateway": serving.openpi_gateway, "serving": serving.serving,
     "serving_auth": serving.serving_auth,

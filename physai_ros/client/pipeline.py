@@ -16,6 +16,8 @@ decisions on the client:
   EndTask       counted only: the sim ends a successful episode itself (sim.runtime: its success
                 test, then a new episode after reset_delay_s)
   Escalate      latched in the controller (held, reason kept) until `acknowledge`
+  GraspLost     counted only (the grasp watch, fed the joint positions at every step, saw the held
+                object slip out; the DropPlan or ResetEpisode its on_lost asks for follows it)
   Acknowledged  the client's own System 1 stop (core.resume) is cleared with it
 
 Every decision becomes a `PipelineEventData` (the node publishes them as PipelineEvent). System 1's
@@ -39,8 +41,9 @@ from physai_ros.client.robot_client import RobotClientCore
 from physai_ros.client.types import ClientState, HoldCommand
 from physai_ros.pipeline.backend import ComponentAnswer
 from physai_ros.pipeline.controller import PipelineController
-from physai_ros.pipeline.decisions import (Acknowledged, Decision, DropPlan, EndTask, Escalate, Hold, Replan,
-                                           ResetEpisode, SetPrompt)
+from physai_ros.pipeline.decisions import (Acknowledged, Decision, DropPlan, EndTask, Escalate, GraspLost, Hold,
+                                           Replan, ResetEpisode, SetPrompt)
+from physai_ros.pipeline.grasp_watch import GraspWatch
 from physai_ros.protocol.observation import ImageData
 
 SOURCES = ("system1", "system2", "safety", "monitor")
@@ -105,7 +108,7 @@ def _source(d: Decision) -> str:
         return d.source
     if isinstance(d, SetPrompt):
         return "system2"
-    if isinstance(d, (EndTask, ResetEpisode)):
+    if isinstance(d, (EndTask, ResetEpisode, GraspLost)):
         return "monitor"
     if isinstance(d, Acknowledged):
         return "operator"
@@ -133,6 +136,9 @@ class ClientPipeline:
         self._hold_round = 0  # rounds up to this were stopped by a pipeline hold
         self._last_taken = 0
         self._system1_stopped = False
+        # The gripper's own view of a drop (pipeline.grasp_watch), fed the newest joint positions
+        # at every step: the monitor component judges single frames and cannot see one.
+        self.grasp_watch = GraspWatch(cfg.grasp_watch) if cfg.grasp_watch is not None else None
 
     @classmethod
     def for_robot(cls, core: RobotClientCore, request_reset: Callable[[str], None] | None = None,
@@ -164,6 +170,8 @@ class ClientPipeline:
             "components": comps, "system1_predictions": c.system1_predictions, "safety_stops": c.safety_stops,
             "replans": c.replans, "retries": c.retries, "total_retries": c.total_retries,
             "task_failures": c.task_failures, "tasks_done": c.tasks_done, "episodes": c.episodes,
+            "grasp_losses": c.grasp_losses,
+            "grasp_watch": dict(self.grasp_watch.counts) if self.grasp_watch is not None else None,
             "escalations": c.escalations, "unknown_answers": c.unknown_answers,
             "resets_requested": self.resets_requested, "resets_unavailable": self.resets_unavailable,
             "queries_sent": self.queries_sent, "events": dict(self.event_counts)}}
@@ -187,6 +195,12 @@ class ClientPipeline:
         step = self.controller.step(now)
         self._apply(list(step.decisions), now, out)
         inputs = self.core.latest_inputs()
+        if self.grasp_watch is not None and inputs is not None:
+            positions = inputs[1]
+            idx = self.grasp_watch.cfg.gripper_index
+            if -len(positions) <= idx < len(positions) and \
+                    self.grasp_watch.update(now, float(positions[idx])) == "lost":
+                self._apply(self.controller.on_grasp_lost(now), now, out)
         for q in step.queries:
             images, state = inputs
             out.queries.append(OutgoingQuery(

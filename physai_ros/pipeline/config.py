@@ -13,6 +13,7 @@ from typing import Any, Mapping, Union
 
 from physai_ros.config_fields import (FleetConfigError, integer, join_key, mapping, no_unknown, number, required,
                                       string)
+from physai_ros.pipeline.grasp_watch import GRASP_LOST_ACTIONS, GraspWatchConfig
 from physai_ros.protocol.component import COMPONENTS
 
 PIPELINE_KEYS = ("pipeline", "task_retry", "safety_and_slo_violation", "components")
@@ -81,6 +82,7 @@ class TaskPipelineConfig:
     system2_to_system1_call_ratio: int | None = None  # set exactly when system2 is
     max_task_retries: int = 3
     on_max_task_retries: str = "stop_and_call_human"
+    grasp_watch: GraspWatchConfig | None = GraspWatchConfig()  # None: `task_retry.grasp_watch: off`
     max_consecutive_safety_replan: int = 10
     max_consecutive_slo_violation: int = 3
     on_max_violation: str = "stop_and_call_human"
@@ -111,6 +113,31 @@ def has_pipeline_keys(task: Mapping[str, Any]) -> bool:
 
 def first_pipeline_key(task: Mapping[str, Any]) -> str:
     return next(k for k in PIPELINE_KEYS if k in task)
+
+
+GRASP_WATCH_NUMBERS = ("min_object", "open_width", "lost_by", "still", "settle_s")
+
+
+def _grasp_watch(v: Any, path: str) -> GraspWatchConfig | None:
+    """`task_retry.grasp_watch`: off (YAML false) or a mapping of GraspWatchConfig's fields."""
+    if v is False:
+        return None
+    d = mapping(v, path)
+    no_unknown(d, {"on_lost", "gripper_index", *GRASP_WATCH_NUMBERS}, path)
+    dflt = GraspWatchConfig()
+    kw: dict[str, Any] = {k: number(d[k], join_key(path, k)) for k in GRASP_WATCH_NUMBERS if k in d}
+    if "on_lost" in d:
+        kw["on_lost"] = string(d["on_lost"], join_key(path, "on_lost"), GRASP_LOST_ACTIONS)
+    if "gripper_index" in d:
+        gi = d["gripper_index"]
+        if isinstance(gi, bool) or not isinstance(gi, int):
+            raise FleetConfigError(f"{join_key(path, 'gripper_index')}: expected an integer index into the joint "
+                                   f"positions (-1: the last), got {gi!r}")
+        kw["gripper_index"] = gi
+    try:
+        return GraspWatchConfig(**{**dflt.__dict__, **kw})
+    except ValueError as e:
+        raise FleetConfigError(f"{path}: {e}") from None
 
 
 def _model(v: Any, path: str, component: str) -> ModelSpec:
@@ -174,7 +201,7 @@ def parse_task_pipeline(task: Mapping[str, Any], path: str, level: TaskLevel) ->
     no_unknown(timing, {"action_period_ms", "system2_to_system1_call_ratio"}, join_key(path, "pipeline"))
     retry_path = join_key(path, "task_retry")
     retry = mapping(task.get("task_retry", {}), retry_path)
-    no_unknown(retry, {"max_task_retries", "on_max_task_retries"}, retry_path)
+    no_unknown(retry, {"max_task_retries", "on_max_task_retries", "grasp_watch"}, retry_path)
     viol_path = join_key(path, "safety_and_slo_violation")
     viol = mapping(task.get("safety_and_slo_violation", {}), viol_path)
     no_unknown(viol, {"max_consecutive_safety_replan", "max_consecutive_slo_violation", "on_max_violation"},
@@ -225,6 +252,7 @@ def parse_task_pipeline(task: Mapping[str, Any], path: str, level: TaskLevel) ->
         max_task_retries=integer(retry.get("max_task_retries", 3), join_key(retry_path, "max_task_retries"), 0),
         on_max_task_retries=string(retry.get("on_max_task_retries", ESCALATION_POLICIES[0]),
                                    join_key(retry_path, "on_max_task_retries"), ESCALATION_POLICIES),
+        grasp_watch=_grasp_watch(retry.get("grasp_watch", {}), join_key(retry_path, "grasp_watch")),
         max_consecutive_safety_replan=integer(viol.get("max_consecutive_safety_replan", 10),
                                               join_key(viol_path, "max_consecutive_safety_replan"), 1),
         max_consecutive_slo_violation=max_viol,

@@ -16,8 +16,8 @@ from physai_ros.pipeline.answers import Parsed, parse_answer
 from physai_ros.pipeline.backend import ComponentAnswer
 from physai_ros.pipeline.config import PERIODIC, TaskPipelineConfig
 from physai_ros.pipeline.decisions import (Acknowledged, ComponentCounters, Decision, DropPlan, DueQuery, EndTask,
-                                           Escalate, Hold, PipelineCounters, Replan, ResetEpisode, Resume, SetPrompt,
-                                           Step)
+                                           Escalate, GraspLost, Hold, PipelineCounters, Replan, ResetEpisode, Resume,
+                                           SetPrompt, Step)
 from physai_ros.protocol.component import QUESTION_COMPONENTS
 
 # Issued ids remembered so a late answer to a given-up query is counted on its component.
@@ -164,6 +164,23 @@ class PipelineController:
         getattr(self, f"_accept_{comp}")(result.value, query_id, out)
         return out
 
+    def on_grasp_lost(self, now: float) -> list[Decision]:
+        """The robot's grasp watch saw the held object slip out: reported (GraspLost), then
+        task_retry.grasp_watch.on_lost: nothing, DropPlan (System 1's next round sees the scene
+        as it is, not the plan made while holding) or a reset as for the monitor's "failed"."""
+        self._require_started()
+        self.counters.grasp_losses += 1
+        watch = self.config.grasp_watch
+        action = watch.on_lost if watch is not None else "ignore"
+        out: list[Decision] = [GraspLost(action)]
+        if self.escalated or action == "ignore":
+            return out
+        if action == "replan":
+            out.append(DropPlan("monitor: grasp lost"))
+        else:
+            self._retry("grasp lost", out)
+        return out
+
     def escalate(self, source: str, reason: str, now: float) -> list[Decision]:
         """Latch an escalation from outside (the robot client's System 1 deadline monitor)."""
         out: list[Decision] = []
@@ -224,15 +241,21 @@ class PipelineController:
             self._start_episode(out)
         elif label == "failed":
             c.task_failures += 1
-            limit = self.config.max_task_retries
-            if c.retries >= limit:
-                self._escalate("monitor", f"task failed {c.retries + 1} times ({limit} retries)",
-                               self.config.on_max_task_retries, out)
-                return
-            c.retries += 1
-            c.total_retries += 1
-            out.append(ResetEpisode(c.retries, f"monitor: failed (retry {c.retries} of {limit})"))
-            self._start_episode(out)
+            self._retry("failed", out)
+
+    def _retry(self, why: str, out: list[Decision]) -> None:
+        """A failed attempt (the monitor's "failed", or a lost grasp with on_lost: reset): reset and
+        try again, or escalate after max_task_retries."""
+        c = self.counters
+        limit = self.config.max_task_retries
+        if c.retries >= limit:
+            self._escalate("monitor", f"task failed {c.retries + 1} times ({limit} retries)",
+                           self.config.on_max_task_retries, out)
+            return
+        c.retries += 1
+        c.total_retries += 1
+        out.append(ResetEpisode(c.retries, f"monitor: {why} (retry {c.retries} of {limit})"))
+        self._start_episode(out)
 
     # ---- misses, errors, fallbacks ------------------------------------------------------------
 

@@ -106,7 +106,17 @@ class Acknowledged:
     kind = "acknowledged"
 
 
-Decision = Union[Hold, Resume, DropPlan, Replan, SetPrompt, EndTask, ResetEpisode, Escalate, Acknowledged]
+@dataclass(frozen=True)
+class GraspLost:
+    """The robot's grasp watch saw the held object slip out (pipeline.grasp_watch). Always
+    reported; what follows (nothing, a DropPlan, or a reset as for a failed task) is its `on_lost`."""
+
+    action: str  # ignore | replan | reset
+    reason: str = "grasp watch: the held object slipped out"
+    kind = "grasp_lost"
+
+
+Decision = Union[Hold, Resume, DropPlan, Replan, SetPrompt, EndTask, ResetEpisode, Escalate, Acknowledged, GraspLost]
 
 
 def kinds(decisions: Sequence[Decision]) -> list[str]:
@@ -150,6 +160,7 @@ class PipelineCounters:
     retries: int = 0  # in the current task (reset by done and acknowledge)
     total_retries: int = 0
     task_failures: int = 0  # "failed" answers
+    grasp_losses: int = 0  # the grasp watch's "lost" (GraspLost)
     tasks_done: int = 0
     episodes: int = 0
     escalations: int = 0

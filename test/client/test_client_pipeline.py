@@ -191,6 +191,33 @@ def test_monitor_failed_requests_a_reset_and_counts_a_retry_then_escalates():
     assert r.p.escalated.startswith("task failed 2 times") and r.core.pipeline_hold
 
 
+@pytest.mark.parametrize("on_lost", ["ignore", "replan"])
+def test_the_grasp_watch_sees_a_slip_in_the_joint_states_and_reports_it(on_lost):
+    """The client feeds its newest joint positions to the grasp watch at every step: the gripper
+    (the last joint) held at a cube's width, then closing past it, is a "grasp_lost" event from
+    the monitor; with on_lost replan the plan is dropped (a give-up hold chunk), not the episode."""
+    pipeline = copy.deepcopy(PIPELINE)
+    pipeline["task_retry"]["grasp_watch"] = {"on_lost": on_lost}
+    r = Rig(pipeline)
+    _running(r)
+    joints = list(r.core.robot.joints)
+
+    def gripper(width, now):
+        r.core.on_joint_state(joints, [0.0] * (len(joints) - 1) + [width])
+        r.step(now)
+
+    for i in range(20):  # 0.4 s at the pipeline's 50 Hz: held still at 4 cm
+        gripper(0.04, 10.2 + 0.02 * i)
+    holds = len(r.holds)
+    gripper(0.02, 10.62)
+    lost = [e for e in r.events if e.kind == "grasp_lost"]
+    assert len(lost) == 1 and lost[0].source == "monitor" and lost[0].reason.startswith("grasp watch")
+    assert r.p.status()["pipeline"]["grasp_losses"] == 1 and r.p.status()["pipeline"]["grasp_watch"]["lost"] == 1
+    assert len(r.holds) == holds + (on_lost == "replan") and not r.resets
+    gripper(0.0, 10.64)
+    assert len([e for e in r.events if e.kind == "grasp_lost"]) == 1  # one loss, one report
+
+
 def test_escalation_latches_until_acknowledged():
     r = Rig()
     _running(r)

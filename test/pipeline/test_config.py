@@ -10,7 +10,7 @@ import yaml
 from physai_ros.config.fleet import FleetConfigError, load_fleet, parse_fleet
 from physai_ros.pipeline.config import ComponentConfig, HfModel, TaskPipelineConfig
 
-from pipeline_helpers import task
+from pipeline_helpers import pipeline_config, task
 
 REPO = Path(__file__).resolve().parents[2]
 FLEET = yaml.safe_load((REPO / "config" / "fleet.yaml").read_text())
@@ -124,6 +124,16 @@ def test_task_level_and_component_values_must_agree():
     ({"safety_and_slo_violation.max_consecutive_safety_replan": 0},
      "tasks.t.safety_and_slo_violation.max_consecutive_safety_replan: expected an integer >= 1, got 0"),
     ({"components": "all"}, "tasks.t.components: expected a mapping, got str"),
+    ({"task_retry.grasp_watch": {"on_lost": "stop"}},
+     "tasks.t.task_retry.grasp_watch.on_lost: expected one of ['ignore', 'replan', 'reset'], got 'stop'"),
+    ({"task_retry.grasp_watch": {"lost_by_m": 0.01}}, "tasks.t.task_retry.grasp_watch.lost_by_m: unknown key"),
+    ({"task_retry.grasp_watch": {"settle_s": -1}},
+     "tasks.t.task_retry.grasp_watch.settle_s: expected a finite number > 0, got -1"),
+    ({"task_retry.grasp_watch": {"gripper_index": 1.5}},
+     "tasks.t.task_retry.grasp_watch.gripper_index: expected an integer index into the joint positions"),
+    ({"task_retry.grasp_watch": {"min_object": 0.1}},
+     "tasks.t.task_retry.grasp_watch: min_object (0.1) must be under open_width (0.075)"),
+    ({"task_retry.grasp_watch": "on"}, "tasks.t.task_retry.grasp_watch: expected a mapping, got str"),
 ])
 def test_errors_name_the_key_path(changes, message):
     assert error_of({**BASE, **task(**changes)}).startswith(message)
@@ -174,3 +184,14 @@ def test_todays_fleet_files_parse_unchanged():
                 raw[name]["prompt"], float(raw[name]["slo_ms"]), raw[name].get("fallback", "hold"),
                 raw[name].get("max_consecutive_slo_violation", 3),
                 raw[name].get("on_max_violation", "stop_and_call_human")), (path, name)
+
+
+def test_the_grasp_watch_is_on_and_only_reports_unless_told():
+    """task_retry.grasp_watch: absent, the watch runs with its defaults and on_lost ignore; a
+    mapping sets its fields (integers for floats too); YAML false (`off`) turns it off."""
+    from physai_ros.pipeline.grasp_watch import GraspWatchConfig
+
+    assert pipeline_config().grasp_watch == GraspWatchConfig()
+    told = pipeline_config(**{"task_retry__grasp_watch": {"on_lost": "replan", "gripper_index": 6, "settle_s": 1}})
+    assert told.grasp_watch == GraspWatchConfig(on_lost="replan", gripper_index=6, settle_s=1.0)
+    assert pipeline_config(**{"task_retry__grasp_watch": False}).grasp_watch is None

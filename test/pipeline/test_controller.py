@@ -9,8 +9,8 @@ from __future__ import annotations
 import pytest
 
 from physai_ros.pipeline.controller import PipelineController
-from physai_ros.pipeline.decisions import (Acknowledged, DropPlan, EndTask, Escalate, Hold, Replan, ResetEpisode,
-                                           Resume, SetPrompt, kinds)
+from physai_ros.pipeline.decisions import (Acknowledged, DropPlan, EndTask, Escalate, GraspLost, Hold, Replan,
+                                           ResetEpisode, Resume, SetPrompt, kinds)
 
 from pipeline_helpers import err, ok, pipeline_config
 
@@ -231,6 +231,30 @@ def test_failed_retries_then_escalates_and_the_latch_clears():
     assert (cnt.retries, cnt.escalated) == (0, "")
     assert [q.component for q in c.step(31.0).queries] == ["system2", "safety", "monitor"]
     assert c.acknowledge(31.0) == []  # nothing latched
+
+
+def test_a_lost_grasp_is_reported_and_acted_on_as_grasp_watch_on_lost_says():
+    """ignore (the default): reported only; replan: the buffered plan is dropped, the subgoal
+    kept (System 1 replans from the scene as it is); reset: a retry as for the monitor's
+    "failed", escalating past max_task_retries; nothing but the report while escalated."""
+    c, _ = planned()
+    assert c.on_grasp_lost(1.0) == [GraspLost("ignore")] and c.counters.grasp_losses == 1
+    assert not c.held and c.subgoal == "pick the red cube"
+
+    c, _ = planned(task_retry__grasp_watch={"on_lost": "replan"})
+    assert c.on_grasp_lost(1.0) == [GraspLost("replan"), DropPlan("monitor: grasp lost")]
+    assert not c.held and c.subgoal == "pick the red cube" and c.counters.replans == 0
+
+    c, _ = planned(task_retry__grasp_watch={"on_lost": "reset"})
+    out = [c.on_grasp_lost(t) for t in (1.0, 2.0, 3.0)]
+    assert out[0] == [GraspLost("reset"), ResetEpisode(1, "monitor: grasp lost (retry 1 of 2)"),
+                      Hold("system2", "awaiting first plan")]
+    assert kinds(out[2]) == ["grasp_lost", "hold:escalation", "escalate"]
+    assert (c.counters.grasp_losses, c.counters.total_retries, c.counters.task_failures) == (3, 2, 0)
+    assert c.on_grasp_lost(4.0) == [GraspLost("reset")]  # latched: reported, nothing more
+
+    c, _ = planned(task_retry__grasp_watch=False)
+    assert c.on_grasp_lost(1.0) == [GraspLost("ignore")]  # an adapter that reports one anyway
 
 
 def test_unparseable_answers_are_counted_and_handled_like_misses():

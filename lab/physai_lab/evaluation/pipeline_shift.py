@@ -74,6 +74,10 @@ class ShiftResult:
     # Why each of the pipeline's resets came, by the sim's ground truth (its failure reason: dropped, knocked,
     # wrong_order, timeout; "not failed" for a reset of a healthy episode): where a task is lost.
     reset_reasons: dict = field(default_factory=dict)
+    # Drops by the sim's ground truth, (sim time, cause): "slip" (an injected drop: the cube fell
+    # through closed fingers) or "released" (let go away from the pad: the policy's own drop) ...
+    drops: tuple = ()
+    grasp_lost_at: tuple = ()  # ... and the sim times the robot's grasp watch said "lost"
 
 
 DONE_WINDOW_S = 1.0  # a "done" answered this long after the success test last held is still a true one
@@ -120,6 +124,11 @@ class ShiftSlot(EpisodeSlot):
         self.escalations = 0
         self.dones = self.false_dones = 0
         self._last_success = -1e9  # sim time the success test last held
+        self.drops: list[tuple[float, str]] = []
+        self.grasp_lost_at: list[float] = []
+        world = self.runtime.world
+        self._slips_seen = world.events.failures.drops if world.events is not None else 0
+        self._failure = world.failure
 
     def _reset(self, reason: str) -> None:
         label, why = self.runtime.world.progress()
@@ -152,6 +161,13 @@ class ShiftSlot(EpisodeSlot):
                 self.moving_with_intruder_s += dt
         if self.pipeline is not None and self.pipeline.held:
             self.held_s += dt
+        world = self.runtime.world
+        slips = world.events.failures.drops if world.events is not None else 0
+        if slips > self._slips_seen:
+            self.drops.append((round(world.time, 3), "slip"))
+        elif world.failure == "dropped" and self._failure != "dropped":
+            self.drops.append((round(world.time, 3), "released"))
+        self._slips_seen, self._failure = slips, world.failure
 
     def apply(self, out: PipelineOutput, now: float) -> list[OutgoingQuery]:
         for hold in out.holds:
@@ -160,6 +176,8 @@ class ShiftSlot(EpisodeSlot):
             if ev.kind == "end_task":  # true if the success test held when its frame was taken (the
                 self.dones += 1         # answer comes component_latency_s later, the sim resets 0.5 s after)
                 self.false_dones += self.runtime.world.time - self._last_success > DONE_WINDOW_S
+            if ev.kind == "grasp_lost":
+                self.grasp_lost_at.append(round(self.runtime.world.time, 3))
             if ev.kind == "escalate" and self.escalated_at is None:
                 self.escalated_at = now
                 self.escalations += 1
@@ -189,7 +207,7 @@ class ShiftSlot(EpisodeSlot):
             intruder_s=round(self.intruder_s, 3), moving_with_intruder_s=round(self.moving_with_intruder_s, 3),
             held_s=round(self.held_s, 3), escalations=self.escalations, dones=self.dones,
             false_dones=self.false_dones, pipeline=status,
-            reset_reasons=dict(self.reset_reasons))
+            reset_reasons=dict(self.reset_reasons), drops=tuple(self.drops), grasp_lost_at=tuple(self.grasp_lost_at))
 
 
 class ComponentSide:

@@ -1,0 +1,62 @@
+"""How well a robot's grasp watch sees drops in simulated shifts: recall per cause, precision and
+detection delay, against the sim's ground truth (pipeline_shift.ShiftResult.drops and
+.grasp_lost_at).
+
+A "lost" is a true detection when it comes within `window_s` after a drop that no earlier
+detection claimed (the delay is the difference); any other "lost" is a false alarm. Recall is
+per cause: "slip" (the cube fell through the fingers) and "released" (the policy let go away from
+the pad, which a gripper's position cannot tell from a placement).
+"""
+from __future__ import annotations
+
+import statistics
+from typing import Sequence
+
+MATCH_WINDOW_S = 1.0
+
+
+def match(drops: Sequence[tuple[float, str]], detections: Sequence[float],
+          window_s: float = MATCH_WINDOW_S) -> tuple[list[tuple[str, float]], int]:
+    """One shift: ([(cause, delay_s)] of the drops detected, false alarms)."""
+    open_drops = sorted(drops)
+    claimed = [False] * len(open_drops)
+    hits: list[tuple[str, float]] = []
+    false_alarms = 0
+    for t in sorted(detections):
+        for i, (td, cause) in enumerate(open_drops):
+            if not claimed[i] and td <= t + 1e-9 <= td + window_s + 1e-9:
+                claimed[i] = True
+                hits.append((cause, round(t - td, 3)))
+                break
+        else:
+            false_alarms += 1
+    return hits, false_alarms
+
+
+def score(results: Sequence, window_s: float = MATCH_WINDOW_S) -> dict:
+    """Totals over shifts (ShiftResult-like: .drops, .grasp_lost_at, .shift_s)."""
+    truth: dict[str, int] = {}
+    found: dict[str, int] = {}
+    delays: list[float] = []
+    detections = false_alarms = 0
+    hours = sum(r.shift_s for r in results) / 3600
+    for r in results:
+        for _, cause in r.drops:
+            truth[cause] = truth.get(cause, 0) + 1
+        hits, fa = match(r.drops, r.grasp_lost_at, window_s)
+        detections += len(r.grasp_lost_at)
+        false_alarms += fa
+        for cause, delay in hits:
+            found[cause] = found.get(cause, 0) + 1
+            delays.append(delay)
+    true_detections = detections - false_alarms
+    return {
+        "drops": truth, "detected": found,
+        "recall": {c: round(found.get(c, 0) / n, 3) for c, n in truth.items()},
+        "detections": detections, "false_alarms": false_alarms,
+        "precision": round(true_detections / detections, 3) if detections else None,
+        "false_alarms_per_hour": round(false_alarms / hours, 2) if hours else None,
+        "delay_s": ({"median": round(statistics.median(delays), 3), "max": max(delays), "n": len(delays)}
+                    if delays else None),
+        "window_s": window_s,
+    }
