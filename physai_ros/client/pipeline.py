@@ -247,7 +247,11 @@ class ClientPipeline:
         for d in decisions:
             if isinstance(d, (Hold, DropPlan)):
                 stop = True
-            elif isinstance(d, ResetEpisode):
+            if isinstance(d, (ResetEpisode, Acknowledged)) and self.grasp_watch is not None:
+                # The reset (or the operator's) takes the cube out of the fingers: the
+                # fingers closing after it are no lost grasp.
+                self.grasp_watch.reset()
+            if isinstance(d, ResetEpisode):
                 if self.request_reset is not None:
                     self.resets_requested += 1
                     self.request_reset(d.reason)

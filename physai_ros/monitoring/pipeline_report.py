@@ -3,7 +3,7 @@ per robot and per component, what the robot clients published. Two sources, both
   - /<ns>/client_status (JSON, 1 Hz): the controller's counters under "pipeline"
     (client.pipeline.ClientPipeline.status): per component asked, answered, on time, late,
     SLO misses, stale, skipped, errors by reason, SLO attainment; per robot safety stops, replans,
-    retries, task failures, tasks done, episodes, escalations and the latched reason;
+    retries, task failures, grasps lost, tasks done, episodes, escalations and the latched reason;
   - /<ns>/pipeline_event (PipelineEvent, one per decision): counted here by kind and by
     kind/source (`EventTally`), so the summary says what the robots were seen to do on the topic.
 Plain data, no rclpy: physai_ros.fleet.cli subscribes and feeds these."""
@@ -14,7 +14,7 @@ from typing import Any
 
 COMPONENT_KEYS = ("asked", "answered", "on_time", "late", "slo_misses", "stale", "skipped")
 ROBOT_KEYS = ("safety_stops", "replans", "total_retries", "task_failures", "tasks_done", "episodes",
-              "escalations", "system1_predictions", "queries_sent")
+              "escalations", "system1_predictions", "queries_sent", "grasp_losses")
 
 
 class EventTally:
@@ -87,7 +87,8 @@ def format_pipeline(serving: list[dict]) -> list[str]:
             continue
         ev = p["events"]
         lines.append(f"  {r['id']} pipeline: safety stops {p['safety_stops']}, replans {p['replans']}, "
-                     f"retries {p['total_retries']}, tasks done {p['tasks_done']}, episodes {p['episodes']}, "
+                     f"retries {p['total_retries']}, grasps lost {p['grasp_losses']}, tasks done {p['tasks_done']}, "
+                     f"episodes {p['episodes']}, "
                      f"escalations {p['escalations']}{' (latched: ' + p['escalated'] + ')' if p['escalated'] else ''}"
                      f", events {ev['total']} ({', '.join(f'{k} {v}' for k, v in ev['by_kind'].items()) or 'none'})")
         for name, c in sorted(p["components"].items()):

@@ -49,6 +49,7 @@ class GraspWatch:
         self.held_width: float | None = None  # the width of the grasp in progress
         self._still_since: float | None = None
         self._still_width = math.nan
+        self._armed = True  # False after reset() until the gripper is seen open
         self.counts = {"grasped": 0, "lost": 0, "released": 0}
 
     @property
@@ -56,12 +57,18 @@ class GraspWatch:
         return self.held_width is not None
 
     def reset(self) -> None:
-        """A new episode: whatever was held is forgotten (the cell was reset)."""
+        """The cell is being reset (a new episode, an operator's hand): whatever was held is
+        forgotten, and nothing counts as a grasp until the gripper is seen open again, so the
+        fingers closing once the cube is taken out are no lost grasp."""
         self.held_width, self._still_since, self._still_width = None, None, math.nan
+        self._armed = False
 
     def update(self, now: float, width: float) -> str:
         c = self.cfg
         if not math.isfinite(width):
+            return ""
+        if not self._armed:
+            self._armed = width >= c.open_width
             return ""
         if self.held_width is not None:
             if width < self.held_width - c.lost_by:

@@ -218,6 +218,26 @@ def test_the_grasp_watch_sees_a_slip_in_the_joint_states_and_reports_it(on_lost)
     assert len([e for e in r.events if e.kind == "grasp_lost"]) == 1  # one loss, one report
 
 
+def test_a_reset_the_pipeline_asked_for_is_no_lost_grasp():
+    """The monitor's "failed" while the cube is held: the reset takes it out of the fingers, and
+    their closing afterwards is not reported as a lost grasp."""
+    r = Rig()
+    _running(r)
+    joints = list(r.core.robot.joints)
+
+    def gripper(width, now):
+        r.core.on_joint_state(joints, [0.0] * (len(joints) - 1) + [width])
+        r.step(now, keep=("monitor",))
+
+    for i in range(41):  # held from 10.2 s to the monitor's next question at 11.0 s (1 Hz)
+        gripper(0.04, 10.2 + 0.02 * i)
+    r.answer("monitor", "failed", 11.01)
+    assert r.resets and r.p.grasp_watch.counts["grasped"] == 1
+    for i, width in enumerate((0.03, 0.01, 0.0, 0.0)):
+        gripper(width, 11.02 + 0.02 * i)
+    assert not [e for e in r.events if e.kind == "grasp_lost"] and r.p.counters.grasp_losses == 0
+
+
 def test_escalation_latches_until_acknowledged():
     r = Rig()
     _running(r)

@@ -84,3 +84,14 @@ def test_the_sims_injected_drop_is_seen_from_the_gripper_alone():
             break
     assert slip is not None and lost is not None and 0 <= lost - slip <= 0.1
     assert watch.counts["grasped"] == 1 and watch.counts["released"] == 0
+
+
+def test_after_a_reset_nothing_is_a_grasp_until_the_gripper_opens():
+    """A reset (the pipeline asked for one, or an operator's) takes the cube out of the fingers:
+    their closing then is no lost grasp, and a hold seen before they open again is no grasp."""
+    w = GraspWatch()
+    assert [e for _, e in feed(w, [0.08] * 5 + ramp(0.08, 0.04, 8) + [0.04] * 20)] == ["grasped"]
+    w.reset()
+    assert feed(w, [0.04] * 30 + ramp(0.04, 0.0, 6), t0=1.0) == [] and not w.holding
+    events = feed(w, [0.08] * 5 + ramp(0.08, 0.04, 8) + [0.04] * 20 + [0.0], t0=3.0)
+    assert [e for _, e in events] == ["grasped", "lost"]
