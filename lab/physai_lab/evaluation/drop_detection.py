@@ -5,7 +5,9 @@ detection delay, against the sim's ground truth (pipeline_shift.ShiftResult.drop
 A "lost" is a true detection when it comes within `window_s` after a drop that no earlier
 detection claimed (the delay is the difference); any other "lost" is a false alarm. Recall is
 per cause: "slip" (the cube fell through the fingers) and "released" (the policy let go away from
-the pad, which a gripper's position cannot tell from a placement).
+the pad, which a gripper's position cannot tell from a placement). False alarms that came just
+after one of the sim's own resets (its time limit, ShiftResult.sim_resets) are counted apart: the
+reset takes a held cube out of the fingers, which the robot client is not told.
 """
 from __future__ import annotations
 
@@ -16,12 +18,12 @@ MATCH_WINDOW_S = 1.0
 
 
 def match(drops: Sequence[tuple[float, str]], detections: Sequence[float],
-          window_s: float = MATCH_WINDOW_S) -> tuple[list[tuple[str, float]], int]:
-    """One shift: ([(cause, delay_s)] of the drops detected, false alarms)."""
+          window_s: float = MATCH_WINDOW_S) -> tuple[list[tuple[str, float]], list[float]]:
+    """One shift: ([(cause, delay_s)] of the drops detected, the false alarms' times)."""
     open_drops = sorted(drops)
     claimed = [False] * len(open_drops)
     hits: list[tuple[str, float]] = []
-    false_alarms = 0
+    false_alarms: list[float] = []
     for t in sorted(detections):
         for i, (td, cause) in enumerate(open_drops):
             if not claimed[i] and td <= t + 1e-9 <= td + window_s + 1e-9:
@@ -29,7 +31,7 @@ def match(drops: Sequence[tuple[float, str]], detections: Sequence[float],
                 hits.append((cause, round(t - td, 3)))
                 break
         else:
-            false_alarms += 1
+            false_alarms.append(t)
     return hits, false_alarms
 
 
@@ -39,13 +41,18 @@ def score(results: Sequence, window_s: float = MATCH_WINDOW_S) -> dict:
     found: dict[str, int] = {}
     delays: list[float] = []
     detections = false_alarms = 0
+    after_reset: dict[str, int] = {}  # false alarms within window_s after a sim reset, by its cause
     hours = sum(r.shift_s for r in results) / 3600
     for r in results:
         for _, cause in r.drops:
             truth[cause] = truth.get(cause, 0) + 1
         hits, fa = match(r.drops, r.grasp_lost_at, window_s)
         detections += len(r.grasp_lost_at)
-        false_alarms += fa
+        false_alarms += len(fa)
+        for t in fa:
+            cause = next((c for tr, c in getattr(r, "sim_resets", ()) if tr <= t <= tr + window_s), None)
+            if cause is not None:
+                after_reset[cause] = after_reset.get(cause, 0) + 1
         for cause, delay in hits:
             found[cause] = found.get(cause, 0) + 1
             delays.append(delay)
@@ -53,7 +60,7 @@ def score(results: Sequence, window_s: float = MATCH_WINDOW_S) -> dict:
     return {
         "drops": truth, "detected": found,
         "recall": {c: round(found.get(c, 0) / n, 3) for c, n in truth.items()},
-        "detections": detections, "false_alarms": false_alarms,
+        "detections": detections, "false_alarms": false_alarms, "false_alarms_after_sim_reset": after_reset,
         "precision": round(true_detections / detections, 3) if detections else None,
         "false_alarms_per_hour": round(false_alarms / hours, 2) if hours else None,
         "delay_s": ({"median": round(statistics.median(delays), 3), "max": max(delays), "n": len(delays)}

@@ -78,6 +78,9 @@ class ShiftResult:
     # through closed fingers) or "released" (let go away from the pad: the policy's own drop) ...
     drops: tuple = ()
     grasp_lost_at: tuple = ()  # ... and the sim times the robot's grasp watch said "lost"
+    # The sim's episode ends, (sim time, "success" | "timeout" | "asked": a reset the pipeline or
+    # the operator asked for): a reset takes a held cube out of the fingers.
+    sim_resets: tuple = ()
 
 
 DONE_WINDOW_S = 1.0  # a "done" answered this long after the success test last held is still a true one
@@ -129,6 +132,9 @@ class ShiftSlot(EpisodeSlot):
         world = self.runtime.world
         self._slips_seen = world.events.failures.drops if world.events is not None else 0
         self._failure = world.failure
+        self.sim_resets: list[tuple[float, str]] = []
+        rt = self.runtime
+        self._ends_seen = (rt.episodes_finished, rt.resets_requested, rt.timeouts)
 
     def _reset(self, reason: str) -> None:
         label, why = self.runtime.world.progress()
@@ -168,6 +174,12 @@ class ShiftSlot(EpisodeSlot):
         elif world.failure == "dropped" and self._failure != "dropped":
             self.drops.append((round(world.time, 3), "released"))
         self._slips_seen, self._failure = slips, world.failure
+        rt = self.runtime
+        ends = (rt.episodes_finished, rt.resets_requested, rt.timeouts)
+        if ends[0] > self._ends_seen[0]:
+            cause = "asked" if ends[1] > self._ends_seen[1] else "timeout" if ends[2] > self._ends_seen[2] else "success"
+            self.sim_resets.append((round(world.time, 3), cause))
+        self._ends_seen = ends
 
     def apply(self, out: PipelineOutput, now: float) -> list[OutgoingQuery]:
         for hold in out.holds:
@@ -207,7 +219,8 @@ class ShiftSlot(EpisodeSlot):
             intruder_s=round(self.intruder_s, 3), moving_with_intruder_s=round(self.moving_with_intruder_s, 3),
             held_s=round(self.held_s, 3), escalations=self.escalations, dones=self.dones,
             false_dones=self.false_dones, pipeline=status,
-            reset_reasons=dict(self.reset_reasons), drops=tuple(self.drops), grasp_lost_at=tuple(self.grasp_lost_at))
+            reset_reasons=dict(self.reset_reasons), drops=tuple(self.drops), grasp_lost_at=tuple(self.grasp_lost_at),
+            sim_resets=tuple(self.sim_resets))
 
 
 class ComponentSide:
