@@ -286,12 +286,13 @@ def drop_watch(doc: dict) -> list[Row]:
     for task, e in doc["tasks"].items():
         d, tot = e["watch"]["detection"], e["watch"]["totals"]
         seen = {c: f"{d['detected'].get(c, 0)}/{d['drops'].get(c, 0)}" for c in ("slip", "released")}
-        delay = f" in {d['delay_s']['median']:.3f} s median (max {d['delay_s']['max']:.3f})" if d["delay_s"] else ""
+        delay = (f" in {1e3 * d['delay_s']['median']:.0f} ms median (max {1e3 * d['delay_s']['max']:.0f})"
+                 if d["delay_s"] else "")
         precision = f"{d['precision']:.2f}" if d["precision"] is not None else "-"
         after = sum(d.get("false_alarms_after_sim_reset", {}).values())
         rows.append(Row(
             f"Grasp watch, {task}, {tot['shifts']} x {doc['shift']['shift_s']:g} s shifts: drops seen",
-            f"slips {seen['slip']}{delay}; let go off the pad {seen['released']}; precision {precision}"
+            f"{seen['slip']} slips{delay}; off-pad releases {seen['released']}; precision {precision}"
             + (f" ({after} false just after a sim time limit)" if after else ""),
             f"trained monitor: {e['watch']['totals']['monitor_resets_on_drops']} resets on a drop", "-", "-",
             "win" if d["precision"] is not None and d["precision"] >= 0.9 and d["recall"].get("slip", 0) >= 0.9
