@@ -115,7 +115,7 @@ def first_pipeline_key(task: Mapping[str, Any]) -> str:
     return next(k for k in PIPELINE_KEYS if k in task)
 
 
-GRASP_WATCH_NUMBERS = ("min_object", "open_width", "lost_by", "still", "settle_s")
+GRASP_WATCH_NUMBERS = ("min_object", "open_width", "lost_by", "still", "settle_s", "carried")
 
 
 def _grasp_watch(v: Any, path: str) -> GraspWatchConfig | None:

@@ -202,19 +202,19 @@ def test_the_grasp_watch_sees_a_slip_in_the_joint_states_and_reports_it(on_lost)
     _running(r)
     joints = list(r.core.robot.joints)
 
-    def gripper(width, now):
-        r.core.on_joint_state(joints, [0.0] * (len(joints) - 1) + [width])
+    def gripper(width, now, lift=0.0):
+        r.core.on_joint_state(joints, [lift] + [0.0] * (len(joints) - 2) + [width])
         r.step(now)
 
-    for i in range(20):  # 0.4 s at the pipeline's 50 Hz: held still at 4 cm
-        gripper(0.04, 10.2 + 0.02 * i)
+    for i in range(20):  # 0.4 s at the pipeline's 50 Hz: held still at 4 cm, then lifted
+        gripper(0.04, 10.2 + 0.02 * i, lift=0.01 * max(0, i - 12))
     holds = len(r.holds)
-    gripper(0.02, 10.62)
+    gripper(0.02, 10.62, lift=0.07)
     lost = [e for e in r.events if e.kind == "grasp_lost"]
     assert len(lost) == 1 and lost[0].source == "monitor" and lost[0].reason.startswith("grasp watch")
     assert r.p.status()["pipeline"]["grasp_losses"] == 1 and r.p.status()["pipeline"]["grasp_watch"]["lost"] == 1
     assert len(r.holds) == holds + (on_lost == "replan") and not r.resets
-    gripper(0.0, 10.64)
+    gripper(0.0, 10.64, lift=0.07)
     assert len([e for e in r.events if e.kind == "grasp_lost"]) == 1  # one loss, one report
 
 

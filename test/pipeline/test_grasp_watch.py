@@ -30,7 +30,7 @@ def test_a_cube_held_then_slipping_out_is_lost_within_a_sample():
     assert [e for _, e in events] == ["grasped", "lost"]
     first_slip_sample = (20 + 8 + 20) * DT
     assert events[1][0] == pytest.approx(first_slip_sample)  # 0.0333 is already over lost_by under 0.04
-    assert w.counts == {"grasped": 1, "lost": 1, "released": 0} and not w.holding
+    assert w.counts == {"grasped": 1, "lost": 1, "closed": 0, "released": 0} and not w.holding
 
 
 def test_a_placement_is_a_release_not_a_loss():
@@ -52,6 +52,23 @@ def test_a_short_pause_mid_close_is_not_a_grasp_and_noise_is_ignored():
     assert feed(w, trace) == []  # 5 samples (0.1 s) still is under settle_s
 
 
+def test_a_loss_needs_the_arm_to_have_carried_the_object():
+    """A policy that parks the gripper half-open over a cube and then closes it never held
+    anything: with the arm still since the "grasp" that is "closed", not "lost" (the false
+    alarm seen on held-out place_in_order shifts); once a joint moved `carried`, it is a loss."""
+    trace = [0.08] * 5 + ramp(0.08, 0.0444, 8) + [0.0444] * 20 + ramp(0.0444, 0.0, 6)
+    still = GraspWatch()
+    assert [e for _, e in feed_arm(still, trace, lambda i: [0.3, -0.2])] == ["grasped", "closed"]
+    carried = GraspWatch()
+    lift = [[0.3, -0.2 + 0.01 * max(0, i - 13)] for i in range(len(trace))]  # lifts after the grasp settles
+    assert [e for _, e in feed_arm(carried, trace, lambda i: lift[i])] == ["grasped", "lost"]
+    assert still.counts["closed"] == 1 and carried.counts["lost"] == 1
+
+
+def feed_arm(watch, widths, arm_at):
+    return [(i, ev) for i, w in enumerate(widths) if (ev := watch.update(i * DT, w, arm_at(i)))]
+
+
 def test_thresholds_follow_the_config_and_bad_ones_are_refused():
     w = GraspWatch(GraspWatchConfig(min_object=0.002, settle_s=0.05, lost_by=0.001))
     assert [e for _, e in feed(w, [0.005] * 5 + [0.0035])] == ["grasped", "lost"]
@@ -63,9 +80,9 @@ def test_thresholds_follow_the_config_and_bad_ones_are_refused():
         GraspWatchConfig(min_object=0.09)
 
 
-def test_the_sims_injected_drop_is_seen_from_the_gripper_alone():
+def test_the_sims_injected_drop_is_seen_from_the_joint_positions():
     """The sim's own arm and a scripted expert, a drop injected in every episode: the watch fed
-    only the gripper opening says "lost" within 0.1 s of the slip, and nothing else before it."""
+    the joint positions says "lost" within 0.1 s of the slip, and nothing else before it."""
     from physai_ros.sim.events import EventConfig
     from physai_ros.sim.expert import ScriptedExpert
     from physai_ros.sim.world import SimWorld
@@ -79,7 +96,8 @@ def test_the_sims_injected_drop_is_seen_from_the_gripper_alone():
         world.step(dt)
         if slip is None and world.events.failures.drops:
             slip = world.time
-        if watch.update(world.time, float(world.snapshot().positions[-1])) == "lost":
+        positions = world.snapshot().positions
+        if watch.update(world.time, float(positions[-1]), positions[:-1]) == "lost":
             lost = world.time
             break
     assert slip is not None and lost is not None and 0 <= lost - slip <= 0.1
