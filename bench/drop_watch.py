@@ -27,6 +27,7 @@ from pathlib import Path
 
 from physai_bench import results
 from physai_bench.paired import paired, rate_ci
+from physai_bench.shift_runs import add_shift_args, start_shift_run
 
 REPO = Path(__file__).resolve().parents[1]
 SETTINGS = {"watch": "ignore", "replan": "replan"}
@@ -42,51 +43,25 @@ def with_on_lost(robot, action: str):
 
 def main(argv=None) -> None:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    ap.add_argument("--fleet", default=str(REPO / "config/fleet_pipeline.yaml"))
-    ap.add_argument("--seeds", type=int, default=8, help="shifts per task and setting")
-    ap.add_argument("--seed-base", type=int, default=970_000, help="unlike any training or pipeline_value seed")
-    ap.add_argument("--shift-s", type=float, default=60.0)
-    ap.add_argument("--tasks", default="pick_place_monitored,place_in_order")
-    ap.add_argument("--slots", type=int, default=2, help="robots served at once")
-    ap.add_argument("--threads", type=int, default=2)
-    ap.add_argument("--quick", action="store_true", help="pick_place_monitored, 2 seeds of 8 s")
-    ap.add_argument("--json", default="")
+    add_shift_args(ap, str(REPO / "config/fleet_pipeline.yaml"), seed_base=970_000,  # unlike training or pipeline_value
+                   tasks="pick_place_monitored,place_in_order")
     a = ap.parse_args(argv)
-    if a.quick:
-        a.tasks, a.seeds, a.shift_s = "pick_place_monitored", 2, 8.0
-    import torch
-
     from physai_lab.evaluation.drop_detection import score
-    from physai_lab.evaluation.lockstep import SimClock, clone_robots
-    from physai_lab.evaluation.pipeline_shift import ShiftConfig, pipeline_robots, run_shifts, summarise
-    from physai_lab.evaluation.servers import build_policy_server
-    from physai_ros.config.fleet import load_fleet
+    from physai_lab.evaluation.lockstep import clone_robots
+    from physai_lab.evaluation.pipeline_shift import run_shifts, summarise
     from physai_ros.pipeline.vla_backend import VLABackboneBackend
 
-    torch.set_num_threads(a.threads)
-    cfg = load_fleet(a.fleet)
-    run_info = results.start_run("the shipped sim_pi0_pipeline checkpoint (System 1 and its components) on CPU, "
-                                 "simulated shifts in lockstep (outcomes independent of load)", __file__, argv,
-                                 quick=a.quick)
-    clock = SimClock()
-    core = build_policy_server(cfg, clock)
-    backend = VLABackboneBackend.from_core(core, attach=False)
-    bases = pipeline_robots(cfg.robots)
-    wanted = [t for t in a.tasks.split(",") if t]
-    if set(wanted) - set(bases):
-        ap.error(f"--tasks: known {sorted(bases)}")
-    seeds = [a.seed_base + i for i in range(a.seeds)]
-    shift = ShiftConfig(shift_s=a.shift_s)
-    report: dict = {"fleet": results.from_repo(a.fleet), "seeds": seeds, "shift": dataclasses.asdict(shift),
-                    "grasp_watch": dataclasses.asdict(next(iter(bases.values())).task.pipeline.grasp_watch),
-                    "tasks": {}}
+    run = start_shift_run(ap, a, argv, __file__)
+    backend = VLABackboneBackend.from_core(run.core, attach=False)
+    report = {**run.report,
+              "grasp_watch": dataclasses.asdict(next(iter(run.bases.values())).task.pipeline.grasp_watch), "tasks": {}}
     t0 = time.perf_counter()
-    for name in wanted:
+    for name in run.tasks:
         runs = {}
         for setting, action in SETTINGS.items():
-            robot = with_on_lost(bases[name], action)
-            res = run_shifts(core, backend, clone_robots(robot, a.slots, prefix=f"{setting}_{name}"), seeds, shift,
-                             setting, clock=clock)
+            robot = with_on_lost(run.bases[name], action)
+            res = run_shifts(run.core, backend, clone_robots(robot, a.slots, prefix=f"{setting}_{name}"), run.seeds,
+                             run.shift, setting, clock=run.clock)
             runs[setting] = sorted(res, key=lambda s: s.seed)
             print(f"{name} {setting}: {sum(s.completed for s in res)} completed, "
                   f"{sum(len(s.drops) for s in res)} drops, {sum(len(s.grasp_lost_at) for s in res)} lost "
@@ -101,7 +76,7 @@ def main(argv=None) -> None:
                               "grasp_lost_at": [list(s.grasp_lost_at) for s in shifts]}
         entry["paired_completed"] = paired([s.completed for s in runs["replan"]], [s.completed for s in runs["watch"]])
         report["tasks"][name] = entry
-    doc = results.write_result(a.json, run_info, report)
+    doc = results.write_result(a.json, run.run_info, report)
     print(json.dumps({t: {s: (e[s]["totals"]["completed"], e[s]["detection"]["recall"],
                               e[s]["detection"]["precision"], e[s]["detection"]["delay_s"])
                           for s in SETTINGS} for t, e in doc["tasks"].items()}, indent=1))

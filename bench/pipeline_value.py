@@ -27,13 +27,13 @@ shared by every robot the run serves, so equal seeds give equal scenes, not equa
 from __future__ import annotations
 
 import argparse
-import dataclasses
 import json
 import time
 from pathlib import Path
 
 from physai_bench import results
 from physai_bench.paired import paired, rate_ci, share_ci
+from physai_bench.shift_runs import add_shift_args, start_shift_run
 
 REPO = Path(__file__).resolve().parents[1]
 SETTINGS = ("system1", "pipeline", "perfect")
@@ -58,54 +58,26 @@ def per_setting(shifts: list) -> dict:
 
 def main(argv=None) -> None:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    ap.add_argument("--fleet", default=str(REPO / "config/fleet_pipeline.yaml"))
-    ap.add_argument("--seeds", type=int, default=8, help="shifts per task and setting")
-    ap.add_argument("--seed-base", type=int, default=950_000, help="unlike any training seed")
-    ap.add_argument("--shift-s", type=float, default=60.0)
-    ap.add_argument("--tasks", default="", help="fleet tasks (default: every task with a pipeline)")
-    ap.add_argument("--slots", type=int, default=2, help="robots served at once")
-    ap.add_argument("--threads", type=int, default=2)
-    ap.add_argument("--quick", action="store_true", help="pick_place_monitored, 2 seeds of 8 s")
-    ap.add_argument("--json", default="")
+    add_shift_args(ap, str(REPO / "config/fleet_pipeline.yaml"), seed_base=950_000)  # unlike any training seed
     a = ap.parse_args(argv)
-    if a.quick:
-        a.tasks, a.seeds, a.shift_s = "pick_place_monitored", 2, 8.0
-    import torch
-
-    from physai_lab.evaluation.lockstep import SimClock, clone_robots
-    from physai_lab.evaluation.pipeline_shift import ShiftConfig, pipeline_robots, run_shifts, system1_only
-    from physai_lab.evaluation.servers import build_policy_server
+    from physai_lab.evaluation.lockstep import clone_robots
+    from physai_lab.evaluation.pipeline_shift import run_shifts, system1_only
     from physai_lab.evaluation.truth_backend import TruthBackend
-    from physai_ros.config.fleet import load_fleet
     from physai_ros.pipeline.vla_backend import VLABackboneBackend
 
-    torch.set_num_threads(a.threads)
-    cfg = load_fleet(a.fleet)
-    run_info = results.start_run("the shipped sim_pi0_pipeline checkpoint (System 1 and its components) on CPU, "
-                                 "simulated shifts in lockstep (outcomes independent of load)", __file__, argv,
-                                 quick=a.quick)
-    clock = SimClock()
-    core = build_policy_server(cfg, clock)
+    run = start_shift_run(ap, a, argv, __file__)
     worlds: dict = {}
-    backends = {"system1": None, "pipeline": VLABackboneBackend.from_core(core, attach=False),
+    backends = {"system1": None, "pipeline": VLABackboneBackend.from_core(run.core, attach=False),
                 "perfect": TruthBackend(lambda rid: worlds[rid].runtime.world)}
-    bases = pipeline_robots(cfg.robots)
-    wanted = [t for t in a.tasks.split(",") if t]
-    if set(wanted) - set(bases):
-        ap.error(f"--tasks: known {sorted(bases)}")
-    seeds = [a.seed_base + i for i in range(a.seeds)]
-    shift = ShiftConfig(shift_s=a.shift_s)
-    report: dict = {"fleet": results.from_repo(a.fleet), "seeds": seeds, "shift": dataclasses.asdict(shift),
-                    "tasks": {}}
+    report: dict = {**run.report, "tasks": {}}
     t0 = time.perf_counter()
-    for name, base in bases.items():
-        if wanted and name not in wanted:
-            continue
+    for name in run.tasks:
+        base = run.bases[name]
         runs = {}
         for setting in SETTINGS:
             robot = system1_only(base) if setting == "system1" else base
-            res = run_shifts(core, backends[setting], clone_robots(robot, a.slots, prefix=f"{setting}_{name}"), seeds,
-                             shift, setting, clock=clock, slot_hook=lambda slots: worlds.update(
+            res = run_shifts(run.core, backends[setting], clone_robots(robot, a.slots, prefix=f"{setting}_{name}"),
+                             run.seeds, run.shift, setting, clock=run.clock, slot_hook=lambda slots: worlds.update(
                                  {s.robot.id: s for s in slots}))
             runs[setting] = sorted(res, key=lambda s: s.seed)
             print(f"{name} {setting}: {sum(s.completed for s in res)} completed in {len(res)} shifts "
@@ -115,7 +87,7 @@ def main(argv=None) -> None:
                                      for x, y in PAIRS}
         entry["per_shift_completed"] = {s: [r.completed for r in v] for s, v in runs.items()}
         report["tasks"][name] = entry
-    doc = results.write_result(a.json, run_info, report)
+    doc = results.write_result(a.json, run.run_info, report)
     print(json.dumps({t: {s: (e[s]["completed"], e[s]["completed_per_hour_ci95"], e[s]["false_dones"],
                               e[s]["moving_share_with_intruder"]) for s in SETTINGS} for t, e in doc["tasks"].items()},
                      indent=1))
