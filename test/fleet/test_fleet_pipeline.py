@@ -188,3 +188,40 @@ def test_the_trained_checkpoint_answers_every_component_in_its_labels_over_ros(t
         assert not set(c["errors"]) & GARBAGE, (name, c)
     assert p["components"]["system2"]["answered"] > 0
     assert p["events"]["by_kind"].get("set_prompt", 0) > 0, p["events"]
+
+
+@pytest.mark.ros
+@pytest.mark.slow
+def test_a_slip_is_seen_from_the_joint_states_over_ros_and_drops_the_plan(tmp_path):
+    """fleet_pipeline.yaml's pick-and-place robot with the shipped checkpoint, a drop injected
+    into every episode, `on_lost: replan`: over DDS the robot client's grasp watch sees the slip in
+    the sim robot's own joint states, publishes a grasp_lost PipelineEvent from the monitor and
+    drops the plan (a drop_plan event, the give-up hold chunk). Waits for the first slip by running
+    until the fleet's summary has one (each run is a fixed --duration: 40 s, then up to twice more)."""
+    doc = yaml.safe_load(FLEET.read_text())
+    doc["server"]["profile"] = False
+    robot = next(r for r in doc["robots"] if r["task"] == "pick_place_monitored")
+    robot["sim"].update(drop_prob=1.0, knock_prob=0.0, intruder_rate_per_min=0.0)
+    doc["robots"] = [robot]
+    task = doc["tasks"]["pick_place_monitored"]
+    task["task_retry"]["grasp_watch"] = {"on_lost": "replan"}
+    for comp in task["components"].values():
+        comp["slo_ms"] = 5000
+    fleet = tmp_path / "fleet_pipeline_drops.yaml"
+    fleet.write_text(yaml.safe_dump(doc))
+    for attempt in range(3):
+        summary, logs = tmp_path / f"summary{attempt}.json", tmp_path / f"logs{attempt}"
+        cmd = [sys.executable, "-m", "physai_ros.fleet", "--fleet", str(fleet), "--duration", "40",
+               "--summary-json", str(summary), "--log-dir", str(logs)]
+        out = subprocess.run(cmd, capture_output=True, timeout=280, env=dict(os.environ), cwd=tmp_path)
+        text = out.stdout.decode(errors="replace") + out.stderr.decode(errors="replace")
+        assert out.returncode == 0, text[-4000:]
+        for log in logs.glob("*.log"):
+            assert "Traceback" not in log.read_text(errors="replace"), (log.name, log.read_text()[-3000:])
+        (served,) = json.loads(summary.read_text())["robots"]
+        p = served["pipeline"]
+        if p["grasp_losses"]:
+            break
+    assert p["grasp_losses"] >= 1, p
+    by_source = p["events"]["by_source"]
+    assert by_source.get("grasp_lost/monitor", 0) >= 1 and by_source.get("drop_plan/monitor", 0) >= 1, p["events"]
