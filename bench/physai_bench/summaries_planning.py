@@ -293,7 +293,7 @@ def drop_watch(doc: dict) -> list[Row]:
         rows.append(Row(
             f"Grasp watch, {task}, {tot['shifts']} x {doc['shift']['shift_s']:g} s shifts: drops seen",
             f"{seen['slip']} slips{delay}; off-pad releases {seen['released']}; precision {precision}"
-            + (f" ({after} false just after a sim time limit)" if after else ""),
+            + (f" ({after} false just after a sim reset)" if after else ""),
             f"trained monitor: {e['watch']['totals']['monitor_resets_on_drops']} resets on a drop", "-", "-",
             "win" if d["precision"] is not None and d["precision"] >= 0.9 and d["recall"].get("slip", 0) >= 0.9
             else "mixed"))

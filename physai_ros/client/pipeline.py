@@ -198,10 +198,10 @@ class ClientPipeline:
         if self.grasp_watch is not None and inputs is not None:
             positions = inputs[1]
             idx = self.grasp_watch.cfg.gripper_index
-            arm = [p for i, p in enumerate(positions) if i != idx % len(positions)] if len(positions) else []
-            if -len(positions) <= idx < len(positions) and \
-                    self.grasp_watch.update(now, float(positions[idx]), arm) == "lost":
-                self._apply(self.controller.on_grasp_lost(now), now, out)
+            if -len(positions) <= idx < len(positions):
+                gripper = idx % len(positions)
+                if self.grasp_watch.update(now, float(positions[gripper]), np.delete(positions, gripper)) == "lost":
+                    self._apply(self.controller.on_grasp_lost(now), now, out)
         for q in step.queries:
             images, state = inputs
             out.queries.append(OutgoingQuery(

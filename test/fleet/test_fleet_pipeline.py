@@ -156,6 +156,21 @@ def test_the_pipeline_fleet_runs_asks_every_component_and_counts_garbage(tmp_pat
     assert "physai-fleet: pipelines:" in text
 
 
+def _run_one_robot(fleet: Path, duration_s: int, tmp_path: Path, tag: str) -> dict:
+    """`physai_ros.fleet` on a one-robot fleet file for duration_s: it exits 0, no node logged a
+    traceback; returns the robot's block of the summary."""
+    summary, logs = tmp_path / f"summary{tag}.json", tmp_path / f"logs{tag}"
+    cmd = [sys.executable, "-m", "physai_ros.fleet", "--fleet", str(fleet), "--duration", str(duration_s),
+           "--summary-json", str(summary), "--log-dir", str(logs)]
+    out = subprocess.run(cmd, capture_output=True, timeout=280, env=dict(os.environ), cwd=tmp_path)
+    text = out.stdout.decode(errors="replace") + out.stderr.decode(errors="replace")
+    assert out.returncode == 0, text[-4000:]
+    for log in logs.glob("*.log"):
+        assert "Traceback" not in log.read_text(errors="replace"), (log.name, log.read_text()[-3000:])
+    (robot,) = json.loads(summary.read_text())["robots"]
+    return robot
+
+
 @pytest.mark.ros
 @pytest.mark.slow
 def test_the_trained_checkpoint_answers_every_component_in_its_labels_over_ros(tmp_path):
@@ -171,16 +186,7 @@ def test_the_trained_checkpoint_answers_every_component_in_its_labels_over_ros(t
         comp["slo_ms"] = 5000
     fleet = tmp_path / "fleet_pipeline_trained.yaml"
     fleet.write_text(yaml.safe_dump(doc))
-    summary, logs = tmp_path / "summary.json", tmp_path / "logs"
-    cmd = [sys.executable, "-m", "physai_ros.fleet", "--fleet", str(fleet), "--duration", "20",
-           "--summary-json", str(summary), "--log-dir", str(logs)]
-    out = subprocess.run(cmd, capture_output=True, timeout=280, env=dict(os.environ), cwd=tmp_path)
-    text = out.stdout.decode(errors="replace") + out.stderr.decode(errors="replace")
-    assert out.returncode == 0, text[-4000:]
-    for log in logs.glob("*.log"):
-        assert "Traceback" not in log.read_text(errors="replace"), (log.name, log.read_text()[-3000:])
-    (robot,) = json.loads(summary.read_text())["robots"]
-    p = robot["pipeline"]
+    p = _run_one_robot(fleet, 20, tmp_path, "")["pipeline"]
     assert p["task"] == "place_in_order" and p["started"], p
     for name in ("system2", "safety", "monitor"):
         c = p["components"][name]
@@ -210,16 +216,7 @@ def test_a_slip_is_seen_from_the_joint_states_over_ros_and_drops_the_plan(tmp_pa
     fleet = tmp_path / "fleet_pipeline_drops.yaml"
     fleet.write_text(yaml.safe_dump(doc))
     for attempt in range(3):
-        summary, logs = tmp_path / f"summary{attempt}.json", tmp_path / f"logs{attempt}"
-        cmd = [sys.executable, "-m", "physai_ros.fleet", "--fleet", str(fleet), "--duration", "40",
-               "--summary-json", str(summary), "--log-dir", str(logs)]
-        out = subprocess.run(cmd, capture_output=True, timeout=280, env=dict(os.environ), cwd=tmp_path)
-        text = out.stdout.decode(errors="replace") + out.stderr.decode(errors="replace")
-        assert out.returncode == 0, text[-4000:]
-        for log in logs.glob("*.log"):
-            assert "Traceback" not in log.read_text(errors="replace"), (log.name, log.read_text()[-3000:])
-        (served,) = json.loads(summary.read_text())["robots"]
-        p = served["pipeline"]
+        p = _run_one_robot(fleet, 40, tmp_path, str(attempt))["pipeline"]
         if p["grasp_losses"]:
             break
     assert p["grasp_losses"] >= 1, p

@@ -6,8 +6,9 @@ A "lost" is a true detection when it comes within `window_s` after a drop that n
 detection claimed (the delay is the difference); any other "lost" is a false alarm. Recall is
 per cause: "slip" (the cube fell through the fingers) and "released" (the policy let go away from
 the pad, which a gripper's position cannot tell from a placement). False alarms that came just
-after one of the sim's own resets (its time limit, ShiftResult.sim_resets) are counted apart: the
-reset takes a held cube out of the fingers, which the robot client is not told.
+after one of the sim's episode ends (ShiftResult.sim_resets: its success or time-limit reset, or
+one asked for) are counted apart, by its cause: the reset takes a held cube out of the fingers,
+and of the sim's own resets the robot client is not told.
 """
 from __future__ import annotations
 
