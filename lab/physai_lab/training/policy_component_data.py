@@ -18,7 +18,6 @@ task's limit. The .npz has component_data's fields, so one file can hold both (`
 from __future__ import annotations
 
 import argparse
-import dataclasses
 import json
 import time
 from pathlib import Path
