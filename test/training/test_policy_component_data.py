@@ -57,7 +57,7 @@ class _World:
 
 
 def test_an_episode_ends_after_its_outcome_plus_the_monitors_window():
-    slot = EpisodeSlot_without_sim()
+    slot = _slot_without_sim()
     world = slot.runtime.world
     for t in np.arange(0.0, 2.0, 0.1):
         world.episode_time = t
@@ -72,7 +72,7 @@ def test_an_episode_ends_after_its_outcome_plus_the_monitors_window():
     assert slot.over()
 
 
-def EpisodeSlot_without_sim():
+def _slot_without_sim():
     slot = EndAfterOutcome(SimpleNamespace(id="r"), LockstepConfig(), "test")
     slot.outcome_at = None
     slot.runtime = SimpleNamespace(world=_World())
@@ -114,3 +114,14 @@ def test_frames_of_keys_each_frame_by_its_seed():
     out = frames_of([ep, dict(ep, seed=8)])
     assert out["seed"].tolist() == [7, 7, 8, 8] and out["episode"].tolist() == [0] * 4
     assert out["images"].shape == (4, 1, 3, 4, 4) and out["task"].tolist() == ["x"] * 4
+
+
+def test_a_typo_in_a_task_name_is_a_usage_error_that_names_the_known_tasks(tmp_path, capsys):
+    from physai_lab.training.policy_component_data import main
+
+    with pytest.raises(SystemExit) as e:
+        main(["--out", str(tmp_path / "x.npz"), "--episodes", "pick_and_plase=2"])
+    assert e.value.code == 2
+    err = capsys.readouterr().err
+    assert "unknown task 'pick_and_plase'" in err and "pick_and_place" in err
+    assert not (tmp_path / "x.npz").exists()

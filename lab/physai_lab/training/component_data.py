@@ -84,16 +84,10 @@ def record_component_cell(cell: ComponentCell) -> Dict[str, np.ndarray]:
                 break
             command = expert.act(snap, dt)
             if step % per_frame == 0:
-                views = renderer.render(snap)
-                images.append(np.stack([letterbox(v, cell.image_size).transpose(2, 0, 1) for v in views]))
-                gt = truth(snap)
-                cols["task"].append(world.task.name)
-                cols["prompt"].append(world.task.prompt)
-                cols["safety"].append(gt["safety"])
-                cols["monitor"].append(gt["monitor"])
-                cols["failure"].append(snap.failure)
-                cols["planner"].append(gt["planner"])
-                cols["time"].append(snap.time)
+                image, fields = component_frame(world, snap, renderer.render(snap), cell.image_size)
+                images.append(image)
+                for key, value in fields.items():
+                    cols[key].append(value)
                 cols["episode"].append(k)
             world.set_command(command)
             for _ in range(substeps):
@@ -104,6 +98,15 @@ def record_component_cell(cell: ComponentCell) -> Dict[str, np.ndarray]:
     out["images"] = np.stack(images) if n else np.zeros((0, cell.num_views, 3, cell.image_size, cell.image_size), np.uint8)
     out["seed"] = np.full(n, cell.seed, np.int64)
     return out
+
+
+def component_frame(world: SimWorld, snap, views, image_size: int):
+    """One frame: the views letterboxed to the model's size as the server does ([views, 3, S, S]
+    uint8) and its TEXT_FIELDS + time, the components' ground truth of snap."""
+    image = np.stack([letterbox(v, image_size).transpose(2, 0, 1) for v in views])
+    gt = truth(snap)
+    return image, {"task": world.task.name, "prompt": world.task.prompt, "safety": gt["safety"],
+                   "monitor": gt["monitor"], "failure": snap.failure, "planner": gt["planner"], "time": snap.time}
 
 
 def plan_component_cells(tasks: Dict[str, int], episodes: Dict[str, int], seed_base: int,

@@ -2,15 +2,16 @@
 reaches, labelled with the components' ground truth.
 
 training.component_data records the scripted expert, whose episodes never hold a cube stack
-beside the pad, a cube nudged off its line or fingers closed on nothing. The monitor trained on
-those frames alone said "done" 17 times in 18 on place_in_order when the policy drove
-(docs/pipelines.md, "What the pipeline adds"): the policy's own states look like the expert's
-finished ones. Here the served checkpoint drives (training.rollouts.run_job: the real serving
-core, client and trajectory buffer in lockstep, the fleet robot's sim events on), System 1's
-prompt is the planner's ground truth as in training.subgoal_rollouts, and a frame every 1/fps s
-keeps the views (letterboxed as the server does) with sim.component_truth's answers. An episode
-ends `after_end_s` after its first "done" or "failed" (what a monitor's answer leads to) or at the
+beside the pad, a cube nudged off its line or fingers closed on nothing; a monitor trained on
+those frames alone has never been shown such a state as "not done". Here the served checkpoint
+drives (training.rollouts.run_job: the real serving core, client and trajectory buffer in
+lockstep, the fleet robot's sim events on), System 1's prompt is the planner's ground truth as in
+training.subgoal_rollouts, and a frame every 1/fps s keeps the views (letterboxed as the server
+does) with sim.component_truth's answers (component_data.component_frame). An episode ends
+`AFTER_END_S` after its first "done" or "failed" (what a monitor's answer leads to) or at the
 task's limit. The .npz has component_data's fields, so one file can hold both (`--merge-with`).
+(Measured once, docs/training.md "A second subgoal round": these frames did not remove the
+monitor's false "done"s on place_in_order, which turned out to be near-successes.)
 
     .venv/bin/python -m physai_lab.training.policy_component_data --out out/components/policy.npz \\
         --episodes place_in_order=64,pick_and_place=32 --merge-with out/components/train.npz
@@ -26,13 +27,11 @@ from typing import Dict, List, Optional, Sequence
 import numpy as np
 
 from physai_lab.evaluation.lockstep import EpisodeSlot, LockstepConfig
-from physai_ros.engine.processor.images import letterbox
 from physai_ros.sim.tasks import make_task
 
-from physai_lab.training.component_data import TEXT_FIELDS, label_counts, load_components
-from physai_lab.training.component_questions import truth
+from physai_lab.training.component_data import TEXT_FIELDS, component_frame, label_counts, load_components
 from physai_lab.training.rollouts import RolloutJob, fleet_serving, run_in_workers, run_job
-from physai_lab.training.subgoal_rollouts import TruthPlanner
+from physai_lab.training.subgoal_rollouts import TruthPlanner, deal_over_instructions
 
 AFTER_END_S = 1.5  # as component_data.ComponentCell: the frames a monitor's answer is judged on
 IMAGE_SIZE = 96  # the embedded policy's letterboxed view (component_data.ComponentCell.image_size)
@@ -61,7 +60,6 @@ class ComponentFrameRecorder:
     def __init__(self, job: RolloutJob, physics_hz: float):
         self.job = job
         self.every = int(round(physics_hz / job.fps))
-        self.ticks: Dict[str, int] = {}
         self.open: Dict[str, dict] = {}
         self.episodes: List[dict] = []
 
@@ -69,20 +67,16 @@ class ComponentFrameRecorder:
         rid = slot.robot.id
         rec = self.open.get(rid)
         if rec is None or rec["episode"] != slot.episode_id:
-            rec = self.open[rid] = {"episode": slot.episode_id, "seed": slot.seed, "images": [],
+            rec = self.open[rid] = {"episode": slot.episode_id, "seed": slot.seed, "ticks": 0, "images": [],
                                     **{k: [] for k in TEXT_FIELDS + ("time",)}}
-            self.ticks[rid] = 0
-        self.ticks[rid] += 1
+        rec["ticks"] += 1
         world = slot.runtime.world
-        if (self.ticks[rid] - 1) % self.every or world.done:
+        if (rec["ticks"] - 1) % self.every or world.done:
             return
         snap = world.snapshot()
-        views = slot.runtime.renderer.render(snap)
-        rec["images"].append(np.stack([letterbox(v, IMAGE_SIZE).transpose(2, 0, 1) for v in views]))
-        gt = truth(snap)
-        for key, value in (("task", world.task.name), ("prompt", world.task.prompt), ("safety", gt["safety"]),
-                           ("monitor", gt["monitor"]), ("failure", snap.failure), ("planner", gt["planner"]),
-                           ("time", snap.time)):
+        image, fields = component_frame(world, snap, slot.runtime.renderer.render(snap), IMAGE_SIZE)
+        rec["images"].append(image)
+        for key, value in fields.items():
             rec[key].append(value)
 
     def on_episode(self, result) -> None:
@@ -123,12 +117,9 @@ def plan_jobs(episodes: Dict[str, int], seed_base: int, slots: int = 4) -> List[
     instruction the task reads, taking turns over the seeds (place_in_order: both orders)."""
     jobs = []
     for t, (task, n) in enumerate(sorted(episodes.items())):
-        seeds = list(range(seed_base + 10_000 * t, seed_base + 10_000 * t + n))
-        variants = make_task(task).prompt_variants() if len(make_task(task).object_names) > 1 else ("",)
-        for v, prompt in enumerate(variants):
-            mine = tuple(seeds[v::len(variants)])
-            if mine:
-                jobs.append(RolloutJob(task, "policy", mine, slots=slots, prompt=prompt))
+        seeds = range(seed_base + 10_000 * t, seed_base + 10_000 * t + n)
+        jobs += [RolloutJob(task, "policy", mine, slots=slots, prompt=prompt)
+                 for prompt, mine in deal_over_instructions(task, seeds)]
     return jobs
 
 
@@ -191,7 +182,10 @@ def main(argv=None) -> int:
         task, _, n = item.partition("=")
         if not n.isdigit():
             ap.error(f"--episodes: expected TASK=N, got {item!r}")
-        make_task(task)  # an unknown task's error names it
+        try:
+            make_task(task)
+        except ValueError as e:
+            ap.error(f"--episodes: {e}")
         episodes[task] = int(n)
     jobs = plan_jobs(episodes, a.seed_base, a.slots)
     if not jobs:

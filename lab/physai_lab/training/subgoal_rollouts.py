@@ -123,15 +123,22 @@ def _run(args) -> List[EncodedEpisode]:
 def plan_jobs(task: str, episodes: dict, seed_base: int, slots: int = 4) -> List[RolloutJob]:
     """One job per (driver, instruction), the task's instructions taking turns over the seeds
     (each driver's block of seeds is its own: seed_base + 10 000 * driver index)."""
-    variants = make_task(task).prompt_variants()
     jobs = []
     for d, driver in enumerate(("policy", "perturbed_expert")):
-        seeds = list(range(seed_base + 10_000 * d, seed_base + 10_000 * d + episodes.get(driver, 0)))
-        for v, prompt in enumerate(variants):
-            mine = tuple(seeds[v::len(variants)])
-            if mine:
-                jobs.append(RolloutJob(task, driver, mine, slots=slots, prompt=prompt, seed=seed_base + 2 * d + v))
+        seeds = range(seed_base + 10_000 * d, seed_base + 10_000 * d + episodes.get(driver, 0))
+        for v, (prompt, mine) in enumerate(deal_over_instructions(task, seeds)):
+            jobs.append(RolloutJob(task, driver, mine, slots=slots, prompt=prompt, seed=seed_base + 2 * d + v))
     return jobs
+
+
+def deal_over_instructions(task: str, seeds: Sequence[int]) -> List[tuple]:
+    """[(instruction, its seeds)]: a task that reads its instruction takes its variants in turn
+    over the seeds (place_in_order: red first, blue first); any other runs every seed on "" (the
+    robot's own prompt). Instructions left without a seed are left out."""
+    t = make_task(task)
+    variants = t.prompt_variants() if t.reads_prompt else ("",)
+    dealt = [(prompt, tuple(seeds[v::len(variants)])) for v, prompt in enumerate(variants)]
+    return [(prompt, mine) for prompt, mine in dealt if mine]
 
 
 def record(root, jobs: Sequence[RolloutJob], fleet_path, checkpoint=None, workers: int = 2) -> dict:
