@@ -28,7 +28,7 @@ REPO = Path(__file__).resolve().parents[1]
 
 FIGURES = ("completed", "completed_per_min", "episodes", "timeouts", "resets", "resets_not_failed",
            "reset_reasons", "operator_resets", "escalations", "held_s", "intruder_s", "moving_with_intruder_s",
-           "moving_share_with_intruder")
+           "moving_share_with_intruder", "dones", "false_dones", "false_done_attempts")
 
 
 def table(summary: dict) -> str:

@@ -259,9 +259,12 @@ def pipeline_value(doc: dict) -> list[Row]:
             f"p = {vs['wilcoxon_p']:.2g} (perfect {pv['mean_diff']:+.2f}, p = {pv['wilcoxon_p']:.2g})", "-",
             "win" if vs["ci95"][0] > 0 and vs["wilcoxon_p"] < 0.05 else
             "loss" if vs["ci95"][1] < 0 and vs["wilcoxon_p"] < 0.05 else "tie"))
-    tot = {s: {k: sum(e[s][k] for e in doc["tasks"].values()) for k in ("false_dones", "dones", "intruder_s",
-                                                                         "moving_with_intruder_s", "hours")}
+    keys = ("false_dones", "false_done_attempts", "dones", "intruder_s", "moving_with_intruder_s", "hours")
+    # false_done_attempts: results written before it was counted lack it (0 there, and said so below)
+    tot = {s: {k: sum(e[s].get(k, 0) for e in doc["tasks"].values()) for k in keys}
            for s in ("system1", "pipeline", "perfect")}
+    attempts = (f", in {tot['pipeline']['false_done_attempts']} attempts"
+                if any("false_done_attempts" in e["pipeline"] for e in doc["tasks"].values()) else "")
 
     def share(s: str) -> str:
         t = tot[s]
@@ -269,7 +272,7 @@ def pipeline_value(doc: dict) -> list[Row]:
     rows.append(Row(
         "Task pipeline, every task's shifts: false dones per hour, arm moving while a person is in the cell",
         f"{tot['pipeline']['false_dones'] / max(tot['pipeline']['hours'], 1e-9):.1f} per hour "
-        f"({tot['pipeline']['false_dones']} of {tot['pipeline']['dones']} dones); moving {share('pipeline')}",
+        f"({tot['pipeline']['false_dones']} of {tot['pipeline']['dones']} dones{attempts}); moving {share('pipeline')}",
         f"System 1 alone: no monitor, moving {share('system1')}; perfect components: "
         f"{tot['perfect']['false_dones']} false dones, moving {share('perfect')}", "-", "-",
         "win" if tot["pipeline"]["intruder_s"] and tot["system1"]["intruder_s"] and

@@ -69,7 +69,7 @@ def test_a_truthful_monitor_resets_failed_episodes_and_completes_more():
     assert set(p.reset_reasons) <= {"knocked", "timeout"} and sum(p.reset_reasons.values()) >= 1, p.reset_reasons
     assert p.completed > b.completed, (b, p)
     assert p.pipeline["components"]["monitor"]["answered"] > 0
-    assert p.false_dones == 0 and b.dones == 0  # a truthful monitor's dones are true; alone, none is said
+    assert p.false_dones == p.false_done_attempts == 0 and b.dones == 0  # a truthful monitor's dones are true; alone, none is said
     assert {q.component for q in backend.asked} == {"monitor"}
     totals = summarise(base + pipe)
     assert totals["pipeline"]["pick_and_place"]["completed"] == p.completed
@@ -113,6 +113,8 @@ def test_a_monitor_that_says_done_before_the_task_is_done_is_counted():
     (p,), _ = _shift(robot, [4], pipeline=True, shift_s=12.0, backend=eager)
     # Asked every 2 s from the start: most answers come long before the expert's first success.
     assert p.dones >= 4 and p.false_dones >= p.dones - p.completed >= 3, p
+    # Counted per attempt too: the sim's episodes that had one, never more than it started.
+    assert 1 <= p.false_done_attempts <= min(p.false_dones, p.episodes + 1), p
 
 
 def test_shift_config_is_checked():

@@ -70,6 +70,9 @@ class ShiftResult:
     escalations: int
     dones: int = 0  # the monitor's "done" verdicts ...
     false_dones: int = 0  # ... of which the sim's success test did not hold (the attempt's pipeline ends early)
+    # The sim's episodes with at least one false "done": a monitor asked every period answers again
+    # on a still state, so false_dones counts answers and this counts attempts.
+    false_done_attempts: int = 0
     pipeline: dict = field(default_factory=dict)  # ClientPipeline.status()["pipeline"], components' counts
     # Why each of the pipeline's resets came, by the sim's ground truth (its failure reason: dropped, knocked,
     # wrong_order, timeout; "not failed" for a reset of a healthy episode): where a task is lost.
@@ -125,7 +128,8 @@ class ShiftSlot(EpisodeSlot):
         self.intruder_s = self.moving_with_intruder_s = self.held_s = 0.0
         self.escalated_at: float | None = None
         self.escalations = 0
-        self.dones = self.false_dones = 0
+        self.dones = self.false_dones = self.false_done_attempts = 0
+        self._false_done_episode = -1  # the sim episode (runtime.episodes_finished) last counted there
         self._last_success = -1e9  # sim time the success test last held
         self.drops: list[tuple[float, str]] = []
         self.grasp_lost_at: list[float] = []
@@ -187,7 +191,11 @@ class ShiftSlot(EpisodeSlot):
         for ev in out.events:
             if ev.kind == "end_task":  # true if the success test held when its frame was taken (the
                 self.dones += 1         # answer comes component_latency_s later, the sim resets 0.5 s after)
-                self.false_dones += self.runtime.world.time - self._last_success > DONE_WINDOW_S
+                if self.runtime.world.time - self._last_success > DONE_WINDOW_S:
+                    self.false_dones += 1
+                    episode = self.runtime.episodes_finished
+                    self.false_done_attempts += episode != self._false_done_episode
+                    self._false_done_episode = episode
             if ev.kind == "grasp_lost":
                 self.grasp_lost_at.append(round(self.runtime.world.time, 3))
             if ev.kind == "escalate" and self.escalated_at is None:
@@ -218,7 +226,7 @@ class ShiftSlot(EpisodeSlot):
             operator_resets=self.operator_resets,
             intruder_s=round(self.intruder_s, 3), moving_with_intruder_s=round(self.moving_with_intruder_s, 3),
             held_s=round(self.held_s, 3), escalations=self.escalations, dones=self.dones,
-            false_dones=self.false_dones, pipeline=status,
+            false_dones=self.false_dones, false_done_attempts=self.false_done_attempts, pipeline=status,
             reset_reasons=dict(self.reset_reasons), drops=tuple(self.drops), grasp_lost_at=tuple(self.grasp_lost_at),
             sim_resets=tuple(self.sim_resets))
 
@@ -274,7 +282,8 @@ def run_shifts(server: Server, backend: ComponentBackend | None, robots: Sequenc
 
 # ShiftResult fields summed per (setting, task).
 TOTALS = ("shift_s", "completed", "episodes", "timeouts", "resets", "resets_not_failed", "operator_resets",
-          "intruder_s", "moving_with_intruder_s", "held_s", "escalations", "dones", "false_dones")
+          "intruder_s", "moving_with_intruder_s", "held_s", "escalations", "dones", "false_dones",
+          "false_done_attempts")
 
 
 def summarise(results: Sequence[ShiftResult]) -> dict:
