@@ -156,13 +156,28 @@ class SimWorld:
             return FLOOR_Z
         else:
             h = 0.0
-        if len(self.objects) > 1:  # stacking: the top of another cube below this one
-            size = self.scene.object_size
+        if len(self.objects) > 1:  # stacking: the top of another cube below this cube's centre
+            half = self.scene.object_size / 2
             for j, p in enumerate(self.objects):
-                if j != index and j != self.held and abs(p[0] - xy[0]) < size and abs(p[1] - xy[1]) < size \
-                        and p[2] < self.objects[index][2] - size / 2:
-                    h = max(h, p[2] + size / 2)
+                if j != index and j != self.held and abs(p[0] - xy[0]) < half and abs(p[1] - xy[1]) < half \
+                        and p[2] < self.objects[index][2] - half:
+                    h = max(h, p[2] + half)
         return h
+
+    def _tip_off(self, i: int) -> None:
+        """A cube landing on another with its centre beyond that cube's top face tips off it (its
+        weight acts outside its support): it ends beside the lower cube, on the side it overhung,
+        and falls from there. Without this the overhanging cube would rest on the corner, a state
+        no real cube keeps, and one that the success test (centre over the top face) rejects."""
+        size = self.scene.object_size
+        p = self.objects[i]
+        for j, q in enumerate(self.objects):
+            d = p[:2] - q[:2]
+            if j == i or j == self.held or np.any(np.abs(d) >= size) or np.all(np.abs(d) < size / 2):
+                continue  # no overlap, or supported
+            if q[2] < p[2] and p[2] - size / 2 <= q[2] + size / 2 + 1e-6:  # touching its top face
+                axis = int(np.argmax(np.abs(d)))
+                p[axis] = q[axis] + np.sign(d[axis]) * size
 
     def _resting(self, i: int) -> bool:
         half = self.scene.object_size / 2
@@ -248,6 +263,8 @@ class SimWorld:
             self.mark_failure(DROPPED)
 
     def _fall(self, i: int, dt: float) -> None:
+        if len(self.objects) > 1:
+            self._tip_off(i)
         p = self.objects[i]
         rest = self._surface_height(p[:2], i) + self.scene.object_size / 2
         if p[2] > rest:

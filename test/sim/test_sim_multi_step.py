@@ -83,6 +83,24 @@ def test_blue_first_is_a_wrong_order_failure_and_not_a_success():
     assert w.success and w.snapshot().progress == DONE
 
 
+@pytest.mark.parametrize("offset_cm, stays", [(1.5, True), (2.4, False), (-3.0, False)])
+def test_a_cube_let_go_over_the_edge_of_the_lower_one_tips_off_it(offset_cm, stays):
+    w = SimWorld(task="place_in_order", seed=3)
+    size, top = w.scene.object_size, w.scene.goal_height + w.scene.object_size / 2
+    red = np.array([w.goal[0], w.goal[1], top])
+    w.objects[0] = red.copy()
+    w.objects[1] = red + [offset_cm / 100, 0.0, size + 0.03]  # blue let go 3 cm above the red cube
+    for _ in range(480):
+        w.step(DT)
+    blue = w.objects[1]
+    assert w._resting(1) and np.allclose(w.objects[0], red)  # the red cube stays where it was
+    if stays:  # its centre over the red cube's top face: it rests there, the success
+        assert blue[2] == pytest.approx(red[2] + size) and w.success
+    else:  # beyond it (2 cm, half a cube): it ends beside the red one, on the side it overhung
+        assert blue[2] == pytest.approx(top) and blue[0] - red[0] == pytest.approx(np.sign(offset_cm) * size)
+        assert not w.success and w.progress()[0] == ONGOING  # the next subgoal is still to stack it
+
+
 def test_a_drop_in_transport_fails_the_attempt_and_the_expert_recovers():
     w = SimWorld(task="place_in_order", seed=1, events=EventConfig(drop_prob=1.0))
     snaps = _solve(w)
