@@ -259,10 +259,12 @@ def pipeline_value(doc: dict) -> list[Row]:
             f"p = {vs['wilcoxon_p']:.2g} (perfect {pv['mean_diff']:+.2f}, p = {pv['wilcoxon_p']:.2g})", "-",
             "win" if vs["ci95"][0] > 0 and vs["wilcoxon_p"] < 0.05 else
             "loss" if vs["ci95"][1] < 0 and vs["wilcoxon_p"] < 0.05 else "tie"))
-    keys = ("false_dones", "false_done_attempts", "dones", "intruder_s", "moving_with_intruder_s", "hours")
-    # false_done_attempts: results written before it was counted lack it (0 there, and said so below)
-    tot = {s: {k: sum(e[s].get(k, 0) for e in doc["tasks"].values()) for k in keys}
+    tot = {s: {k: sum(e[s][k] for e in doc["tasks"].values()) for k in ("false_dones", "dones", "intruder_s",
+                                                                         "moving_with_intruder_s", "hours")}
            for s in ("system1", "pipeline", "perfect")}
+    # Results written before false_done_attempts was counted lack it: the row then leaves it out.
+    for s, t in tot.items():
+        t["false_done_attempts"] = sum(e[s].get("false_done_attempts", 0) for e in doc["tasks"].values())
     attempts = (f", in {tot['pipeline']['false_done_attempts']} attempts"
                 if any("false_done_attempts" in e["pipeline"] for e in doc["tasks"].values()) else "")
 

@@ -131,6 +131,13 @@ def order_prompt(first: str, second: str) -> str:
     return f"place the {first} then the {second} on the green pad"
 
 
+def centred_over(p: np.ndarray, below: np.ndarray, size: float) -> bool:
+    """p's centre lies over the top face of the cube of side `size` at `below` (x and y only): the
+    cube rests on it (SimWorld's stacking) and counts as on top (PlaceInOrderTask's success);
+    beyond it, a real cube tips off."""
+    return bool(abs(p[0] - below[0]) < size / 2 and abs(p[1] - below[1]) < size / 2)
+
+
 class PlaceInOrderTask(Task):
     """Two cubes onto one pad in the order the prompt names them: the first on the pad, then the
     second on top of it (the stack makes the order physical). Each step is what a single-object
@@ -176,8 +183,7 @@ class PlaceInOrderTask(Task):
 
     @staticmethod
     def _on_top(p: np.ndarray, below: np.ndarray, cfg: SceneConfig) -> bool:
-        return bool(np.all(np.abs(p[:2] - below[:2]) < cfg.object_size / 2)
-                    and 0 < p[2] - below[2] <= cfg.object_size + 0.01)
+        return centred_over(p, below, cfg.object_size) and 0 < p[2] - below[2] <= cfg.object_size + 0.01
 
     def success_all(self, *, objects, held, resting, goal, cfg) -> bool:
         first, second = objects

@@ -11,7 +11,7 @@ from physai_ros.sim.contact import GRAVITY, ContactParams, Wrench, compute_wrenc
 from physai_ros.sim.events import (DONE, DROPPED, FAILED, FLOOR_Z, ONGOING, TIMEOUT, EventConfig, EventEngine,
                                    IntruderPose, intruder_present, on_table)
 from physai_ros.sim.robot import Arm, ArmConfig
-from physai_ros.sim.tasks import PAD_TASKS, SceneConfig, Task, make_task
+from physai_ros.sim.tasks import PAD_TASKS, SceneConfig, Task, centred_over, make_task
 
 
 @dataclass(frozen=True)
@@ -157,9 +157,9 @@ class SimWorld:
         else:
             h = 0.0
         if len(self.objects) > 1:  # stacking: the top of another cube below this cube's centre
-            half = self.scene.object_size / 2
+            size, half = self.scene.object_size, self.scene.object_size / 2
             for j, p in enumerate(self.objects):
-                if j != index and j != self.held and abs(p[0] - xy[0]) < half and abs(p[1] - xy[1]) < half \
+                if j != index and j != self.held and centred_over(xy, p, size) \
                         and p[2] < self.objects[index][2] - half:
                     h = max(h, p[2] + half)
         return h
@@ -173,7 +173,7 @@ class SimWorld:
         p = self.objects[i]
         for j, q in enumerate(self.objects):
             d = p[:2] - q[:2]
-            if j == i or j == self.held or np.any(np.abs(d) >= size) or np.all(np.abs(d) < size / 2):
+            if j == i or j == self.held or np.any(np.abs(d) >= size) or centred_over(p, q, size):
                 continue  # no overlap, or supported
             if q[2] < p[2] and p[2] - size / 2 <= q[2] + size / 2 + 1e-6:  # touching its top face
                 axis = int(np.argmax(np.abs(d)))

@@ -69,7 +69,8 @@ def test_a_truthful_monitor_resets_failed_episodes_and_completes_more():
     assert set(p.reset_reasons) <= {"knocked", "timeout"} and sum(p.reset_reasons.values()) >= 1, p.reset_reasons
     assert p.completed > b.completed, (b, p)
     assert p.pipeline["components"]["monitor"]["answered"] > 0
-    assert p.false_dones == p.false_done_attempts == 0 and b.dones == 0  # a truthful monitor's dones are true; alone, none is said
+    # A truthful monitor's dones are true (per answer and per attempt); alone, none is said.
+    assert p.false_dones == p.false_done_attempts == 0 and b.dones == 0
     assert {q.component for q in backend.asked} == {"monitor"}
     totals = summarise(base + pipe)
     assert totals["pipeline"]["pick_and_place"]["completed"] == p.completed
