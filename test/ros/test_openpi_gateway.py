@@ -124,6 +124,14 @@ def test_openpi_clients_are_served_beside_a_ros_robot_and_hostile_traffic_is_ref
                 diag.update({kv.key: kv.value for kv in st.values})
     from diagnostic_msgs.msg import DiagnosticArray
     spun.node.create_subscription(DiagnosticArray, "/diagnostics", on_diag, 50)
+    # The ROS robot's own progress, from its trajectory controller: on a busy machine its sim
+    # and cameras can start after the gateway's clients have finished, so the test waits for it.
+    from physai_ros_interfaces.msg import ExecutionInfo
+    from physai_ros.ros.qos import sensor_data_qos
+    accepted = {"robot_0": 0}
+    spun.node.create_subscription(
+        ExecutionInfo, "/robot_0/execution_info",
+        lambda m: accepted.__setitem__("robot_0", max(accepted["robot_0"], m.chunks_accepted)), sensor_data_qos(10))
     try:
         gateway_log = logs / "openpi_gateway.log"
         wait_for(lambda: gateway_log.exists() and "openpi gateway listening on" in gateway_log.read_text(),
@@ -166,6 +174,8 @@ def test_openpi_clients_are_served_beside_a_ros_robot_and_hostile_traffic_is_ref
                                capture_output=True, text=True, timeout=scaled(120))
         assert again.returncode == 0, again.stderr[-3000:]
         assert len(json.loads(again.stdout.strip().splitlines()[-1])["answers"]) == 2
+        wait_for(lambda: accepted["robot_0"] > 0, 120.0, "robot_0 (the ROS robot) executing a chunk",
+                 lambda: str(accepted))
     finally:
         spun.close()
         fleet.send_signal(signal.SIGINT)
