@@ -159,10 +159,17 @@ def main(argv=None) -> int:
     ap.add_argument("--task-weights", default="", metavar="TASK=W,...",
                     help="relative share of action batches per sim task (unlisted: 1; default: all equal), "
                          "e.g. place_in_order.step1=0.5,place_in_order.step2=0.5")
+    ap.add_argument("--release-frame-weight", type=float, default=1.0,
+                    help="draw the frames of the last chunk before a release (gripper closed, then opened) "
+                         "this many times as often (1: uniform)")
+    ap.add_argument("--gripper-loss-weight", type=float, default=1.0,
+                    help="the gripper dim's weight in the flow loss, against 1 per joint (1: plain MSE)")
     ap.add_argument("--threads", type=int, default=2, help="torch threads")
     a = ap.parse_args(argv)
     if a.dagger_rounds < 0:
         ap.error("--dagger-rounds must be >= 0")
+    if not (a.release_frame_weight > 0 and a.gripper_loss_weight > 0):
+        ap.error("--release-frame-weight and --gripper-loss-weight must be > 0")
     try:
         dagger_n, perturbed_n = per_task(a.dagger_episodes), per_task(a.perturbed_episodes)
         from physai_lab.training.component_questions import COMPONENTS
@@ -198,7 +205,8 @@ def main(argv=None) -> int:
     info = read_info(data_dir)
     tc = TrainConfig(steps=a.steps, batch_size=a.batch_size, seed=a.seed, max_minutes=a.minutes,
                      text_weight=a.text_weight, threads=a.threads, component_weight=a.component_weight,
-                     component_batch=a.component_batch, task_weights=parse_weights(a.task_weights, "--task-weights"))
+                     component_batch=a.component_batch, task_weights=parse_weights(a.task_weights, "--task-weights"),
+                     release_frame_weight=a.release_frame_weight, gripper_loss_weight=a.gripper_loss_weight)
     t0 = time.perf_counter()
     parts = [load_dataset(data_dir, tc.size.image_size)]
     print(f"loaded {len(parts[0])} frames of {parts[0].episodes_used} episodes ({parts[0].episodes_skipped} "

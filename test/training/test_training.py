@@ -22,7 +22,7 @@ from physai_lab.training.dataset import (DatasetError, EncodedEpisode, chunk_ind
                                          write_dataset)
 from physai_lab.training.expert_data import RecordConfig, record_cell
 from physai_lab.training.policy_model import TrainablePi0, sample_noise_and_time
-from physai_lab.training.train import BatchMaker, ModelSize, TrainConfig, train
+from physai_lab.training.train import BatchMaker, ModelSize, TrainConfig, release_frames, train
 
 TOKENIZER = str(default_fleet_path().parents[1] / "physai_ros" / "assets" / "tokenizer.json")
 TINY = ModelSize(image_size=28, patch_size=14, vision_width=32, vision_depth=1, vlm_width=32, expert_width=32,
@@ -174,3 +174,40 @@ def test_text_columns_round_trip_and_co_training_lowers_the_text_loss(dataset_di
     data.scene = [""] * len(data)
     with pytest.raises(ValueError, match="text columns"):
         train(data, tc, tokenizer, PROMPTS, log=lambda m: None)
+
+
+def test_release_frames_are_drawn_more_often_and_the_gripper_dim_weighs_more(dataset_dir):
+    """release_frame_weight oversamples the last chunk before the gripper opens on the pad (the
+    pick-and-place expert releases once; reach never closes); gripper_loss_weight reweights the
+    flow loss's last dim, normalised so all-equal weights give the plain mean."""
+    data = load_dataset(dataset_dir, image_size=TINY.image_size)
+    tokenizer = PromptTokenizer(TOKENIZER, 48)
+    plain = BatchMaker(data, TrainConfig(size=TINY), tokenizer, PROMPTS, np.random.default_rng(3))
+    raw = plain.targets * (plain.action_stats["std"] + 1e-8) + plain.action_stats["mean"]
+    releasing = release_frames(raw)
+    pick = plain.by_task["pick_and_place"]
+    assert 0 < releasing[pick].sum() < len(pick) / 3 and not releasing[plain.by_task["reach"]].any()
+    first = int(np.flatnonzero(releasing)[0])  # closed now, open within the chunk
+    assert raw[first, 0, -1] < 0.04 and raw[first, :, -1].max() > 0.04
+
+    def release_share(tc: TrainConfig) -> float:
+        rows, tasks = BatchMaker(data, tc, tokenizer, PROMPTS, np.random.default_rng(4)).draw(800)
+        return float(releasing[rows[np.array(tasks) == "pick_and_place"]].mean())
+
+    base, weighted = release_share(TrainConfig(size=TINY)), release_share(TrainConfig(size=TINY, release_frame_weight=6))
+    assert weighted > 2 * base, (base, weighted)
+    with pytest.raises(ValueError, match="release_frame_weight"):
+        BatchMaker(data, TrainConfig(size=TINY, release_frame_weight=0), tokenizer, PROMPTS, np.random.default_rng(0))
+
+    maker = BatchMaker(data, TrainConfig(size=TINY, gripper_loss_weight=5), tokenizer, PROMPTS,
+                       np.random.default_rng(5))
+    assert torch.allclose(maker.loss_dim_weights, torch.tensor([5 / 9] * 4 + [25 / 9]))
+    probe = maker.batch(8)
+    model = TrainablePi0(TINY.config(), seed=3)
+
+    def flow(w):
+        with torch.no_grad():
+            return float(model.losses(*probe[:6], 5, 1, torch.Generator().manual_seed(0), dim_weights=w)[0])
+
+    assert flow(torch.ones(5)) == pytest.approx(flow(None), rel=1e-6)
+    assert flow(maker.loss_dim_weights) != pytest.approx(flow(None), rel=1e-3)

@@ -86,10 +86,12 @@ class TrainablePi0(nn.Module):
     def losses(self, images, image_masks, tokens, token_mask, state, actions, action_dim: int,
                samples_per_obs: int = 1, generator: Optional[torch.Generator] = None,
                text_block: Optional[torch.Tensor] = None,
-               text_mask: Optional[torch.Tensor] = None) -> Tuple[torch.Tensor, Optional[torch.Tensor]]:
+               text_mask: Optional[torch.Tensor] = None,
+               dim_weights: Optional[torch.Tensor] = None) -> Tuple[torch.Tensor, Optional[torch.Tensor]]:
         """(flow-matching loss, text loss or None). text_block / text_mask [B, T]
         (text_data.TextTargets.batch): one question + answer block per observation, read from
-        the same prefix cache the action expert reads."""
+        the same prefix cache the action expert reads. dim_weights [action_dim]: per action dim
+        weights of the squared error (None: plain mean)."""
         cache = self.prefix(images, image_masks, tokens, token_mask)
         txt = None
         if text_block is not None and bool(text_mask.any()):
@@ -105,7 +107,8 @@ class TrainablePi0(nn.Module):
         tt = t[:, None, None]
         x_t = tt * noise + (1 - tt) * actions
         v = self.velocity(cache, state, x_t, t)
-        return torch.mean((v[..., :action_dim] - (noise - actions)[..., :action_dim]) ** 2), txt
+        err = (v[..., :action_dim] - (noise - actions)[..., :action_dim]) ** 2
+        return (torch.mean(err) if dim_weights is None else torch.mean(err * dim_weights)), txt
 
     @torch.no_grad()
     def sample(self, images, image_masks, tokens, token_mask, state, noise) -> Tuple[torch.Tensor, torch.Tensor]:

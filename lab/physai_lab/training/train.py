@@ -18,7 +18,7 @@ import copy
 import math
 import time
 from dataclasses import dataclass, field
-from typing import Callable, Dict, List, Optional
+from typing import Callable, Dict, List, Optional, Tuple
 
 import numpy as np
 import torch
@@ -26,6 +26,7 @@ import torch
 from physai_ros.engine.batching import model_pixels
 from physai_ros.engine.processor.tokenizer import PromptTokenizer
 from physai_ros.engine.types import GemmaSpec, Pi0Config, VisionSpec
+from physai_ros.sim.robot import ArmConfig
 
 from physai_lab.training.dataset import LoadedDataset, target_chunks
 from physai_lab.training.policy_model import TrainablePi0
@@ -88,6 +89,14 @@ class TrainConfig:
     # Sim task -> relative weight of its share of action batches (unlisted: 1). Empty: every task
     # equally often, drawn exactly as before weights existed (older runs replay bit for bit).
     task_weights: Dict[str, float] = field(default_factory=dict)
+    # Frames in the last chunk (a second at 10 Hz) before a release, where the target holds the
+    # gripper closed and then opens it, are drawn this many times as often as their task's other
+    # frames: the decision whose mistakes end most attempts (a drop off the pad) is under a tenth
+    # of the frames. 1: uniform, as before.
+    release_frame_weight: float = 1.0
+    # The gripper's action dim in the flow loss against 1 for each joint (normalised to average 1
+    # over the dims, so the loss keeps its scale). 1: plain MSE, as before.
+    gripper_loss_weight: float = 1.0
 
 
 @dataclass
@@ -144,6 +153,21 @@ class BatchMaker:
                              f"{sorted(self.by_task)})")
         w = np.array([float(tc.task_weights.get(t, 1.0)) for t in self.by_task])
         self.task_probs = w / w.sum() if tc.task_weights else None
+        if not (tc.release_frame_weight > 0 and tc.gripper_loss_weight > 0):
+            raise ValueError(f"release_frame_weight / gripper_loss_weight must be > 0 "
+                             f"({tc.release_frame_weight}, {tc.gripper_loss_weight})")
+        self.row_probs = None  # task -> draw probabilities over its rows; None: uniform
+        if tc.release_frame_weight != 1.0:
+            releasing = release_frames(targets)
+            self.row_probs = {}
+            for t, rows in self.by_task.items():
+                rw = np.where(releasing[rows], tc.release_frame_weight, 1.0)
+                self.row_probs[t] = rw / rw.sum()
+        self.loss_dim_weights = None
+        if tc.gripper_loss_weight != 1.0:
+            dw = np.ones(self.dim, np.float32)
+            dw[-1] = tc.gripper_loss_weight  # the gripper is the last dim (JointState order)
+            self.loss_dim_weights = torch.from_numpy(dw * self.dim / dw.sum())
         # Every prompt a task may be asked with, tokenised as the server does (dataset's own first).
         self.task_prompts: Dict[str, List[int]] = {}
         encoded, self.prompt_list = [], []
@@ -170,13 +194,20 @@ class BatchMaker:
                                  "sim.narration's subtask / scene answers are recorded per frame)")
             self.text = TextTargets(TextCodec(tokenizer), data.subtask, data.scene)
 
-    def batch(self, b: int):
+    def draw(self, b: int) -> Tuple[np.ndarray, List[str]]:
+        """b frame rows and their tasks: a task by task_weights, then a frame of it."""
         g = self.gen
         tasks = list(self.by_task)
         pick = (g.integers(len(tasks), size=b) if self.task_probs is None
                 else g.choice(len(tasks), size=b, p=self.task_probs))
-        rows = np.array([g.choice(self.by_task[tasks[k]]) for k in pick])
-        prompt_ids = np.array([g.choice(self.task_prompts[tasks[k]]) for k in pick])
+        rows = np.array([g.choice(self.by_task[tasks[k]]) if self.row_probs is None
+                         else g.choice(self.by_task[tasks[k]], p=self.row_probs[tasks[k]]) for k in pick])
+        return rows, [tasks[k] for k in pick]
+
+    def batch(self, b: int):
+        g = self.gen
+        rows, tasks = self.draw(b)
+        prompt_ids = np.array([g.choice(self.task_prompts[t]) for t in tasks])
         img = model_pixels(self.images[torch.from_numpy(rows)])
         masks = torch.ones(b, img.shape[1], dtype=torch.bool)
         if img.shape[1] > 1:
@@ -189,6 +220,15 @@ class BatchMaker:
         out = (img, masks, self.tokens[pid], self.token_mask[pid], state, actions)
         # Drawn after everything else, so a run without text keeps its batches as before.
         return out + (self.text.batch(rows, g) if self.text is not None else (None, None))
+
+
+def release_frames(targets: np.ndarray) -> np.ndarray:
+    """[N] bool: frames whose target chunk ([N, chunk, D], metres for the gripper, the last dim)
+    starts with the gripper closed and opens it later: the last chunk before a release. Closed /
+    open: below / above half the sim arm's opening."""
+    half = 0.5 * ArmConfig().gripper_max_width
+    grip = targets[:, :, -1]
+    return (grip[:, 0] < half) & (grip[:, 1:].max(axis=1) > half)
 
 
 def train(data: LoadedDataset, tc: TrainConfig, tokenizer: PromptTokenizer, prompts: Dict[str, List[str]],
@@ -234,7 +274,7 @@ def train(data: LoadedDataset, tc: TrainConfig, tokenizer: PromptTokenizer, prom
             group["lr"] = lr
         img, masks, tok, tmask, state, actions, block, bmask = maker.batch(tc.batch_size)
         flow, txt = model.losses(img, masks, tok, tmask, state, actions, maker.dim, tc.samples_per_obs, gen,
-                                 block, bmask)
+                                 block, bmask, dim_weights=maker.loss_dim_weights)
         loss = flow if txt is None else flow + tc.text_weight * txt
         if components is not None:
             ctxt = components.loss(model, components.batch(tc.component_batch))
