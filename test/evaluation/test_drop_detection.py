@@ -12,6 +12,9 @@ def test_each_drop_is_claimed_once_within_the_window_and_the_rest_are_false_alar
     assert hits == [("slip", 0.03), ("slip", 0.5)] and false_alarms == [1.2, 3.0]
     assert match(drops, [0.99]) == ([], [0.99])  # before the drop is not a detection of it
     assert match([], []) == ([], [])
+    # A release the watch missed, then a slip 0.81 s later and a "lost" 38 ms after the slip:
+    # the "lost" is the slip's (the grasp's latest change), and the release stays unseen.
+    assert match([(44.648, "released"), (45.456, "slip")], [45.494]) == ([("slip", 0.038)], [])
 
 
 def test_score_totals_recall_per_cause_precision_and_delay():

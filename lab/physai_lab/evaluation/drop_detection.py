@@ -3,7 +3,10 @@ detection delay, against the sim's ground truth (pipeline_shift.ShiftResult.drop
 .grasp_lost_at).
 
 A "lost" is a true detection when it comes within `window_s` after a drop that no earlier
-detection claimed (the delay is the difference); any other "lost" is a false alarm. Recall is
+detection claimed (the delay is the difference); of two such drops it claims the later: a
+"lost" reports the grasp's latest change (a release the watch missed, then a slip 0.8 s later
+and a "lost" 38 ms after it: the slip was seen, not the release). Any other "lost" is a false
+alarm. Recall is
 per cause: "slip" (the cube fell through the fingers) and "released" (the policy let go away from
 the pad, which a gripper's position cannot tell from a placement). False alarms that came just
 after one of the sim's episode ends (ShiftResult.sim_resets: its success or time-limit reset, or
@@ -26,7 +29,8 @@ def match(drops: Sequence[tuple[float, str]], detections: Sequence[float],
     hits: list[tuple[str, float]] = []
     false_alarms: list[float] = []
     for t in sorted(detections):
-        for i, (td, cause) in enumerate(open_drops):
+        for i in reversed(range(len(open_drops))):  # the latest drop before t first
+            td, cause = open_drops[i]
             if not claimed[i] and td <= t + 1e-9 <= td + window_s + 1e-9:
                 claimed[i] = True
                 hits.append((cause, round(t - td, 3)))
