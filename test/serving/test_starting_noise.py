@@ -91,3 +91,13 @@ def test_core_sends_the_tasks_noise_to_the_engine_and_zero_makes_chunks_repeat(d
     assert all(torch.equal(n[0], torch.zeros_like(n[0])) for n in seen)
     np.testing.assert_array_equal(one["robot_0"].actions, two["robot_0"].actions)  # deterministic
     assert not np.array_equal(one["robot_1"].actions, two["robot_1"].actions)  # sampled afresh
+
+
+def test_benchmarks_set_every_chunked_tasks_scale_and_leave_streaming_ones(doc):
+    from physai_lab.evaluation.sweep import with_noise_scale
+
+    cfg = with_noise_scale(_with(doc, None), 0.5)
+    assert {n: t.noise_scale for n, t in cfg.tasks.items()} == {
+        n: (0.5 if t.mode == "chunked" else 1.0) for n, t in cfg.tasks.items()}
+    assert cfg.tasks["reach_streaming"].noise_scale == 1.0
+    assert all(r.task == cfg.tasks[r.task.name] for r in cfg.robots)  # each robot's copy too
