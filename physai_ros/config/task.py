@@ -45,7 +45,7 @@ class TaskConfig:
     pipeline: TaskPipelineConfig | None = None
     # The flow sampler's starting noise is drawn from N(0, noise_scale^2) (serving.starting_noise):
     # 1 samples the policy as trained (LeRobot's sampler); below 1 trades the spread of the
-    # chunks for precision (docs/pipelines.md, "Sampling temperature").
+    # chunks for precision (docs/pipelines.md, "Where the policy lets go").
     noise_scale: float = 1.0
 
     @property

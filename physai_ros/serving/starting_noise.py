@@ -3,7 +3,7 @@
 pi0 samples a chunk by integrating its flow from x ~ N(0, I) (LeRobot's sampler; the engine
 draws that noise itself when an input carries none). A task with noise_scale s < 1 starts from
 s * N(0, I) instead: a lower sampling temperature, fewer chunks far from the policy's mean, at
-the cost of the spread a multimodal task may need (docs/pipelines.md, "Sampling temperature").
+the cost of the spread a multimodal task may need (docs/pipelines.md, "Where the policy lets go").
 The server draws it, so the scaled noise travels in the engine input to a local engine or a
 remote engine worker alike, and real-time chunking starts from it too.
 """
