@@ -1,19 +1,18 @@
 """fleet.yaml's per-task `noise_scale`: the flow sampler's starting noise, drawn by the server
 (serving.starting_noise), reaching the engine in the input; a task without it keeps the engine's
 own N(0, I) draw (tiny random model, no ROS)."""
-import copy
-
 import numpy as np
 import pytest
 import torch
 import yaml
 
 from physai_ros.client.robot_client import RobotClientCore
-from physai_ros.config.fleet import FleetConfigError, default_fleet_path, parse_fleet
+from physai_ros.config.fleet import FleetConfigError, default_fleet_path
 from physai_ros.protocol.chunk import STATUS_OK
 from physai_ros.serving.starting_noise import StartingNoise
 
 from observation_builders import make_obs
+from tiny_fleet import fleet_with
 
 T0 = 1_000_000.0
 
@@ -24,15 +23,7 @@ def doc():
 
 
 def _with(doc, scale, task="pick_place", tiny=False):
-    d = copy.deepcopy(doc)
-    if scale is not None:
-        d["tasks"][task]["noise_scale"] = scale
-    if tiny:
-        d["server"]["model"] = {"preset": "tiny", "tokenizer": "package://physai_ros/assets/tokenizer.json",
-                                "max_token_len": 48, "seed": 3}
-        d["server"]["max_observation_age_s"] = 30.0
-        d["server"]["profile"] = False
-    return parse_fleet(d, source=str(default_fleet_path()))
+    return fleet_with(doc, task, "noise_scale", scale, tiny)
 
 
 def test_noise_scale_defaults_to_the_policys_own_sampler(doc):
