@@ -183,7 +183,7 @@ def test_release_frames_are_drawn_more_often_and_the_gripper_dim_weighs_more(dat
     data = load_dataset(dataset_dir, image_size=TINY.image_size)
     tokenizer = PromptTokenizer(TOKENIZER, 48)
     plain = BatchMaker(data, TrainConfig(size=TINY), tokenizer, PROMPTS, np.random.default_rng(3))
-    raw = target_chunks(data, TINY.chunk_size, 10.0)  # what BatchMaker weighs, before normalising
+    raw = target_chunks(data, plain.chunk, plain.tc.action_rate_hz)  # what BatchMaker weighs, before normalising
     releasing = release_frames(raw)
     pick = plain.by_task["pick_and_place"]
     assert 0 < releasing[pick].sum() < len(pick) / 3 and not releasing[plain.by_task["reach"]].any()
