@@ -29,6 +29,7 @@ class _InFlight:
     query_id: int
     asked_at: float
     deadline: float  # re-armed one SLO later while `hold` / `use_last_plan` keep waiting
+    missed: bool = False  # its SLO passed once: awaited only until the component is next asked
 
 
 class PipelineController:
@@ -124,9 +125,14 @@ class PipelineController:
             if not is_due:
                 continue
             if comp in self._in_flight:
-                if comp != "system2":
-                    self.counters.components[comp].skipped += 1
-                continue
+                if not self._in_flight[comp].missed:
+                    if comp != "system2":
+                        self.counters.components[comp].skipped += 1
+                    continue
+                # A query that missed its SLO may have been lost on the way (a subscriber not yet
+                # matched, a dropped sample): it is given up and the component asked afresh, so one
+                # lost message cannot hold the arm for ever.
+                self._give_up(comp)
             queries.append(self._ask(comp, now))
         return queries
 
@@ -276,8 +282,11 @@ class PipelineController:
                            self.config.on_max_violation, out)
             return
         fb = cfg.fallback
-        if not error and fb in ("hold", "use_last_plan"):
-            q.deadline = now + cfg.slo_s  # keep waiting; one SLO more counts as another miss
+        if not error and fb in ("hold", "use_last_plan") and not q.missed:
+            # Keep waiting for a slow answer, until the next period re-asks (due) or one SLO more
+            # passes (System 2 has no period): then it is given up and asked again.
+            q.missed = True
+            q.deadline = now + cfg.slo_s
         else:
             self._give_up(comp)
             self._reask(comp)

@@ -114,21 +114,46 @@ def test_system2_stop_and_replan_gives_up_and_reasks():
     assert c.on_answer(new, ok("fresh plan"), 1.5) == [SetPrompt("fresh plan", new), Resume()]
 
 
-def test_system2_hold_waits_counts_each_slo_and_escalates_after_three():
+def test_system2_hold_waits_one_slo_more_then_reasks_and_escalates_after_three():
     c, ids = planned(components__system2__fallback="hold")
     c.on_system1_prediction(0.2)
     c.on_system1_prediction(0.3)
     s2 = c.step(0.3).queries[0].query_id
-    first = c.check(1.31)
-    assert kinds(first) == ["hold:system2"]
+    first = c.step(1.31)
+    assert kinds(first.decisions) == ["hold:system2"]
+    assert "system2" not in [q.component for q in first.queries]  # still awaited
+    for q in first.queries:
+        c.on_answer(q.query_id, ok({"safety": "safe", "monitor": "ongoing"}[q.component]), 1.35)
     assert c.check(2.0) == []
-    assert kinds(c.check(2.32)) == ["hold:system2"]  # one SLO after the first miss: the second
-    third = c.check(3.33)
+    second = c.step(2.32)  # one SLO after the first miss: the second, and System 2 is asked afresh
+    assert kinds(second.decisions) == ["hold:system2"]
+    again = [q for q in second.queries if q.component == "system2"]
+    assert len(again) == 1 and again[0].query_id != s2
+    assert c.on_answer(s2, ok("too late"), 2.4) == []  # given up: stale
+    assert c.counters.components["system2"].stale == 1
+    third = c.check(again[0].deadline + 0.01)
     assert kinds(third) == ["hold:escalation", "escalate"]
     assert third[1].source == "system2" and third[1].policy == "stop_and_call_human"
     assert third[1].reason.startswith("3 consecutive SLO violations of system2")
     assert c.counters.components["system2"].slo_misses == 3 and c.counters.escalations == 1
-    assert c.on_answer(s2, ok("too late"), 3.4) == []  # the latch gave it up
+    assert c.on_answer(again[0].query_id, ok("too late"), 3.4) == []  # the latch gave it up
+
+
+def test_a_lost_safety_query_is_asked_again_at_the_next_period_and_the_arm_holds_until_answered():
+    # The first question never reaches the safety model (a subscriber not yet matched): the miss
+    # holds the arm, the next period (0.5 s) asks afresh, and only an answer to that lets it go.
+    c, ids = started(components__system2=None, pipeline__system2_to_system1_call_ratio=None,
+                     components__safety__slo_ms=300, components__safety__fallback="hold")
+    lost = ids["safety"]
+    c.on_answer(ids["monitor"], ok("ongoing"), 0.1)
+    miss = c.step(0.31)
+    assert kinds(miss.decisions) == ["hold:safety"] and miss.queries == ()
+    fresh = [q for q in c.step(0.5).queries if q.component == "safety"]
+    assert len(fresh) == 1 and fresh[0].query_id != lost and c.held
+    assert c.on_answer(lost, ok("safe"), 0.55) == [] and c.held  # given up: stale, still held
+    assert c.on_answer(fresh[0].query_id, ok("safe"), 0.6) == [Resume()] and not c.held
+    cc = c.counters.components["safety"]
+    assert (cc.slo_misses, cc.stale, cc.on_time, cc.skipped, cc.consecutive_violations) == (1, 1, 1, 0, 0)
 
 
 def test_hold_accepts_the_late_answer_and_resumes():
