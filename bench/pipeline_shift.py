@@ -9,6 +9,8 @@ simulated time, so the outcome does not depend on the machine's load (only the w
     .venv/bin/python bench/pipeline_shift.py --seeds 8 --shift-s 60 --out out/pipeline_shift.json
     .venv/bin/python bench/pipeline_shift.py --checkpoint /tmp/sim_pi0_pipeline_v2 ...   # another model
     .venv/bin/python bench/pipeline_shift.py --system1 expert ...   # the components around the expert
+    .venv/bin/python bench/pipeline_shift.py --noise-scale 0.5 ...     # System 1 sampled cooler
+    .venv/bin/python bench/pipeline_shift.py --no-events ...           # nothing injected: System 1's own failures
 
 `--system1 expert` answers System 1's observations with the scripted expert (evaluation.servers:
 privileged, it sees the true scene, and place_in_order's expert does both steps whatever the
@@ -29,6 +31,8 @@ REPO = Path(__file__).resolve().parents[1]
 FIGURES = ("completed", "completed_per_min", "episodes", "timeouts", "resets", "resets_not_failed",
            "reset_reasons", "operator_resets", "escalations", "held_s", "intruder_s", "moving_with_intruder_s",
            "moving_share_with_intruder", "dones", "false_dones", "false_done_attempts")
+
+NO_EVENTS = {"intruder_rate_per_min": 0.0, "drop_prob": 0.0, "knock_prob": 0.0}
 
 
 def table(summary: dict) -> str:
@@ -56,6 +60,10 @@ def main(argv=None) -> int:
                          "safety checker and monitor: what System 1 makes of a plan)")
     ap.add_argument("--settings", default="system1,pipeline", help="which of system1,pipeline to run")
     ap.add_argument("--tasks", default="", help="fleet tasks to run (default: every task with a pipeline)")
+    ap.add_argument("--noise-scale", type=float, default=None,
+                    help="every chunked task's noise_scale (fleet.yaml; default: the fleet's own)")
+    ap.add_argument("--no-events", action="store_true",
+                    help="the sims inject no intruders, drops or knocks (what is left are System 1's own failures)")
     ap.add_argument("--slots", type=int, default=2, help="robots served at once (one core, batched)")
     ap.add_argument("--threads", type=int, default=2)
     ap.add_argument("--out", default="")
@@ -67,7 +75,7 @@ def main(argv=None) -> int:
     from physai_lab.evaluation.pipeline_shift import (ShiftConfig, pipeline_robots, run_shifts, summarise,
                                                       system1_only)
     from physai_lab.evaluation.servers import ExpertServer, build_policy_server
-    from physai_lab.evaluation.sweep import scale_setting
+    from physai_lab.evaluation.sweep import scale_setting, with_noise_scale
     from physai_ros.pipeline.vla_backend import VLABackboneBackend
     from physai_ros.config.fleet import load_fleet
 
@@ -75,6 +83,10 @@ def main(argv=None) -> int:
     cfg = load_fleet(a.fleet)
     if a.checkpoint:
         cfg = scale_setting(cfg, checkpoint=str(Path(a.checkpoint).resolve()))
+    if a.noise_scale is not None:
+        if not 0 <= a.noise_scale <= 1:
+            ap.error("--noise-scale: from 0 to 1")
+        cfg = with_noise_scale(cfg, a.noise_scale)
     clock = SimClock()
     core = build_policy_server(cfg, clock)
     worlds: dict = {}
@@ -88,6 +100,8 @@ def main(argv=None) -> int:
     shift = ShiftConfig(shift_s=a.shift_s, component_latency_s=a.component_latency_s,
                         operator_response_s=a.operator_response_s)
     bases = pipeline_robots(cfg.robots)  # one robot entry per fleet task that has a pipeline
+    if a.no_events:
+        bases = {k: dataclasses.replace(r, sim={**r.sim, **NO_EVENTS}) for k, r in bases.items()}
     wanted = [t for t in a.tasks.split(",") if t]
     unknown = sorted(set(wanted) - set(bases))
     settings = [x for x in a.settings.split(",") if x]
@@ -96,7 +110,8 @@ def main(argv=None) -> int:
     bases = {k: v for k, v in bases.items() if not wanted or k in wanted}
     seeds = [a.seed_base + i for i in range(a.seeds)]
     doc: dict = {"fleet": a.fleet, "checkpoint": str(cfg.server.model.checkpoint), "system1": a.system1,
-                 "components": a.components,
+                 "components": a.components, "events": not a.no_events,
+                 "noise_scale": {n: t.noise_scale for n, t in cfg.tasks.items() if n in bases},
                  "seeds": seeds,
                  "shift": {**dataclasses.asdict(shift)}, "load_average": {"start": os.getloadavg()}}
     t0 = time.perf_counter()

@@ -43,6 +43,10 @@ class TaskConfig:
     # The task pipeline (pipeline.config, docs/pipelines.md): System 2, safety, monitor, retry
     # and violation policies; None: System 1 only (a task without the pipeline keys).
     pipeline: TaskPipelineConfig | None = None
+    # The flow sampler's starting noise is drawn from N(0, noise_scale^2) (serving.starting_noise):
+    # 1 samples the policy as trained (LeRobot's sampler); below 1 trades the spread of the
+    # chunks for precision (docs/pipelines.md, "Where the policy lets go").
+    noise_scale: float = 1.0
 
     @property
     def action_period_s(self) -> float:
@@ -73,7 +77,8 @@ def parse_task(name: str, d: Any) -> TaskConfig:
     d = mapping(d, path)
     no_unknown(d, {"prompt", "action_rate_hz", "horizon_policy", "slo_ms", "fallback",
                     "max_consecutive_slo_violation", "on_max_violation", "trigger_margin_s", "mode",
-                    "segment_rate_hz", "chunk_merge", "language", "slo_startup_grace_s", *PIPELINE_KEYS}, path)
+                    "segment_rate_hz", "chunk_merge", "language", "slo_startup_grace_s", "noise_scale",
+                    *PIPELINE_KEYS}, path)
     hp, hparams = _parse_horizon(required(d, "horizon_policy", path), join_key(path, "horizon_policy"))
     mode = string(d.get("mode", "chunked"), join_key(path, "mode"), TASK_MODES)
     # System 1's prompt, SLO, fallback and violation policy: at task level, or (a task with a
@@ -103,6 +108,7 @@ def parse_task(name: str, d: Any) -> TaskConfig:
                 "(docs/pipelines.md)")
         s1_prompt, s1_slo, s1_fallback = pipeline.system1.prompt, pipeline.system1.slo_ms, pipeline.system1.fallback
         max_viol, on_viol = pipeline.max_consecutive_slo_violation, pipeline.on_max_violation
+    noise_scale = _parse_noise_scale(d.get("noise_scale", 1.0), join_key(path, "noise_scale"), mode)
     return TaskConfig(
         name=name,
         prompt=s1_prompt,
@@ -122,4 +128,16 @@ def parse_task(name: str, d: Any) -> TaskConfig:
         chunk_merge=parse_chunk_merge(d.get("chunk_merge"), join_key(path, "chunk_merge")),
         language=parse_task_language(d.get("language"), join_key(path, "language")),
         pipeline=pipeline,
+        noise_scale=noise_scale,
     )
+
+
+def _parse_noise_scale(v: Any, path: str, mode: str) -> float:
+    if isinstance(v, bool) or not isinstance(v, (int, float)) or not 0 <= v <= 1:
+        # Above 1 only widens the spread of what the policy was trained to sample; a typo such
+        # as 5 would make a robot move erratically, so it is refused rather than clamped.
+        raise FleetConfigError(f"{path}: expected a number from 0 to 1 (1: the policy's own sampler), got {v!r}")
+    if mode == "streaming" and v != 1:
+        raise FleetConfigError(f"{path}: the streaming action expert draws its own noise tokens; "
+                               "noise_scale applies to chunked tasks (mode: chunked)")
+    return float(v)

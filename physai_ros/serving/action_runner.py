@@ -22,6 +22,7 @@ from physai_ros.protocol.chunk import STATUS_ERROR, STATUS_OK, STATUS_REFUSED, A
 from physai_ros.protocol.observation import ObservationData
 from physai_ros.protocol.registration import RobotRegistration
 from physai_ros.scheduler.types import ACTION
+from physai_ros.serving.starting_noise import StartingNoise
 from physai_ros.serving.validation import Refusal, camera_slots
 
 
@@ -49,6 +50,7 @@ class ActionModelRunner:
         self.normalizer = normalizer or Normalizer()
         self.image_size = model_config.vision.image_size
         self.max_state_dim = model_config.max_state_dim
+        self.starting_noise = StartingNoise()  # per task (fleet.yaml noise_scale); the server's builder sets it
         # pi0.5 reads the state as text in its prompt: the style follows the model, always.
         self.prompt_style = prompt_style or PromptStyle(
             "lerobot_pi05" if getattr(model_config, "policy", "pi0") == "pi05" else "ours")
@@ -105,10 +107,11 @@ class ActionModelRunner:
             images = torch.from_numpy(imgs)
         enc = self.tokens(obs.prompt or reg.prompt, obs.state)
         state = self.normalizer.normalize_state(obs.state, self.max_state_dim)
+        noise = self.starting_noise.draw(obs.task_id, self.model_config.chunk_size, self.model_config.max_action_dim)
         return EngineInput(
             images=images, image_masks=torch.ones(len(obs.images), dtype=torch.bool),
             tokens=torch.from_numpy(enc.tokens), token_mask=torch.from_numpy(enc.mask),
-            state=torch.from_numpy(state))
+            state=torch.from_numpy(state), noise=noise)
 
     def blank_input(self, views: int = 1) -> Any:
         """A black-frame input of the model's sizes, for warming an engine up."""

@@ -17,6 +17,7 @@ from physai_ros.protocol.chunk import STATUS_OK
 from physai_ros.serving.rtc_planner import RtcPlanner, SentChunk, plan_guide
 
 from observation_builders import make_obs
+from tiny_fleet import fleet_with
 
 T0 = 1_000_000.0
 
@@ -27,14 +28,7 @@ def doc():
 
 
 def _with(doc, merge, task="pick_place", tiny=False):
-    d = copy.deepcopy(doc)
-    d["tasks"][task]["chunk_merge"] = merge
-    if tiny:
-        d["server"]["model"] = {"preset": "tiny", "tokenizer": "package://physai_ros/assets/tokenizer.json",
-                                "max_token_len": 48, "seed": 3}
-        d["server"]["max_observation_age_s"] = 30.0
-        d["server"]["profile"] = False
-    return parse_fleet(d, source=str(default_fleet_path()))
+    return fleet_with(doc, task, "chunk_merge", merge, tiny)
 
 
 # ---- fleet.yaml ------------------------------------------------------------------------------

@@ -130,6 +130,15 @@ def scale_setting(cfg: FleetConfig, **server_model) -> FleetConfig:
     return dataclasses.replace(cfg, server=dataclasses.replace(cfg.server, model=model))
 
 
+def with_noise_scale(cfg: FleetConfig, scale: float) -> FleetConfig:
+    """cfg with every chunked task sampled from scale * N(0, I) (fleet.yaml `noise_scale`), in
+    cfg.tasks and in each robot's copy of its task."""
+    tasks = {n: dataclasses.replace(t, noise_scale=float(scale)) if t.mode == "chunked" else t
+             for n, t in cfg.tasks.items()}
+    robots = tuple(dataclasses.replace(r, task=tasks[r.task.name]) for r in cfg.robots)
+    return dataclasses.replace(cfg, tasks=tasks, robots=robots)
+
+
 def fleet_for(fleet_file, checkpoint=None, preset=None) -> FleetConfig:
     """The benchmarks' fleet: fleet_file (None: the embedded one) with its model replaced by a
     checkpoint directory or a preset when one is given."""

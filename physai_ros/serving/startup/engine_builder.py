@@ -17,6 +17,7 @@ from physai_ros.serving.language.stream import LanguageStream
 from physai_ros.serving.rtc_planner import RtcPlanner
 from physai_ros.serving.serving_core import ServingCore
 from physai_ros.serving.slot_hook import run_slot_hook
+from physai_ros.serving.starting_noise import StartingNoise
 from physai_ros.serving.startup.preflight import checkpoint_cameras, checkpoint_dir
 
 # Builds the proxy of one server.remote_engines entry for a model: the policy server node passes
@@ -120,6 +121,8 @@ def build_core(cfg: FleetConfig, instance_id: str | None = None,
         robot_idle_release_s=cfg.server.robot_idle_release_s,
     )
     core.rtc = rtc_planner(cfg, slots)
+    core.action_runner.starting_noise = StartingNoise({n: t.noise_scale for n, t in cfg.tasks.items()},
+                                                      seed=cfg.server.model.seed)
     if language_enabled(cfg):
         core.enable_language(language_stream(cfg, tokenizer))
     return core
