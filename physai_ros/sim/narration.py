@@ -9,7 +9,9 @@ Subtasks (pick_and_place), from the observed state, as the scripted expert's pha
   "grasp"              the tool down at the cube, not holding it yet (descend, close)
   "place on the goal"  holding the cube (lift, carry, lower, release)
   "done"               the task's success test holds
-  "failed: dropped"    the cube left the gripper away from the pad less than DROP_WINDOW_S ago
+  "failed: dropped"    the cube left the gripper away from the pad, above the table (more than
+                       SET_DOWN_M), less than DROP_WINDOW_S ago; one let go at table height is
+                       set down, as the world's ground truth says
 reach has its own two: "reach the marker" (its target is the red marker, not the cube: saying
 "reach the cube" there would be false) and "done".
 
@@ -27,7 +29,7 @@ import numpy as np
 
 from physai_ros.sim.multi_step import scene_text
 from physai_ros.sim.tasks import SceneConfig
-from physai_ros.sim.world import WorldSnapshot
+from physai_ros.sim.world import SET_DOWN_M, WorldSnapshot
 
 SUBTASK_QUESTION = "what is the current subtask?"
 SCENE_QUESTION = "describe the scene."
@@ -110,6 +112,17 @@ class SubtaskTracker:
         self._was_grasped = False
         self._dropped_at: Optional[float] = None
         self._held = -1  # with several cubes: the one in the gripper at the last call
+        self._carried: Optional[np.ndarray] = None  # where the held cube was at the last call
+        self._goal: Optional[np.ndarray] = None
+
+    def _set_down(self) -> bool:
+        """The cube was let go with its base within SET_DOWN_M of the table or the pad beneath it
+        (as SimWorld's truth; a stack beside the pad is not looked at)."""
+        if self._carried is None:
+            return False
+        p, sc = self._carried, self.scene
+        below = sc.goal_height if np.linalg.norm(p[:2] - self._goal[:2]) <= sc.goal_radius else 0.0
+        return bool(p[2] - sc.object_size / 2 - below <= SET_DOWN_M)
 
     def _released_on_goal(self, snap: WorldSnapshot) -> bool:
         if len(snap.objects) <= 1:
@@ -122,10 +135,14 @@ class SubtaskTracker:
     def observe(self, snap: WorldSnapshot) -> str:
         if snap.episode != self._episode:
             self._episode, self._was_grasped, self._dropped_at = snap.episode, False, None
-        if self._was_grasped and not snap.grasped and not snap.success and not self._released_on_goal(snap):
+            self._carried = None
+        self._goal = snap.goal
+        if self._was_grasped and not snap.grasped and not snap.success and not self._released_on_goal(snap) \
+                and not self._set_down():
             self._dropped_at = snap.episode_time
         self._was_grasped = snap.grasped
         self._held = snap.held
+        self._carried = np.array(snap.object_pos, dtype=float) if snap.grasped else None
         if snap.grasped:
             self._dropped_at = None
         dropped = self._dropped_at is not None and snap.episode_time - self._dropped_at < self.window_s

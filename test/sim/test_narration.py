@@ -64,6 +64,13 @@ def test_a_drop_away_from_the_pad_is_reported_for_the_window_only():
     assert tracker.observe(dataclasses.replace(later, episode_time=1.1 + DROP_WINDOW_S - 0.05)) == DROPPED
     assert tracker.observe(dataclasses.replace(later, episode_time=1.1 + DROP_WINDOW_S + 0.05)) == REACH_CUBE
 
+    # Letting go at table height away from the pad is setting the cube down, not dropping it.
+    tracker = SubtaskTracker(world.scene)
+    low = held * [1, 1, 0] + [0, 0, world.scene.object_size / 2 + 0.01]
+    tracker.observe(_snap(world, grasped=True, object_pos=low, tool=low, goal=goal, episode_time=1.5))
+    assert tracker.observe(_snap(world, grasped=False, object_pos=low - [0, 0, 0.01], tool=low, goal=goal,
+                                 episode_time=1.6)) == GRASP
+
     # Letting go just above the pad is placing, not dropping; a new episode forgets the past.
     tracker = SubtaskTracker(world.scene)
     tracker.observe(_snap(world, grasped=True, object_pos=goal + [0, 0, 0.028], goal=goal, episode_time=2.0))

@@ -127,3 +127,18 @@ def test_closed_fingers_pushing_the_cube_feel_it_and_move_it():
 def test_step_rejects_non_positive_dt():
     with pytest.raises(ValueError):
         SimWorld().step(0.0)
+
+
+@pytest.mark.parametrize("lift, dropped", [(0.0, False), (0.08, True)])
+def test_a_cube_let_go_at_table_height_is_set_down_and_one_let_go_above_it_is_dropped(lift, dropped):
+    w = SimWorld(task="pick_and_place", seed=1)
+    cube = w.object_pos.copy()
+    assert not w.near_goal(cube)
+    _drive_tool_to(w, cube + [0, 0, 0.05], 0.08)
+    _drive_tool_to(w, cube, 0.08)
+    _drive_tool_to(w, cube, 0.0, seconds=1.0)
+    assert w.grasped
+    _drive_tool_to(w, cube + [0, 0, lift], 0.0)
+    _drive_tool_to(w, cube + [0, 0, lift], 0.08, seconds=1.0)
+    assert not w.grasped and w._resting(0)
+    assert w.progress() == (("failed", "dropped") if dropped else ("ongoing", ""))
