@@ -28,7 +28,7 @@ _ISSUED_KEEP = 256
 class _InFlight:
     query_id: int
     asked_at: float
-    deadline: float  # re-armed one SLO later while `hold` / `use_last_plan` keep waiting
+    deadline: float  # re-armed once, one SLO later, while `hold` / `use_last_plan` keep waiting
     missed: bool = False  # its SLO passed once: awaited only until the component is next asked
 
 

@@ -9,9 +9,9 @@ Subtasks (pick_and_place), from the observed state, as the scripted expert's pha
   "grasp"              the tool down at the cube, not holding it yet (descend, close)
   "place on the goal"  holding the cube (lift, carry, lower, release)
   "done"               the task's success test holds
-  "failed: dropped"    the cube left the gripper away from the pad, above the table (more than
-                       SET_DOWN_M), less than DROP_WINDOW_S ago; one let go at table height is
-                       set down, as the world's ground truth says
+  "failed: dropped"    the cube left the gripper away from the pad, above the table (more
+                       than world.SET_DOWN_M), less than DROP_WINDOW_S ago; one let go at
+                       table height is set down, as the world's ground truth says
 reach has its own two: "reach the marker" (its target is the red marker, not the cube: saying
 "reach the cube" there would be false) and "done".
 
@@ -29,7 +29,7 @@ import numpy as np
 
 from physai_ros.sim.multi_step import scene_text
 from physai_ros.sim.tasks import SceneConfig
-from physai_ros.sim.world import SET_DOWN_M, WorldSnapshot
+from physai_ros.sim.world import WorldSnapshot, set_down
 
 SUBTASK_QUESTION = "what is the current subtask?"
 SCENE_QUESTION = "describe the scene."
@@ -113,16 +113,15 @@ class SubtaskTracker:
         self._dropped_at: Optional[float] = None
         self._held = -1  # with several cubes: the one in the gripper at the last call
         self._carried: Optional[np.ndarray] = None  # where the held cube was at the last call
-        self._goal: Optional[np.ndarray] = None
 
-    def _set_down(self) -> bool:
-        """The cube was let go with its base within SET_DOWN_M of the table or the pad beneath it
-        (as SimWorld's truth; a stack beside the pad is not looked at)."""
+    def _set_down(self, snap: WorldSnapshot) -> bool:
+        """The cube was let go low over the table or the pad beneath it (SimWorld's rule; a stack
+        beside the pad is not looked at)."""
         if self._carried is None:
             return False
         p, sc = self._carried, self.scene
-        below = sc.goal_height if np.linalg.norm(p[:2] - self._goal[:2]) <= sc.goal_radius else 0.0
-        return bool(p[2] - sc.object_size / 2 - below <= SET_DOWN_M)
+        below = sc.goal_height if np.linalg.norm(p[:2] - snap.goal[:2]) <= sc.goal_radius else 0.0
+        return set_down(p, below, sc.object_size)
 
     def _released_on_goal(self, snap: WorldSnapshot) -> bool:
         if len(snap.objects) <= 1:
@@ -136,9 +135,8 @@ class SubtaskTracker:
         if snap.episode != self._episode:
             self._episode, self._was_grasped, self._dropped_at = snap.episode, False, None
             self._carried = None
-        self._goal = snap.goal
         if self._was_grasped and not snap.grasped and not snap.success and not self._released_on_goal(snap) \
-                and not self._set_down():
+                and not self._set_down(snap):
             self._dropped_at = snap.episode_time
         self._was_grasped = snap.grasped
         self._held = snap.held

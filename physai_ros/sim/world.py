@@ -19,6 +19,11 @@ from physai_ros.sim.tasks import PAD_TASKS, SceneConfig, Task, centred_over, mak
 SET_DOWN_M = 0.015
 
 
+def set_down(pos: np.ndarray, surface_z: float, object_size: float) -> bool:
+    """A cube let go at `pos` (its centre) over a surface at `surface_z` is set down, not dropped."""
+    return bool(pos[2] - object_size / 2 - surface_z <= SET_DOWN_M)
+
+
 @dataclass(frozen=True)
 class WorldSnapshot:
     """Plain data describing the cell at one instant (what a renderer or an expert needs)."""
@@ -270,7 +275,7 @@ class SimWorld:
         if self.task.name not in PAD_TASKS or self.near_goal(self.objects[i]):
             return
         p = self.objects[i]
-        if p[2] - self.scene.object_size / 2 - self._surface_height(p[:2], i) > SET_DOWN_M:
+        if not set_down(p, self._surface_height(p[:2], i), self.scene.object_size):
             self.mark_failure(DROPPED)
 
     def _fall(self, i: int, dt: float) -> None:
