@@ -62,6 +62,9 @@ def main(argv=None) -> int:
     ap.add_argument("--tasks", default="", help="fleet tasks to run (default: every task with a pipeline)")
     ap.add_argument("--noise-scale", type=float, default=None,
                     help="every chunked task's noise_scale (fleet.yaml; default: the fleet's own)")
+    ap.add_argument("--horizon", default="",
+                    help="every chunked task's horizon policy, as `static:3` or `confidence:0.1,6` "
+                         "(fleet.yaml horizon_policy; default: the fleet's own)")
     ap.add_argument("--no-events", action="store_true",
                     help="the sims inject no intruders, drops or knocks (what is left are System 1's own failures)")
     ap.add_argument("--slots", type=int, default=2, help="robots served at once (one core, batched)")
@@ -75,7 +78,7 @@ def main(argv=None) -> int:
     from physai_lab.evaluation.pipeline_shift import (ShiftConfig, pipeline_robots, run_shifts, summarise,
                                                       system1_only)
     from physai_lab.evaluation.servers import ExpertServer, build_policy_server
-    from physai_lab.evaluation.sweep import scale_setting, with_noise_scale
+    from physai_lab.evaluation.sweep import scale_setting, with_horizon_policy, with_noise_scale
     from physai_ros.pipeline.vla_backend import VLABackboneBackend
     from physai_ros.config.fleet import load_fleet
 
@@ -87,6 +90,11 @@ def main(argv=None) -> int:
         if not 0 <= a.noise_scale <= 1:
             ap.error("--noise-scale: from 0 to 1")
         cfg = with_noise_scale(cfg, a.noise_scale)
+    if a.horizon:
+        try:
+            cfg = with_horizon_policy(cfg, a.horizon)
+        except ValueError as e:  # FleetConfigError is one, as is a parameter that is not a number
+            ap.error(f"--horizon: {e}")
     clock = SimClock()
     core = build_policy_server(cfg, clock)
     worlds: dict = {}
@@ -112,6 +120,8 @@ def main(argv=None) -> int:
     doc: dict = {"fleet": a.fleet, "checkpoint": str(cfg.server.model.checkpoint), "system1": a.system1,
                  "components": a.components, "events": not a.no_events,
                  "noise_scale": {n: t.noise_scale for n, t in cfg.tasks.items() if n in bases},
+                 "horizon_policy": {n: [t.horizon_policy, *t.horizon_params] for n, t in cfg.tasks.items()
+                                    if n in bases},
                  "seeds": seeds,
                  "shift": {**dataclasses.asdict(shift)}, "load_average": {"start": os.getloadavg()}}
     t0 = time.perf_counter()

@@ -53,7 +53,7 @@ class TaskConfig:
         return 1.0 / self.action_rate_hz
 
 
-def _parse_horizon(v: Any, path: str) -> tuple[str, tuple[float, ...]]:
+def parse_horizon_policy(v: Any, path: str) -> tuple[str, tuple[float, ...]]:
     v = mapping(v, path)
     no_unknown(v, {"name", "params"}, path)
     name = string(required(v, "name", path), join_key(path, "name"))
@@ -79,7 +79,7 @@ def parse_task(name: str, d: Any) -> TaskConfig:
                     "max_consecutive_slo_violation", "on_max_violation", "trigger_margin_s", "mode",
                     "segment_rate_hz", "chunk_merge", "language", "slo_startup_grace_s", "noise_scale",
                     *PIPELINE_KEYS}, path)
-    hp, hparams = _parse_horizon(required(d, "horizon_policy", path), join_key(path, "horizon_policy"))
+    hp, hparams = parse_horizon_policy(required(d, "horizon_policy", path), join_key(path, "horizon_policy"))
     mode = string(d.get("mode", "chunked"), join_key(path, "mode"), TASK_MODES)
     # System 1's prompt, SLO, fallback and violation policy: at task level, or (a task with a
     # pipeline) in its pipeline keys, or both when equal (pipeline.config, docs/pipelines.md).

@@ -130,13 +130,28 @@ def scale_setting(cfg: FleetConfig, **server_model) -> FleetConfig:
     return dataclasses.replace(cfg, server=dataclasses.replace(cfg.server, model=model))
 
 
-def with_noise_scale(cfg: FleetConfig, scale: float) -> FleetConfig:
-    """cfg with every chunked task sampled from scale * N(0, I) (fleet.yaml `noise_scale`), in
-    cfg.tasks and in each robot's copy of its task."""
-    tasks = {n: dataclasses.replace(t, noise_scale=float(scale)) if t.mode == "chunked" else t
-             for n, t in cfg.tasks.items()}
+def with_chunked_task_fields(cfg: FleetConfig, **fields) -> FleetConfig:
+    """cfg with the given TaskConfig fields replaced in every chunked task, in cfg.tasks and in
+    each robot's copy of its task."""
+    tasks = {n: dataclasses.replace(t, **fields) if t.mode == "chunked" else t for n, t in cfg.tasks.items()}
     robots = tuple(dataclasses.replace(r, task=tasks[r.task.name]) for r in cfg.robots)
     return dataclasses.replace(cfg, tasks=tasks, robots=robots)
+
+
+def with_noise_scale(cfg: FleetConfig, scale: float) -> FleetConfig:
+    """cfg with every chunked task sampled from scale * N(0, I) (fleet.yaml `noise_scale`)."""
+    return with_chunked_task_fields(cfg, noise_scale=float(scale))
+
+
+def with_horizon_policy(cfg: FleetConfig, spec: str) -> FleetConfig:
+    """cfg with every chunked task's horizon policy replaced; spec is "name" or "name:p1,p2"
+    (`static:3`, `confidence:0.1,6`), checked as fleet.yaml's `horizon_policy` is."""
+    from physai_ros.config.task import parse_horizon_policy
+
+    name, _, params = spec.partition(":")
+    values = [float(x) for x in params.split(",") if x.strip()]
+    hp, hparams = parse_horizon_policy({"name": name, "params": values}, "--horizon")
+    return with_chunked_task_fields(cfg, horizon_policy=hp, horizon_params=hparams)
 
 
 def fleet_for(fleet_file, checkpoint=None, preset=None) -> FleetConfig:
