@@ -49,6 +49,7 @@ def main(argv=None) -> None:
     from physai_lab.evaluation.drop_detection import score
     from physai_lab.evaluation.lockstep import clone_robots
     from physai_lab.evaluation.pipeline_shift import run_shifts, summarise
+    from physai_lab.evaluation.servers import restart_noise
     from physai_ros.pipeline.vla_backend import VLABackboneBackend
 
     run = start_shift_run(ap, a, argv, __file__)
@@ -60,6 +61,7 @@ def main(argv=None) -> None:
         runs = {}
         for setting, action in SETTINGS.items():
             robot = with_on_lost(run.bases[name], action)
+            restart_noise(run.core)  # each setting starts the same noise stream, whatever ran before
             res = run_shifts(run.core, backend, clone_robots(robot, a.slots, prefix=f"{setting}_{name}"), run.seeds,
                              run.shift, setting, clock=run.clock)
             runs[setting] = sorted(res, key=lambda s: s.seed)

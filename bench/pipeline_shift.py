@@ -77,7 +77,7 @@ def main(argv=None) -> int:
     from physai_lab.evaluation.lockstep import SimClock, clone_robots
     from physai_lab.evaluation.pipeline_shift import (ShiftConfig, pipeline_robots, run_shifts, summarise,
                                                       system1_only)
-    from physai_lab.evaluation.servers import ExpertServer, build_policy_server
+    from physai_lab.evaluation.servers import ExpertServer, build_policy_server, restart_noise
     from physai_lab.evaluation.sweep import scale_setting, with_horizon_policy, with_noise_scale
     from physai_ros.pipeline.vla_backend import VLABackboneBackend
     from physai_ros.config.fleet import load_fleet
@@ -130,6 +130,8 @@ def main(argv=None) -> int:
         for setting in settings:
             robot = base if setting == "pipeline" else system1_only(base)
             robots = clone_robots(robot, a.slots, prefix=f"{setting}_{name}")
+            if system1 is core:  # each setting starts the same noise stream, whatever ran before
+                restart_noise(core)
             res = run_shifts(system1, backend if setting == "pipeline" else None, robots, seeds, shift, setting,
                              clock=clock, slot_hook=lambda slots: worlds.update({s.robot.id: s for s in slots}))
             # Columns by fleet task: two fleet tasks may run one sim task (place_in_order, each order).

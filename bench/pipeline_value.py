@@ -62,6 +62,7 @@ def main(argv=None) -> None:
     a = ap.parse_args(argv)
     from physai_lab.evaluation.lockstep import clone_robots
     from physai_lab.evaluation.pipeline_shift import run_shifts, system1_only
+    from physai_lab.evaluation.servers import restart_noise
     from physai_lab.evaluation.truth_backend import TruthBackend
     from physai_ros.pipeline.vla_backend import VLABackboneBackend
 
@@ -76,6 +77,7 @@ def main(argv=None) -> None:
         runs = {}
         for setting in SETTINGS:
             robot = system1_only(base) if setting == "system1" else base
+            restart_noise(run.core)  # each setting starts the same noise stream, whatever ran before
             res = run_shifts(run.core, backends[setting], clone_robots(robot, a.slots, prefix=f"{setting}_{name}"),
                              run.seeds, run.shift, setting, clock=run.clock, slot_hook=lambda slots: worlds.update(
                                  {s.robot.id: s for s in slots}))

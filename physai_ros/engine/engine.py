@@ -78,6 +78,7 @@ class Pi0Engine:
         # stream starts texts from it: one prefill for actions and text).
         self.keep_prefix = False
         self._kept: Optional[Tuple[PrefixCache, Batch]] = None
+        self._noise_seed = seed
         self._gen = torch.Generator().manual_seed(seed)
         self._graphs = None
         if model is not None:
@@ -141,6 +142,12 @@ class Pi0Engine:
             return cls.from_lerobot_checkpoint(checkpoint, device=device, language=language, **engine_args,
                                                **(checkpoint_args or {}))
         return cls(Pi0Config.preset(preset), device=device, seed=seed, language=language, **engine_args)
+
+    def restart_noise(self) -> None:
+        """Draw the starting noise from the start of its seeded stream again, as just after
+        construction. A benchmark comparing settings on the same seeds calls it before each one,
+        so a setting's draws do not depend on how many the settings run before it made."""
+        self._gen.manual_seed(self._noise_seed)
 
     def language_decoder(self):
         """Text decoding on this engine's prefix caches (language.py): the plain path always; the

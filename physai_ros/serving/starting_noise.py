@@ -22,6 +22,11 @@ class StartingNoise:
         self._gen = None
         self._lock = threading.Lock()  # engine instances prepare their batches on their own threads
 
+    def restart(self) -> None:
+        """The next draw starts the seeded stream again (Pi0Engine.restart_noise's reason)."""
+        with self._lock:
+            self._gen = None
+
     def draw(self, task_id: str, chunk_size: int, action_dim: int):
         """The starting noise [chunk_size, action_dim] for one observation of `task_id`, or None
         (the engine draws N(0, I))."""

@@ -59,6 +59,17 @@ def test_noise_drawn_when_absent_and_updates_sum_to_chunk(engine):
     assert set(o1.timings_ms) >= {"prefix_ms", "denoise_ms", "total_ms"}
 
 
+def test_restarted_noise_repeats_the_draws_made_after_construction():
+    inp = dataclasses.replace(make_input(CFG, 1, 4, torch.Generator().manual_seed(3)), noise=None)
+    engine = Pi0Engine(CFG, seed=5)
+    first = [engine.infer([inp])[0].actions for _ in range(2)]
+    engine.restart_noise()
+    again = [engine.infer([inp])[0].actions for _ in range(2)]
+    assert not torch.equal(first[0], first[1])
+    for a, b in zip(first, again):
+        torch.testing.assert_close(a, b, rtol=0, atol=1e-6)
+
+
 def test_prefix_then_denoise_matches_infer_and_accepts_a_newer_state(engine):
     gen = torch.Generator().manual_seed(4)
     batch = [make_input(CFG, 2, 6, gen), make_input(CFG, 1, 9, gen)]

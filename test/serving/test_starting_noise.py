@@ -53,35 +53,53 @@ def test_tasks_at_scale_one_draw_nothing_and_others_draw_scaled_noise_from_the_s
     assert torch.equal(StartingNoise({"x": 0.0}).draw("x", 10, 8), torch.zeros(10, 8))
 
 
-def test_core_sends_the_tasks_noise_to_the_engine_and_zero_makes_chunks_repeat(doc):
+def _round(core, robots, images, round_id):
+    """One served round with the same frames and state for each robot: only the sampler's noise
+    can change a chunk."""
+    for r in robots:
+        assert core.submit(make_obs(r, round_id, stamp=T0 - 0.5, images=images[r.id]), now=T0) == []
+    chunks = {c.robot_id: c for c in core.step(T0).chunks}
+    assert all(c.status == STATUS_OK for c in chunks.values()), [c.error for c in chunks.values()]
+    return chunks
+
+
+def _served(doc, scale, instance_id):
     from physai_ros.serving.startup.engine_builder import build_core
 
-    cfg = _with(doc, 0.0, tiny=True)
-    scaled, plain = cfg.robot("robot_0"), cfg.robot("robot_1")
-    assert (scaled.task.noise_scale, plain.task.noise_scale) == (0.0, 1.0)
-    core = build_core(cfg, instance_id="noise")
+    cfg = _with(doc, scale, tiny=True)
+    robots = (cfg.robot("robot_0"), cfg.robot("robot_1"))
+    core = build_core(cfg, instance_id=instance_id)
     core.clock = lambda: T0
+    for r in robots:
+        assert core.register(RobotClientCore(r).registration()).accepted
+    return core, robots, {r.id: make_obs(r, 2, stamp=T0 - 0.5).images for r in robots}
+
+
+def test_core_sends_the_tasks_noise_to_the_engine_and_zero_makes_chunks_repeat(doc):
+    core, (scaled, plain), images = _served(doc, 0.0, "noise")
+    assert (scaled.task.noise_scale, plain.task.noise_scale) == (0.0, 1.0)
     seen = []
     slot = core.engines["engine_0"]
     infer = slot.engine.infer
     slot.engine.infer = lambda inputs: seen.append([i.noise for i in inputs]) or infer(inputs)
-    for r in (scaled, plain):
-        assert core.register(RobotClientCore(r).registration()).accepted
-    first = {r.id: make_obs(r, 2, stamp=T0 - 0.5) for r in (scaled, plain)}
-
-    def round_(rid):
-        # The same frames and state each round: only the sampler's noise can change the chunk.
-        for r in (scaled, plain):
-            assert core.submit(make_obs(r, rid, stamp=T0 - 0.5, images=first[r.id].images), now=T0) == []
-        chunks = {c.robot_id: c for c in core.step(T0).chunks}
-        assert all(c.status == STATUS_OK for c in chunks.values()), [c.error for c in chunks.values()]
-        return chunks
-
-    one, two = round_(2), round_(4)
+    one, two = (_round(core, (scaled, plain), images, i) for i in (2, 4))
     assert len(seen) == 2 and all(n[1] is None for n in seen)  # robot_1: the engine's own draw
     assert all(torch.equal(n[0], torch.zeros_like(n[0])) for n in seen)
     np.testing.assert_array_equal(one["robot_0"].actions, two["robot_0"].actions)  # deterministic
     assert not np.array_equal(one["robot_1"].actions, two["robot_1"].actions)  # sampled afresh
+
+
+def test_a_benchmark_restarts_both_noise_streams_between_settings(doc):
+    from physai_lab.evaluation.servers import restart_noise
+
+    core, robots, images = _served(doc, 0.5, "restart")
+    before = [_round(core, robots, images, i) for i in (2, 4)]
+    restart_noise(core)  # the next setting of a comparison starts here
+    after = [_round(core, robots, images, i) for i in (6, 8)]
+    for rid in ("robot_0", "robot_1"):  # the server's scaled draw and the engine's own
+        assert not np.array_equal(before[0][rid].actions, before[1][rid].actions)
+        for b, a in zip(before, after):
+            np.testing.assert_allclose(a[rid].actions, b[rid].actions, rtol=0, atol=1e-6)
 
 
 def test_benchmarks_set_every_chunked_tasks_scale_and_leave_streaming_ones(doc):

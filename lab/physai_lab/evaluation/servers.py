@@ -30,6 +30,17 @@ def build_policy_server(cfg: FleetConfig, clock: SimClock):
     return core
 
 
+def restart_noise(core) -> None:
+    """Every local engine's and the server's starting-noise streams from their seeds again: each
+    setting of a comparison on the same seeds then draws the same noise to start, whatever ran
+    before it (remote engines draw their own and are refused)."""
+    for slot in core.engines.values():
+        if slot.remote:
+            raise ValueError(f"engine {slot.instance_id} is remote: its noise cannot be restarted from here")
+        slot.engine.restart_noise()
+    core.action_runner.starting_noise.restart()
+
+
 @dataclass
 class _Step:
     chunks: list[ActionChunkData] = field(default_factory=list)
