@@ -31,7 +31,7 @@ def _git(*args: str) -> str:
 
 
 def machine() -> str:
-    """'AMD EPYC 7B13, 2 cores, 24 GB' (plus the GPU when torch sees one)."""
+    """'AMD EPYC 7B13, 2 cores, 24 GB' (plus, when torch is loaded, its GPU and CPU kernel set)."""
     model = platform.processor() or platform.machine()
     try:
         for line in Path("/proc/cpuinfo").read_text().splitlines():
@@ -46,12 +46,15 @@ def machine() -> str:
         memory = f", {kb / 2**20:.0f} GB"
     except (OSError, IndexError, ValueError):
         pass
-    gpu = ""
+    extra = ""
     if "torch" in sys.modules:  # never import torch only to say there is no GPU
         torch = sys.modules["torch"]
         if torch.cuda.is_available():
-            gpu = f", {torch.cuda.get_device_name(0)}"
-    return f"{model}, {os.cpu_count()} cores{memory}{gpu}"
+            extra = f", {torch.cuda.get_device_name(0)}"
+        # The CPU kernels torch picked (AVX2, AVX512, ...): lockstep runs repeat exactly on one
+        # kernel set, while another's rounding sends a shift's rollout elsewhere.
+        extra += f", torch CPU kernels {torch.backends.cpu.get_cpu_capability()}"
+    return f"{model}, {os.cpu_count()} cores{memory}{extra}"
 
 
 def _load() -> list[float]:
