@@ -51,8 +51,8 @@ def machine() -> str:
         torch = sys.modules["torch"]
         if torch.cuda.is_available():
             extra = f", {torch.cuda.get_device_name(0)}"
-        # The CPU kernels torch picked (AVX2, AVX512, ...): lockstep runs repeat exactly on one
-        # kernel set, while another's rounding sends a shift's rollout elsewhere.
+        # The CPU kernels torch picked (AVX2, AVX512, ...): their rounding differs, and a lockstep
+        # rollout carries any difference forward, so an exact repeat needs the same set.
         extra += f", torch CPU kernels {torch.backends.cpu.get_cpu_capability()}"
     return f"{model}, {os.cpu_count()} cores{memory}{extra}"
 
