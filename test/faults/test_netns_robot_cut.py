@@ -101,9 +101,14 @@ class Rig:
         """round -> capture stamp of the newest observation sent for it."""
         return {r["round"]: r["stamp"] for r in self.robot_log.read() if r["kind"] == "obs" and r["ns"] == rid}
 
+    def statuses(self, rid: str, since: float = 0.0) -> list[dict]:
+        """The robot client's client_status reports, oldest first."""
+        return [r["data"] for r in self.robot_log.read() if r["kind"] == "status" and r["ns"] == rid
+                and r["t"] >= since]
+
     def client(self, rid: str, since: float = 0.0) -> dict | None:
-        recs = [r for r in self.robot_log.read() if r["kind"] == "status" and r["ns"] == rid and r["t"] >= since]
-        return recs[-1]["data"] if recs else None
+        recs = self.statuses(rid, since)
+        return recs[-1] if recs else None
 
     def holds_applied(self, rid: str, since: float = 0.0) -> int:
         """The controller's count of applied robot_client holds (its /diagnostics), 0 if none yet."""
@@ -186,9 +191,15 @@ def test_robot_link_cut_falls_back_within_slo_frees_server_state_and_resumes(rig
         # No round answered twice, round ids increasing across the cut (the robot's own history
         # survives the server forgetting it: it registers with its last round id).
         assert rounds == sorted(set(rounds)), rounds
-        st = rig.wait(lambda: rig.client(rid, first["t"]), 10, f"{rid}'s client_status after it resumed")
-        assert st["state"] == "running", st
+        # The client says "running" again once its own registration is answered. That answer and
+        # the first chunks travel on different topics, so on a loaded machine a status published
+        # just after the first chunk can still say "unregistered": wait for the state, and check
+        # that no status since the link came back said "stopped" (it fell back, never escalated).
+        st = rig.wait(lambda: [s for s in rig.statuses(rid, first["t"]) if s["state"] == "running"], 15,
+                      f"{rid}'s client_status to say running after it resumed")[-1]
         assert st["fallbacks"].get("hold", 0) >= 1, st
+        states = {s["state"] for s in rig.statuses(rid, t_up)}
+        assert states <= {"running", "unregistered"}, states
     # -- the observations really crossed the cable ------------------------------------------
     tx1, n1 = L.counters(L.b)["tx_bytes"], sum(len(rig.served(r)) for r in ROBOTS)
     assert tx1 - tx0 >= (n1 - n0) * HW * HW * 3, (tx0, tx1, n0, n1)
