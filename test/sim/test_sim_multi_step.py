@@ -101,6 +101,29 @@ def test_a_cube_let_go_over_the_edge_of_the_lower_one_tips_off_it(offset_cm, sta
         assert not w.success and w.progress()[0] == ONGOING  # the next subgoal is still to stack it
 
 
+@pytest.mark.parametrize("offset_cm", [(2.5, 0.0), (0.0, -3.0), (2.0, 2.0), (-3.5, 1.0)])
+def test_the_expert_stacks_on_a_first_cube_placed_off_the_pad_centre(offset_cm):
+    """A first cube up to 4 cm from the pad centre is on the pad (a policy places it so); the
+    expert stacks on that cube, not over the pad centre, where the second cube would tip off."""
+    w = SimWorld(task="place_in_order", seed=4)
+    top = w.scene.goal_height + w.scene.object_size / 2
+    red = np.array([w.goal[0] + offset_cm[0] / 100, w.goal[1] + offset_cm[1] / 100, top])
+    w.objects[0] = red.copy()
+    assert w.task.focus(w.objects, w.goal, w.scene) == 1  # red counts as placed: blue is next
+    _solve(w)
+    assert w.success and np.allclose(w.objects[0], red)
+    assert np.all(np.abs(w.objects[1][:2] - red[:2]) < 0.006)  # within the expert's alignment
+
+
+def test_the_expert_restacks_a_cube_that_tipped_off_beside_the_lower_one():
+    w = SimWorld(task="place_in_order", seed=5)
+    size, top = w.scene.object_size, w.scene.goal_height + w.scene.object_size / 2
+    w.objects[0] = np.array([w.goal[0] + 0.02, w.goal[1], top])
+    w.objects[1] = w.objects[0] + [-size, 0.0, 0.0]  # where a cube let go 2.5 cm beside it lands
+    _solve(w)
+    assert w.success
+
+
 def test_a_drop_in_transport_fails_the_attempt_and_the_expert_recovers():
     w = SimWorld(task="place_in_order", seed=1, events=EventConfig(drop_prob=1.0))
     snaps = _solve(w)
