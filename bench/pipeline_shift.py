@@ -30,7 +30,8 @@ REPO = Path(__file__).resolve().parents[1]
 
 FIGURES = ("completed", "completed_per_min", "episodes", "timeouts", "resets", "resets_not_failed",
            "reset_reasons", "operator_resets", "escalations", "held_s", "intruder_s", "moving_with_intruder_s",
-           "moving_share_with_intruder", "dones", "false_dones", "false_done_attempts")
+           "moving_share_with_intruder", "dones", "false_dones", "false_done_attempts",
+           "tip_offs")
 
 NO_EVENTS = {"intruder_rate_per_min": 0.0, "drop_prob": 0.0, "knock_prob": 0.0}
 

@@ -72,6 +72,7 @@ class SimWorld:
         self.time = 0.0
         self.episode = 0
         self.successes = 0
+        self.tip_offs = 0  # cubes let go beside the one below them that tipped off it (all episodes)
         self._prev_tool = self.arm.tool()
         self._tool_vel = np.zeros(3)
         self.reset()
@@ -183,11 +184,13 @@ class SimWorld:
         p = self.objects[i]
         for j, q in enumerate(self.objects):
             d = p[:2] - q[:2]
-            if j == i or j == self.held or np.any(np.abs(d) >= size) or centred_over(p, q, size):
+            # (1e-9: a cube already set beside the other, a float's width inside, overlaps no more)
+            if j == i or j == self.held or np.any(np.abs(d) >= size - 1e-9) or centred_over(p, q, size):
                 continue  # no overlap, or supported
             if q[2] < p[2] and p[2] - size / 2 <= q[2] + size / 2 + 1e-6:  # touching its top face
                 axis = int(np.argmax(np.abs(d)))
                 p[axis] = q[axis] + np.sign(d[axis]) * size
+                self.tip_offs += 1
 
     def _resting(self, i: int) -> bool:
         half = self.scene.object_size / 2

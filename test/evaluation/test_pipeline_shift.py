@@ -76,6 +76,10 @@ def test_a_truthful_monitor_resets_failed_episodes_and_completes_more():
     assert totals["pipeline"]["pick_and_place"]["completed"] == p.completed
     assert totals["pipeline"]["pick_and_place"]["reset_reasons"] == p.reset_reasons
     assert totals["system1"]["pick_and_place"]["completed_per_min"] < totals["pipeline"]["pick_and_place"]["completed_per_min"]
+    # One cube: nothing to tip off. The totals add the sim's own tip-off counts up per task.
+    assert b.tip_offs == p.tip_offs == 0
+    tipped = summarise([dataclasses.replace(p, tip_offs=2), dataclasses.replace(p, seed=6, tip_offs=1)])
+    assert tipped["pipeline"]["pick_and_place"]["tip_offs"] == 3
 
 
 def test_a_truthful_safety_checker_stops_the_arm_while_an_intruder_is_there():

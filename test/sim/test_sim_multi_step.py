@@ -94,6 +94,7 @@ def test_a_cube_let_go_over_the_edge_of_the_lower_one_tips_off_it(offset_cm, sta
         w.step(DT)
     blue = w.objects[1]
     assert w._resting(1) and np.allclose(w.objects[0], red)  # the red cube stays where it was
+    assert w.tip_offs == (0 if stays else 1)
     if stays:  # its centre over the red cube's top face: it rests there, the success
         assert blue[2] == pytest.approx(red[2] + size) and w.success
     else:  # beyond it (2 cm, half a cube): it ends beside the red one, on the side it overhung

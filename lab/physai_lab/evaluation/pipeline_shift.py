@@ -73,6 +73,7 @@ class ShiftResult:
     # The sim's episodes with at least one false "done": a monitor asked every period answers again
     # on a still state, so false_dones counts answers and this counts attempts.
     false_done_attempts: int = 0
+    tip_offs: int = 0  # cubes let go beside the cube below them, which tipped off it (the sim's count)
     pipeline: dict = field(default_factory=dict)  # ClientPipeline.status()["pipeline"], components' counts
     # Why each of the pipeline's resets came, by the sim's ground truth (its failure reason: dropped, knocked,
     # wrong_order, timeout; "not failed" for a reset of a healthy episode): where a task is lost.
@@ -228,7 +229,7 @@ class ShiftSlot(EpisodeSlot):
             held_s=round(self.held_s, 3), escalations=self.escalations, dones=self.dones,
             false_dones=self.false_dones, false_done_attempts=self.false_done_attempts, pipeline=status,
             reset_reasons=dict(self.reset_reasons), drops=tuple(self.drops), grasp_lost_at=tuple(self.grasp_lost_at),
-            sim_resets=tuple(self.sim_resets))
+            sim_resets=tuple(self.sim_resets), tip_offs=int(rt.world.tip_offs))
 
 
 class ComponentSide:
@@ -283,7 +284,7 @@ def run_shifts(server: Server, backend: ComponentBackend | None, robots: Sequenc
 # ShiftResult fields summed per (setting, task).
 TOTALS = ("shift_s", "completed", "episodes", "timeouts", "resets", "resets_not_failed", "operator_resets",
           "intruder_s", "moving_with_intruder_s", "held_s", "escalations", "dones", "false_dones",
-          "false_done_attempts")
+          "false_done_attempts", "tip_offs")
 
 
 def summarise(results: Sequence[ShiftResult]) -> dict:
