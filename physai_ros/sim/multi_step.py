@@ -139,10 +139,11 @@ class MultiStepExpert(ScriptedExpert):
             return expert.act(dataclasses.replace(s, success=True), dt)
         if stacked:
             # Place over the top cube's centre, not the pad's: the pad counts a cube within
-            # place_tolerance (4 cm) of its centre as on it, but one let go more than half a cube
-            # (2 cm) beside the cube below tips off (SimWorld._tip_off). Aimed at the pad centre,
-            # the expert never stacked on a first cube placed 2-4 cm off it (a policy's placement):
-            # it tipped the cube off, picked it up and tipped it again until the time limit.
+            # place_tolerance (4 cm) of its centre as on it, but one let go half a cube (2 cm) or
+            # more beside the cube below on an axis tips off (SimWorld._tip_off). Aimed at the
+            # pad centre, the expert never stacked on a first cube placed 2-4 cm off it (a
+            # policy's placement): it tipped the cube off, picked it up and tipped it again until
+            # the time limit.
             top = max(stacked, key=lambda p: p[2])
             s = dataclasses.replace(s, goal=np.array([top[0], top[1], s.goal[2]]))
         return expert.act(s, dt)

@@ -120,7 +120,7 @@ def test_the_expert_restacks_a_cube_that_tipped_off_beside_the_lower_one():
     w = SimWorld(task="place_in_order", seed=5)
     size, top = w.scene.object_size, w.scene.goal_height + w.scene.object_size / 2
     w.objects[0] = np.array([w.goal[0] + 0.02, w.goal[1], top])
-    w.objects[1] = w.objects[0] + [-size, 0.0, 0.0]  # where a cube let go 2.5 cm beside it lands
+    w.objects[1] = w.objects[0] + [-size, 0.0, 0.0]  # where a cube that tipped off it lands: one width beside
     _solve(w)
     assert w.success
 
