@@ -2,11 +2,9 @@
 
 place_in_order (sim.tasks.PlaceInOrderTask): "place the red cube then the blue cube on the green
 pad" (or blue then red: the prompt sets the order). A perfect System 2 planner splits it into
-single-object instructions of the kind the action policy's prompts already are, one at a time:
-"pick up the red cube and place it on the green pad", then "pick up the blue cube and place it on
-the red cube". The later cubes name the cube they go on: the pad's wording for them would be the
-single-object task's prompt, whose thousand demonstrations aim at the pad's centre, beside the
-first cube. `subgoal_text` is that answer for any state, and the expert solves the task subgoal
+single-object instructions of the kind the
+action policy's prompts already are ("pick up the blue cube and place it on the green pad"), one
+at a time; `subgoal_text` is that answer for any state, and the expert solves the task subgoal
 by subgoal with the single-object ScriptedExpert, so its recordings are per-subgoal
 demonstrations (the prompt a System 1 policy would be given is subgoal_text of each frame).
 
@@ -21,29 +19,15 @@ from typing import Optional
 import numpy as np
 
 from physai_ros.sim.expert import ExpertConfig, ScriptedExpert
-from physai_ros.sim.tasks import CUBE_NAMES, SceneConfig, make_task
+from physai_ros.sim.tasks import SceneConfig, make_task
 from physai_ros.sim.world import SimWorld, WorldSnapshot
 
 DONE_SUBGOAL = "done"
 
 
-def pick_and_place_instruction(object_name: str, onto: str = "green pad") -> str:
-    """One subgoal, worded like the single-object task's prompt: onto the pad, or onto the cube
-    already there."""
-    return f"pick up the {object_name} and place it on the {onto}"
-
-
-def step_instruction(object_names, idx: int) -> str:
-    """The subgoal that moves cube `idx` of the task's order: the first onto the pad, each later
-    one onto the cube before it (the top of the stack once the earlier steps are done)."""
-    return pick_and_place_instruction(object_names[idx], object_names[idx - 1] if idx > 0 else "green pad")
-
-
-def moved_cube(subgoal: str) -> Optional[str]:
-    """The cube a subgoal moves: the one it names first ("pick up the blue cube and place it on
-    the red cube" -> "blue cube"); None where it names none."""
-    named = sorted((subgoal.find(c), c) for c in CUBE_NAMES if c in subgoal)
-    return named[0][1] if named else None
+def pick_and_place_instruction(object_name: str) -> str:
+    """One subgoal, worded like the single-object task's prompt."""
+    return f"pick up the {object_name} and place it on the green pad"
 
 
 def subgoal_text(snap: WorldSnapshot) -> str:
@@ -61,7 +45,7 @@ def subgoal_text(snap: WorldSnapshot) -> str:
         idx = snap.next_cube
     else:  # snap.object_pos is the held cube, else the task's next one (SimWorld.focus_index)
         idx = snap.held if snap.held >= 0 else _index_of(snap, snap.object_pos)
-    return step_instruction(snap.object_names, idx)
+    return pick_and_place_instruction(snap.object_names[idx])
 
 
 def subgoal_sequence(task: str, prompt: str | None = None) -> tuple[str, ...]:
@@ -70,7 +54,7 @@ def subgoal_sequence(task: str, prompt: str | None = None) -> tuple[str, ...]:
     t = make_task(task, prompt)
     if len(t.object_names) <= 1:
         return (t.prompt,)
-    return tuple(step_instruction(t.object_names, i) for i in range(len(t.object_names))) + (DONE_SUBGOAL,)
+    return tuple(pick_and_place_instruction(n) for n in t.object_names) + (DONE_SUBGOAL,)
 
 
 def _index_of(snap: WorldSnapshot, pos: np.ndarray) -> int:

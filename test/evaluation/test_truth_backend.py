@@ -33,6 +33,6 @@ def test_answers_follow_the_world_and_parse_as_the_pipeline_parses_them():
         for _ in range(8):
             world.step(1 / 480)
         assert world.episode_time < 20.0
-    assert _ask(backend, "system2").text == "pick up the red cube and place it on the blue cube"
+    assert _ask(backend, "system2").text == "pick up the red cube and place it on the green pad"
     bad = _ask(backend, "system1")
     assert not bad.ok and "system1" in bad.error and backend.asked == 5

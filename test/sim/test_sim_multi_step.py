@@ -19,9 +19,7 @@ from physai_ros.sim.world import SimWorld
 
 DT = 1 / 480
 RED_FIRST = "pick up the red cube and place it on the green pad"
-BLUE_ONTO_RED = "pick up the blue cube and place it on the red cube"
-BLUE_FIRST = "pick up the blue cube and place it on the green pad"
-RED_ONTO_BLUE = "pick up the red cube and place it on the blue cube"
+BLUE_NEXT = "pick up the blue cube and place it on the green pad"
 BLUE_FIRST_PROMPT = "place the blue cube then the red cube on the green pad"
 
 
@@ -56,9 +54,8 @@ def test_the_expert_solves_it_subgoal_by_subgoal(seed):
     assert w.success and w.task.success_all(objects=w.objects, held=None, resting=resting, goal=w.goal, cfg=w.scene)
     assert np.linalg.norm(red[:2] - w.goal[:2]) <= w.scene.place_tolerance
     assert blue[2] == pytest.approx(red[2] + w.scene.object_size, abs=2e-3)
-    # The planner's ground truth: one single-object instruction per step, in the prompt's order,
-    # each later cube named onto the one before it.
-    assert _collapse([subgoal_text(s) for s in snaps]) == [RED_FIRST, BLUE_ONTO_RED, DONE_SUBGOAL]
+    # The planner's ground truth: one single-object instruction per step, in the prompt's order.
+    assert _collapse([subgoal_text(s) for s in snaps]) == [RED_FIRST, BLUE_NEXT, DONE_SUBGOAL]
     assert tuple(_collapse([subgoal_text(s) for s in snaps])) == subgoal_sequence("place_in_order")
     assert _collapse([s.progress for s in snaps]) == [ONGOING, DONE]
     # The narration never calls a placed cube a drop, and ends on the stack.
@@ -177,7 +174,7 @@ def test_the_prompt_sets_the_order():
     # Tasks that do not read their prompt keep their own; "" and None are the task's default.
     assert make_task("pick_and_place", BLUE_FIRST_PROMPT).prompt == make_task("pick_and_place").prompt
     assert make_task("place_in_order", "").object_names == ("red cube", "blue cube")
-    assert subgoal_sequence("place_in_order", BLUE_FIRST_PROMPT) == (BLUE_FIRST, RED_ONTO_BLUE, DONE_SUBGOAL)
+    assert subgoal_sequence("place_in_order", BLUE_FIRST_PROMPT) == (BLUE_NEXT, RED_FIRST, DONE_SUBGOAL)
 
 
 @pytest.mark.parametrize("seed", range(3))
@@ -188,7 +185,7 @@ def test_blue_first_prompt_the_expert_stacks_red_on_blue(seed):
     assert w.success
     assert np.linalg.norm(blue[:2] - w.goal[:2]) <= w.scene.place_tolerance
     assert red[2] == pytest.approx(blue[2] + w.scene.object_size, abs=2e-3)
-    assert _collapse([subgoal_text(s) for s in snaps]) == [BLUE_FIRST, RED_ONTO_BLUE, DONE_SUBGOAL]
+    assert _collapse([subgoal_text(s) for s in snaps]) == [BLUE_NEXT, RED_FIRST, DONE_SUBGOAL]
     assert scene_description(snaps[-1], w.scene).startswith("blue cube on the green pad; red cube on the blue cube")
     # The cubes keep their colours: the one on top of the stack is drawn red.
     img = Renderer(w.arm.cfg, num_views=1).render(snaps[-1])[0]
@@ -210,7 +207,7 @@ def test_runtime_and_mirror_planner_follow_the_robots_prompt():
     rt = SimRobotRuntime(SimRobotConfig(task="place_in_order", seed=3, prompt=BLUE_FIRST_PROMPT))
     out = rt.tick(1.0)
     st = out.status
-    assert st.prompt == BLUE_FIRST_PROMPT and st.subgoal == BLUE_FIRST
+    assert st.prompt == BLUE_FIRST_PROMPT and st.subgoal == BLUE_NEXT
     assert st.scene.startswith("blue cube ") and "; red cube " in st.scene
     # The demo's scripted planner is built for the default order; the status' prompt re-sets it.
     planner = ScriptedChunkPlanner("robot_0", "place_in_order", num_actions=20, horizon=10)
@@ -230,4 +227,4 @@ def test_holding_the_wrong_cube_the_planner_names_the_right_one_and_the_expert_p
     assert subgoal_text(w.snapshot()) == RED_FIRST
     # A snapshot built without next_cube (older code) still reads the held cube.
     import dataclasses
-    assert subgoal_text(dataclasses.replace(s, next_cube=-1)) == BLUE_ONTO_RED
+    assert subgoal_text(dataclasses.replace(s, next_cube=-1)) == BLUE_NEXT

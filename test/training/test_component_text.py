@@ -45,9 +45,8 @@ def test_frames_carry_every_components_ground_truth(frames):
     assert "unsafe" in set(frames["safety"]) and "failed" in set(frames["monitor"])
     # failed frames name their reason, others none
     assert all((m == "failed") == bool(f) for m, f in zip(frames["monitor"], frames["failure"]))
-    pio = frames["task"] == "place_in_order"
-    for told in set(frames["prompt"][pio]):  # each order's own plan
-        assert set(frames["planner"][pio & (frames["prompt"] == told)]) <= set(subgoal_sequence("place_in_order", told))
+    pio = frames["planner"][frames["task"] == "place_in_order"]
+    assert set(pio) <= set(subgoal_sequence("place_in_order"))
     assert set(frames["planner"][frames["task"] == "pick_and_place"]) == {"pick up the blue cube and place it on the green pad"}
     # within a cell, sim time runs on across episodes (the intruder's schedule does)
     t = frames["time"][frames["seed"] == 3]
@@ -157,9 +156,9 @@ def test_the_planner_is_asked_with_the_frames_own_instruction(frames):
     about the blue-first instruction and never given the red-first one as prefix), so it can learn
     to read the order instead of guessing it from the scene."""
     assert "{task}" in QUESTIONS["planner"][0]
-    subgoals = {order: set(subgoal_sequence("place_in_order", order)[:2]) for order in (RED_FIRST, BLUE_FIRST)}
+    subgoals = set(subgoal_sequence("place_in_order")[:2])
     asked, prefix = frame_prompts("place_in_order", BLUE_FIRST, {"place_in_order": [RED_FIRST, BLUE_FIRST]})
-    assert asked == [BLUE_FIRST] and prefix[0] == BLUE_FIRST and set(prefix[1:]) == subgoals[BLUE_FIRST]
+    assert asked == [BLUE_FIRST] and prefix[0] == BLUE_FIRST and set(prefix[1:]) == subgoals
     asked, prefix = frame_prompts("pick_and_place", "", PROMPTS)
     assert asked == prefix == ["pick up the blue cube and place it on the green pad"] + PROMPTS["pick_and_place"]
     tok = PromptTokenizer(TOKENIZER, 48)
@@ -172,8 +171,8 @@ def test_the_planner_is_asked_with_the_frames_own_instruction(frames):
         by_task.setdefault(task, []).append((answer, prefix_prompt))
     assert {RED_FIRST, BLUE_FIRST} <= set(by_task)
     for order in (RED_FIRST, BLUE_FIRST):
-        assert {p for _, p in by_task[order]} <= {order} | subgoals[order]
-        assert {a for a, _ in by_task[order]} <= subgoals[order] | {"done"}
+        assert {p for _, p in by_task[order]} <= {order} | subgoals
+        assert {a for a, _ in by_task[order]} <= subgoals | {"done"}
     # the recorded truth follows the order: a blue-first cell's plan starts with the blue cube
     blue_rows = np.flatnonzero(frames["prompt"] == BLUE_FIRST)
     assert frames["planner"][blue_rows[0]] == "pick up the blue cube and place it on the green pad"

@@ -86,7 +86,7 @@ def test_both_orders_record_each_cube_first_and_keep_one_prompt_per_task(tmp_pat
     steps = split_by_subgoal(blue_first)
     assert [(s.task, s.prompt) for s in steps] == [
         ("place_in_order.step1.blue", "pick up the blue cube and place it on the green pad"),
-        ("place_in_order.step2.red", "pick up the red cube and place it on the blue cube")]
+        ("place_in_order.step2.red", "pick up the red cube and place it on the green pad")]
     # the same episode under one task name for both steps: two prompts, refused
     mixed = [EncodedEpisode.encode(dataclasses.replace(s, task="place_in_order.step")) for s in steps]
     write_dataset(tmp_path / "m", mixed, fps=10, joint_names=ArmConfig().joint_names)

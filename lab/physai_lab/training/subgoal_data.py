@@ -2,8 +2,7 @@
 execute a System 2 planner's answers.
 
 A planner hands System 1 one single-object instruction at a time (sim.multi_step.subgoal_text:
-place_in_order's "pick up the red cube and place it on the green pad", then "pick up the blue cube
-and place it on the red cube"). The
+place_in_order's "pick up the red cube and place it on the green pad", then the blue cube's). The
 scripted expert's place_in_order episodes are recorded as usual and cut where the planner's truth
 changes: each run of frames becomes its own episode, its prompt the subgoal, its task
 "<task>.step<k>.<colour>" (train.BatchMaker draws tasks, and a task's frames share one prompt). The frames
@@ -23,8 +22,8 @@ import json
 from pathlib import Path
 from typing import List, Sequence
 
-from physai_ros.sim.multi_step import DONE_SUBGOAL, moved_cube
-from physai_ros.sim.tasks import make_task
+from physai_ros.sim.multi_step import DONE_SUBGOAL
+from physai_ros.sim.tasks import CUBE_NAMES, make_task
 
 from physai_lab.training.dataset import EncodedEpisode
 from physai_lab.training.expert_data import Episode, RecordConfig, record_cell
@@ -36,10 +35,8 @@ MULTI_STEP_TASKS = ("place_in_order",)
 def step_task(task: str, step: int, subgoal: str) -> str:
     """"<task>.step<k>.<colour>": one name per prompt (train.BatchMaker gives a task's frames one
     prompt), and the step kept apart (the red cube onto the bare pad is not the red cube onto the
-    blue one). The colour is the cube picked up: the one the subgoal names first ("pick up the
-    blue cube and place it on the red cube" -> blue)."""
-    cube = moved_cube(subgoal)
-    colour = cube.split()[0] if cube else ""
+    blue one, though the subgoal reads the same)."""
+    colour = next((c.split()[0] for c in CUBE_NAMES if c in subgoal), "")
     return f"{task}.step{step}" + (f".{colour}" if colour else "")
 
 

@@ -34,7 +34,7 @@ from typing import List, Optional, Sequence
 
 from physai_lab.evaluation.lockstep import EpisodeSlot, LockstepConfig
 from physai_ros.sim.events import WRONG_ORDER
-from physai_ros.sim.multi_step import moved_cube, subgoal_text
+from physai_ros.sim.multi_step import subgoal_text
 from physai_ros.sim.robot import ArmConfig
 from physai_ros.sim.tasks import make_task
 
@@ -100,7 +100,7 @@ def split_encoded(ep: EncodedEpisode, subgoals: Sequence[str], prompt: str = "")
     order = make_task(ep.task, prompt).object_names
     out = []
     for sg, a, b in subgoal_runs(subgoals):
-        k = order.index(moved_cube(sg)) + 1
+        k = next(i for i, name in enumerate(order) if name in sg) + 1
         cut = {f: getattr(ep, f)[a:b] for f in PER_FRAME if getattr(ep, f) is not None}
         out.append(dataclasses.replace(ep, task=step_task(ep.task, k, sg), prompt=sg, **cut))
     return out
