@@ -15,32 +15,17 @@ architecture, random inputs, batch and samples as the shipped runs use) at each 
 from __future__ import annotations
 
 import argparse
-import dataclasses
 import time
 
 import numpy as np
 import torch
 
 from physai_bench import results
+from physai_bench.stack_scenes import RECORDED_PX, TIP_OFF_M, stack_views
 from physai_lab.training.policy_model import TrainablePi0
 from physai_lab.training.train import ModelSize, TrainConfig
 from physai_ros.engine.camera_frames import robots_model_pixels
-from physai_ros.sim.render import VIEWS, Renderer
-from physai_ros.sim.world import SimWorld
-
-RECORDED_PX = 224  # the frames the training data holds (docs/training.md)
-OFFSET_M = 0.02  # half a cube: the tip-off tolerance per axis (SimWorld._tip_off)
-
-
-def stacked_views(dx: float, dy: float, views: int) -> list[np.ndarray]:
-    """The red cube on the pad centre, the blue cube resting on it moved by (dx, dy); 224 px views."""
-    world = SimWorld(task="place_in_order", seed=0)
-    snap = world.snapshot()
-    size = world.scene.object_size
-    lower = np.array([snap.goal[0], snap.goal[1], snap.goal[2] + size / 2])
-    upper = lower + np.array([dx, dy, size])
-    snap = dataclasses.replace(snap, objects=(lower, upper), object_pos=upper, held=-1)
-    return Renderer(world.arm.cfg, num_views=views, width=RECORDED_PX, height=RECORDED_PX).render(snap)
+from physai_ros.sim.render import VIEWS
 
 
 def blue_centroid(view: torch.Tensor) -> tuple[np.ndarray, float]:
@@ -54,9 +39,8 @@ def blue_centroid(view: torch.Tensor) -> tuple[np.ndarray, float]:
 
 
 def resolution(sizes: list[int], views: int) -> list[dict]:
-    scenes = {k: stacked_views(*d, views) for k, d in
-              {"centred": (0.0, 0.0), "x": (OFFSET_M, 0.0), "y": (0.0, OFFSET_M)}.items()}
-    frames = {k: [torch.from_numpy(v).permute(2, 0, 1).contiguous() for v in imgs] for k, imgs in scenes.items()}
+    frames = {k: stack_views(0, upper_offset=d, views=views) for k, d in
+              {"centred": (0.0, 0.0), "x": (TIP_OFF_M, 0.0), "y": (0.0, TIP_OFF_M)}.items()}
     rows = []
     for s in sizes:
         model = {k: robots_model_pixels([f], s, "cpu")[0] for k, f in frames.items()}
@@ -116,7 +100,7 @@ def main(argv=None) -> int:
         print(f"{r['size']:>5} {r['view']:>6} {r['cube_width_px']:>8} {r['tolerance_x_px']:>7} "
               f"{r['tolerance_y_px']:>7}{extra}")
     results.write_result(a.json or None, run, {
-        "recorded_px": RECORDED_PX, "offset_m": OFFSET_M, "views": rows,
+        "recorded_px": RECORDED_PX, "offset_m": TIP_OFF_M, "views": rows,
         "step_seconds": {str(s): round(t, 4) for s, t in timing.items()},
         "step_note": "flow loss only (batch x samples per observation as the shipped runs); their steps add "
                      "the text and component passes"})
