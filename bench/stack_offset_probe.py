@@ -11,8 +11,10 @@ that would tip off. Encoders: the shipped checkpoint's trained tower (what the p
 an untrained tower of the same architecture at each size, so that the view size is the only
 difference between those rows.
 
-A linear probe is a floor on what the tokens hold, not what the policy learnt to use; the arm
-stays at its home pose (no gripper over the stack).
+Two kinds of scene: the upper cube resting on the stack with the arm at its home pose, and the
+upper cube held --held-lift above it in the closed gripper, the arm over the stack as when the
+policy lets go. A linear probe is a floor on what the tokens hold, not what the policy learnt to
+use.
 
   python bench/stack_offset_probe.py --json bench/results/stack_offset_probe.json
   python bench/stack_offset_probe.py --sizes 96 --train 500 --test 200   # quicker
@@ -40,13 +42,14 @@ PENALTIES = (0.1, 1.0, 10.0, 100.0, 1e3, 1e4)
 SHIPPED = Path(__file__).resolve().parents[1] / "physai_ros/assets/policy/sim_pi0_pipeline"
 
 
-def scenes(n: int, seed: int) -> tuple[list[list[torch.Tensor]], np.ndarray]:
-    """n scenes' two views and the upper cube's (dx, dy) in metres, drawn from seed."""
+def scenes(n: int, seed: int, held_lift: float | None = None) -> tuple[list[list[torch.Tensor]], np.ndarray]:
+    """n scenes' two views and the upper cube's (dx, dy) in metres, drawn from seed (held_lift:
+    stack_scenes.stack_views)."""
     rng = np.random.default_rng(seed)
     frames, offsets = [], rng.uniform(-UPPER_OFF_M, UPPER_OFF_M, (n, 2))
     for i in range(n):
         lower = rng.uniform(-LOWER_OFF_M, LOWER_OFF_M, 2)
-        frames.append(stack_views(int(rng.integers(2**31)), lower, offsets[i]))
+        frames.append(stack_views(int(rng.integers(2**31)), lower, offsets[i], held_lift=held_lift))
     return frames, offsets
 
 
@@ -93,6 +96,8 @@ def main(argv=None) -> int:
     ap.add_argument("--train", type=int, default=4000, help="training scenes")
     ap.add_argument("--val", type=int, default=500, help="scenes that choose the penalty")
     ap.add_argument("--test", type=int, default=1000, help="held-out scenes")
+    ap.add_argument("--held-lift", type=float, default=0.03,
+                    help="also probe scenes with the upper cube held this high (m) above the stack (<= 0: not)")
     ap.add_argument("--seed", type=int, default=0)
     ap.add_argument("--threads", type=int, default=2)
     ap.add_argument("--json", default="", help="results file")
@@ -100,22 +105,29 @@ def main(argv=None) -> int:
     torch.set_num_threads(a.threads)
     run = results.start_run("ridge probes of the upper cube's offset on vision-tower tokens of sim scenes rendered "
                             "at 224 px and resized to each size; CPU", __file__, argv)
-    train, val, test = scenes(a.train, a.seed), scenes(a.val, a.seed + 2), scenes(a.test, a.seed + 1)
-    rows = [{"encoder": "none: predict a centred stack", "size": 0, "penalty": None,
-             **scores(np.zeros_like(test[1]), test[1])}]
-    if a.checkpoint:
-        cfg, weights = load_lerobot_checkpoint(a.checkpoint)
-        rows.append(ridge_probe(f"trained: {Path(a.checkpoint).name}", cfg.vision.image_size, cfg, weights,
-                                train, val, test))
-    for size in (int(s) for s in a.sizes.split(",")):
-        cfg = ModelSize(image_size=size).config()
-        rows.append(ridge_probe("untrained", size, cfg, training_init(cfg, a.seed), train, val, test))
-    for r in rows:
-        print(f"{r['encoder']:>32} {r['size']:>4} px: error median {r['median_abs_error_mm']} mm, "
-              f"p90 {r['p90_abs_error_mm']} mm, within 2 cm per axis {r['within_tolerance_per_axis']:.3f}, "
-              f"stack told from tip-off {r['stack_call_accuracy']:.3f}", flush=True)
+    kinds = {"resting": None, **({f"held {a.held_lift * 100:g} cm above": a.held_lift} if a.held_lift > 0 else {})}
+    trained = load_lerobot_checkpoint(a.checkpoint) if a.checkpoint else None
+    rows = []
+    for kind, lift in kinds.items():
+        train, val, test = (scenes(n, a.seed + k, lift) for n, k in ((a.train, 0), (a.val, 2), (a.test, 1)))
+        found = [{"encoder": "none: guess a centred stack", "size": 0, "penalty": None,
+                  **scores(np.zeros_like(test[1]), test[1])}]
+        if trained is not None:
+            cfg, weights = trained
+            found.append(ridge_probe(f"trained: {Path(a.checkpoint).name}", cfg.vision.image_size, cfg, weights,
+                                     train, val, test))
+        for size in (int(s) for s in a.sizes.split(",")):
+            cfg = ModelSize(image_size=size).config()
+            found.append(ridge_probe("untrained", size, cfg, training_init(cfg, a.seed), train, val, test))
+        for r in found:
+            r["scene"] = kind
+            print(f"{kind:>20} {r['encoder']:>28} {r['size']:>4} px: error median {r['median_abs_error_mm']} mm, "
+                  f"p90 {r['p90_abs_error_mm']} mm, within 2 cm per axis {r['within_tolerance_per_axis']:.3f}, "
+                  f"stack told from tip-off {r['stack_call_accuracy']:.3f}", flush=True)
+        rows += found
     results.write_result(a.json or None, run, {"tolerance_m": TIP_OFF_M, "lower_offset_m": LOWER_OFF_M,
-                                               "upper_offset_m": UPPER_OFF_M, "scenes": {
+                                               "upper_offset_m": UPPER_OFF_M, "held_lift_m": a.held_lift,
+                                               "scenes": {
                                                    "train": a.train, "val": a.val, "test": a.test},
                                                "rows": rows})
     return 0

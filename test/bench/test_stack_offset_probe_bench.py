@@ -26,13 +26,23 @@ def test_scenes_are_seeded_and_offsets_bounded():
     assert frames[0][0].shape == (3, 224, 224)
 
 
+def test_held_scenes_put_the_arm_over_the_stack():
+    bench = _bench()
+    (resting,), _ = bench.scenes(1, seed=5)
+    (held,), _ = bench.scenes(1, seed=5, held_lift=0.03)
+    assert all(not bool((a == b).all()) for a, b in zip(resting, held))
+
+
 def test_probe_beats_a_centred_guess_and_writes_its_results(tmp_path):
     out = tmp_path / "probe.json"
-    assert _bench().main(["--sizes", "96", "--train", "300", "--val", "50", "--test", "100", "--json", str(out)]) == 0
+    assert _bench().main(["--sizes", "96", "--train", "300", "--val", "50", "--test", "100", "--held-lift", "0.03",
+                          "--json", str(out)]) == 0
     doc = json.loads(out.read_text())
     assert doc["command"].startswith("python bench/stack_offset_probe.py") and doc["machine"]
-    guess, shipped, probe = doc["rows"]
-    assert shipped["encoder"] == "trained: sim_pi0_pipeline" and shipped["size"] == 96
-    assert probe["encoder"] == "untrained" and probe["size"] == 96
-    assert probe["median_abs_error_mm"] < guess["median_abs_error_mm"]
-    assert probe["within_tolerance_per_axis"] > guess["within_tolerance_per_axis"]
+    rows = doc["rows"]
+    assert [(r["scene"], r["encoder"], r["size"]) for r in rows] == [
+        (scene, encoder, size) for scene in ("resting", "held 3 cm above") for encoder, size in
+        (("none: guess a centred stack", 0), ("trained: sim_pi0_pipeline", 96), ("untrained", 96))]
+    for guess, probe in ((rows[0], rows[2]), (rows[3], rows[5])):
+        assert probe["median_abs_error_mm"] < guess["median_abs_error_mm"]
+        assert probe["within_tolerance_per_axis"] > guess["within_tolerance_per_axis"]
