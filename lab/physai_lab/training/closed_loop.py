@@ -18,6 +18,7 @@ from typing import Dict, List, Optional, Sequence
 import numpy as np
 
 from physai_ros.control.trajectory_buffer import TrajectoryBuffer
+from physai_ros.install_paths import package_dir
 from physai_ros.protocol.chunk import STATUS_OK, ActionChunkData
 from physai_ros.protocol.observation import ImageData, ObservationData
 from physai_ros.protocol.registration import RobotRegistration
@@ -39,7 +40,8 @@ class LoopConfig:
     num_joints: int = 4
 
 
-def _core(checkpoint: Path, tokenizer_path: Path, max_token_len: int, clock):
+def serving_core(checkpoint: Path, tokenizer_path: Path, max_token_len: int, clock):
+    """The serving logic a robot meets (ServingCore on one engine, FIFO), clocked by `clock`."""
     from physai_ros.engine.engine import Pi0Engine
     from physai_ros.scheduler.base import make_scheduler
     from physai_ros.serving.serving_core import ServingCore
@@ -125,9 +127,9 @@ def evaluate_checkpoint(checkpoint, episodes: int = 4, tasks: Sequence[str] = ("
                         max_token_len: int = 48) -> dict:
     """Success rate per task over `episodes` seeded episodes (seeds unlike the training data's)."""
     checkpoint = Path(checkpoint)
-    tok = tokenizer_path or Path(__file__).resolve().parents[1] / "assets" / "tokenizer.json"
+    tok = tokenizer_path or package_dir() / "assets" / "tokenizer.json"
     clock = [0.0]
-    core = _core(checkpoint, tok, max_token_len, lambda: clock[0])
+    core = serving_core(checkpoint, tok, max_token_len, lambda: clock[0])
     from physai_ros.sim.tasks import make_task
 
     report = {"loop": {"horizon": lc.horizon, "latency_s": lc.latency_s, "action_period_s": lc.action_period_s,

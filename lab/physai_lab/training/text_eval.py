@@ -28,6 +28,7 @@ import torch
 from physai_ros.engine.batching import model_pixels
 from physai_ros.engine.pi0.modeling import PlainPi0
 from physai_ros.engine.processor.tokenizer import PromptTokenizer
+from physai_ros.install_paths import package_dir
 
 from physai_lab.training.checkpoint import weights_from_safetensors_dir
 from physai_lab.training.dataset import LoadedDataset, load_dataset, merge_datasets
@@ -126,7 +127,7 @@ def main(argv=None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--checkpoint", required=True)
     ap.add_argument("--data", action="append", required=True, help="recorded dataset with text columns")
-    ap.add_argument("--tokenizer", default=str(Path(__file__).resolve().parents[1] / "assets" / "tokenizer.json"))
+    ap.add_argument("--tokenizer", default=str(package_dir() / "assets" / "tokenizer.json"))
     ap.add_argument("--every", type=int, default=1, help="evaluate every n-th frame")
     ap.add_argument("--threads", type=int, default=2)
     ap.add_argument("--out", default="", help="also write the report (JSON) here")
