@@ -24,6 +24,10 @@ class ExpertConfig:
     hover: float = 0.12  # travel height of the tool point above the table
     align_tol: float = 0.006  # horizontal alignment before descending
     height_tol: float = 0.004
+    # place_in_order (MultiStepExpert): the first cube's target off the pad centre, m. The pad
+    # counts a cube within 4 cm as on it; demonstrations that stack on a first cube placed off
+    # the centre show where the second cube goes: onto the cube, wherever it is.
+    first_place_offset: tuple[float, float] = (0.0, 0.0)
 
 
 class ScriptedExpert:

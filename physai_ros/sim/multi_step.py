@@ -146,6 +146,8 @@ class MultiStepExpert(ScriptedExpert):
             # the time limit.
             top = max(stacked, key=lambda p: p[2])
             s = dataclasses.replace(s, goal=np.array([top[0], top[1], s.goal[2]]))
+        elif any(self.cfg.first_place_offset):
+            s = dataclasses.replace(s, goal=s.goal + np.array([*self.cfg.first_place_offset, 0.0]))
         return expert.act(s, dt)
 
 

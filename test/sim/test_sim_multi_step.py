@@ -7,7 +7,7 @@ import numpy as np
 import pytest
 
 from physai_ros.sim.events import DONE, DROPPED, EventConfig, FAILED, ONGOING, WRONG_ORDER
-from physai_ros.sim.expert import ScriptedExpert
+from physai_ros.sim.expert import ExpertConfig, ScriptedExpert
 from physai_ros.sim.multi_step import (DONE_SUBGOAL, MultiStepExpert, make_expert, subgoal_sequence,
                                        subgoal_text)
 from physai_ros.sim.narration import DROPPED as SAID_DROPPED, SubtaskTracker, scene_description
@@ -114,6 +114,24 @@ def test_the_expert_stacks_on_a_first_cube_placed_off_the_pad_centre(offset_cm):
     _solve(w)
     assert w.success and np.allclose(w.objects[0], red)
     assert np.all(np.abs(w.objects[1][:2] - red[:2]) < 0.006)  # within the expert's alignment
+
+
+@pytest.mark.parametrize("offset_cm", [(2.5, -2.0), (-2.0, 2.5)])
+def test_an_expert_told_so_places_the_first_cube_off_the_centre_and_stacks_on_it(offset_cm):
+    """ExpertConfig.first_place_offset: demonstrations of a stack on an off-centre first cube."""
+    w = SimWorld(task="place_in_order", seed=6)
+    offset = np.array(offset_cm) / 100
+    ex = MultiStepExpert(w, ExpertConfig(first_place_offset=tuple(offset)))
+    n = 0
+    while not w.done:
+        if n % 8 == 0:
+            w.set_command(ex.act(w.snapshot(), 8 * DT))
+        w.step(DT)
+        n += 1
+    red, blue = w.objects
+    assert w.success
+    assert np.all(np.abs(red[:2] - (w.goal[:2] + offset)) < 0.006)  # where it was told, on the pad
+    assert np.all(np.abs(blue[:2] - red[:2]) < 0.006)  # and the second on it
 
 
 def test_the_expert_restacks_a_cube_that_tipped_off_beside_the_lower_one():

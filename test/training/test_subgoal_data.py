@@ -93,3 +93,19 @@ def test_both_orders_record_each_cube_first_and_keep_one_prompt_per_task(tmp_pat
     data = load_dataset(tmp_path / "m", image_size=TINY.image_size)
     with pytest.raises(ValueError, match="2 prompts"):
         BatchMaker(data, TrainConfig(size=TINY), PromptTokenizer(TOKENIZER, 48), {}, np.random.default_rng(0))
+
+
+def test_cells_can_place_the_first_cube_off_the_pad_centre():
+    """--first-offset-cm: a seeded offset per cell within the bound, none by default; the expert
+    of such a cell records a successful episode with its first cube there."""
+    from physai_lab.training.subgoal_data import plan_subgoal_cells
+
+    base = RecordConfig(task="place_in_order", episodes=1, image_width=48, image_height=32, fps=10)
+    assert {c.first_place_offset for c in plan_subgoal_cells(base, 3, 7)} == {(0.0, 0.0)}
+    cells = plan_subgoal_cells(base, 3, 7, first_offset_m=0.025)
+    offsets = np.array([c.first_place_offset for c in cells])
+    assert np.all(np.abs(offsets) <= 0.025) and len({tuple(o) for o in offsets}) == 3
+    assert [c.first_place_offset for c in plan_subgoal_cells(base, 3, 7, first_offset_m=0.025)] == \
+        [c.first_place_offset for c in cells]
+    (episode,) = record_cell(cells[0])
+    assert episode.success

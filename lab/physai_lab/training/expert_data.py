@@ -17,6 +17,7 @@ from typing import Iterator, List
 
 import numpy as np
 
+from physai_ros.sim.expert import ExpertConfig
 from physai_ros.sim.multi_step import make_expert, subgoal_text
 from physai_ros.sim.narration import SubtaskTracker, narrate
 from physai_ros.sim.render import Renderer
@@ -39,6 +40,7 @@ class RecordConfig:
     control_hz: int = 60  # expert command rate; a multiple of fps
     physics_hz: int = 480  # a multiple of control_hz
     reset_delay_s: float = 0.5
+    first_place_offset: tuple[float, float] = (0.0, 0.0)  # ExpertConfig.first_place_offset (place_in_order)
 
     def __post_init__(self) -> None:
         if self.control_hz % self.fps or self.physics_hz % self.control_hz:
@@ -69,7 +71,7 @@ def record_cell(cfg: RecordConfig) -> Iterator[Episode]:
     world = SimWorld(ArmConfig(num_joints=cfg.num_joints), task=make_task(cfg.task, cfg.prompt), seed=cfg.seed)
     renderer = Renderer(world.arm.cfg, num_views=cfg.num_views, width=cfg.image_width, height=cfg.image_height,
                         object_size=world.scene.object_size, goal_radius=world.scene.goal_radius)
-    expert = make_expert(world)
+    expert = make_expert(world, ExpertConfig(first_place_offset=tuple(cfg.first_place_offset)))
     tracker = SubtaskTracker(world.scene)
     control_dt = 1.0 / cfg.control_hz
     substeps = cfg.physics_hz // cfg.control_hz

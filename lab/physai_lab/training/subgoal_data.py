@@ -22,6 +22,8 @@ import json
 from pathlib import Path
 from typing import List, Sequence
 
+import numpy as np
+
 from physai_ros.sim.multi_step import DONE_SUBGOAL
 from physai_ros.sim.tasks import CUBE_NAMES, make_task
 
@@ -78,11 +80,17 @@ def record_subgoals(root, cells: Sequence[RecordConfig], workers: int = 2) -> di
     return summary
 
 
-def plan_subgoal_cells(base: RecordConfig, cells: int, seed_base: int, both_orders: bool = False) -> List[RecordConfig]:
+def plan_subgoal_cells(base: RecordConfig, cells: int, seed_base: int, both_orders: bool = False,
+                       first_offset_m: float = 0.0) -> List[RecordConfig]:
     """Cell c: seed seed_base + c; with both_orders its prompt is the task's c-th instruction in
-    turn (make_task(...).prompt_variants()), so the steps' prompts name each cube first as often."""
+    turn (make_task(...).prompt_variants()), so the steps' prompts name each cube first as often.
+    first_offset_m > 0: each cell's expert places the first cube off the pad centre by an offset
+    drawn uniformly within +-first_offset_m on each axis (seeded by seed_base)."""
     variants = make_task(base.task).prompt_variants() if both_orders else ("",)
-    return [dataclasses.replace(base, seed=seed_base + c, prompt=variants[c % len(variants)]) for c in range(cells)]
+    rng = np.random.default_rng(seed_base)
+    offsets = rng.uniform(-first_offset_m, first_offset_m, (cells, 2)) if first_offset_m > 0 else np.zeros((cells, 2))
+    return [dataclasses.replace(base, seed=seed_base + c, prompt=variants[c % len(variants)],
+                                first_place_offset=(float(offsets[c, 0]), float(offsets[c, 1]))) for c in range(cells)]
 
 
 def main(argv=None) -> int:
@@ -96,9 +104,12 @@ def main(argv=None) -> int:
     ap.add_argument("--workers", type=int, default=2)
     ap.add_argument("--both-orders", action="store_true",
                     help="cells alternate over the task's instructions (place_in_order: red first, blue first)")
+    ap.add_argument("--first-offset-cm", type=float, default=0.0,
+                    help="the expert places the first cube up to this far off the pad centre on each axis, a "
+                         "seeded draw per cell (the pad counts 4 cm), so the second cube's target moves with it")
     a = ap.parse_args(argv)
     base = RecordConfig(task=a.task, episodes=a.episodes, fps=a.fps)
-    cells = plan_subgoal_cells(base, a.cells, a.seed_base, a.both_orders)
+    cells = plan_subgoal_cells(base, a.cells, a.seed_base, a.both_orders, a.first_offset_cm / 100)
     print(json.dumps(record_subgoals(a.out, cells, a.workers)), flush=True)
     return 0
 
