@@ -76,6 +76,7 @@ def _record(cfg: RecordConfig) -> List[EncodedEpisode]:
 def record_subgoals(root, cells: Sequence[RecordConfig], workers: int = 2) -> dict:
     summary = record_dataset(root, cells, workers, log=lambda _: None, recorder=_record)
     summary["cell_seeds"] = [min(c.seed for c in cells), max(c.seed for c in cells) + 1]
+    summary["first_place_offset_max_m"] = round(max(abs(v) for c in cells for v in c.first_place_offset), 4)
     (Path(root) / "meta" / "subgoal_summary.json").write_text(json.dumps(summary, indent=1))
     return summary
 
