@@ -2,24 +2,13 @@
 serving logic, every scene gets a chunk, and the summary is complete. The release point is
 checked against the arm's own forward kinematics on a made-up chunk. No policy quality is
 asserted (three scenes say nothing about it)."""
-import importlib.util
 import json
-from pathlib import Path
 
 import numpy as np
 
-ROOT = Path(__file__).resolve().parents[2]
 
-
-def _bench():
-    spec = importlib.util.spec_from_file_location("stack_aim_bench", ROOT / "bench" / "stack_aim.py")
-    bench = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(bench)
-    return bench
-
-
-def test_release_point_is_where_the_gripper_command_opens():
-    bench = _bench()
+def test_release_point_is_where_the_gripper_command_opens(bench_script):
+    bench = bench_script("stack_aim")
     from physai_bench.stack_scenes import stack_snapshot
     from physai_ros.sim.robot import inverse_kinematics
 
@@ -35,9 +24,9 @@ def test_release_point_is_where_the_gripper_command_opens():
     assert not kept["released"] and kept["at"] == 1 and np.allclose(kept["landing"], [0.02, -0.01], atol=2e-3)
 
 
-def test_bench_asks_the_shipped_policy_and_writes_its_summary(tmp_path):
+def test_bench_asks_the_shipped_policy_and_writes_its_summary(tmp_path, bench_script):
     out = tmp_path / "aim.json"
-    assert _bench().main(["--scenes", "3", "--json", str(out)]) == 0
+    assert bench_script("stack_aim").main(["--scenes", "3", "--json", str(out)]) == 0
     summary = json.loads(out.read_text())["summary"]
     assert summary["scenes"] == 3 and summary["checkpoint"] == "sim_pi0_pipeline"
     assert set(summary["slope_of_move_on_offset"]) == {"x", "y"}

@@ -1,22 +1,11 @@
 """bench/view_resolution.py at tiny sizes: the stack's tolerance is measured in the model's own
 pixels (it grows with the view's size, and at the shipped 96 px it is a couple of pixels, less
 than the 12 px patch), and the step timing runs. No timing is asserted."""
-import importlib.util
 import json
-from pathlib import Path
-
-ROOT = Path(__file__).resolve().parents[2]
 
 
-def _bench():
-    spec = importlib.util.spec_from_file_location("view_resolution_bench", ROOT / "bench" / "view_resolution.py")
-    bench = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(bench)
-    return bench
-
-
-def test_tolerance_in_model_pixels_grows_with_the_view():
-    rows = {(r["size"], r["view"]): r for r in _bench().resolution([48, 96, 192], views=2)}
+def test_tolerance_in_model_pixels_grows_with_the_view(bench_script):
+    rows = {(r["size"], r["view"]): r for r in bench_script("view_resolution").resolution([48, 96, 192], views=2)}
     for view in ("front", "top"):
         small, shipped, large = (rows[(s, view)] for s in (48, 96, 192))
         for axis in ("tolerance_x_px", "tolerance_y_px"):
@@ -25,9 +14,9 @@ def test_tolerance_in_model_pixels_grows_with_the_view():
         assert shipped["cube_width_px"] < 12  # a cube is smaller than one patch
 
 
-def test_bench_writes_its_results(tmp_path):
+def test_bench_writes_its_results(tmp_path, bench_script):
     out = tmp_path / "view.json"
-    assert _bench().main(["--sizes", "24,48", "--steps", "1", "--batch", "2", "--json", str(out)]) == 0
+    assert bench_script("view_resolution").main(["--sizes", "24,48", "--steps", "1", "--batch", "2", "--json", str(out)]) == 0
     doc = json.loads(out.read_text())
     assert doc["command"].startswith("python bench/view_resolution.py") and doc["machine"]
     assert [(r["size"], r["view"]) for r in doc["views"]] == [(24, "front"), (24, "top"), (48, "front"), (48, "top")]
