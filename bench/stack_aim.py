@@ -73,6 +73,26 @@ def aim(snap, world, actions: np.ndarray) -> dict:
             "from_pad": tool[:2] - snap.goal[:2]}
 
 
+def summarise(found: list[dict]) -> dict:
+    """The scenes' aims (aim() plus each scene's offset and lower cube) as plain figures."""
+    offsets, lowers, moves, landings, from_pad = (np.array([f[k] for f in found]) for k in
+                                                  ("offset", "lower", "move", "landing", "from_pad"))
+
+    def slope(x: np.ndarray, y: np.ndarray) -> dict:
+        return {axis: round(float(np.polyfit(x[:, i], y[:, i], 1)[0]), 3) for i, axis in enumerate("xy")}
+
+    return {"released_in_chunk": round(float(np.mean([f["released"] for f in found])), 3),
+            "median_release_action": float(np.median([f["at"] for f in found])),
+            "slope_of_move_on_offset": slope(offsets, moves),
+            # A release point that follows the lower cube off the pad centre has slope 1 on the
+            # lower cube's offset; one aimed at the pad centre, 0.
+            "slope_of_release_on_lower_cube": slope(lowers, from_pad),
+            "release_from_pad_centre_median_mm": round(float(np.median(np.linalg.norm(from_pad, axis=1))) * 1000, 2),
+            "landing_median_abs_mm": round(float(np.median(np.abs(landings))) * 1000, 2),
+            "lands_on_the_stack": round(float(np.mean(np.all(np.abs(landings) < TIP_OFF_M, axis=1))), 3),
+            "would_land_on_it_unmoved": round(float(np.mean(np.all(np.abs(offsets) < TIP_OFF_M, axis=1))), 3)}
+
+
 def main(argv=None) -> int:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--checkpoint", default=str(SHIPPED))
@@ -87,41 +107,20 @@ def main(argv=None) -> int:
     clock = [0.0]
     core = serving_core(Path(a.checkpoint), package_dir() / "assets" / "tokenizer.json", 48, lambda: clock[0])
     rng = np.random.default_rng(a.seed)
-    offsets, lowers, moves, landings, from_pad, released, at = [], [], [], [], [], [], []
+    found = []
     for k in range(a.scenes):
         offset, lower = rng.uniform(-UPPER_OFF_M, UPPER_OFF_M, 2), rng.uniform(-LOWER_OFF_M, LOWER_OFF_M, 2)
         snap, world = stack_snapshot(int(rng.integers(2**31)), lower, offset, held_lift=a.held_lift)
-        found = aim(snap, world, ask(core, clock, snap, world, k, a.prompt))
-        offsets.append(offset)
-        lowers.append(lower)
-        from_pad.append(found["from_pad"])
-        moves.append(found["move"])
-        landings.append(found["landing"])
-        released.append(found["released"])
-        at.append(found["at"])
-    offsets, lowers, moves, landings, from_pad = map(np.array, (offsets, lowers, moves, landings, from_pad))
-    slopes = [float(np.polyfit(offsets[:, i], moves[:, i], 1)[0]) for i in range(2)]
-    # Where it aims: a release point that follows the lower cube off the pad centre has slope 1 on
-    # the lower cube's offset; one aimed at the pad centre, 0.
-    follows = [float(np.polyfit(lowers[:, i], from_pad[:, i], 1)[0]) for i in range(2)]
-
-    on_stack = np.all(np.abs(landings) < TIP_OFF_M, axis=1)
-    left_as_is = np.all(np.abs(offsets) < TIP_OFF_M, axis=1)
-    summary = {"scenes": a.scenes, "released_in_chunk": round(float(np.mean(released)), 3),
-               "median_release_action": float(np.median(at)),
-               "slope_of_move_on_offset": {"x": round(slopes[0], 3), "y": round(slopes[1], 3)},
-               "slope_of_release_on_lower_cube": {"x": round(follows[0], 3), "y": round(follows[1], 3)},
-               "release_from_pad_centre_median_mm": round(float(np.median(np.linalg.norm(from_pad, axis=1))) * 1000, 2),
-               "landing_median_abs_mm": round(float(np.median(np.abs(landings))) * 1000, 2),
-               "lands_on_the_stack": round(float(np.mean(on_stack)), 3),
-               "would_land_on_it_unmoved": round(float(np.mean(left_as_is)), 3),
-               "checkpoint": Path(a.checkpoint).name, "held_lift_m": a.held_lift}
-    print(f"{a.scenes} scenes: slope of the tool's move on the offset x {slopes[0]:+.2f}, y {slopes[1]:+.2f} "
-          f"(aiming: -1, ignoring: 0); release point on the lower cube's offset from the pad x {follows[0]:+.2f}, "
-          f"y {follows[1]:+.2f} (the cube: 1, the pad centre: 0), "
-          f"{summary['release_from_pad_centre_median_mm']} mm from the pad centre at the median; lands within 2 cm on both axes {summary['lands_on_the_stack']:.0%} "
-          f"(unmoved: {summary['would_land_on_it_unmoved']:.0%}); median landing error "
-          f"{summary['landing_median_abs_mm']} mm; the gripper opens within the chunk in "
+        found.append({**aim(snap, world, ask(core, clock, snap, world, k, a.prompt)), "offset": offset, "lower": lower})
+    summary = {"scenes": a.scenes, **summarise(found), "checkpoint": Path(a.checkpoint).name,
+               "held_lift_m": a.held_lift}
+    move, follow = summary["slope_of_move_on_offset"], summary["slope_of_release_on_lower_cube"]
+    print(f"{a.scenes} scenes: the tool's move on the offset, slope x {move['x']:+.2f}, y {move['y']:+.2f} "
+          f"(aiming: -1, ignoring: 0); the release point on the lower cube's offset from the pad, x "
+          f"{follow['x']:+.2f}, y {follow['y']:+.2f} (the cube: 1, the pad centre: 0), "
+          f"{summary['release_from_pad_centre_median_mm']} mm from the pad centre at the median; within 2 cm of "
+          f"the lower cube on both axes {summary['lands_on_the_stack']:.0%} (let go unmoved: "
+          f"{summary['would_land_on_it_unmoved']:.0%}); the gripper opens within the chunk in "
           f"{summary['released_in_chunk']:.0%} (at action {summary['median_release_action']:g} at the median)")
     results.write_result(a.json or None, run, {"summary": summary})
     return 0
