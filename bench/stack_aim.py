@@ -21,7 +21,7 @@ from pathlib import Path
 import numpy as np
 
 from physai_bench import results
-from physai_bench.stack_scenes import TIP_OFF_M, render, stack_snapshot
+from physai_bench.stack_scenes import LOWER_OFF_M, TIP_OFF_M, UPPER_OFF_M, render, stack_snapshot
 from physai_lab.training.closed_loop import serving_core
 from physai_ros.install_paths import package_dir
 from physai_ros.protocol.observation import ImageData, ObservationData
@@ -31,8 +31,6 @@ from physai_ros.sim.multi_step import subgoal_text
 from physai_ros.sim.robot import tool_point
 
 SHIPPED = package_dir() / "assets" / "policy" / "sim_pi0_pipeline"
-LOWER_OFF_M = 0.03
-UPPER_OFF_M = 0.035
 OPEN_MARGIN_M = 0.005  # a gripper command this much wider than the cube lets it go
 
 

@@ -28,7 +28,7 @@ import numpy as np
 import torch
 
 from physai_bench import results
-from physai_bench.stack_scenes import TIP_OFF_M, stack_views
+from physai_bench.stack_scenes import LOWER_OFF_M, TIP_OFF_M, UPPER_OFF_M, stack_views
 from physai_lab.training.policy_model import training_init
 from physai_lab.training.train import ModelSize
 from physai_ros.engine.camera_frames import robots_model_pixels
@@ -36,8 +36,6 @@ from physai_ros.engine.checkpoint.loader import load_lerobot_checkpoint
 from physai_ros.engine.pi0.modeling import siglip
 from physai_ros.engine.types import Pi0Config
 
-LOWER_OFF_M = 0.03
-UPPER_OFF_M = 0.035
 PENALTIES = (0.1, 1.0, 10.0, 100.0, 1e3, 1e4)
 SHIPPED = Path(__file__).resolve().parents[1] / "physai_ros/assets/policy/sim_pi0_pipeline"
 

@@ -15,6 +15,10 @@ from physai_ros.sim.world import SimWorld, WorldSnapshot
 
 RECORDED_PX = 224  # the frames the training data holds (docs/training.md)
 TIP_OFF_M = 0.02  # half a cube: an upper cube further off on an axis tips off (SimWorld._tip_off)
+# The benches' random stacks: the lower cube up to this far off the pad centre on each axis (a
+# policy's first placements), the upper one up to this far off the lower one.
+LOWER_OFF_M = 0.03
+UPPER_OFF_M = 0.035
 
 
 def stack_snapshot(seed: int, lower_offset=(0.0, 0.0), upper_offset=(0.0, 0.0),
