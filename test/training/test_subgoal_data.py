@@ -43,6 +43,15 @@ def test_an_episode_is_cut_where_the_planners_answer_changes(episode):
     assert all(len(s.images) == len(s.action) == len(s.subtask) == len(s) for s in steps)
 
 
+def test_only_the_steps_asked_for_are_kept(episode):
+    """--keep-steps 2: the stack on the first cube without the first placement (whose target,
+    with --first-offset-cm, is an offset the picture does not show)."""
+    every = split_by_subgoal(episode)
+    (second,) = split_by_subgoal(episode, keep_steps=(2,))
+    assert second.task == every[1].task and np.array_equal(np.stack(second.state), np.stack(every[1].state))
+    assert [s.task for s in split_by_subgoal(episode, keep_steps=(1, 2))] == [s.task for s in every]
+
+
 def test_task_weights_set_the_share_of_action_batches(episode, tmp_path):
     steps = [EncodedEpisode.encode(s) for s in split_by_subgoal(episode)]
     write_dataset(tmp_path / "d", steps, fps=10, joint_names=ArmConfig().joint_names)

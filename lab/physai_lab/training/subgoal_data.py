@@ -18,9 +18,10 @@ from __future__ import annotations
 
 import argparse
 import dataclasses
+import functools
 import json
 from pathlib import Path
-from typing import List, Sequence
+from typing import List, Optional, Sequence
 
 import numpy as np
 
@@ -55,13 +56,16 @@ def subgoal_runs(subgoals: Sequence[str]) -> List[tuple[str, int, int]]:
     return runs
 
 
-def split_by_subgoal(ep: Episode) -> List[Episode]:
-    """The episode's runs of one subgoal as episodes of their own ("done" frames join the last)."""
+def split_by_subgoal(ep: Episode, keep_steps: Optional[Sequence[int]] = None) -> List[Episode]:
+    """The episode's runs of one subgoal as episodes of their own ("done" frames join the last);
+    keep_steps (1-based) keeps only those steps' runs."""
     if len(ep.subgoal) != len(ep):
         raise ValueError(f"episode of {ep.task}: {len(ep.subgoal)} subgoals for {len(ep)} frames")
     out = []
     per_frame = ("images", "state", "wrench", "action", "success_flags", "subtask", "scene", "subgoal")
     for k, (sg, a, b) in enumerate(subgoal_runs(ep.subgoal)):
+        if keep_steps is not None and k + 1 not in keep_steps:
+            continue
         cut = {f: getattr(ep, f)[a:b] for f in per_frame}
         # A step of a successful episode reached its subgoal: it is a good demonstration (the
         # loader keeps only successful episodes).
@@ -69,14 +73,18 @@ def split_by_subgoal(ep: Episode) -> List[Episode]:
     return out
 
 
-def _record(cfg: RecordConfig) -> List[EncodedEpisode]:
-    return [EncodedEpisode.encode(seg) for ep in record_cell(cfg) if ep.success for seg in split_by_subgoal(ep)]
+def _record(cfg: RecordConfig, keep_steps: Optional[Sequence[int]] = None) -> List[EncodedEpisode]:
+    return [EncodedEpisode.encode(seg) for ep in record_cell(cfg) if ep.success
+            for seg in split_by_subgoal(ep, keep_steps)]
 
 
-def record_subgoals(root, cells: Sequence[RecordConfig], workers: int = 2) -> dict:
-    summary = record_dataset(root, cells, workers, log=lambda _: None, recorder=_record)
+def record_subgoals(root, cells: Sequence[RecordConfig], workers: int = 2,
+                    keep_steps: Optional[Sequence[int]] = None) -> dict:
+    recorder = functools.partial(_record, keep_steps=tuple(keep_steps) if keep_steps else None)
+    summary = record_dataset(root, cells, workers, log=lambda _: None, recorder=recorder)
     summary["cell_seeds"] = [min(c.seed for c in cells), max(c.seed for c in cells) + 1]
     summary["first_place_offset_max_m"] = round(max(abs(v) for c in cells for v in c.first_place_offset), 4)
+    summary["steps_kept"] = list(keep_steps) if keep_steps else "all"
     (Path(root) / "meta" / "subgoal_summary.json").write_text(json.dumps(summary, indent=1))
     return summary
 
@@ -108,10 +116,13 @@ def main(argv=None) -> int:
     ap.add_argument("--first-offset-cm", type=float, default=0.0,
                     help="the expert places the first cube up to this far off the pad centre on each axis, a "
                          "seeded draw per cell (the pad counts 4 cm), so the second cube's target moves with it")
+    ap.add_argument("--keep-steps", type=lambda v: [int(k) for k in v.split(",")], default=None,
+                    help="record only these steps (1-based, comma-separated): with --first-offset-cm, 2 keeps "
+                         "the stacks on moved first cubes and drops first placements aimed at an unseen offset")
     a = ap.parse_args(argv)
     base = RecordConfig(task=a.task, episodes=a.episodes, fps=a.fps)
     cells = plan_subgoal_cells(base, a.cells, a.seed_base, a.both_orders, a.first_offset_cm / 100)
-    print(json.dumps(record_subgoals(a.out, cells, a.workers)), flush=True)
+    print(json.dumps(record_subgoals(a.out, cells, a.workers, a.keep_steps)), flush=True)
     return 0
 
 
