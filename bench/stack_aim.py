@@ -22,11 +22,8 @@ import numpy as np
 
 from physai_bench import results
 from physai_bench.stack_scenes import LOWER_OFF_M, TIP_OFF_M, UPPER_OFF_M, render, stack_snapshot
-from physai_lab.training.closed_loop import serving_core
+from physai_lab.training.closed_loop import serving_core, sim_observation, sim_registration
 from physai_ros.install_paths import package_dir
-from physai_ros.protocol.observation import ImageData, ObservationData
-from physai_ros.protocol.registration import RobotRegistration
-from physai_ros.protocol.topics import camera_topic
 from physai_ros.sim.multi_step import subgoal_text
 from physai_ros.sim.robot import tool_point
 
@@ -38,23 +35,15 @@ def ask(core, clock: list, snap, world, k: int, prompt: str = "") -> np.ndarray:
     """The policy's chunk [C, joints + 1] for this scene (one registration per scene); the prompt
     a perfect planner gives now unless another is named."""
     views = render(snap, world)
-    h, w = views[0].shape[:2]
-    names = world.arm.cfg.joint_names
     prompt = prompt or subgoal_text(snap)
     robot = f"stack_{k}"
-    reg = RobotRegistration(robot_id=robot, task_id="place_in_order", robot_namespace=f"/{robot}", prompt=prompt,
-                            camera_topics=tuple(camera_topic(i) for i in range(len(views))), num_views=len(views),
-                            image_height=h, image_width=w, joint_names=names, state_dim=len(names),
-                            action_dim=len(names), control_period=0.1)
+    reg = sim_registration(robot, "place_in_order", prompt, world.arm.cfg.joint_names, len(views),
+                           views[0].shape[0], views[0].shape[1], control_period=0.1)
     if not core.register(reg).accepted:
         raise RuntimeError(f"registration refused for {robot}")
     clock[0] += 1.0
     t = clock[0]
-    obs = ObservationData(robot_id=robot, task_id="place_in_order", round_id=2, stamp=t,
-                          images=tuple(ImageData(h, w, "rgb8", w * 3, v.tobytes()) for v in views),
-                          state=snap.positions.astype(np.float32), wrench=snap.wrench.astype(np.float32),
-                          wrench_stamp=t, prompt=prompt, exec_phase_start=0.0, actions_remaining=0,
-                          control_period=0.1, horizon_policy="static", horizon_params=(10.0,))
+    obs = sim_observation(robot, "place_in_order", 2, t, views, snap, prompt, control_period=0.1, horizon=10)
     chunks = core.submit(obs, now=t) or core.step(now=t).chunks
     core.release(robot)
     return np.asarray(chunks[0].actions, dtype=float)

@@ -55,16 +55,33 @@ def serving_core(checkpoint: Path, tokenizer_path: Path, max_token_len: int, clo
                        Normalizer.from_checkpoint(checkpoint), clock=clock)
 
 
+def sim_registration(robot_id: str, task: str, prompt: str, joint_names, num_views: int, height: int, width: int,
+                     control_period: float) -> RobotRegistration:
+    """What a sim robot with these cameras registers with (one topic per view)."""
+    return RobotRegistration(robot_id=robot_id, task_id=task, robot_namespace=f"/{robot_id}", prompt=prompt,
+                             camera_topics=tuple(camera_topic(i) for i in range(num_views)), num_views=num_views,
+                             image_height=height, image_width=width, joint_names=tuple(joint_names),
+                             state_dim=len(joint_names), action_dim=len(joint_names), control_period=control_period)
+
+
+def sim_observation(robot_id: str, task: str, round_id: int, t: float, views, snap, prompt: str,
+                    control_period: float, horizon: int) -> ObservationData:
+    """A sim snapshot and its rendered views (H x W x 3 uint8) as the observation its client sends
+    (static execution horizon, nothing left of the last chunk)."""
+    images = tuple(ImageData(v.shape[0], v.shape[1], "rgb8", v.shape[1] * 3, v.tobytes()) for v in views)
+    return ObservationData(robot_id=robot_id, task_id=task, round_id=round_id, stamp=t, images=images,
+                           state=snap.positions.astype(np.float32), wrench=snap.wrench.astype(np.float32),
+                           wrench_stamp=t, prompt=prompt, exec_phase_start=0.0, actions_remaining=0,
+                           control_period=control_period, horizon_policy="static", horizon_params=(float(horizon),))
+
+
 def run_episode(core, clock: list, task: str, prompt: str, seed: int, lc: LoopConfig, robot_id: str) -> dict:
     world = SimWorld(ArmConfig(num_joints=lc.num_joints), task=task, seed=seed)
     renderer = Renderer(world.arm.cfg, num_views=lc.num_views, width=lc.image_size, height=lc.image_size,
                         object_size=world.scene.object_size, goal_radius=world.scene.goal_radius)
     names = world.arm.cfg.joint_names
-    reg = RobotRegistration(robot_id=robot_id, task_id=task, robot_namespace=f"/{robot_id}", prompt=prompt,
-                            camera_topics=tuple(camera_topic(i) for i in range(lc.num_views)),
-                            num_views=lc.num_views, image_height=lc.image_size, image_width=lc.image_size,
-                            joint_names=names, state_dim=len(names), action_dim=len(names),
-                            control_period=lc.action_period_s)
+    reg = sim_registration(robot_id, task, prompt, names, lc.num_views, lc.image_size, lc.image_size,
+                           lc.action_period_s)
     res = core.register(reg)
     if not res.accepted:
         raise RuntimeError(f"registration refused: {res.reason}")
@@ -81,13 +98,8 @@ def run_episode(core, clock: list, task: str, prompt: str, seed: int, lc: LoopCo
         if pending is None and t >= next_obs - 1e-9:
             snap = world.snapshot()
             round_id += 2
-            images = tuple(ImageData(lc.image_size, lc.image_size, "rgb8", lc.image_size * 3, im.tobytes())
-                           for im in renderer.render(snap))
-            obs = ObservationData(robot_id=robot_id, task_id=task, round_id=round_id, stamp=t, images=images,
-                                  state=snap.positions.astype(np.float32), wrench=snap.wrench.astype(np.float32),
-                                  wrench_stamp=t, prompt=prompt, exec_phase_start=0.0, actions_remaining=0,
-                                  control_period=lc.action_period_s, horizon_policy="static",
-                                  horizon_params=(float(lc.horizon),))
+            obs = sim_observation(robot_id, task, round_id, t, renderer.render(snap), snap, prompt,
+                                  lc.action_period_s, lc.horizon)
             refused = core.submit(obs, now=t)
             chunks = refused or core.step(now=t).chunks
             if not chunks:
