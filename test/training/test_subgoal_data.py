@@ -52,6 +52,15 @@ def test_only_the_steps_asked_for_are_kept(episode):
     assert [s.task for s in split_by_subgoal(episode, keep_steps=(1, 2))] == [s.task for s in every]
 
 
+@pytest.mark.parametrize("bad", ["two", "0", "1,x"])
+def test_a_bad_step_list_is_a_usage_error(bad, capsys):
+    from physai_lab.training.subgoal_data import main
+
+    with pytest.raises(SystemExit) as exit_:
+        main(["--out", "unused", "--keep-steps", bad])
+    assert exit_.value.code == 2 and "--keep-steps" in capsys.readouterr().err
+
+
 def test_task_weights_set_the_share_of_action_batches(episode, tmp_path):
     steps = [EncodedEpisode.encode(s) for s in split_by_subgoal(episode)]
     write_dataset(tmp_path / "d", steps, fps=10, joint_names=ArmConfig().joint_names)

@@ -102,6 +102,17 @@ def plan_subgoal_cells(base: RecordConfig, cells: int, seed_base: int, both_orde
                                 first_place_offset=(float(offsets[c, 0]), float(offsets[c, 1]))) for c in range(cells)]
 
 
+def step_numbers(text: str) -> List[int]:
+    """--keep-steps "2" or "1,2": 1-based step numbers, anything else a usage error."""
+    try:
+        steps = [int(k) for k in text.split(",")]
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"steps are 1-based numbers separated by commas, not {text!r}") from None
+    if any(k < 1 for k in steps):
+        raise argparse.ArgumentTypeError(f"steps count from 1: {text!r}")
+    return steps
+
+
 def main(argv=None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--out", required=True)
@@ -116,7 +127,7 @@ def main(argv=None) -> int:
     ap.add_argument("--first-offset-cm", type=float, default=0.0,
                     help="the expert places the first cube up to this far off the pad centre on each axis, a "
                          "seeded draw per cell (the pad counts 4 cm), so the second cube's target moves with it")
-    ap.add_argument("--keep-steps", type=lambda v: [int(k) for k in v.split(",")], default=None,
+    ap.add_argument("--keep-steps", type=step_numbers, default=None,
                     help="record only these steps (1-based, comma-separated): with --first-offset-cm, 2 keeps "
                          "the stacks on moved first cubes and drops first placements aimed at an unseen offset")
     a = ap.parse_args(argv)
